@@ -1,0 +1,137 @@
+/* One way to fail: functions return bool and fill a bson_error_t whose code is
+ * the MongoDB error code a client would see (domain TC_ERROR_DOMAIN), so an error
+ * travels unchanged from the module that found it to the wire reply. */
+#ifndef TC_COMMON_ERROR_H
+#define TC_COMMON_ERROR_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#define TC_MUST_CHECK __attribute__((warn_unused_result))
+
+/* bson_error_t.domain for errors that carry a MongoDB server error code. */
+#define TC_ERROR_DOMAIN 27017u
+
+/* MongoDB's error codes (src/mongo/base/error_codes.yml), those we answer with. */
+enum {
+    TC_ERR_INTERNAL = 1,
+    TC_ERR_BAD_VALUE = 2,
+    TC_ERR_NO_SUCH_KEY = 4,
+    TC_ERR_GRAPH_CONTAINS_CYCLE = 5,
+    TC_ERR_HOST_UNREACHABLE = 6,
+    TC_ERR_FAILED_TO_PARSE = 9,
+    TC_ERR_CANNOT_MUTATE_OBJECT = 10,
+    TC_ERR_USER_NOT_FOUND = 11,
+    TC_ERR_UNAUTHORIZED = 13,
+    TC_ERR_TYPE_MISMATCH = 14,
+    TC_ERR_OVERFLOW = 15,
+    TC_ERR_AUTHENTICATION_FAILED = 18,
+    TC_ERR_ILLEGAL_OPERATION = 20,
+    TC_ERR_EMPTY_ARRAY_OPERATION = 21,
+    TC_ERR_INVALID_BSON = 22,
+    TC_ERR_LOCK_TIMEOUT = 24,
+    TC_ERR_NAMESPACE_NOT_FOUND = 26,
+    TC_ERR_INDEX_NOT_FOUND = 27,
+    TC_ERR_PATH_NOT_VIABLE = 28,
+    TC_ERR_NON_EXISTENT_PATH = 29,
+    TC_ERR_INVALID_PATH = 30,
+    TC_ERR_ROLE_NOT_FOUND = 31,
+    TC_ERR_CANNOT_BACKFILL_ARRAY = 34,
+    TC_ERR_CONFLICTING_UPDATE_OPERATORS = 40,
+    TC_ERR_CURSOR_NOT_FOUND = 43,
+    TC_ERR_NAMESPACE_EXISTS = 48,
+    TC_ERR_MAX_TIME_MS_EXPIRED = 50,
+    TC_ERR_DOLLAR_PREFIXED_FIELD_NAME = 52,
+    TC_ERR_INVALID_ID_FIELD = 53,
+    TC_ERR_NOT_SINGLE_VALUE_FIELD = 54,
+    TC_ERR_EMPTY_FIELD_NAME = 56,
+    TC_ERR_COMMAND_NOT_FOUND = 59,
+    TC_ERR_IMMUTABLE_FIELD = 66,
+    TC_ERR_CANNOT_CREATE_INDEX = 67,
+    TC_ERR_INDEX_ALREADY_EXISTS = 68,
+    TC_ERR_INVALID_OPTIONS = 72,
+    TC_ERR_INVALID_NAMESPACE = 73,
+    TC_ERR_INDEX_OPTIONS_CONFLICT = 85,
+    TC_ERR_NOT_EXACT_VALUE_FIELD = 111,
+    TC_ERR_INDEX_KEY_SPECS_CONFLICT = 86,
+    TC_ERR_NETWORK_TIMEOUT = 89,
+    TC_ERR_OPERATION_FAILED = 96,
+    TC_ERR_CONFLICTING_OPERATION_IN_PROGRESS = 117,
+    TC_ERR_COMMAND_NOT_SUPPORTED = 115,
+    TC_ERR_WRITE_CONFLICT = 112,
+    TC_ERR_COMMAND_FAILED = 125,
+    TC_ERR_INVALID_PIPELINE_OPERATOR = 168,
+    TC_ERR_CURSOR_IN_USE = 179,
+    TC_ERR_NOT_WRITABLE_PRIMARY = 10107,
+    TC_ERR_SOCKET_EXCEPTION = 9001,
+    TC_ERR_INTERRUPTED = 11601,
+    TC_ERR_DUPLICATE_KEY = 11000,
+    TC_ERR_CHANGE_STREAM_HISTORY_LOST = 286,
+    TC_ERR_QUERY_EXCEEDED_MEMORY_LIMIT = 292,
+    TC_ERR_API_STRICT_ERROR = 323,
+    TC_ERR_LOCATION_BSON_TOO_LARGE = 10334,
+    TC_ERR_UNRECOGNIZED_COMMAND_FIELD = 40415,
+    TC_ERR_MISSING_REQUIRED_FIELD = 40414, /* codeName Location40414 */
+    TC_ERR_CANNOT_INDEX_PARALLEL_ARRAYS = 171,
+    /* Numbered assertions (codeName "Location<code>") raised by sort and index key
+     * generation. */
+    TC_ERR_SORT_ILLEGAL_KEY = 15974,
+    TC_ERR_SORT_BAD_ORDER = 15975,
+    TC_ERR_SORT_META_ONLY = 17312,
+    TC_ERR_SORT_ILLEGAL_META = 31138,
+    TC_ERR_FIELD_PATH_EMPTY = 40352,
+    TC_ERR_FIELD_PATH_TRAILING_DOT = 40353,
+    TC_ERR_FIELD_PATH_EMPTY_COMPONENT = 15998,
+    TC_ERR_FIELD_PATH_DOLLAR_PREFIX = 16410,
+    TC_ERR_INDEX_AMBIGUOUS_ARRAY_FIELD = 16746,
+    /* Wire protocol (src/wire): message framing and parsing. */
+    TC_ERR_PROTOCOL_ERROR = 17,
+    TC_ERR_ILLEGAL_OP_MSG_FLAG = 223,
+    TC_ERR_TOO_MANY_DOCUMENT_SEQUENCES = 233,
+    TC_ERR_CHECKSUM_MISMATCH = 288,
+    /* Numbered assertions of mongod's OP_MSG and OP_QUERY parsers. */
+    TC_ERR_LOCATION_EXPECTED_OBJECT = 10065,
+    TC_ERR_LOCATION_BAD_COMMAND_NUMBER_TO_RETURN = 16979,
+    TC_ERR_LOCATION_EXHAUST_COMMAND = 18527,
+    TC_ERR_LOCATION_NAMESPACE_STRING = 18633,
+    TC_ERR_LOCATION_NOT_ENOUGH_DATA = 18634,
+    TC_ERR_LOCATION_MULTIPLE_BODIES = 40430,
+    TC_ERR_LOCATION_DUPLICATE_DOCUMENT_SEQUENCE = 40431,
+    TC_ERR_LOCATION_UNKNOWN_SECTION_KIND = 40432,
+    TC_ERR_LOCATION_DUPLICATE_BODY_FIELD = 40433,
+    TC_ERR_LOCATION_NOT_A_COMMAND_NAMESPACE = 40473,
+    TC_ERR_LOCATION_OP_MSG_NO_BODY = 40587,
+    TC_ERR_LOCATION_DB_IN_OP_QUERY = 40621,
+    TC_ERR_LOCATION_OP_MSG_CHECKSUM_SIZE = 51251,
+    /* Numbered assertions of mongod's query matcher ($regex). */
+    TC_ERR_REGEX_OPTIONS_TWICE_IN_REGEX = 51074,
+    TC_ERR_REGEX_OPTIONS_TWICE_IN_OPTIONS = 51075,
+    TC_ERR_REGEX_INVALID = 51091,
+    TC_ERR_REGEX_BAD_FLAG = 51108,
+    /* Aggregation pipelines and expressions (src/query/pipeline*, expression*). */
+    TC_ERR_CONVERSION_FAILURE = 241,
+    TC_ERR_UNRECOGNIZED_PIPELINE_STAGE = 40324,
+};
+
+/* Fills error with a MongoDB code and a printf-style message; always returns false,
+ * so callers can write `return tc_error_set(error, ...)`. error may be NULL. */
+bool tc_error_set(bson_error_t *error, int32_t code, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The codeName MongoDB sends with code ("BadValue"), or "Location<code>" for the
+ * numbered assertion codes that have no name, as mongod does. Never NULL. */
+const char *tc_error_code_name(int32_t code);
+
+/* Appends ok: 0, errmsg, code and codeName for error to reply. */
+void tc_error_append_reply(const bson_error_t *error, bson_t *reply);
+
+/* WiredTiger-style cleanup discipline inside a module: `TC_CHECK(expr)` jumps to
+ * the function's `done` label when expr is false (the callee filled error). */
+#define TC_CHECK(expression)                                                   \
+    do {                                                                       \
+        if (!(expression)) {                                                   \
+            goto done;                                                         \
+        }                                                                      \
+    } while (0)
+
+#endif

@@ -1,0 +1,66 @@
+/* Sizes and durations with units, for flags and config files. */
+#include "common/units.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static bool parse_number(const char *text, double *out_number, const char **out_rest)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)text[0])) {
+        return false;
+    }
+    double number = strtod(text, &end);
+    if (errno != 0 || end == text || number < 0) {
+        return false;
+    }
+    *out_number = number;
+    *out_rest = end;
+    return true;
+}
+
+bool units_parse_size(const char *text, uint64_t *out_bytes, bson_error_t *error)
+{
+    static const struct {
+        const char *suffix;
+        double multiplier;
+    } suffixes[] = {{"", 1}, {"B", 1}, {"KB", 1024.0}, {"MB", 1048576.0}, {"GB", 1073741824.0},
+                    {"TB", 1099511627776.0}, {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}};
+    double number;
+    const char *rest;
+    if (text != NULL && parse_number(text, &number, &rest)) {
+        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+            if (strcasecmp(rest, suffixes[i].suffix) == 0) {
+                *out_bytes = (uint64_t)(number * suffixes[i].multiplier);
+                return true;
+            }
+        }
+    }
+    return tc_error_set(error, TC_ERR_BAD_VALUE, "invalid size '%s': write a number with a unit, such as 256MB or 1GB",
+                        text ? text : "");
+}
+
+bool units_parse_duration_ms(const char *text, int64_t *out_milliseconds, bson_error_t *error)
+{
+    static const struct {
+        const char *suffix;
+        double milliseconds;
+    } suffixes[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    double number;
+    const char *rest;
+    if (text != NULL && parse_number(text, &number, &rest)) {
+        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+            if (strcmp(rest, suffixes[i].suffix) == 0) {
+                *out_milliseconds = (int64_t)(number * suffixes[i].milliseconds);
+                return true;
+            }
+        }
+    }
+    return tc_error_set(error, TC_ERR_BAD_VALUE,
+                        "invalid duration '%s': write a number with a unit (ms, s, m, h, d), such as 500ms or 30d",
+                        text ? text : "");
+}

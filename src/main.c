@@ -1,0 +1,42 @@
+/* The one executable: `thermocline <subcommand> [flags]`. Each subcommand lives
+ * in its own module; this file only dispatches and reports bad usage (exit 2). */
+#include "store/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define THERMOCLINE_VERSION "0.1.0"
+
+static void print_usage(FILE *stream)
+{
+    fprintf(stream,
+            "usage: thermocline <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  store     run a MongoDB-compatible server on WiredTiger\n"
+            "  version   print the version\n"
+            "\n"
+            "`thermocline <command> --help` describes each command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    const char *command = argv[1];
+    if (strcmp(command, "store") == 0) {
+        return store_main(argc - 1, argv + 1);
+    }
+    if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
+        printf("thermocline %s\n", THERMOCLINE_VERSION);
+        return 0;
+    }
+    if (strcmp(command, "--help") == 0 || strcmp(command, "help") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "thermocline: unknown command '%s' (see thermocline --help)\n", command);
+    return 2;
+}

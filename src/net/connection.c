@@ -1,0 +1,439 @@
+/* One client of the server: frames wire messages out of its read buffer, hands
+ * them to the workers one at a time, and writes the replies back in order. Every
+ * state change goes through connection_set_state(), which aborts on one that
+ * cannot happen (pgbouncer's change_client_state):
+ *
+ *             full message            reply
+ *   READING ───────────────▶ EXECUTING ─────────────────────▶ WRITING
+ *      ▲                        │   │ delay_ms > 0              ▲   │
+ *      │   no reply (data NULL) │   └──────────▶ HOLDING ───────┘   │ written
+ *      └────────────────────────┴───────────────────────────────────┘
+ *
+ *   any state ── EOF, error, close_after, shutdown ──▶ CLOSING, then freed once
+ *   both handles are closed and no request of it is with a worker.
+ */
+#include "net/server_private.h"
+
+#include "common/log.h"
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOG_COMPONENT "NETWORK"
+#define MESSAGE_HEADER_BYTES 16
+/* Every read is offered at least this much free space... */
+#define READ_CHUNK_BYTES (16 * 1024)
+/* ...and a buffer grown for a large message shrinks back to this size. */
+#define READ_BUFFER_KEEP_BYTES (64 * 1024)
+
+typedef enum connection_state {
+    CONNECTION_READING,   /* waiting for a complete request */
+    CONNECTION_EXECUTING, /* a request is with the workers */
+    CONNECTION_HOLDING,   /* the reply waits on delay_timer */
+    CONNECTION_WRITING,   /* the reply is being written */
+    CONNECTION_CLOSING,   /* handles closing; see connection_free_if_unused() */
+    CONNECTION_STATE_COUNT,
+} connection_state_t;
+
+static const char *const connection_state_names[CONNECTION_STATE_COUNT] = {
+    "READING", "EXECUTING", "HOLDING", "WRITING", "CLOSING",
+};
+
+struct connection {
+    server_t *server;
+    connection_t *previous; /* the server's list of connections */
+    connection_t *next;
+    uint64_t id;
+    char peer[INET6_ADDRSTRLEN + 16]; /* "[::1]:54321" */
+
+    connection_state_t state;
+    uv_tcp_t tcp;
+    uv_timer_t delay_timer;
+    uv_write_t write_request;
+    int open_handles;        /* tcp and delay_timer until their close callbacks ran */
+    bool reading;            /* uv_read_start is in effect */
+    bool request_in_flight;  /* job is with the worker pool: do not free */
+
+    /* Received bytes not yet handed to a worker are buffer[start, end). */
+    uint8_t *buffer;
+    size_t capacity;
+    size_t start;
+    size_t end;
+
+    worker_job_t job;
+    uint8_t *job_message; /* the allocation behind job.request.message */
+    server_reply_t reply; /* held or being written; data freed by on_write or free */
+};
+
+static void connection_process_input(connection_t *connection);
+
+static void connection_set_state(connection_t *connection, connection_state_t next)
+{
+    static const bool allowed[CONNECTION_STATE_COUNT][CONNECTION_STATE_COUNT] = {
+        [CONNECTION_READING] = {[CONNECTION_EXECUTING] = true, [CONNECTION_CLOSING] = true},
+        [CONNECTION_EXECUTING] = {[CONNECTION_READING] = true,
+                                  [CONNECTION_HOLDING] = true,
+                                  [CONNECTION_WRITING] = true,
+                                  [CONNECTION_CLOSING] = true},
+        [CONNECTION_HOLDING] = {[CONNECTION_WRITING] = true, [CONNECTION_CLOSING] = true},
+        [CONNECTION_WRITING] = {[CONNECTION_READING] = true, [CONNECTION_CLOSING] = true},
+    };
+    if (!allowed[connection->state][next]) {
+        tc_log_write(TC_LOG_ERROR, LOG_COMPONENT, connection->id,
+                     "impossible connection state change %s -> %s",
+                     connection_state_names[connection->state], connection_state_names[next]);
+        abort();
+    }
+    connection->state = next;
+}
+
+static void connection_describe_peer(connection_t *connection)
+{
+    struct sockaddr_storage address;
+    int length = sizeof address;
+    char host[INET6_ADDRSTRLEN] = "";
+    snprintf(connection->peer, sizeof connection->peer, "unknown");
+    if (uv_tcp_getpeername(&connection->tcp, (struct sockaddr *)&address, &length) != 0) {
+        return;
+    }
+    if (address.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *ipv6 = (const struct sockaddr_in6 *)&address;
+        uv_ip6_name(ipv6, host, sizeof host);
+        snprintf(connection->peer, sizeof connection->peer, "[%s]:%u", host,
+                 (unsigned)ntohs(ipv6->sin6_port));
+    } else if (address.ss_family == AF_INET) {
+        const struct sockaddr_in *ipv4 = (const struct sockaddr_in *)&address;
+        uv_ip4_name(ipv4, host, sizeof host);
+        snprintf(connection->peer, sizeof connection->peer, "%s:%u", host,
+                 (unsigned)ntohs(ipv4->sin_port));
+    }
+}
+
+static void connection_free_if_unused(connection_t *connection)
+{
+    if (connection->open_handles > 0 || connection->request_in_flight) {
+        return;
+    }
+    server_t *server = connection->server;
+    if (connection->previous != NULL) {
+        connection->previous->next = connection->next;
+    } else {
+        server->connections = connection->next;
+    }
+    if (connection->next != NULL) {
+        connection->next->previous = connection->previous;
+    }
+    uint64_t now_open = atomic_fetch_sub(&server->current_connections, 1) - 1;
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection %s (%llu connection%s now open)",
+           connection->peer, (unsigned long long)now_open, now_open == 1 ? "" : "s");
+
+    bson_free(connection->buffer);
+    bson_free(connection->job_message);
+    bson_free(connection->reply.data);
+    bson_free(connection);
+    server_on_connection_freed(server);
+}
+
+static void connection_on_handle_closed(uv_handle_t *handle)
+{
+    connection_t *connection = handle->data;
+    connection->open_handles--;
+    connection_free_if_unused(connection);
+}
+
+/* Starts closing; never frees here, so callers may keep using connection until
+ * they return to the loop. */
+static void connection_close(connection_t *connection)
+{
+    if (connection->state == CONNECTION_CLOSING) {
+        return;
+    }
+    connection_set_state(connection, CONNECTION_CLOSING);
+    connection->reading = false;
+    uv_close((uv_handle_t *)&connection->tcp, connection_on_handle_closed);
+    uv_close((uv_handle_t *)&connection->delay_timer, connection_on_handle_closed);
+}
+
+static void connection_resume_reading(connection_t *connection);
+
+static void connection_on_alloc(uv_handle_t *handle, size_t suggested_size, uv_buf_t *out_buffer)
+{
+    connection_t *connection = handle->data;
+    size_t unconsumed = connection->end - connection->start;
+    size_t goal = unconsumed + READ_CHUNK_BYTES;
+    if (unconsumed >= 4) {
+        /* Grow straight to the announced size; an invalid one is refused before
+         * the next read, so it never gets here with a length past the maximum. */
+        const uint8_t *prefix = connection->buffer + connection->start;
+        uint32_t length = (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 |
+                          (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24;
+        if (length <= connection->server->options.max_message_bytes && length > goal) {
+            goal = length;
+        }
+    }
+    size_t wanted_capacity = goal > READ_BUFFER_KEEP_BYTES ? goal : READ_BUFFER_KEEP_BYTES;
+
+    if (connection->capacity > wanted_capacity && wanted_capacity == READ_BUFFER_KEEP_BYTES) {
+        /* A large message has gone: give its memory back. */
+        uint8_t *smaller = bson_malloc(READ_BUFFER_KEEP_BYTES);
+        memcpy(smaller, connection->buffer + connection->start, unconsumed);
+        bson_free(connection->buffer);
+        connection->buffer = smaller;
+        connection->capacity = READ_BUFFER_KEEP_BYTES;
+        connection->start = 0;
+        connection->end = unconsumed;
+    } else if (connection->capacity - connection->start < goal) {
+        if (connection->start > 0) {
+            memmove(connection->buffer, connection->buffer + connection->start, unconsumed);
+            connection->start = 0;
+            connection->end = unconsumed;
+        }
+        if (connection->capacity < goal) {
+            /* Grow by half at least, so a stream of small reads is not quadratic. */
+            size_t grown = connection->capacity + connection->capacity / 2;
+            connection->capacity = grown > wanted_capacity ? grown : wanted_capacity;
+            connection->buffer = bson_realloc(connection->buffer, connection->capacity);
+        }
+    }
+    *out_buffer = uv_buf_init((char *)connection->buffer + connection->end,
+                              (unsigned int)(connection->capacity - connection->end));
+}
+
+static void connection_on_read(uv_stream_t *stream, ssize_t read_count, const uv_buf_t *buffer)
+{
+    connection_t *connection = stream->data;
+    if (read_count == UV_EOF) {
+        connection_close(connection);
+        return;
+    }
+    if (read_count < 0) {
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error reading from %s: %s",
+               connection->peer, uv_strerror((int)read_count));
+        connection_close(connection);
+        return;
+    }
+    connection->end += (size_t)read_count;
+    connection_process_input(connection);
+}
+
+static void connection_resume_reading(connection_t *connection)
+{
+    if (connection->reading || connection->state == CONNECTION_CLOSING) {
+        return;
+    }
+    int result = uv_read_start((uv_stream_t *)&connection->tcp, connection_on_alloc,
+                               connection_on_read);
+    if (result != 0) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "cannot read from %s: %s",
+               connection->peer, uv_strerror(result));
+        connection_close(connection);
+        return;
+    }
+    connection->reading = true;
+}
+
+static void connection_pause_reading(connection_t *connection)
+{
+    if (connection->reading) {
+        uv_read_stop((uv_stream_t *)&connection->tcp);
+        connection->reading = false;
+    }
+}
+
+static void connection_dispatch(connection_t *connection, size_t length)
+{
+    if (connection->end - connection->start == length) {
+        /* The buffer holds exactly this message: lend it whole instead of copying. */
+        connection->job_message = connection->buffer;
+        connection->job.request.message = connection->buffer + connection->start;
+        connection->buffer = NULL;
+        connection->capacity = 0;
+        connection->start = 0;
+        connection->end = 0;
+    } else {
+        connection->job_message = bson_malloc(length);
+        memcpy(connection->job_message, connection->buffer + connection->start, length);
+        connection->job.request.message = connection->job_message;
+        connection->start += length;
+    }
+    connection->job.owner = connection;
+    connection->job.request.length = length;
+    connection->job.request.connection_id = connection->id;
+    connection->job.request.peer_address = connection->peer;
+    connection->request_in_flight = true;
+    connection_set_state(connection, CONNECTION_EXECUTING);
+    worker_pool_submit(connection->server->workers, &connection->job);
+}
+
+/* Runs after every change of what is buffered or of state: dispatches the next
+ * message when idle, and reads only until one message beyond the running request
+ * is buffered, so a client that floods requests holds at most two in memory. */
+static void connection_process_input(connection_t *connection)
+{
+    while (connection->state != CONNECTION_CLOSING) {
+        size_t buffered = connection->end - connection->start;
+        if (buffered < 4) {
+            connection_resume_reading(connection);
+            return;
+        }
+        const uint8_t *prefix = connection->buffer + connection->start;
+        int32_t length = (int32_t)((uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 |
+                                   (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24);
+        size_t max = connection->server->options.max_message_bytes;
+        if (length < MESSAGE_HEADER_BYTES || (size_t)length > max) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id,
+                   "recv(): message msgLen %d is invalid. Min %d Max: %zu; closing connection from %s",
+                   (int)length, MESSAGE_HEADER_BYTES, max, connection->peer);
+            connection_close(connection);
+            return;
+        }
+        if (buffered < (size_t)length) {
+            connection_resume_reading(connection);
+            return;
+        }
+        if (connection->state != CONNECTION_READING) {
+            connection_pause_reading(connection);
+            return;
+        }
+        connection_dispatch(connection, (size_t)length);
+    }
+}
+
+static void connection_on_write(uv_write_t *request, int status)
+{
+    connection_t *connection = request->data;
+    bool close_after = connection->reply.close_after;
+    bson_free(connection->reply.data);
+    memset(&connection->reply, 0, sizeof connection->reply);
+    if (connection->state == CONNECTION_CLOSING) {
+        return; /* cancelled by the close; the close callbacks free the connection */
+    }
+    if (status < 0) {
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s",
+               connection->peer, uv_strerror(status));
+        connection_close(connection);
+        return;
+    }
+    if (close_after) {
+        connection_close(connection);
+        return;
+    }
+    connection_set_state(connection, CONNECTION_READING);
+    connection_process_input(connection);
+}
+
+static void connection_write_reply(connection_t *connection)
+{
+    connection_set_state(connection, CONNECTION_WRITING);
+    if (connection->reply.length > UINT_MAX) {
+        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, connection->id,
+               "reply of %zu bytes is too large to send; closing connection",
+               connection->reply.length);
+        connection_close(connection);
+        return;
+    }
+    uv_buf_t buffer = uv_buf_init((char *)connection->reply.data,
+                                  (unsigned int)connection->reply.length);
+    int result = uv_write(&connection->write_request, (uv_stream_t *)&connection->tcp, &buffer, 1,
+                          connection_on_write);
+    if (result != 0) {
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s",
+               connection->peer, uv_strerror(result));
+        connection_close(connection);
+    }
+}
+
+static void connection_on_delay_over(uv_timer_t *timer)
+{
+    connection_write_reply(timer->data);
+}
+
+void connection_complete_request(worker_job_t *job)
+{
+    connection_t *connection = job->owner;
+    server_reply_t reply = job->reply;
+    memset(&job->reply, 0, sizeof job->reply);
+    memset(&job->request, 0, sizeof job->request);
+    bson_free(connection->job_message);
+    connection->job_message = NULL;
+    connection->request_in_flight = false;
+
+    if (connection->state == CONNECTION_CLOSING) {
+        bson_free(reply.data); /* the client is gone or the server is stopping */
+        connection_free_if_unused(connection);
+        return;
+    }
+    if (reply.data == NULL || reply.length == 0) {
+        bson_free(reply.data);
+        if (reply.close_after) {
+            connection_close(connection);
+            return;
+        }
+        connection_set_state(connection, CONNECTION_READING);
+        connection_process_input(connection);
+        return;
+    }
+    connection->reply = reply;
+    if (reply.delay_ms > 0) {
+        connection_set_state(connection, CONNECTION_HOLDING);
+        uv_timer_start(&connection->delay_timer, connection_on_delay_over, reply.delay_ms, 0);
+        return;
+    }
+    connection_write_reply(connection);
+}
+
+void connection_accept(server_t *server)
+{
+    connection_t *connection = BSON_ALIGNED_ALLOC0(connection_t);
+    int result = uv_tcp_init(&server->loop, &connection->tcp);
+    if (result != 0) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot accept a connection: %s",
+               uv_strerror(result));
+        bson_free(connection);
+        return;
+    }
+    uv_timer_init(&server->loop, &connection->delay_timer);
+    connection->server = server;
+    connection->state = CONNECTION_READING;
+    snprintf(connection->peer, sizeof connection->peer, "unknown");
+    connection->tcp.data = connection;
+    connection->delay_timer.data = connection;
+    connection->write_request.data = connection;
+    connection->open_handles = 2;
+    connection->id = ++server->last_connection_id;
+    connection->next = server->connections;
+    if (server->connections != NULL) {
+        server->connections->previous = connection;
+    }
+    server->connections = connection;
+    uint64_t now_open = atomic_fetch_add(&server->current_connections, 1) + 1;
+    atomic_fetch_add(&server->total_created, 1);
+
+    result = uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)&connection->tcp);
+    if (result != 0) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "cannot accept a connection: %s",
+               uv_strerror(result));
+        connection_close(connection);
+        return;
+    }
+    /* Replies are whole messages written at once: Nagle would only delay them. */
+    uv_tcp_nodelay(&connection->tcp, 1);
+    connection_describe_peer(connection);
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id,
+           "connection accepted from %s #%llu (%llu connection%s now open)", connection->peer,
+           (unsigned long long)connection->id, (unsigned long long)now_open,
+           now_open == 1 ? "" : "s");
+    connection_resume_reading(connection);
+}
+
+void connection_close_all(server_t *server)
+{
+    /* connection_close() never frees, so the list stays intact while we walk it. */
+    for (connection_t *connection = server->connections; connection != NULL;
+         connection = connection->next) {
+        connection_close(connection);
+    }
+}

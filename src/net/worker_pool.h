@@ -1,0 +1,44 @@
+/* Private to src/net: a fixed group of worker threads (WiredTiger's thread group)
+ * that runs server requests off the event loop. Jobs go in through one queue and
+ * come back through another; the pool never touches libuv, it only calls notify. */
+#ifndef TC_NET_WORKER_POOL_H
+#define TC_NET_WORKER_POOL_H
+
+#include "net/server.h"
+
+typedef struct worker_pool worker_pool_t;
+
+/* One request on its way through the pool. The submitter owns the job memory and
+ * must keep it alive until the pool hands the job back. */
+typedef struct worker_job {
+    struct worker_job *next; /* queue link; belongs to the pool while submitted */
+    void *owner;             /* the submitter's object, untouched by the pool */
+    server_request_t request;
+    server_reply_t reply;    /* zeroed by submit, filled by the handler */
+} worker_job_t;
+
+/* Called on a worker thread each time a job completes, with the pool's completion
+ * lock held: once the submitter has taken a job, notify for it has returned. It
+ * must not block or call into the pool (uv_async_send is the intended use). */
+typedef void (*worker_pool_notify_fn)(void *context);
+
+/* Starts worker_count threads; each calls callbacks->worker_start first. Returns
+ * NULL and fills error if a thread cannot start (those already started are
+ * stopped). Free with worker_pool_destroy(). */
+worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callbacks,
+                               worker_pool_notify_fn notify, void *notify_context,
+                               bson_error_t *error) TC_MUST_CHECK;
+
+/* Queues job; a worker runs callbacks->handle on it, in submission order. */
+void worker_pool_submit(worker_pool_t *pool, worker_job_t *job);
+
+/* Removes and returns the completed jobs, oldest first, linked through next;
+ * NULL when none. */
+worker_job_t *worker_pool_take_completed(worker_pool_t *pool);
+
+/* Lets queued jobs finish, calls callbacks->worker_stop on each worker thread and
+ * joins them. Completed jobs not yet taken are dropped (their owners keep them).
+ * Safe on NULL. */
+void worker_pool_destroy(worker_pool_t *pool);
+
+#endif

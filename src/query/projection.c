@@ -1,0 +1,729 @@
+/* find-command projections: the spec is parsed into a tree of path components as
+ * mongod's projection_ast does, then applied in one pass over the document, keeping
+ * the document's field order; $slice and $elemMatch are computed fields. */
+#include "query/projection.h"
+
+#include "query/match.h"
+
+#include <string.h>
+
+typedef enum projection_kind {
+    PROJECTION_PATH,       /* an inner component: children below */
+    PROJECTION_INCLUDE,    /* {a: 1} */
+    PROJECTION_EXCLUDE,    /* {a: 0} */
+    PROJECTION_SLICE,      /* {a: {$slice: ...}} */
+    PROJECTION_ELEM_MATCH, /* {a: {$elemMatch: ...}} */
+} projection_kind_t;
+
+typedef struct projection_node projection_node_t;
+struct projection_node {
+    projection_kind_t kind;
+    char *name;
+    projection_node_t **children; /* in spec order: computed fields come out in it */
+    size_t child_count;
+    size_t child_capacity;
+    bool slice_has_skip;
+    int32_t slice_skip;
+    int32_t slice_limit;
+    match_expression_t *elem_match; /* {name: {$elemMatch: ...}} */
+};
+
+typedef enum projection_type {
+    PROJECTION_TYPE_UNDECIDED,
+    PROJECTION_TYPE_INCLUSION,
+    PROJECTION_TYPE_EXCLUSION,
+} projection_type_t;
+
+struct projection {
+    projection_node_t *root;
+    bool empty;
+    bool inclusion;
+    bool includes_id;
+    bool has_computed_fields;
+    char **included_paths;
+    size_t included_path_count;
+};
+
+/* What parsing learns on the way (mongod's ParseContext). */
+typedef struct parse_context {
+    projection_type_t type;
+    bool id_specified;
+    bool id_included_entirely;
+    bool id_excluded_entirely;
+    bool has_slice;
+    bool has_elem_match;
+} parse_context_t;
+
+static const char *projection_type_name(bson_type_t type)
+{
+    switch (type) {
+    case BSON_TYPE_DOUBLE: return "double";
+    case BSON_TYPE_UTF8: return "string";
+    case BSON_TYPE_DOCUMENT: return "object";
+    case BSON_TYPE_ARRAY: return "array";
+    case BSON_TYPE_BINARY: return "binData";
+    case BSON_TYPE_UNDEFINED: return "undefined";
+    case BSON_TYPE_OID: return "objectId";
+    case BSON_TYPE_BOOL: return "bool";
+    case BSON_TYPE_DATE_TIME: return "date";
+    case BSON_TYPE_NULL: return "null";
+    case BSON_TYPE_REGEX: return "regex";
+    case BSON_TYPE_INT32: return "int";
+    case BSON_TYPE_TIMESTAMP: return "timestamp";
+    case BSON_TYPE_INT64: return "long";
+    case BSON_TYPE_DECIMAL128: return "decimal";
+    case BSON_TYPE_MINKEY: return "minKey";
+    case BSON_TYPE_MAXKEY: return "maxKey";
+    default: return "other";
+    }
+}
+
+static void node_destroy(projection_node_t *node)
+{
+    if (node == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < node->child_count; i++) {
+        node_destroy(node->children[i]);
+    }
+    bson_free(node->children);
+    bson_free(node->name);
+    match_destroy(node->elem_match);
+    bson_free(node);
+}
+
+static projection_node_t *node_new(projection_kind_t kind, const char *name)
+{
+    projection_node_t *node = BSON_ALIGNED_ALLOC0(projection_node_t);
+    node->kind = kind;
+    node->name = bson_strdup(name);
+    return node;
+}
+
+static projection_node_t *node_find(const projection_node_t *node, const char *name)
+{
+    for (size_t i = 0; i < node->child_count; i++) {
+        if (strcmp(node->children[i]->name, name) == 0) {
+            return node->children[i];
+        }
+    }
+    return NULL;
+}
+
+static void node_append(projection_node_t *node, projection_node_t *child)
+{
+    if (node->child_count == node->child_capacity) {
+        node->child_capacity = node->child_capacity ? node->child_capacity * 2 : 4;
+        node->children =
+            bson_realloc(node->children, node->child_capacity * sizeof *node->children);
+    }
+    node->children[node->child_count++] = child;
+}
+
+static void node_remove(projection_node_t *node, const char *name)
+{
+    for (size_t i = 0; i < node->child_count; i++) {
+        if (strcmp(node->children[i]->name, name) == 0) {
+            node_destroy(node->children[i]);
+            memmove(node->children + i, node->children + i + 1,
+                    (node->child_count - i - 1) * sizeof *node->children);
+            node->child_count--;
+            return;
+        }
+    }
+}
+
+/* mongod's FieldPath rules, and the positional "a.$" this module does not do yet. */
+static bool check_field_path(const char *path, bson_error_t *error)
+{
+    if (path[0] == '\0') {
+        return tc_error_set(error, 40352, "FieldPath cannot be constructed with empty string");
+    }
+    size_t length = strlen(path);
+    if (strcmp(path, "$") == 0 || strstr(path, ".$.") != NULL ||
+        (length >= 2 && strcmp(path + length - 2, ".$") == 0)) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE,
+                            "The positional projection '%s' is not supported yet: it needs the "
+                            "array index matched by the query; use $elemMatch instead",
+                            path);
+    }
+    const char *start = path;
+    for (;;) {
+        const char *dot = strchr(start, '.');
+        if (dot == start || start[0] == '\0') {
+            return tc_error_set(error, 15998, "FieldPath field names may not be empty strings.");
+        }
+        if (start[0] == '$') {
+            return tc_error_set(error, 16410,
+                                "FieldPath field names may not start with '$'. Consider using "
+                                "$getField or $setField.");
+        }
+        if (dot == NULL) {
+            return true;
+        }
+        start = dot + 1;
+    }
+}
+
+/* Adds node at the dotted path below parent (mongod's addNodeAtPath). Takes node. */
+static bool add_node_at_path(projection_node_t *parent, const char *path, projection_node_t *node,
+                             bson_error_t *error)
+{
+    const char *component = path;
+    projection_node_t *current = parent;
+    for (;;) {
+        const char *dot = strchr(component, '.');
+        if (dot == NULL) {
+            if (node_find(current, component) != NULL) {
+                node_destroy(node);
+                return tc_error_set(error, 31250, "Path collision at %s", path);
+            }
+            bson_free(node->name);
+            node->name = bson_strdup(component);
+            node_append(current, node);
+            return true;
+        }
+        char *name = bson_strndup(component, (size_t)(dot - component));
+        projection_node_t *child = node_find(current, name);
+        if (child == NULL) {
+            child = node_new(PROJECTION_PATH, name);
+            node_append(current, child);
+        } else if (child->kind != PROJECTION_PATH) {
+            bson_free(name);
+            node_destroy(node);
+            return tc_error_set(error, 31249, "Path collision at %s remaining portion %s", path,
+                                dot + 1);
+        }
+        bson_free(name);
+        current = child;
+        component = dot + 1;
+    }
+}
+
+/* A number as mongod's BSONElement::numberInt() reads it, clamped to int32. */
+static int32_t iter_as_int32(const bson_iter_t *iter)
+{
+    double number = bson_iter_as_double(iter);
+    if (BSON_ITER_HOLDS_INT32(iter)) {
+        return bson_iter_int32(iter);
+    }
+    if (number != number) {
+        return 0;
+    }
+    if (number >= 2147483647.0) {
+        return INT32_MAX;
+    }
+    if (number <= -2147483648.0) {
+        return INT32_MIN;
+    }
+    return (int32_t)number;
+}
+
+static bool parse_slice(parse_context_t *context, projection_node_t *parent, const char *path,
+                        const bson_iter_t *argument, bson_error_t *error)
+{
+    projection_node_t *node = node_new(PROJECTION_SLICE, path);
+    if (BSON_ITER_HOLDS_NUMBER(argument)) {
+        node->slice_limit = iter_as_int32(argument);
+    } else if (BSON_ITER_HOLDS_ARRAY(argument)) {
+        bson_iter_t members;
+        bson_iter_t skip, limit;
+        bson_iter_recurse(argument, &members);
+        bool two = bson_iter_next(&members) && (skip = members, bson_iter_next(&members)) &&
+                   (limit = members, !bson_iter_next(&members));
+        if (!two) {
+            node_destroy(node);
+            return tc_error_set(error, 31272,
+                                "$slice array argument should be of form [skip, limit]");
+        }
+        if (!BSON_ITER_HOLDS_NUMBER(&skip)) {
+            node_destroy(node);
+            return tc_error_set(error, 31257,
+                                "$slice expects the skip argument to be a number, got %s",
+                                projection_type_name(bson_iter_type(&skip)));
+        }
+        if (!BSON_ITER_HOLDS_NUMBER(&limit)) {
+            node_destroy(node);
+            return tc_error_set(error, 31258,
+                                "$slice expects the limit argument to be a number, got %s",
+                                projection_type_name(bson_iter_type(&limit)));
+        }
+        node->slice_has_skip = true;
+        node->slice_skip = iter_as_int32(&skip);
+        node->slice_limit = iter_as_int32(&limit);
+        if (node->slice_limit <= 0) {
+            int32_t limit_value = node->slice_limit;
+            node_destroy(node);
+            return tc_error_set(error, 31259, "$slice limit must be positive, got %d",
+                                (int)limit_value);
+        }
+    } else {
+        node_destroy(node);
+        return tc_error_set(error, 31273, "$slice only supports numbers and [skip, limit] arrays");
+    }
+    context->has_slice = true;
+    return add_node_at_path(parent, path, node, error);
+}
+
+static bool parse_elem_match(parse_context_t *context, projection_node_t *parent, const char *path,
+                             bson_iter_t *argument, bool nested, bson_error_t *error)
+{
+    if (!BSON_ITER_HOLDS_DOCUMENT(argument)) {
+        return tc_error_set(error, 31274,
+                            "elemMatch: Invalid argument, object required, but got %s",
+                            projection_type_name(bson_iter_type(argument)));
+    }
+    if (nested || strchr(path, '.') != NULL) {
+        return tc_error_set(error, 31275, "Cannot use $elemMatch projection on a nested field.");
+    }
+    /* The matcher tests {path: [member]} against {path: {$elemMatch: ...}}. */
+    bson_t query = BSON_INITIALIZER;
+    bson_t condition;
+    bson_append_document_begin(&query, path, -1, &condition);
+    bson_append_value(&condition, "$elemMatch", -1, bson_iter_value(argument));
+    bson_append_document_end(&query, &condition);
+    match_expression_t *matcher = match_compile(&query, error);
+    bson_destroy(&query);
+    if (matcher == NULL) {
+        return false;
+    }
+    projection_node_t *node = node_new(PROJECTION_ELEM_MATCH, path);
+    node->elem_match = matcher;
+    context->has_elem_match = true;
+    return add_node_at_path(parent, path, node, error);
+}
+
+static bool parse_element(parse_context_t *context, projection_node_t *parent, bson_iter_t *iter,
+                          bool nested, bson_error_t *error);
+
+static bool parse_sub_object(parse_context_t *context, projection_node_t *parent, const char *path,
+                             bson_iter_t *iter, bool nested, bson_error_t *error)
+{
+    bson_iter_t fields;
+    bson_iter_t first;
+    bson_iter_recurse(iter, &fields);
+    first = fields;
+    if (!bson_iter_next(&first)) {
+        return tc_error_set(error, 51270,
+                            "An empty sub-projection is not a valid value. Found empty object at "
+                            "path");
+    }
+    bson_iter_t after_first = first;
+    const char *first_key = bson_iter_key(&first);
+    if (first_key[0] == '$' && !bson_iter_next(&after_first)) {
+        if (strcmp(first_key, "$slice") == 0 &&
+            (BSON_ITER_HOLDS_NUMBER(&first) || BSON_ITER_HOLDS_ARRAY(&first))) {
+            return parse_slice(context, parent, path, &first, error);
+        }
+        if (strcmp(first_key, "$slice") == 0) {
+            return tc_error_set(error, 31273,
+                                "$slice only supports numbers and [skip, limit] arrays");
+        }
+        if (strcmp(first_key, "$elemMatch") == 0) {
+            return parse_elem_match(context, parent, path, &first, nested, error);
+        }
+        return tc_error_set(error, TC_ERR_BAD_VALUE,
+                            "Projection expressions such as {%s: {%s: ...}} are not supported "
+                            "yet; only inclusion, exclusion, $slice and $elemMatch are",
+                            path, first_key);
+    }
+    /* A sub-projection {a: {b: 1}} means {"a.b": 1}. */
+    projection_node_t *child = NULL;
+    const char *component = path;
+    projection_node_t *current = parent;
+    for (;;) {
+        const char *dot = strchr(component, '.');
+        char *name =
+            dot ? bson_strndup(component, (size_t)(dot - component)) : bson_strdup(component);
+        child = node_find(current, name);
+        if (child == NULL) {
+            child = node_new(PROJECTION_PATH, name);
+            node_append(current, child);
+        } else if (child->kind != PROJECTION_PATH) {
+            bson_free(name);
+            return tc_error_set(error, 31250, "Path collision at %s", path);
+        }
+        bson_free(name);
+        current = child;
+        if (dot == NULL) {
+            break;
+        }
+        component = dot + 1;
+    }
+    while (bson_iter_next(&fields)) {
+        if (!parse_element(context, current, &fields, true, error)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool parse_element(parse_context_t *context, projection_node_t *parent, bson_iter_t *iter,
+                          bool nested, bson_error_t *error)
+{
+    const char *path = bson_iter_key(iter);
+    bool is_top_level_id = !nested && strcmp(path, "_id") == 0;
+    if (!check_field_path(path, error)) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
+        return parse_sub_object(context, parent, path, iter, nested, error);
+    }
+    bson_type_t type = bson_iter_type(iter);
+    if (type != BSON_TYPE_BOOL && type != BSON_TYPE_INT32 && type != BSON_TYPE_INT64 &&
+        type != BSON_TYPE_DOUBLE && type != BSON_TYPE_DECIMAL128) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE,
+                            "Projection values other than true/false, numbers, $slice and "
+                            "$elemMatch (here a %s at '%s') are expressions, not supported yet",
+                            projection_type_name(type), path);
+    }
+    bool include = bson_iter_as_bool(iter);
+    if (!add_node_at_path(parent, path,
+                          node_new(include ? PROJECTION_INCLUDE : PROJECTION_EXCLUDE, path),
+                          error)) {
+        return false;
+    }
+    if (is_top_level_id) {
+        context->id_included_entirely = include;
+        context->id_excluded_entirely = !include;
+        return true;
+    }
+    if (include) {
+        if (context->type == PROJECTION_TYPE_EXCLUSION) {
+            return tc_error_set(error, 31253,
+                                "Cannot do inclusion on field %s in exclusion projection", path);
+        }
+        context->type = PROJECTION_TYPE_INCLUSION;
+    } else {
+        if (context->type == PROJECTION_TYPE_INCLUSION) {
+            return tc_error_set(error, 31254,
+                                "Cannot do exclusion on field %s in inclusion projection", path);
+        }
+        context->type = PROJECTION_TYPE_EXCLUSION;
+    }
+    return true;
+}
+
+/* The type of a projection that named no field but _id (computeProjectionType). */
+static projection_type_t default_type(const parse_context_t *context)
+{
+    if (context->has_slice) {
+        return context->id_included_entirely ? PROJECTION_TYPE_INCLUSION
+                                             : PROJECTION_TYPE_EXCLUSION;
+    }
+    if (context->has_elem_match || context->id_included_entirely) {
+        return PROJECTION_TYPE_INCLUSION;
+    }
+    return PROJECTION_TYPE_EXCLUSION;
+}
+
+static void collect_included_paths(projection_t *projection, const projection_node_t *node,
+                                   bson_string_t *prefix)
+{
+    for (size_t i = 0; i < node->child_count; i++) {
+        const projection_node_t *child = node->children[i];
+        uint32_t length = prefix->len;
+        if (length > 0) {
+            bson_string_append_c(prefix, '.');
+        }
+        bson_string_append(prefix, child->name);
+        if (child->kind == PROJECTION_PATH) {
+            collect_included_paths(projection, child, prefix);
+        } else if (child->kind != PROJECTION_EXCLUDE && strcmp(prefix->str, "_id") != 0) {
+            projection->included_paths = bson_realloc(
+                projection->included_paths, (projection->included_path_count + 1) * sizeof(char *));
+            projection->included_paths[projection->included_path_count++] =
+                bson_strdup(prefix->str);
+            projection->has_computed_fields = projection->has_computed_fields ||
+                                              child->kind == PROJECTION_SLICE ||
+                                              child->kind == PROJECTION_ELEM_MATCH;
+        }
+        bson_string_truncate(prefix, length);
+    }
+}
+
+projection_t *projection_compile(const bson_t *spec, bson_error_t *error)
+{
+    projection_t *projection = BSON_ALIGNED_ALLOC0(projection_t);
+    parse_context_t context = {0};
+    bson_iter_t iter;
+    projection->root = node_new(PROJECTION_PATH, "");
+    if (spec == NULL || bson_empty(spec)) {
+        projection->empty = true;
+        projection->includes_id = true;
+        return projection;
+    }
+    bson_iter_init(&iter, spec);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        context.id_specified =
+            context.id_specified || strcmp(key, "_id") == 0 || strncmp(key, "_id.", 4) == 0;
+        if (!parse_element(&context, projection->root, &iter, false, error)) {
+            projection_destroy(projection);
+            return NULL;
+        }
+    }
+    if (context.type == PROJECTION_TYPE_UNDECIDED) {
+        context.type = default_type(&context);
+    }
+    projection->inclusion = context.type == PROJECTION_TYPE_INCLUSION;
+    if (projection->inclusion && !context.id_specified) {
+        node_append(projection->root, node_new(PROJECTION_INCLUDE, "_id"));
+    }
+    if (!projection->inclusion && context.id_included_entirely) {
+        node_remove(projection->root, "_id");
+    }
+    const projection_node_t *id = node_find(projection->root, "_id");
+    projection->includes_id =
+        projection->inclusion ? id && id->kind == PROJECTION_INCLUDE : id == NULL;
+    bson_string_t *prefix = bson_string_new(NULL);
+    collect_included_paths(projection, projection->root, prefix);
+    bson_string_free(prefix, true);
+    if (!projection->inclusion) {
+        for (size_t i = 0; i < projection->included_path_count; i++) {
+            bson_free(projection->included_paths[i]);
+        }
+        projection->included_path_count = 0;
+    }
+    return projection;
+}
+
+void projection_destroy(projection_t *projection)
+{
+    if (projection == NULL) {
+        return;
+    }
+    node_destroy(projection->root);
+    for (size_t i = 0; i < projection->included_path_count; i++) {
+        bson_free(projection->included_paths[i]);
+    }
+    bson_free(projection->included_paths);
+    bson_free(projection);
+}
+
+bool projection_is_empty(const projection_t *projection)
+{
+    return projection->empty;
+}
+
+bool projection_is_inclusion(const projection_t *projection)
+{
+    return projection->inclusion;
+}
+
+bool projection_includes_id(const projection_t *projection)
+{
+    return projection->includes_id;
+}
+
+bool projection_has_computed_fields(const projection_t *projection)
+{
+    return projection->has_computed_fields;
+}
+
+size_t projection_included_path_count(const projection_t *projection)
+{
+    return projection->included_path_count;
+}
+
+const char *projection_included_path(const projection_t *projection, size_t index)
+{
+    return index < projection->included_path_count ? projection->included_paths[index] : NULL;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Applying.
+ * ---------------------------------------------------------------------------------- */
+
+static void append_key(bson_t *out, const char *key, bool is_array, uint32_t *index,
+                       const bson_value_t *value)
+{
+    char buffer[16];
+    const char *array_key = key;
+    if (is_array) {
+        bson_uint32_to_string((*index)++, &array_key, buffer, sizeof buffer);
+    }
+    bson_append_value(out, array_key, -1, value);
+}
+
+/* $slice: n first (or last when negative) members, or [skip, limit]. */
+static void append_slice(bson_t *out, const char *key, const projection_node_t *node,
+                         const bson_value_t *value)
+{
+    bson_t array, sliced;
+    bson_iter_t iter;
+    if (value->value_type != BSON_TYPE_ARRAY) {
+        bson_append_value(out, key, -1, value);
+        return;
+    }
+    bson_init_static(&array, value->value.v_doc.data, value->value.v_doc.data_len);
+    int64_t size = bson_count_keys(&array);
+    int64_t start, count;
+    if (node->slice_has_skip) {
+        start = node->slice_skip >= 0 ? node->slice_skip : size + node->slice_skip;
+        if (start < 0) {
+            start = 0;
+        }
+        count = node->slice_limit;
+    } else if (node->slice_limit >= 0) {
+        start = 0;
+        count = node->slice_limit;
+    } else {
+        start = size + node->slice_limit;
+        if (start < 0) {
+            start = 0;
+        }
+        count = size;
+    }
+    uint32_t out_index = 0;
+    int64_t position = 0;
+    bson_append_array_begin(out, key, -1, &sliced);
+    bson_iter_init(&iter, &array);
+    while (bson_iter_next(&iter)) {
+        if (position >= start && position - start < count) {
+            append_key(&sliced, NULL, true, &out_index, bson_iter_value(&iter));
+        }
+        position++;
+    }
+    bson_append_array_end(out, &sliced);
+}
+
+/* $elemMatch: the first matching member, as a one-member array; nothing otherwise. */
+static void append_elem_match(bson_t *out, const char *key, const projection_node_t *node,
+                              const bson_value_t *value)
+{
+    bson_t array;
+    bson_iter_t iter;
+    if (value->value_type != BSON_TYPE_ARRAY) {
+        return;
+    }
+    bson_init_static(&array, value->value.v_doc.data, value->value.v_doc.data_len);
+    bson_iter_init(&iter, &array);
+    while (bson_iter_next(&iter)) {
+        bson_t candidate = BSON_INITIALIZER;
+        bson_t members;
+        bson_append_array_begin(&candidate, key, -1, &members);
+        bson_append_value(&members, "0", 1, bson_iter_value(&iter));
+        bson_append_array_end(&candidate, &members);
+        bool matches = match_document(node->elem_match, &candidate);
+        bson_destroy(&candidate);
+        if (matches) {
+            bson_t result;
+            bson_append_array_begin(out, key, -1, &result);
+            bson_append_value(&result, "0", 1, bson_iter_value(&iter));
+            bson_append_array_end(out, &result);
+            return;
+        }
+    }
+}
+
+static void apply_computed(bson_t *out, const projection_node_t *node, const bson_value_t *value)
+{
+    if (node->kind == PROJECTION_SLICE) {
+        append_slice(out, node->name, node, value);
+    } else {
+        append_elem_match(out, node->name, node, value);
+    }
+}
+
+static void project_document(const projection_node_t *node, bool inclusion, const uint8_t *data,
+                             uint32_t length, bson_t *out);
+
+/* A path node applied to a value: documents recurse, arrays apply to each member;
+ * anything else is dropped by an inclusion and kept by an exclusion. */
+static void project_value(const projection_node_t *node, bool inclusion, bson_t *out,
+                          const char *key, bool is_array, uint32_t *index,
+                          const bson_value_t *value)
+{
+    char buffer[16];
+    const char *member_key = key;
+    bson_t child;
+    if (value->value_type != BSON_TYPE_DOCUMENT && value->value_type != BSON_TYPE_ARRAY) {
+        if (!inclusion) {
+            append_key(out, key, is_array, index, value);
+        }
+        return;
+    }
+    if (is_array) {
+        bson_uint32_to_string((*index)++, &member_key, buffer, sizeof buffer);
+    }
+    if (value->value_type == BSON_TYPE_DOCUMENT) {
+        bson_append_document_begin(out, member_key, -1, &child);
+        project_document(node, inclusion, value->value.v_doc.data, value->value.v_doc.data_len,
+                         &child);
+        bson_append_document_end(out, &child);
+        return;
+    }
+    bson_t array;
+    bson_iter_t iter;
+    uint32_t child_index = 0;
+    bson_init_static(&array, value->value.v_doc.data, value->value.v_doc.data_len);
+    bson_append_array_begin(out, member_key, -1, &child);
+    bson_iter_init(&iter, &array);
+    while (bson_iter_next(&iter)) {
+        project_value(node, inclusion, &child, NULL, true, &child_index, bson_iter_value(&iter));
+    }
+    bson_append_array_end(out, &child);
+}
+
+static void project_document(const projection_node_t *node, bool inclusion, const uint8_t *data,
+                             uint32_t length, bson_t *out)
+{
+    bson_t document;
+    bson_iter_t iter;
+    if (!bson_init_static(&document, data, length) || !bson_iter_init(&iter, &document)) {
+        return;
+    }
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        const bson_value_t *value = bson_iter_value(&iter);
+        const projection_node_t *child = node_find(node, key);
+        if (child == NULL) {
+            if (!inclusion) {
+                bson_append_value(out, key, -1, value);
+            }
+            continue;
+        }
+        switch (child->kind) {
+        case PROJECTION_INCLUDE: bson_append_value(out, key, -1, value); break;
+        case PROJECTION_EXCLUDE: break;
+        case PROJECTION_PATH: project_value(child, inclusion, out, key, false, NULL, value); break;
+        case PROJECTION_SLICE:
+        case PROJECTION_ELEM_MATCH:
+            /* An exclusion computes in place; an inclusion appends after the kept fields. */
+            if (!inclusion) {
+                apply_computed(out, child, value);
+            }
+            break;
+        }
+    }
+    if (!inclusion) {
+        return;
+    }
+    for (size_t i = 0; i < node->child_count; i++) {
+        const projection_node_t *child = node->children[i];
+        bson_iter_t found;
+        if ((child->kind == PROJECTION_SLICE || child->kind == PROJECTION_ELEM_MATCH) &&
+            bson_iter_init_find(&found, &document, child->name)) {
+            apply_computed(out, child, bson_iter_value(&found));
+        }
+    }
+}
+
+bool projection_apply(const projection_t *projection, const bson_t *document, bson_t *out,
+                      bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_init(out);
+    if (!bson_iter_init(&iter, document)) {
+        return tc_error_set(error, TC_ERR_INVALID_BSON,
+                            "The document to project is not valid BSON");
+    }
+    if (projection->empty) {
+        bson_concat(out, document);
+        return true;
+    }
+    project_document(projection->root, projection->inclusion, bson_get_data(document),
+                     document->len, out);
+    return true;
+}

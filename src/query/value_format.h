@@ -1,0 +1,12 @@
+/* BSON values written the way mongod writes them in messages and explain output
+ * (its "shell" form): 5, 2.5, "text", ObjectId('...'), new Date(1600000000000),
+ * inf.0 / -inf.0 / nan.0, MinKey, MaxKey, { a: 1 }, [ 1, 2 ]. */
+#ifndef TC_QUERY_VALUE_FORMAT_H
+#define TC_QUERY_VALUE_FORMAT_H
+
+#include <bson/bson.h>
+
+/* Appends value's text to out. */
+void value_format_append(bson_string_t *out, const bson_value_t *value);
+
+#endif

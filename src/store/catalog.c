@@ -1,0 +1,711 @@
+/* The catalog: which collections exist, their options, indexes and WiredTiger
+ * tables. Kept in memory (sorted by namespace) and persisted, one row per
+ * collection, in the _catalog table in the same transaction as the change. */
+#include "store/storage_private.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* --- names ---------------------------------------------------------------- */
+
+static bool validate_namespace(const char *ns, bson_error_t *error)
+{
+    const char *dot = strchr(ns, '.');
+    if (dot == NULL || dot == ns || dot[1] == '\0') {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
+    }
+    if (strlen(ns) > 255) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Fully qualified namespace is too long: %s", ns);
+    }
+    for (const char *c = ns; c < dot; c++) {
+        if (strchr("/\\. \"$", *c) != NULL) {
+            return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Invalid database name: '%.*s'",
+                                (int)(dot - ns), ns);
+        }
+    }
+    if (strchr(dot + 1, '$') != NULL) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Invalid collection name: %s", dot + 1);
+    }
+    return true;
+}
+
+static char *new_table_uri(const char *kind)
+{
+    /* Random names: a table whose drop is still pending can never be reused. */
+    uint8_t random_bytes[8];
+    bson_oid_t oid;
+    bson_oid_init(&oid, NULL);
+    memcpy(random_bytes, oid.bytes + 4, sizeof random_bytes);
+    char uri[64];
+    snprintf(uri, sizeof uri, "table:%s-%02x%02x%02x%02x%02x%02x%02x%02x", kind, random_bytes[0],
+             random_bytes[1], random_bytes[2], random_bytes[3], random_bytes[4], random_bytes[5],
+             random_bytes[6], random_bytes[7]);
+    return bson_strdup(uri);
+}
+
+/* --- in-memory structures -------------------------------------------------- */
+
+static void index_destroy(index_descriptor_t *index)
+{
+    if (index == NULL) {
+        return;
+    }
+    bson_free(index->name);
+    bson_destroy(&index->key_pattern);
+    index_keys_pattern_destroy(index->compiled_pattern);
+    bson_destroy(&index->spec);
+    bson_free(index->table_uri);
+    bson_free(index);
+}
+
+void collection_destroy(collection_t *collection)
+{
+    if (collection == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < collection->index_count; i++) {
+        index_destroy(collection->indexes[i]);
+    }
+    bson_free(collection->indexes);
+    bson_free(collection->ns);
+    bson_free(collection->database);
+    bson_free(collection->table_uri);
+    bson_destroy(&collection->options);
+    bson_free(collection);
+}
+
+static collection_t *collection_new(const char *ns, const char *table_uri, const bson_t *options)
+{
+    collection_t *collection = BSON_ALIGNED_ALLOC0(collection_t);
+    collection->ns = bson_strdup(ns);
+    const char *dot = strchr(collection->ns, '.');
+    collection->database = bson_strndup(collection->ns, (size_t)(dot - collection->ns));
+    collection->name = dot + 1;
+    collection->table_uri = bson_strdup(table_uri);
+    if (options != NULL) {
+        bson_copy_to(options, &collection->options);
+    } else {
+        bson_init(&collection->options);
+    }
+    atomic_init(&collection->next_record_id, 1);
+    return collection;
+}
+
+static void collection_add_index(collection_t *collection, index_descriptor_t *index)
+{
+    collection->indexes = bson_realloc(collection->indexes,
+                                       (collection->index_count + 1) * sizeof(index_descriptor_t *));
+    collection->indexes[collection->index_count++] = index;
+}
+
+static size_t find_collection_slot(storage_t *storage, const char *ns, bool *out_found)
+{
+    size_t low = 0, high = storage->collection_count;
+    while (low < high) {
+        size_t middle = (low + high) / 2;
+        int comparison = strcmp(storage->collections[middle]->ns, ns);
+        if (comparison == 0) {
+            *out_found = true;
+            return middle;
+        }
+        if (comparison < 0) {
+            low = middle + 1;
+        } else {
+            high = middle;
+        }
+    }
+    *out_found = false;
+    return low;
+}
+
+static void catalog_insert_in_memory(storage_t *storage, collection_t *collection)
+{
+    bool found;
+    size_t slot = find_collection_slot(storage, collection->ns, &found);
+    if (storage->collection_count == storage->collection_capacity) {
+        storage->collection_capacity = storage->collection_capacity ? storage->collection_capacity * 2 : 16;
+        storage->collections = bson_realloc(storage->collections,
+                                            storage->collection_capacity * sizeof(collection_t *));
+    }
+    memmove(&storage->collections[slot + 1], &storage->collections[slot],
+            (storage->collection_count - slot) * sizeof(collection_t *));
+    storage->collections[slot] = collection;
+    storage->collection_count++;
+}
+
+collection_t *storage_find_collection(storage_t *storage, const char *ns)
+{
+    bool found;
+    size_t slot = find_collection_slot(storage, ns, &found);
+    return found ? storage->collections[slot] : NULL;
+}
+
+index_descriptor_t *storage_find_index(collection_t *collection, const char *name)
+{
+    for (size_t i = 0; i < collection->index_count; i++) {
+        if (strcmp(collection->indexes[i]->name, name) == 0) {
+            return collection->indexes[i];
+        }
+    }
+    return NULL;
+}
+
+void storage_visit_collections(storage_t *storage, storage_visit_collection_fn visit, void *context)
+{
+    for (size_t i = 0; i < storage->collection_count; i++) {
+        visit(storage->collections[i], context);
+    }
+}
+
+/* --- persistence ----------------------------------------------------------- */
+
+bool catalog_write_entry(storage_session_t *session, collection_t *collection, bson_error_t *error)
+{
+    bson_t entry = BSON_INITIALIZER, indexes;
+    WT_CURSOR *cursor = NULL;
+    bool ok = false;
+
+    BSON_APPEND_UTF8(&entry, "ns", collection->ns);
+    BSON_APPEND_UTF8(&entry, "table", collection->table_uri);
+    BSON_APPEND_BINARY(&entry, "uuid", BSON_SUBTYPE_UUID, collection->uuid, 16);
+    BSON_APPEND_DOCUMENT(&entry, "options", &collection->options);
+    BSON_APPEND_ARRAY_BEGIN(&entry, "indexes", &indexes);
+    for (size_t i = 0; i < collection->index_count; i++) {
+        index_descriptor_t *index = collection->indexes[i];
+        bson_t item;
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_append_document_begin(&indexes, key_string, -1, &item);
+        BSON_APPEND_DOCUMENT(&item, "spec", &index->spec);
+        BSON_APPEND_UTF8(&item, "table", index->table_uri);
+        BSON_APPEND_BOOL(&item, "multikey", atomic_load(&index->multikey));
+        bson_append_document_end(&indexes, &item);
+    }
+    bson_append_array_end(&entry, &indexes);
+
+    TC_CHECK(storage_open_cursor(session, CATALOG_TABLE_URI, NULL, &cursor, error));
+    WT_ITEM value = {.data = bson_get_data(&entry), .size = entry.len};
+    cursor->set_key(cursor, collection->ns);
+    cursor->set_value(cursor, &value);
+    int wt_code = cursor->insert(cursor);
+    if (wt_code != 0) {
+        storage_error_from_wt(error, wt_code, "writing the catalog");
+        goto done;
+    }
+    ok = true;
+done:
+    if (cursor != NULL) {
+        cursor->close(cursor);
+    }
+    bson_destroy(&entry);
+    return ok;
+}
+
+static bool catalog_remove_entry(storage_session_t *session, const char *ns, bson_error_t *error)
+{
+    WT_CURSOR *cursor = NULL;
+    if (!storage_open_cursor(session, CATALOG_TABLE_URI, NULL, &cursor, error)) {
+        return false;
+    }
+    cursor->set_key(cursor, ns);
+    int wt_code = cursor->remove(cursor);
+    cursor->close(cursor);
+    if (wt_code != 0 && wt_code != WT_NOTFOUND) {
+        return storage_error_from_wt(error, wt_code, "removing a catalog entry");
+    }
+    return true;
+}
+
+/* Returns NULL (error filled) when the key pattern cannot generate keys. */
+static index_descriptor_t *index_new(const bson_t *spec, const char *table_uri, bson_error_t *error)
+{
+    index_descriptor_t *index = BSON_ALIGNED_ALLOC0(index_descriptor_t);
+    bson_iter_t iter;
+    bson_copy_to(spec, &index->spec);
+    index->table_uri = bson_strdup(table_uri);
+    if (bson_iter_init_find(&iter, spec, "name") && BSON_ITER_HOLDS_UTF8(&iter)) {
+        index->name = bson_strdup(bson_iter_utf8(&iter, NULL));
+    } else {
+        index->name = bson_strdup("");
+    }
+    if (bson_iter_init_find(&iter, spec, "key") && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t view;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&view, data, length);
+        bson_copy_to(&view, &index->key_pattern);
+    } else {
+        bson_init(&index->key_pattern);
+    }
+    index->unique = bson_iter_init_find(&iter, spec, "unique") && bson_iter_as_bool(&iter);
+    index->is_id = strcmp(index->name, "_id_") == 0;
+    if (index->is_id) {
+        index->unique = true;
+    }
+    atomic_init(&index->multikey, false);
+    index->compiled_pattern = index_keys_pattern_new(&index->key_pattern, error);
+    if (index->compiled_pattern == NULL) {
+        index_destroy(index);
+        return NULL;
+    }
+    return index;
+}
+
+static int64_t read_last_record_id(storage_session_t *session, const char *table_uri)
+{
+    WT_CURSOR *cursor = NULL;
+    int64_t last = 0;
+    if (session->wt->open_cursor(session->wt, table_uri, NULL, NULL, &cursor) != 0) {
+        return 0;
+    }
+    if (cursor->prev(cursor) == 0) {
+        cursor->get_key(cursor, &last);
+    }
+    cursor->close(cursor);
+    return last;
+}
+
+bool catalog_load(storage_t *storage, storage_session_t *session, bson_error_t *error)
+{
+    WT_CURSOR *cursor = NULL;
+    int wt_code;
+    TC_CHECK(storage_open_cursor(session, CATALOG_TABLE_URI, NULL, &cursor, error));
+    while ((wt_code = cursor->next(cursor)) == 0) {
+        const char *ns;
+        WT_ITEM value;
+        bson_t entry;
+        bson_iter_t iter, indexes;
+        cursor->get_key(cursor, &ns);
+        cursor->get_value(cursor, &value);
+        if (!bson_init_static(&entry, value.data, value.size)) {
+            tc_error_set(error, TC_ERR_INTERNAL, "the catalog entry of %s is corrupt", ns);
+            goto done;
+        }
+        const char *table = "";
+        bson_t options = BSON_INITIALIZER;
+        if (bson_iter_init_find(&iter, &entry, "table")) {
+            table = bson_iter_utf8(&iter, NULL);
+        }
+        if (bson_iter_init_find(&iter, &entry, "options") && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            uint32_t length;
+            const uint8_t *data;
+            bson_iter_document(&iter, &length, &data);
+            bson_destroy(&options);
+            bson_init_static(&options, data, length);
+        }
+        collection_t *collection = collection_new(ns, table, &options);
+        if (bson_iter_init_find(&iter, &entry, "uuid") && BSON_ITER_HOLDS_BINARY(&iter)) {
+            uint32_t length;
+            const uint8_t *data;
+            bson_iter_binary(&iter, NULL, &length, &data);
+            if (length == 16) {
+                memcpy(collection->uuid, data, 16);
+            }
+        }
+        if (bson_iter_init_find(&iter, &entry, "indexes") && bson_iter_recurse(&iter, &indexes)) {
+            while (bson_iter_next(&indexes)) {
+                bson_iter_t item, field;
+                bson_t spec;
+                uint32_t length;
+                const uint8_t *data;
+                if (!bson_iter_recurse(&indexes, &item) || !bson_iter_find(&item, "spec")) {
+                    continue;
+                }
+                bson_iter_document(&item, &length, &data);
+                bson_init_static(&spec, data, length);
+                bson_iter_recurse(&indexes, &field);
+                const char *index_table = bson_iter_find(&field, "table") ? bson_iter_utf8(&field, NULL) : "";
+                index_descriptor_t *index = index_new(&spec, index_table, error);
+                if (index == NULL) {
+                    collection_destroy(collection);
+                    goto done;
+                }
+                bson_iter_recurse(&indexes, &field);
+                if (bson_iter_find(&field, "multikey")) {
+                    atomic_store(&index->multikey, bson_iter_as_bool(&field));
+                }
+                collection_add_index(collection, index);
+            }
+        }
+        atomic_store(&collection->next_record_id, read_last_record_id(session, table) + 1);
+        catalog_insert_in_memory(storage, collection);
+    }
+    if (wt_code != WT_NOTFOUND) {
+        storage_error_from_wt(error, wt_code, "reading the catalog");
+        goto done;
+    }
+    cursor->close(cursor);
+    return true;
+done:
+    if (cursor != NULL) {
+        cursor->close(cursor);
+    }
+    return false;
+}
+
+/* --- DDL -------------------------------------------------------------------- */
+
+static const char *compressor_from_options(storage_t *storage, const bson_t *options, char *buffer,
+                                           size_t buffer_size)
+{
+    /* storageEngine: {wiredTiger: {configString: "block_compressor=zlib"}}, as mongod takes it. */
+    bson_iter_t iter;
+    if (options != NULL &&
+        bson_iter_init(&iter, options) &&
+        bson_iter_find_descendant(&iter, "storageEngine.wiredTiger.configString", &iter) &&
+        BSON_ITER_HOLDS_UTF8(&iter)) {
+        const char *config = bson_iter_utf8(&iter, NULL);
+        const char *found = strstr(config, "block_compressor=");
+        if (found != NULL) {
+            found += strlen("block_compressor=");
+            size_t length = strcspn(found, ",)");
+            if (length < buffer_size) {
+                memcpy(buffer, found, length);
+                buffer[length] = '\0';
+                return buffer;
+            }
+        }
+    }
+    return storage->default_compressor;
+}
+
+static bool create_table(storage_session_t *session, const char *uri, const char *format,
+                         const char *compressor, bson_error_t *error)
+{
+    char config[256];
+    if (strcmp(compressor, "none") == 0 || compressor[0] == '\0') {
+        snprintf(config, sizeof config, "%s", format);
+    } else {
+        snprintf(config, sizeof config, "%s,block_compressor=%s", format, compressor);
+    }
+    int wt_code = session->wt->create(session->wt, uri, config);
+    if (wt_code != 0) {
+        return storage_error_from_wt(error, wt_code, "creating a table");
+    }
+    return true;
+}
+
+#define RECORD_TABLE_FORMAT "key_format=q,value_format=u"
+#define INDEX_TABLE_FORMAT "key_format=u,value_format=u"
+
+bool storage_create_collection(storage_session_t *session, const char *ns, const bson_t *options,
+                               collection_t **out_collection, bson_error_t *error)
+{
+    storage_t *storage = session->storage;
+    collection_t *collection = NULL;
+    char compressor_buffer[32];
+    bool ok = false;
+
+    TC_CHECK(validate_namespace(ns, error));
+    if (storage_find_collection(storage, ns) != NULL) {
+        return tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "Collection %s already exists.", ns);
+    }
+    const char *compressor = compressor_from_options(storage, options, compressor_buffer,
+                                                     sizeof compressor_buffer);
+    if (strcmp(compressor, "snappy") != 0 && strcmp(compressor, "zlib") != 0 &&
+        strcmp(compressor, "none") != 0) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE,
+                            "unknown block_compressor '%s': use snappy, zlib or none", compressor);
+    }
+    char *table_uri = new_table_uri("collection");
+    collection = collection_new(ns, table_uri, options);
+    bson_free(table_uri);
+    bson_oid_t oid;
+    bson_oid_init(&oid, NULL);
+    memcpy(collection->uuid, oid.bytes, 12);
+    memcpy(collection->uuid + 12, oid.bytes + 8, 4);
+    collection->uuid[6] = (uint8_t)((collection->uuid[6] & 0x0f) | 0x40);
+    collection->uuid[8] = (uint8_t)((collection->uuid[8] & 0x3f) | 0x80);
+
+    TC_CHECK(create_table(session, collection->table_uri, RECORD_TABLE_FORMAT, compressor, error));
+    char *index_uri = new_table_uri("index");
+    bson_t id_spec = BSON_INITIALIZER, id_key;
+    BSON_APPEND_INT32(&id_spec, "v", 2);
+    BSON_APPEND_DOCUMENT_BEGIN(&id_spec, "key", &id_key);
+    BSON_APPEND_INT32(&id_key, "_id", 1);
+    bson_append_document_end(&id_spec, &id_key);
+    BSON_APPEND_UTF8(&id_spec, "name", "_id_");
+    index_descriptor_t *id_index = index_new(&id_spec, index_uri, error);
+    bson_destroy(&id_spec);
+    if (id_index == NULL) {
+        bson_free(index_uri);
+        goto done;
+    }
+    collection_add_index(collection, id_index);
+    bool index_created = create_table(session, index_uri, INDEX_TABLE_FORMAT, compressor, error);
+    bson_free(index_uri);
+    TC_CHECK(index_created);
+    TC_CHECK(catalog_write_entry(session, collection, error));
+    catalog_insert_in_memory(storage, collection);
+    if (out_collection != NULL) {
+        *out_collection = collection;
+    }
+    collection = NULL;
+    ok = true;
+done:
+    collection_destroy(collection);
+    return ok;
+}
+
+bool storage_obtain_collection(storage_session_t *session, const char *ns,
+                               collection_t **out_collection, bson_error_t *error)
+{
+    storage_t *storage = session->storage;
+    collection_t *collection = storage_find_collection(storage, ns);
+    if (collection != NULL) {
+        *out_collection = collection;
+        return true;
+    }
+    storage_unlock(storage);
+    storage_lock_exclusive(storage);
+    bool ok = true;
+    if (storage_find_collection(storage, ns) == NULL) {
+        ok = storage_create_collection(session, ns, NULL, NULL, error);
+    }
+    storage_unlock(storage);
+    storage_lock_shared(storage);
+    if (!ok) {
+        return false;
+    }
+    collection = storage_find_collection(storage, ns);
+    if (collection == NULL) {
+        /* Dropped again between our create and retaking the lock. */
+        return tc_error_set(error, TC_ERR_WRITE_CONFLICT, "collection %s was dropped concurrently", ns);
+    }
+    *out_collection = collection;
+    return true;
+}
+
+bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error)
+{
+    storage_t *storage = session->storage;
+    bool found;
+    size_t slot = find_collection_slot(storage, ns, &found);
+    if (!found) {
+        return tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "ns not found");
+    }
+    collection_t *collection = storage->collections[slot];
+    TC_CHECK(catalog_remove_entry(session, ns, error));
+    storage_drop_table(session, collection->table_uri);
+    for (size_t i = 0; i < collection->index_count; i++) {
+        storage_drop_table(session, collection->indexes[i]->table_uri);
+    }
+    memmove(&storage->collections[slot], &storage->collections[slot + 1],
+            (storage->collection_count - slot - 1) * sizeof(collection_t *));
+    storage->collection_count--;
+    collection_destroy(collection);
+    return true;
+done:
+    return false;
+}
+
+/* The default index name mongod derives from the key pattern: a_1_b_-1. */
+static void default_index_name(const bson_t *key_pattern, bson_string_t *name)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, key_pattern);
+    bool first = true;
+    while (bson_iter_next(&iter)) {
+        if (!first) {
+            bson_string_append_c(name, '_');
+        }
+        first = false;
+        bson_string_append(name, bson_iter_key(&iter));
+        bson_string_append_c(name, '_');
+        if (BSON_ITER_HOLDS_UTF8(&iter)) {
+            bson_string_append(name, bson_iter_utf8(&iter, NULL));
+        } else if (BSON_ITER_HOLDS_DOUBLE(&iter)) {
+            double value = bson_iter_double(&iter);
+            if (value == (double)(int64_t)value) {
+                bson_string_append_printf(name, "%lld", (long long)value);
+            } else {
+                bson_string_append_printf(name, "%g", value);
+            }
+        } else {
+            bson_string_append_printf(name, "%lld", (long long)bson_iter_as_int64(&iter));
+        }
+    }
+}
+
+static bool validate_key_pattern(const bson_t *key_pattern, bson_error_t *error)
+{
+    bson_iter_t iter;
+    if (bson_count_keys(key_pattern) == 0) {
+        return tc_error_set(error, TC_ERR_CANNOT_CREATE_INDEX, "Index keys cannot be an empty field.");
+    }
+    bson_iter_init(&iter, key_pattern);
+    while (bson_iter_next(&iter)) {
+        if (BSON_ITER_HOLDS_NUMBER(&iter)) {
+            double direction = bson_iter_as_double(&iter);
+            if (direction == 0 || direction != direction) {
+                return tc_error_set(error, TC_ERR_CANNOT_CREATE_INDEX,
+                                    "Values in the index key pattern can't be all 0, null, or empty: %s",
+                                    bson_iter_key(&iter));
+            }
+        } else if (BSON_ITER_HOLDS_UTF8(&iter)) {
+            return tc_error_set(error, TC_ERR_CANNOT_CREATE_INDEX,
+                                "Unknown index plugin '%s': thermocline store supports ascending and "
+                                "descending indexes only",
+                                bson_iter_utf8(&iter, NULL));
+        } else {
+            return tc_error_set(error, TC_ERR_CANNOT_CREATE_INDEX,
+                                "Values in v:2 index key pattern cannot be of type %s. Only numbers > 0, "
+                                "numbers < 0, and strings are allowed.",
+                                bson_iter_type(&iter) == BSON_TYPE_DOCUMENT ? "object" : "other");
+        }
+    }
+    return true;
+}
+
+bool storage_create_index(storage_session_t *session, collection_t *collection, const bson_t *spec,
+                          bool *out_created, bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_t key_pattern;
+    bson_t normalized = BSON_INITIALIZER;
+    bson_string_t *name = bson_string_new(NULL);
+    index_descriptor_t *index = NULL;
+    char *table_uri = NULL;
+    bool ok = false;
+    char compressor_buffer[32];
+
+    *out_created = false;
+    if (!bson_iter_init_find(&iter, spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "The 'key' field is a required property of an index specification");
+        goto done;
+    }
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_document(&iter, &length, &data);
+    bson_init_static(&key_pattern, data, length);
+    TC_CHECK(validate_key_pattern(&key_pattern, error));
+    if (bson_iter_init_find(&iter, spec, "name")) {
+        if (!BSON_ITER_HOLDS_UTF8(&iter)) {
+            tc_error_set(error, TC_ERR_TYPE_MISMATCH, "The field 'name' must be a string");
+            goto done;
+        }
+        bson_string_append(name, bson_iter_utf8(&iter, NULL));
+    } else {
+        default_index_name(&key_pattern, name);
+    }
+    bool unique = bson_iter_init_find(&iter, spec, "unique") && bson_iter_as_bool(&iter);
+
+    for (size_t i = 0; i < collection->index_count; i++) {
+        index_descriptor_t *existing = collection->indexes[i];
+        bool same_key = bson_equal(&existing->key_pattern, &key_pattern);
+        bool same_name = strcmp(existing->name, name->str) == 0;
+        if (same_key && same_name && existing->unique == unique) {
+            ok = true; /* identical: createIndexes succeeds without creating */
+            goto done;
+        }
+        if (same_name) {
+            tc_error_set(error, TC_ERR_INDEX_KEY_SPECS_CONFLICT,
+                         "An existing index has the same name as the requested index. "
+                         "When index names are not specified, they are auto generated and can "
+                         "cause conflicts. Please refer to our documentation. Requested index: %s",
+                         name->str);
+            goto done;
+        }
+        if (same_key) {
+            tc_error_set(error, TC_ERR_INDEX_OPTIONS_CONFLICT,
+                         "Index already exists with a different name: %s", existing->name);
+            goto done;
+        }
+    }
+
+    /* What listIndexes shows: v, key, name, then the options in the given order. */
+    BSON_APPEND_INT32(&normalized, "v", 2);
+    BSON_APPEND_DOCUMENT(&normalized, "key", &key_pattern);
+    BSON_APPEND_UTF8(&normalized, "name", name->str);
+    bson_iter_init(&iter, spec);
+    while (bson_iter_next(&iter)) {
+        const char *field = bson_iter_key(&iter);
+        if (strcmp(field, "key") != 0 && strcmp(field, "name") != 0 && strcmp(field, "v") != 0 &&
+            strcmp(field, "ns") != 0) {
+            bson_append_iter(&normalized, field, -1, &iter);
+        }
+    }
+    table_uri = new_table_uri("index");
+    index = index_new(&normalized, table_uri, error);
+    TC_CHECK(index != NULL);
+    TC_CHECK(create_table(session, table_uri, INDEX_TABLE_FORMAT,
+                          compressor_from_options(session->storage, &collection->options,
+                                                  compressor_buffer, sizeof compressor_buffer),
+                          error));
+
+    /* Build: one transaction over the existing documents, so a unique
+     * violation leaves nothing behind. */
+    TC_CHECK(storage_begin(session, error));
+    {
+        scan_position_t position;
+        scan_position_init(&position);
+        scan_t *scan = scan_open(session, collection, NULL, NULL, false, &position, error);
+        bool built = scan != NULL;
+        while (built) {
+            int64_t record_id;
+            bson_t document, key_values;
+            bool end;
+            built = scan_next(scan, &record_id, &document, &key_values, &end, error);
+            if (!built || end) {
+                break;
+            }
+            built = records_insert_index_entries(session, collection, index, &document, record_id, error);
+        }
+        scan_close(scan);
+        scan_position_cleanup(&position);
+        if (built) {
+            collection_add_index(collection, index);
+            built = catalog_write_entry(session, collection, error);
+            if (!built) {
+                collection->index_count--;
+            }
+        }
+        if (!built) {
+            storage_rollback(session);
+            goto done;
+        }
+    }
+    if (!storage_commit(session, false, error)) {
+        collection->index_count--;
+        goto done;
+    }
+    index = NULL;
+    *out_created = true;
+    ok = true;
+done:
+    if (index != NULL) {
+        storage_drop_table(session, index->table_uri);
+        index_destroy(index);
+    }
+    bson_free(table_uri);
+    bson_string_free(name, true);
+    bson_destroy(&normalized);
+    return ok;
+}
+
+bool storage_drop_index(storage_session_t *session, collection_t *collection, const char *name,
+                        bson_error_t *error)
+{
+    if (strcmp(name, "_id_") == 0) {
+        return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "cannot drop _id index");
+    }
+    for (size_t i = 0; i < collection->index_count; i++) {
+        index_descriptor_t *index = collection->indexes[i];
+        if (strcmp(index->name, name) != 0) {
+            continue;
+        }
+        memmove(&collection->indexes[i], &collection->indexes[i + 1],
+                (collection->index_count - i - 1) * sizeof(index_descriptor_t *));
+        collection->index_count--;
+        if (!catalog_write_entry(session, collection, error)) {
+            collection_add_index(collection, index);
+            return false;
+        }
+        storage_drop_table(session, index->table_uri);
+        index_destroy(index);
+        return true;
+    }
+    return tc_error_set(error, TC_ERR_INDEX_NOT_FOUND, "index not found with name [%s]", name);
+}

@@ -1,0 +1,352 @@
+/* Handshake and server information: hello/isMaster (with awaitable hello and
+ * compression negotiation), ping, buildInfo, getParameter, hostInfo, whatsmyuri,
+ * endSessions and the small commands mongosh and the drivers send on connect. */
+#include "store/commands.h"
+#include "wire/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WIRE_VERSION 17 /* MongoDB 6.0 */
+#define LOGICAL_SESSION_TIMEOUT_MINUTES 30
+#define MONGODB_VERSION "6.0.0"
+
+static int64_t wall_clock_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static void append_host_and_port(const store_t *store, char *buffer, size_t size)
+{
+    const char *host = store->options.bind_address;
+    if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) {
+        host = "127.0.0.1";
+    }
+    snprintf(buffer, size, "%s:%d", host, server_port(store->server));
+}
+
+/* The compressors both sides know, in the client's order of preference. */
+static void append_compression(const command_context_t *context, bson_t *reply)
+{
+    bson_iter_t iter, names;
+    if (!bson_iter_init_find(&iter, context->command, "compression") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        return;
+    }
+    bson_t agreed;
+    uint32_t index = 0;
+    BSON_APPEND_ARRAY_BEGIN(reply, "compression", &agreed);
+    bson_iter_recurse(&iter, &names);
+    while (bson_iter_next(&names)) {
+        if (!BSON_ITER_HOLDS_UTF8(&names)) {
+            continue;
+        }
+        const char *name = bson_iter_utf8(&names, NULL);
+        if (strcmp(name, "snappy") == 0 || strcmp(name, "zlib") == 0 || strcmp(name, "noop") == 0) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(index++, &key_string, key, sizeof key);
+            bson_append_utf8(&agreed, key_string, -1, name, -1);
+        }
+    }
+    bson_append_array_end(reply, &agreed);
+}
+
+/* An awaitable hello (topologyVersion + maxAwaitTimeMS) whose topologyVersion is
+ * current waits maxAwaitTimeMS before answering: our topology never changes. */
+static void plan_awaitable_reply(command_context_t *context)
+{
+    bson_iter_t iter, version;
+    int64_t max_await_ms;
+    bson_error_t ignored;
+    if (!bson_iter_init_find(&iter, context->command, "topologyVersion") || !BSON_ITER_HOLDS_DOCUMENT(&iter) ||
+        !command_get_int64(context, "maxAwaitTimeMS", -1, &max_await_ms, &ignored) || max_await_ms < 0) {
+        return;
+    }
+    bson_iter_recurse(&iter, &version);
+    if (bson_iter_find(&version, "processId") && BSON_ITER_HOLDS_OID(&version) &&
+        bson_oid_equal(bson_iter_oid(&version), &context->store->process_id)) {
+        context->reply_delay_ms = (uint32_t)(max_await_ms > 600000 ? 600000 : max_await_ms);
+    }
+}
+
+static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    store_t *store = context->store;
+    bool legacy_name = strcmp(context->name, "hello") != 0;
+    char host[300];
+    append_host_and_port(store, host, sizeof host);
+    (void)error;
+
+    BSON_APPEND_BOOL(reply, legacy_name ? "ismaster" : "isWritablePrimary", true);
+    bson_t topology;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "topologyVersion", &topology);
+    BSON_APPEND_OID(&topology, "processId", &store->process_id);
+    BSON_APPEND_INT64(&topology, "counter", 0);
+    bson_append_document_end(reply, &topology);
+    if (store->options.replica_set != NULL) {
+        bson_t hosts;
+        BSON_APPEND_ARRAY_BEGIN(reply, "hosts", &hosts);
+        BSON_APPEND_UTF8(&hosts, "0", host);
+        bson_append_array_end(reply, &hosts);
+        BSON_APPEND_UTF8(reply, "setName", store->options.replica_set);
+        BSON_APPEND_INT32(reply, "setVersion", 1);
+        BSON_APPEND_BOOL(reply, "secondary", false);
+        BSON_APPEND_UTF8(reply, "primary", host);
+        BSON_APPEND_UTF8(reply, "me", host);
+        bson_oid_t election_id;
+        bson_oid_init_from_string(&election_id, "7fffffff0000000000000001");
+        BSON_APPEND_OID(reply, "electionId", &election_id);
+    }
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
+    BSON_APPEND_INT32(reply, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
+    BSON_APPEND_INT32(reply, "maxWriteBatchSize", WIRE_MAX_WRITE_BATCH_SIZE);
+    BSON_APPEND_DATE_TIME(reply, "localTime", wall_clock_ms());
+    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", LOGICAL_SESSION_TIMEOUT_MINUTES);
+    BSON_APPEND_INT64(reply, "connectionId", (int64_t)context->connection_id);
+    BSON_APPEND_INT32(reply, "minWireVersion", 0);
+    BSON_APPEND_INT32(reply, "maxWireVersion", MAX_WIRE_VERSION);
+    BSON_APPEND_BOOL(reply, "readOnly", false);
+    append_compression(context, reply);
+    plan_awaitable_reply(context);
+    return true;
+}
+
+static bool handle_ping(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)context, (void)reply, (void)error;
+    return true;
+}
+
+static bool handle_build_info(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)context, (void)error;
+    bson_t array, storage_engines;
+    BSON_APPEND_UTF8(reply, "version", MONGODB_VERSION);
+    BSON_APPEND_UTF8(reply, "gitVersion", "thermocline-store");
+    BSON_APPEND_ARRAY_BEGIN(reply, "versionArray", &array);
+    BSON_APPEND_INT32(&array, "0", 6);
+    BSON_APPEND_INT32(&array, "1", 0);
+    BSON_APPEND_INT32(&array, "2", 0);
+    BSON_APPEND_INT32(&array, "3", 0);
+    bson_append_array_end(reply, &array);
+    BSON_APPEND_UTF8(reply, "sysInfo", "deprecated");
+    BSON_APPEND_INT32(reply, "bits", 64);
+    BSON_APPEND_BOOL(reply, "debug", false);
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
+    BSON_APPEND_ARRAY_BEGIN(reply, "storageEngines", &storage_engines);
+    BSON_APPEND_UTF8(&storage_engines, "0", "wiredTiger");
+    bson_append_array_end(reply, &storage_engines);
+    BSON_APPEND_ARRAY_BEGIN(reply, "modules", &array);
+    bson_append_array_end(reply, &array);
+    BSON_APPEND_UTF8(reply, "thermocline", "store");
+    return true;
+}
+
+static bool handle_get_parameter(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    /* The parameters drivers and shells ask for; others are answered as mongod
+     * answers an unknown one. */
+    bson_iter_t iter;
+    bool all = false;
+    if (bson_iter_init_find(&iter, context->command, "getParameter")) {
+        if (BSON_ITER_HOLDS_UTF8(&iter) && strcmp(bson_iter_utf8(&iter, NULL), "*") == 0) {
+            all = true;
+        }
+        if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            bson_iter_t options;
+            bson_iter_recurse(&iter, &options);
+            if (bson_iter_find(&options, "allParameters") && bson_iter_as_bool(&options)) {
+                all = true;
+            }
+        }
+    }
+    bool found = false;
+    if (all || bson_has_field(context->command, "featureCompatibilityVersion")) {
+        bson_t version;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "featureCompatibilityVersion", &version);
+        BSON_APPEND_UTF8(&version, "version", "6.0");
+        bson_append_document_end(reply, &version);
+        found = true;
+    }
+    if (all || bson_has_field(context->command, "authenticationMechanisms")) {
+        bson_t mechanisms;
+        BSON_APPEND_ARRAY_BEGIN(reply, "authenticationMechanisms", &mechanisms);
+        BSON_APPEND_UTF8(&mechanisms, "0", "SCRAM-SHA-1");
+        BSON_APPEND_UTF8(&mechanisms, "1", "SCRAM-SHA-256");
+        bson_append_array_end(reply, &mechanisms);
+        found = true;
+    }
+    if (all || bson_has_field(context->command, "maxBSONDepth")) {
+        BSON_APPEND_INT32(reply, "maxBSONDepth", WIRE_MAX_BSON_DEPTH);
+        found = true;
+    }
+    if (all || bson_has_field(context->command, "cursorTimeoutMillis")) {
+        BSON_APPEND_INT64(reply, "cursorTimeoutMillis", CURSOR_IDLE_TIMEOUT_MS);
+        found = true;
+    }
+    if (!found) {
+        return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "no option found to get");
+    }
+    return true;
+}
+
+static bool handle_host_info(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)context, (void)error;
+    struct utsname name;
+    char hostname[256] = "localhost";
+    uname(&name);
+    gethostname(hostname, sizeof hostname - 1);
+    bson_t system, os, extra;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "system", &system);
+    BSON_APPEND_DATE_TIME(&system, "currentTime", wall_clock_ms());
+    BSON_APPEND_UTF8(&system, "hostname", hostname);
+    BSON_APPEND_INT32(&system, "cpuAddrSize", 64);
+    BSON_APPEND_INT64(&system, "memSizeMB", (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / (1024 * 1024));
+    BSON_APPEND_INT32(&system, "numCores", (int32_t)sysconf(_SC_NPROCESSORS_ONLN));
+    BSON_APPEND_UTF8(&system, "cpuArch", name.machine);
+    BSON_APPEND_BOOL(&system, "numaEnabled", false);
+    bson_append_document_end(reply, &system);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "os", &os);
+    BSON_APPEND_UTF8(&os, "type", name.sysname);
+    BSON_APPEND_UTF8(&os, "name", name.sysname);
+    BSON_APPEND_UTF8(&os, "version", name.release);
+    bson_append_document_end(reply, &os);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "extra", &extra);
+    BSON_APPEND_UTF8(&extra, "versionString", name.version);
+    BSON_APPEND_INT64(&extra, "pageSize", sysconf(_SC_PAGESIZE));
+    bson_append_document_end(reply, &extra);
+    return true;
+}
+
+static bool handle_whats_my_uri(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)error;
+    BSON_APPEND_UTF8(reply, "you", context->peer_address);
+    return true;
+}
+
+static bool handle_end_sessions(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    /* Sessions hold no server state here yet: ending one is a no-op, as for a
+     * session mongod never saw. */
+    (void)context, (void)reply, (void)error;
+    return true;
+}
+
+static bool handle_get_cmd_line_opts(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)error;
+    bson_t argv, parsed, net, storage;
+    BSON_APPEND_ARRAY_BEGIN(reply, "argv", &argv);
+    BSON_APPEND_UTF8(&argv, "0", "thermocline");
+    BSON_APPEND_UTF8(&argv, "1", "store");
+    bson_append_array_end(reply, &argv);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "parsed", &parsed);
+    BSON_APPEND_DOCUMENT_BEGIN(&parsed, "net", &net);
+    BSON_APPEND_UTF8(&net, "bindIp", context->store->options.bind_address);
+    BSON_APPEND_INT32(&net, "port", server_port(context->store->server));
+    bson_append_document_end(&parsed, &net);
+    BSON_APPEND_DOCUMENT_BEGIN(&parsed, "storage", &storage);
+    BSON_APPEND_UTF8(&storage, "dbPath", context->store->options.dbpath);
+    bson_append_document_end(&parsed, &storage);
+    bson_append_document_end(reply, &parsed);
+    return true;
+}
+
+static bool handle_get_log(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, context->command, "getLog") || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "Argument to getLog must be of type String");
+    }
+    const char *which = bson_iter_utf8(&iter, NULL);
+    bson_t names;
+    if (strcmp(which, "*") == 0) {
+        BSON_APPEND_ARRAY_BEGIN(reply, "names", &names);
+        BSON_APPEND_UTF8(&names, "0", "global");
+        BSON_APPEND_UTF8(&names, "1", "startupWarnings");
+        bson_append_array_end(reply, &names);
+        return true;
+    }
+    if (strcmp(which, "global") != 0 && strcmp(which, "startupWarnings") != 0) {
+        return tc_error_set(error, TC_ERR_OPERATION_FAILED, "No log named '%s'", which);
+    }
+    BSON_APPEND_INT32(reply, "totalLinesWritten", 0);
+    BSON_APPEND_ARRAY_BEGIN(reply, "log", &names);
+    bson_append_array_end(reply, &names);
+    return true;
+}
+
+static bool handle_connection_status(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)context, (void)error;
+    bson_t info, users, roles;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "authInfo", &info);
+    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUsers", &users);
+    bson_append_array_end(&info, &users);
+    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserRoles", &roles);
+    bson_append_array_end(&info, &roles);
+    bson_append_document_end(reply, &info);
+    return true;
+}
+
+static bool handle_server_status(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    store_t *store = context->store;
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    BSON_APPEND_UTF8(reply, "host", host);
+    BSON_APPEND_UTF8(reply, "version", MONGODB_VERSION);
+    BSON_APPEND_UTF8(reply, "process", "thermocline-store");
+    BSON_APPEND_INT64(reply, "pid", (int64_t)getpid());
+    int64_t uptime_ms = wall_clock_ms() - store->start_time_ms;
+    BSON_APPEND_DOUBLE(reply, "uptime", (double)uptime_ms / 1000.0);
+    BSON_APPEND_INT64(reply, "uptimeMillis", uptime_ms);
+    BSON_APPEND_DATE_TIME(reply, "localTime", wall_clock_ms());
+
+    bson_t connections, opcounters, wired_tiger;
+    server_connection_stats_t stats = server_connection_stats(store->server);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "connections", &connections);
+    BSON_APPEND_INT32(&connections, "current", (int32_t)stats.current);
+    BSON_APPEND_INT32(&connections, "available", (int32_t)stats.available);
+    BSON_APPEND_INT32(&connections, "totalCreated", (int32_t)stats.total_created);
+    bson_append_document_end(reply, &connections);
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "opcounters", &opcounters);
+    BSON_APPEND_INT64(&opcounters, "insert", atomic_load(&store->opcounters.insert));
+    BSON_APPEND_INT64(&opcounters, "query", atomic_load(&store->opcounters.query));
+    BSON_APPEND_INT64(&opcounters, "update", atomic_load(&store->opcounters.update));
+    BSON_APPEND_INT64(&opcounters, "delete", atomic_load(&store->opcounters.delete_));
+    BSON_APPEND_INT64(&opcounters, "getmore", atomic_load(&store->opcounters.getmore));
+    BSON_APPEND_INT64(&opcounters, "command", atomic_load(&store->opcounters.command));
+    bson_append_document_end(reply, &opcounters);
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "wiredTiger", &wired_tiger);
+    bool ok = storage_append_cache_statistics(context->session, &wired_tiger, error);
+    bson_append_document_end(reply, &wired_tiger);
+    return ok;
+}
+
+const command_definition_t admin_commands[] = {
+    {"hello", handle_hello},
+    {"isMaster", handle_hello},
+    {"ismaster", handle_hello},
+    {"ping", handle_ping},
+    {"buildInfo", handle_build_info},
+    {"buildinfo", handle_build_info},
+    {"getParameter", handle_get_parameter},
+    {"hostInfo", handle_host_info},
+    {"whatsmyuri", handle_whats_my_uri},
+    {"endSessions", handle_end_sessions},
+    {"getCmdLineOpts", handle_get_cmd_line_opts},
+    {"getLog", handle_get_log},
+    {"connectionStatus", handle_connection_status},
+    {"serverStatus", handle_server_status},
+    {NULL, NULL},
+};

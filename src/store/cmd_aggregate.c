@@ -1,0 +1,249 @@
+/* aggregate: the pipeline (query/pipeline.h) fed by a find plan, so a leading
+ * $match (and $sort) uses an index. Results stream through a cursor: each
+ * batch pulls from the pipeline in a fresh read transaction, and the plan under
+ * it resumes where it stopped, as a find cursor does. */
+#include "store/commands.h"
+#include "query/pipeline.h"
+
+#include <string.h>
+
+#define SOURCE_BUFFER_SIZE 128
+
+typedef struct aggregation {
+    pipeline_t *pipeline;
+    pipeline_run_t *run;
+    find_plan_t *plan;
+    bson_t *buffer[SOURCE_BUFFER_SIZE]; /* documents read from the plan, not yet handed on */
+    size_t buffered;
+    size_t next;
+    bool source_exhausted;
+    bson_t *pending; /* a result the last batch had no room for */
+    /* Valid during one fill: where the plan reads from. */
+    storage_session_t *session;
+    collection_t *collection;
+} aggregation_t;
+
+static void release_buffer(aggregation_t *aggregation)
+{
+    for (size_t i = 0; i < aggregation->buffered; i++) {
+        bson_destroy(aggregation->buffer[i]);
+    }
+    aggregation->buffered = 0;
+    aggregation->next = 0;
+}
+
+static void aggregation_destroy(void *pointer)
+{
+    aggregation_t *aggregation = pointer;
+    if (aggregation == NULL) {
+        return;
+    }
+    release_buffer(aggregation);
+    if (aggregation->pending != NULL) {
+        bson_destroy(aggregation->pending);
+    }
+    pipeline_run_destroy(aggregation->run);
+    pipeline_destroy(aggregation->pipeline);
+    find_plan_destroy(aggregation->plan);
+    bson_free(aggregation);
+}
+
+static bool buffer_emit(void *context, const bson_t *document, int64_t record_id)
+{
+    aggregation_t *aggregation = context;
+    (void)record_id;
+    if (aggregation->buffered == SOURCE_BUFFER_SIZE) {
+        return false;
+    }
+    aggregation->buffer[aggregation->buffered++] = bson_copy(document);
+    return true;
+}
+
+/* The pipeline's source: documents from the plan, a buffer at a time. A handed-on
+ * document stays valid until the next call. */
+static bool pull_source(void *context, const bson_t **out_document, bson_error_t *error)
+{
+    aggregation_t *aggregation = context;
+    if (aggregation->next < aggregation->buffered) {
+        *out_document = aggregation->buffer[aggregation->next++];
+        return true;
+    }
+    release_buffer(aggregation);
+    if (aggregation->source_exhausted || aggregation->collection == NULL) {
+        *out_document = NULL;
+        return true;
+    }
+    if (!find_plan_run(aggregation->plan, aggregation->session, aggregation->collection, buffer_emit, aggregation,
+                       &aggregation->source_exhausted, error)) {
+        return false;
+    }
+    if (aggregation->buffered == 0) {
+        *out_document = NULL;
+        return true;
+    }
+    *out_document = aggregation->buffer[aggregation->next++];
+    return true;
+}
+
+bool aggregation_fill_batch(command_context_t *context, void *pointer, collection_t *collection,
+                            batch_builder_t *batch, bool *out_exhausted, bson_error_t *error)
+{
+    aggregation_t *aggregation = pointer;
+    bool ok = storage_begin(context->session, error);
+    *out_exhausted = false;
+    if (!ok) {
+        return false;
+    }
+    aggregation->session = context->session;
+    aggregation->collection = collection;
+    if (aggregation->pending != NULL) {
+        batch_builder_emit(batch, aggregation->pending, 0); /* first in an empty batch: always fits */
+        bson_destroy(aggregation->pending);
+        aggregation->pending = NULL;
+    }
+    while (batch->limit == 0 || batch->count < batch->limit) {
+        bson_t document;
+        bool end;
+        ok = pipeline_next(aggregation->run, &document, &end, error);
+        if (!ok || end) {
+            *out_exhausted = ok && end; /* out_document untouched either way */
+            break;
+        }
+        if (!batch_builder_emit(batch, &document, 0)) {
+            aggregation->pending = bson_copy(&document);
+            bson_destroy(&document);
+            break;
+        }
+        bson_destroy(&document);
+    }
+    aggregation->session = NULL;
+    aggregation->collection = NULL;
+    storage_rollback(context->session);
+    return ok;
+}
+
+static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    storage_t *storage = context->store->storage;
+    bson_iter_t iter;
+    bson_t stages, cursor_options;
+    char *ns = NULL;
+    aggregation_t *aggregation = NULL;
+    store_cursor_t *cursor = NULL;
+    batch_builder_t batch = {0};
+    bool allow_disk_use;
+    bool explain;
+    bool locked = false;
+    bool ok = false;
+
+    bson_init(&batch.array);
+    bson_iter_init(&iter, context->command);
+    bson_iter_next(&iter);
+    if (!BSON_ITER_HOLDS_UTF8(&iter)) {
+        tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
+                     "{aggregate: 1} is not supported by thermocline store: aggregate needs a collection name");
+        goto done;
+    }
+    TC_CHECK(command_namespace(context, &ns, error));
+    if (!bson_iter_init_find(&iter, context->command, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        tc_error_set(error, TC_ERR_TYPE_MISMATCH, "'pipeline' option must be specified as an array");
+        goto done;
+    }
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_array(&iter, &length, &data);
+    bson_init_static(&stages, data, length);
+    TC_CHECK(command_get_bool(context, "explain", false, &explain, error));
+    TC_CHECK(command_get_bool(context, "allowDiskUse", true, &allow_disk_use, error));
+    TC_CHECK(command_get_document(context, "cursor", &cursor_options, error));
+    if (!explain && !bson_has_field(context->command, "cursor")) {
+        tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                     "The 'cursor' option is required, except for aggregate with the explain argument");
+        goto done;
+    }
+    int64_t batch_size = 101;
+    if (bson_iter_init_find(&iter, &cursor_options, "batchSize")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&iter) || bson_iter_as_int64(&iter) < 0) {
+            tc_error_set(error, TC_ERR_BAD_VALUE, "cursor.batchSize must be a non-negative number");
+            goto done;
+        }
+        batch_size = bson_iter_as_int64(&iter);
+    }
+    bson_iter_t first_stage;
+    if (bson_iter_init(&first_stage, &stages) && bson_iter_next(&first_stage) &&
+        BSON_ITER_HOLDS_DOCUMENT(&first_stage)) {
+        bson_iter_t stage_name;
+        bson_iter_recurse(&first_stage, &stage_name);
+        if (bson_iter_next(&stage_name) && strcmp(bson_iter_key(&stage_name), "$changeStream") == 0) {
+            tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
+                         "$changeStream is not available in this build of thermocline store");
+            goto done;
+        }
+    }
+
+    aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
+    pipeline_options_t pipeline_options = {.allow_disk_use = allow_disk_use};
+    aggregation->pipeline = pipeline_compile(&stages, &pipeline_options, error);
+    TC_CHECK(aggregation->pipeline != NULL);
+    find_options_t find_options = {
+        .filter = pipeline_leading_match(aggregation->pipeline),
+        .sort = pipeline_leading_sort(aggregation->pipeline),
+    };
+    if (find_options.sort != NULL) {
+        find_options.limit = pipeline_leading_limit(aggregation->pipeline);
+    }
+    storage_lock_shared(storage);
+    locked = true;
+    collection_t *collection = storage_find_collection(storage, ns);
+    aggregation->plan = find_plan_new(context->session, collection, &find_options, error);
+    TC_CHECK(aggregation->plan != NULL);
+    if (explain) {
+        bson_t planner;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "queryPlanner", &planner);
+        find_plan_append_query_planner(aggregation->plan, ns, &planner);
+        bson_append_document_end(reply, &planner);
+        BSON_APPEND_ARRAY(reply, "stages", &stages);
+        ok = true;
+        goto done;
+    }
+    aggregation->run = pipeline_start(aggregation->pipeline, pull_source, aggregation);
+    cursor = store_cursor_new(ns);
+    cursor->stream = aggregation;
+    cursor->stream_destroy = aggregation_destroy;
+    aggregation = NULL;
+    batch.limit = (uint32_t)(batch_size > UINT32_MAX ? UINT32_MAX : batch_size);
+    bool exhausted = false;
+    if (batch_size > 0) {
+        TC_CHECK(aggregation_fill_batch(context, cursor->stream, collection, &batch, &exhausted, error));
+    }
+    storage_unlock(storage);
+    locked = false;
+    int64_t cursor_id = 0;
+    if (!exhausted) {
+        cursor_table_add(context->store->cursors, cursor);
+        cursor_id = cursor->id;
+        cursor_table_release(context->store->cursors, cursor, false);
+        cursor = NULL;
+    }
+    bson_t cursor_reply;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor_reply);
+    BSON_APPEND_ARRAY(&cursor_reply, "firstBatch", &batch.array);
+    BSON_APPEND_INT64(&cursor_reply, "id", cursor_id);
+    BSON_APPEND_UTF8(&cursor_reply, "ns", ns);
+    bson_append_document_end(reply, &cursor_reply);
+    ok = true;
+done:
+    if (locked) {
+        storage_unlock(storage);
+    }
+    aggregation_destroy(aggregation);
+    store_cursor_destroy(cursor);
+    bson_destroy(&batch.array);
+    bson_free(ns);
+    return ok;
+}
+
+const command_definition_t aggregate_commands[] = {
+    {"aggregate", handle_aggregate},
+    {NULL, NULL},
+};

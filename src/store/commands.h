@@ -1,0 +1,100 @@
+/* The command layer of `thermocline store`: one handler per MongoDB command,
+ * registered in one table (dispatch.c), grouped by file: cmd_admin.c (handshake
+ * and server information), cmd_catalog.c (databases, collections, indexes),
+ * cmd_write.c (insert, update, delete, findAndModify), cmd_read.c (find, getMore,
+ * killCursors, count, distinct, aggregate, explain). */
+#ifndef TC_STORE_COMMANDS_H
+#define TC_STORE_COMMANDS_H
+
+#include "net/server.h"
+#include "store/cursors.h"
+#include "store/store.h"
+
+#include <stdatomic.h>
+
+/* Server-wide state, shared by every worker thread. */
+typedef struct store {
+    store_options_t options;
+    storage_t *storage;
+    cursor_table_t *cursors;
+    server_t *server;
+    int64_t start_time_ms;    /* wall clock, for uptime */
+    bson_oid_t process_id;    /* topologyVersion.processId */
+    struct {
+        atomic_llong insert, query, update, delete_, getmore, command;
+    } opcounters;
+} store_t;
+
+/* Everything a handler needs about the command it runs. */
+typedef struct command_context {
+    store_t *store;
+    storage_session_t *session;
+    const bson_t *command;    /* body with document sequences merged in */
+    const char *name;         /* the command's name: its first field */
+    const char *database;     /* $db */
+    uint64_t connection_id;
+    const char *peer_address;
+    uint32_t reply_delay_ms;  /* set by awaitable hello */
+} command_context_t;
+
+/* A handler appends its reply fields (not "ok") to reply and returns true, or
+ * fills error and returns false (the dispatcher then sends only the error).
+ * Write commands report per-document failures in writeErrors and return true. */
+typedef bool (*command_handler_fn)(command_context_t *context, bson_t *reply, bson_error_t *error);
+
+typedef struct command_definition {
+    const char *name;
+    command_handler_fn handler;
+} command_definition_t;
+
+/* Each cmd_*.c exports its table, ended by {NULL, NULL}. */
+extern const command_definition_t admin_commands[];
+extern const command_definition_t catalog_commands[];
+extern const command_definition_t write_commands[];
+extern const command_definition_t read_commands[];
+extern const command_definition_t aggregate_commands[];
+
+/* --- helpers shared by the handlers ------------------------------------------- */
+
+/* "db.coll" from the command's first field (a string) and $db. Errors:
+ * InvalidNamespace 73 / TypeMismatch 14 as mongod. Caller bson_free()s. */
+bool command_namespace(const command_context_t *context, char **out_ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* Reads an optional sub-document field; *out stays an empty static document if
+ * absent. Errors: TypeMismatch 14 "BSON field 'find.filter' is the wrong type
+ * 'string', expected type 'object'". */
+bool command_get_document(const command_context_t *context, const char *field, bson_t *out,
+                          bson_error_t *error) TC_MUST_CHECK;
+
+/* Reads an optional numeric field as int64 (default when absent). */
+bool command_get_int64(const command_context_t *context, const char *field, int64_t default_value,
+                       int64_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+/* Reads an optional boolean field (numbers count as mongod counts them). */
+bool command_get_bool(const command_context_t *context, const char *field, bool default_value, bool *out,
+                      bson_error_t *error) TC_MUST_CHECK;
+
+/* Appends cursor: {firstBatch|nextBatch: [...], id, ns} to reply. */
+typedef struct batch_builder {
+    bson_t array;
+    uint32_t count;
+    uint32_t limit;  /* documents; 0: none */
+    size_t bytes;
+} batch_builder_t;
+
+/* The emit function for find_plan_run that fills a batch_builder_t. */
+bool batch_builder_emit(void *context, const bson_t *document, int64_t record_id);
+
+/* Runs the cursor (plan or documents) until the batch is full or it ends.
+ * Call with the catalog lock held. */
+bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, collection_t *collection,
+                        batch_builder_t *batch, bool *out_exhausted, bson_error_t *error) TC_MUST_CHECK;
+
+/* An aggregation streamed through a cursor (cmd_aggregate.c). */
+bool aggregation_fill_batch(command_context_t *context, void *aggregation, collection_t *collection,
+                            batch_builder_t *batch, bool *out_exhausted, bson_error_t *error) TC_MUST_CHECK;
+
+/* The write concern's j (or w: "majority" under --replSet, always journaled). */
+bool command_wants_durable_write(const command_context_t *context);
+
+#endif

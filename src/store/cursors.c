@@ -1,0 +1,188 @@
+/* The cursor table: an open-addressing map from id to cursor under one mutex.
+ * Operations hold a cursor checked out, never the mutex, while they run. */
+#include "store/cursors.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+struct cursor_table {
+    pthread_mutex_t mutex;
+    store_cursor_t **cursors; /* unordered array: cursor counts are small */
+    size_t count;
+    size_t capacity;
+};
+
+int64_t store_now_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+store_cursor_t *store_cursor_new(const char *ns)
+{
+    store_cursor_t *cursor = BSON_ALIGNED_ALLOC0(store_cursor_t);
+    cursor->ns = bson_strdup(ns);
+    cursor->last_used_ms = store_now_ms();
+    return cursor;
+}
+
+void store_cursor_destroy(store_cursor_t *cursor)
+{
+    if (cursor == NULL) {
+        return;
+    }
+    find_plan_destroy(cursor->plan);
+    if (cursor->stream != NULL) {
+        cursor->stream_destroy(cursor->stream);
+    }
+    for (size_t i = 0; i < cursor->document_count; i++) {
+        bson_destroy(cursor->documents[i]);
+    }
+    bson_free(cursor->documents);
+    bson_free(cursor->ns);
+    bson_free(cursor);
+}
+
+cursor_table_t *cursor_table_new(void)
+{
+    cursor_table_t *table = BSON_ALIGNED_ALLOC0(cursor_table_t);
+    pthread_mutex_init(&table->mutex, NULL);
+    return table;
+}
+
+void cursor_table_destroy(cursor_table_t *table)
+{
+    if (table == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < table->count; i++) {
+        store_cursor_destroy(table->cursors[i]);
+    }
+    bson_free(table->cursors);
+    pthread_mutex_destroy(&table->mutex);
+    bson_free(table);
+}
+
+static ssize_t find_slot(cursor_table_t *table, int64_t id)
+{
+    for (size_t i = 0; i < table->count; i++) {
+        if (table->cursors[i]->id == id) {
+            return (ssize_t)i;
+        }
+    }
+    return -1;
+}
+
+static void remove_slot(cursor_table_t *table, size_t slot)
+{
+    table->cursors[slot] = table->cursors[table->count - 1];
+    table->count--;
+}
+
+void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor)
+{
+    pthread_mutex_lock(&table->mutex);
+    do {
+        /* Positive, random, never 0 (0 means "no cursor" on the wire). */
+        uint64_t random_id = ((uint64_t)(uint32_t)rand() << 32) ^ ((uint64_t)(uint32_t)rand() << 1) ^
+                             (uint64_t)store_now_ms();
+        cursor->id = (int64_t)(random_id & INT64_MAX);
+    } while (cursor->id == 0 || find_slot(table, cursor->id) >= 0);
+    if (table->count == table->capacity) {
+        table->capacity = table->capacity ? table->capacity * 2 : 16;
+        table->cursors = bson_realloc(table->cursors, table->capacity * sizeof(store_cursor_t *));
+    }
+    cursor->in_use = true;
+    table->cursors[table->count++] = cursor;
+    pthread_mutex_unlock(&table->mutex);
+}
+
+bool cursor_table_checkout(cursor_table_t *table, int64_t id, const char *ns, store_cursor_t **out_cursor,
+                           bson_error_t *error)
+{
+    bool ok = false;
+    pthread_mutex_lock(&table->mutex);
+    ssize_t slot = find_slot(table, id);
+    if (slot < 0) {
+        tc_error_set(error, TC_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
+        goto done;
+    }
+    store_cursor_t *cursor = table->cursors[slot];
+    if (strcmp(cursor->ns, ns) != 0) {
+        tc_error_set(error, TC_ERR_UNAUTHORIZED,
+                     "Requested getMore on namespace '%s', but cursor belongs to a different namespace %s", ns,
+                     cursor->ns);
+        goto done;
+    }
+    if (cursor->in_use) {
+        tc_error_set(error, TC_ERR_CURSOR_IN_USE, "Cursor id %lld is already in use", (long long)id);
+        goto done;
+    }
+    cursor->in_use = true;
+    *out_cursor = cursor;
+    ok = true;
+done:
+    pthread_mutex_unlock(&table->mutex);
+    return ok;
+}
+
+void cursor_table_release(cursor_table_t *table, store_cursor_t *cursor, bool destroy_it)
+{
+    pthread_mutex_lock(&table->mutex);
+    ssize_t slot = find_slot(table, cursor->id);
+    cursor->in_use = false;
+    cursor->last_used_ms = store_now_ms();
+    if (slot < 0) {
+        destroy_it = true; /* killed while in use */
+    } else if (destroy_it) {
+        remove_slot(table, (size_t)slot);
+    }
+    pthread_mutex_unlock(&table->mutex);
+    if (destroy_it) {
+        store_cursor_destroy(cursor);
+    }
+}
+
+bool cursor_table_kill(cursor_table_t *table, int64_t id, const char *ns)
+{
+    store_cursor_t *victim = NULL;
+    bool found = false;
+    pthread_mutex_lock(&table->mutex);
+    ssize_t slot = find_slot(table, id);
+    if (slot >= 0 && strcmp(table->cursors[slot]->ns, ns) == 0) {
+        found = true;
+        victim = table->cursors[slot];
+        remove_slot(table, (size_t)slot);
+        if (victim->in_use) {
+            victim = NULL; /* its user destroys it on release */
+        }
+    }
+    pthread_mutex_unlock(&table->mutex);
+    store_cursor_destroy(victim);
+    return found;
+}
+
+void cursor_table_reap(cursor_table_t *table, int64_t now_ms)
+{
+    pthread_mutex_lock(&table->mutex);
+    for (size_t i = 0; i < table->count;) {
+        store_cursor_t *cursor = table->cursors[i];
+        if (!cursor->in_use && !cursor->no_timeout && now_ms - cursor->last_used_ms > CURSOR_IDLE_TIMEOUT_MS) {
+            remove_slot(table, i);
+            store_cursor_destroy(cursor);
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&table->mutex);
+}
+
+size_t cursor_table_count(cursor_table_t *table)
+{
+    pthread_mutex_lock(&table->mutex);
+    size_t count = table->count;
+    pthread_mutex_unlock(&table->mutex);
+    return count;
+}

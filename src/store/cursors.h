@@ -1,0 +1,58 @@
+/* Server-side cursors: the table that maps cursor ids to the state a getMore
+ * resumes (a find plan, or documents already computed), with mongod's rules:
+ * ids are random positive int64, a cursor belongs to one namespace, is used by one
+ * operation at a time (CursorInUse), and dies after 10 idle minutes. */
+#ifndef TC_STORE_CURSORS_H
+#define TC_STORE_CURSORS_H
+
+#include "store/find.h"
+
+#define CURSOR_IDLE_TIMEOUT_MS (10 * 60 * 1000)
+
+typedef struct cursor_table cursor_table_t;
+
+typedef struct store_cursor {
+    int64_t id;
+    char *ns;
+    find_plan_t *plan;      /* a find's plan, or NULL */
+    void *stream;           /* or a streaming source (an aggregation), destroyed with: */
+    void (*stream_destroy)(void *stream);
+    bson_t **documents;     /* otherwise: results computed up front (list*) */
+    size_t document_count;
+    size_t next_document;
+    bool no_timeout;
+    bool tailable;
+    bool await_data;
+    int64_t last_used_ms;
+    bool in_use;
+} store_cursor_t;
+
+cursor_table_t *cursor_table_new(void);
+void cursor_table_destroy(cursor_table_t *table);
+
+/* Takes ownership of cursor, assigns its id and leaves it checked out (in use)
+ * by the caller, who must cursor_table_release() it. */
+void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor);
+
+/* Checks out the cursor for a getMore on ns. Errors: CursorNotFound 43,
+ * CursorInUse 179, Unauthorized 13 when ns differs. */
+bool cursor_table_checkout(cursor_table_t *table, int64_t id, const char *ns, store_cursor_t **out_cursor,
+                           bson_error_t *error) TC_MUST_CHECK;
+
+/* Returns a checked-out cursor; destroy_it when it is exhausted or failed. */
+void cursor_table_release(cursor_table_t *table, store_cursor_t *cursor, bool destroy_it);
+
+/* killCursors: true if id existed (and was killed, or marked to die when released). */
+bool cursor_table_kill(cursor_table_t *table, int64_t id, const char *ns);
+
+/* Destroys cursors idle longer than CURSOR_IDLE_TIMEOUT_MS (unless noCursorTimeout). */
+void cursor_table_reap(cursor_table_t *table, int64_t now_ms);
+
+size_t cursor_table_count(cursor_table_t *table);
+
+store_cursor_t *store_cursor_new(const char *ns);
+void store_cursor_destroy(store_cursor_t *cursor);
+
+int64_t store_now_ms(void);
+
+#endif

@@ -1,0 +1,400 @@
+/* From wire message to reply: decompress, parse OP_MSG or a legacy OP_QUERY
+ * command, find the handler, run it inside the catalog lock's rules, and encode
+ * the reply in the request's own format (and compressor). Also the small helpers
+ * every handler uses to read command fields the way mongod validates them. */
+#include "store/dispatch.h"
+#include "common/log.h"
+#include "wire/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const command_definition_t *const command_tables[] = {
+    admin_commands, catalog_commands, write_commands, read_commands, aggregate_commands,
+};
+
+static const command_definition_t *find_command(const char *name)
+{
+    for (size_t t = 0; t < sizeof command_tables / sizeof command_tables[0]; t++) {
+        for (const command_definition_t *definition = command_tables[t]; definition->name != NULL; definition++) {
+            if (strcmp(definition->name, name) == 0) {
+                return definition;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* --- field helpers ------------------------------------------------------------ */
+
+static const char *type_name(bson_type_t type)
+{
+    switch (type) {
+    case BSON_TYPE_DOUBLE: return "double";
+    case BSON_TYPE_UTF8: return "string";
+    case BSON_TYPE_DOCUMENT: return "object";
+    case BSON_TYPE_ARRAY: return "array";
+    case BSON_TYPE_BINARY: return "binData";
+    case BSON_TYPE_OID: return "objectId";
+    case BSON_TYPE_BOOL: return "bool";
+    case BSON_TYPE_DATE_TIME: return "date";
+    case BSON_TYPE_NULL: return "null";
+    case BSON_TYPE_REGEX: return "regex";
+    case BSON_TYPE_INT32: return "int";
+    case BSON_TYPE_TIMESTAMP: return "timestamp";
+    case BSON_TYPE_INT64: return "long";
+    case BSON_TYPE_DECIMAL128: return "decimal";
+    default: return "unknown";
+    }
+}
+
+bool command_namespace(const command_context_t *context, char **out_ns, bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, context->command);
+    bson_iter_next(&iter);
+    if (!BSON_ITER_HOLDS_UTF8(&iter)) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
+                            "collection name has invalid type %s", type_name(bson_iter_type(&iter)));
+    }
+    const char *collection = bson_iter_utf8(&iter, NULL);
+    if (collection[0] == '\0') {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s.'", context->database);
+    }
+    *out_ns = bson_strdup_printf("%s.%s", context->database, collection);
+    return true;
+}
+
+bool command_get_document(const command_context_t *context, const char *field, bson_t *out, bson_error_t *error)
+{
+    bson_iter_t iter;
+    static const uint8_t empty[5] = {5, 0, 0, 0, 0};
+    bson_init_static(out, empty, sizeof empty);
+    if (!bson_iter_init_find(&iter, context->command, field) || BSON_ITER_HOLDS_NULL(&iter)) {
+        return true;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
+                            context->name, field, type_name(bson_iter_type(&iter)));
+    }
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_document(&iter, &length, &data);
+    bson_init_static(out, data, length);
+    return true;
+}
+
+bool command_get_int64(const command_context_t *context, const char *field, int64_t default_value, int64_t *out,
+                       bson_error_t *error)
+{
+    bson_iter_t iter;
+    *out = default_value;
+    if (!bson_iter_init_find(&iter, context->command, field) || BSON_ITER_HOLDS_NULL(&iter)) {
+        return true;
+    }
+    if (!BSON_ITER_HOLDS_NUMBER(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "BSON field '%s.%s' is the wrong type '%s', expected types '[long, int, decimal, double]'",
+                            context->name, field, type_name(bson_iter_type(&iter)));
+    }
+    if (BSON_ITER_HOLDS_DOUBLE(&iter)) {
+        double value = bson_iter_double(&iter);
+        if (value != (double)(int64_t)value) {
+            return tc_error_set(error, TC_ERR_BAD_VALUE, "Expected an integer for '%s.%s': %g", context->name,
+                                field, value);
+        }
+    }
+    *out = bson_iter_as_int64(&iter);
+    return true;
+}
+
+bool command_get_bool(const command_context_t *context, const char *field, bool default_value, bool *out,
+                      bson_error_t *error)
+{
+    bson_iter_t iter;
+    *out = default_value;
+    if (!bson_iter_init_find(&iter, context->command, field) || BSON_ITER_HOLDS_NULL(&iter)) {
+        return true;
+    }
+    if (!BSON_ITER_HOLDS_BOOL(&iter) && !BSON_ITER_HOLDS_NUMBER(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'bool'",
+                            context->name, field, type_name(bson_iter_type(&iter)));
+    }
+    *out = bson_iter_as_bool(&iter);
+    return true;
+}
+
+bool command_wants_durable_write(const command_context_t *context)
+{
+    bson_iter_t iter, concern;
+    if (bson_iter_init_find(&iter, context->command, "writeConcern") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+        bson_iter_recurse(&iter, &concern)) {
+        while (bson_iter_next(&concern)) {
+            const char *key = bson_iter_key(&concern);
+            if ((strcmp(key, "j") == 0 || strcmp(key, "fsync") == 0) && bson_iter_as_bool(&concern)) {
+                return true;
+            }
+            if (strcmp(key, "w") == 0 && BSON_ITER_HOLDS_UTF8(&concern) &&
+                strcmp(bson_iter_utf8(&concern, NULL), "majority") == 0 && context->store->options.replica_set) {
+                return true;
+            }
+        }
+        return false;
+    }
+    /* Under --replSet the default write concern is majority, journaled. */
+    return context->store->options.replica_set != NULL;
+}
+
+/* --- batches ------------------------------------------------------------------ */
+
+/* Room left under the 16 MiB reply for the cursor envelope and other fields. */
+#define BATCH_MAX_BYTES (WIRE_MAX_BSON_OBJECT_SIZE - 64 * 1024)
+
+bool batch_builder_emit(void *context, const bson_t *document, int64_t record_id)
+{
+    batch_builder_t *batch = context;
+    (void)record_id;
+    if (batch->limit > 0 && batch->count >= batch->limit) {
+        return false;
+    }
+    /* The first document always goes in, as mongod returns an oversized one alone. */
+    if (batch->count > 0 && batch->bytes + document->len + 16 > BATCH_MAX_BYTES) {
+        return false;
+    }
+    char key[16];
+    const char *key_string;
+    bson_uint32_to_string(batch->count, &key_string, key, sizeof key);
+    bson_append_document(&batch->array, key_string, -1, document);
+    batch->count++;
+    batch->bytes += document->len + 16;
+    return true;
+}
+
+bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, collection_t *collection,
+                        batch_builder_t *batch, bool *out_exhausted, bson_error_t *error)
+{
+    if (cursor->plan != NULL) {
+        if (!storage_begin(context->session, error)) {
+            return false;
+        }
+        bool ok = find_plan_run(cursor->plan, context->session, collection, batch_builder_emit, batch, out_exhausted,
+                                error);
+        storage_rollback(context->session); /* read-only: nothing to commit */
+        return ok;
+    }
+    if (cursor->stream != NULL) {
+        return aggregation_fill_batch(context, cursor->stream, collection, batch, out_exhausted, error);
+    }
+    while (cursor->next_document < cursor->document_count) {
+        if (!batch_builder_emit(batch, cursor->documents[cursor->next_document], 0)) {
+            break;
+        }
+        bson_destroy(cursor->documents[cursor->next_document]);
+        cursor->documents[cursor->next_document] = NULL;
+        cursor->next_document++;
+    }
+    *out_exhausted = cursor->next_document >= cursor->document_count;
+    return true;
+}
+
+/* --- dispatch ------------------------------------------------------------------ */
+
+static void count_operation(store_t *store, const char *name)
+{
+    if (strcmp(name, "insert") == 0) {
+        return; /* counted per document by the handler */
+    }
+    if (strcmp(name, "find") == 0) {
+        atomic_fetch_add(&store->opcounters.query, 1);
+    } else if (strcmp(name, "getMore") == 0) {
+        atomic_fetch_add(&store->opcounters.getmore, 1);
+    } else if (strcmp(name, "update") != 0 && strcmp(name, "delete") != 0) {
+        atomic_fetch_add(&store->opcounters.command, 1);
+    }
+}
+
+void dispatch_command(store_t *store, storage_session_t *session, const bson_t *command, uint64_t connection_id,
+                      const char *peer_address, bson_t *reply, uint32_t *out_delay_ms)
+{
+    bson_error_t error = {0};
+    bson_iter_t iter;
+    command_context_t context = {
+        .store = store,
+        .session = session,
+        .command = command,
+        .connection_id = connection_id,
+        .peer_address = peer_address,
+    };
+    bool ok = false;
+
+    if (!bson_iter_init(&iter, command) || !bson_iter_next(&iter)) {
+        tc_error_set(&error, TC_ERR_FAILED_TO_PARSE, "Empty command: a command document needs a command name");
+        goto done;
+    }
+    context.name = bson_iter_key(&iter);
+    if (!bson_iter_init_find(&iter, command, "$db") || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        tc_error_set(&error, TC_ERR_FAILED_TO_PARSE, "Missing or invalid '$db' field in command %s", context.name);
+        goto done;
+    }
+    context.database = bson_iter_utf8(&iter, NULL);
+    if (context.database[0] == '\0' || strchr(context.database, '.') != NULL ||
+        strchr(context.database, ' ') != NULL) {
+        tc_error_set(&error, TC_ERR_INVALID_NAMESPACE, "Invalid database name: '%s'", context.database);
+        goto done;
+    }
+    const command_definition_t *definition = find_command(context.name);
+    if (definition == NULL) {
+        tc_error_set(&error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context.name);
+        goto done;
+    }
+    count_operation(store, context.name);
+    ok = definition->handler(&context, reply, &error);
+    if (storage_in_transaction(session)) {
+        storage_rollback(session); /* a handler that failed mid-write */
+    }
+done:
+    if (ok) {
+        BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    } else {
+        bson_reinit(reply);
+        tc_error_append_reply(&error, reply);
+        TC_LOG(TC_LOG_DEBUG, "COMMAND", connection_id, "%s failed: %s", context.name ? context.name : "?",
+               error.message);
+    }
+    *out_delay_ms = context.reply_delay_ms;
+}
+
+static bool is_never_compressed(const bson_t *command)
+{
+    /* The compression spec: handshake and authentication are never compressed. */
+    static const char *const names[] = {"hello", "isMaster", "ismaster", "saslStart", "saslContinue",
+                                        "getnonce", "authenticate", "createUser", "updateUser",
+                                        "copydbSaslStart", "copydbgetnonce", "copydb"};
+    bson_iter_t iter;
+    if (!bson_iter_init(&iter, command) || !bson_iter_next(&iter)) {
+        return false;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(bson_iter_key(&iter), names[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void dispatch_message(store_t *store, storage_session_t *session, const server_request_t *request,
+                      server_reply_t *out_reply)
+{
+    bson_error_t error = {0};
+    wire_header_t header;
+    uint8_t *decompressed = NULL;
+    const uint8_t *message = request->message;
+    size_t length = request->length;
+    uint8_t compressor = 0;
+    bool compressed = false;
+    bson_t command = BSON_INITIALIZER;
+    bson_t reply = BSON_INITIALIZER;
+    bool legacy = false;
+    bool more_to_come = false;
+    uint32_t delay_ms = 0;
+    uint8_t *encoded = NULL;
+    size_t encoded_length = 0;
+
+    memset(out_reply, 0, sizeof *out_reply);
+    if (!wire_request_header_parse(message, length, &header, &error)) {
+        goto refuse;
+    }
+    if (header.opcode == WIRE_OP_COMPRESSED) {
+        size_t decompressed_length;
+        if (!wire_decompress(message, length, &decompressed, &decompressed_length, &compressor, &error)) {
+            goto refuse;
+        }
+        compressed = true;
+        message = decompressed;
+        length = decompressed_length;
+        if (!wire_request_header_parse(message, length, &header, &error)) {
+            goto refuse;
+        }
+    }
+    if (header.opcode == WIRE_OP_MSG) {
+        wire_op_msg_t parsed;
+        bson_destroy(&command);
+        if (!wire_op_msg_parse(message, length, &parsed, &error)) {
+            bson_init(&command);
+            goto error_reply;
+        }
+        more_to_come = (parsed.flags & WIRE_MSG_FLAG_MORE_TO_COME) != 0;
+        if (!wire_op_msg_command(&parsed, &command, &error)) {
+            goto error_reply;
+        }
+    } else if (header.opcode == WIRE_OP_QUERY) {
+        wire_op_query_t query;
+        legacy = true;
+        bson_destroy(&command);
+        if (!wire_op_query_parse(message, length, &query, &error)) {
+            bson_init(&command);
+            goto error_reply;
+        }
+        if (!wire_op_query_command(&query, &command, &error)) {
+            goto error_reply;
+        }
+    } else {
+        tc_error_set(&error, TC_ERR_ILLEGAL_OPERATION,
+                     "Opcode %d is no longer supported: MongoDB 6.0 accepts only OP_MSG (and OP_QUERY commands "
+                     "for the handshake)",
+                     header.opcode);
+        legacy = true;
+        goto error_reply;
+    }
+    dispatch_command(store, session, &command, request->connection_id, request->peer_address, &reply, &delay_ms);
+    goto encode;
+
+error_reply:
+    bson_reinit(&reply);
+    tc_error_append_reply(&error, &reply);
+    TC_LOG(TC_LOG_INFO, "NETWORK", request->connection_id, "bad message from %s: %s", request->peer_address,
+           error.message);
+encode:
+    if (more_to_come) {
+        goto done; /* the client asked for no reply */
+    }
+    if (legacy) {
+        const bson_t *documents[] = {&reply};
+        if (!wire_op_reply_build(0, header.request_id, 0, 0, 0, documents, 1, &encoded, &encoded_length, &error)) {
+            goto refuse;
+        }
+    } else if (!wire_op_msg_build(0, header.request_id, 0, &reply, NULL, 0, &encoded, &encoded_length, &error)) {
+        bson_t too_large = BSON_INITIALIZER;
+        tc_error_append_reply(&error, &too_large);
+        bool built = wire_op_msg_build(0, header.request_id, 0, &too_large, NULL, 0, &encoded, &encoded_length, &error);
+        bson_destroy(&too_large);
+        if (!built) {
+            goto refuse;
+        }
+    }
+    if (compressed && !is_never_compressed(&command)) {
+        uint8_t *recompressed;
+        size_t recompressed_length;
+        if (wire_compress(encoded, encoded_length, compressor, &recompressed, &recompressed_length, &error)) {
+            bson_free(encoded);
+            encoded = recompressed;
+            encoded_length = recompressed_length;
+        }
+    }
+    out_reply->data = encoded;
+    out_reply->length = encoded_length;
+    out_reply->delay_ms = delay_ms;
+    encoded = NULL;
+    goto done;
+
+refuse:
+    /* Framing we cannot answer in kind: log and close, as mongod does. */
+    TC_LOG(TC_LOG_INFO, "NETWORK", request->connection_id, "closing connection from %s: %s", request->peer_address,
+           error.message);
+    out_reply->close_after = true;
+done:
+    bson_free(encoded);
+    bson_free(decompressed);
+    bson_destroy(&command);
+    bson_destroy(&reply);
+}

@@ -1,0 +1,1238 @@
+/* Query execution: access-path choice, index bounds from the filter, the scan
+ * loop (filter, skip, limit, projection), blocking sorts, covered queries and
+ * explain. Read top to bottom: plan structure, bounds, choice, execution,
+ * explain. */
+#include "store/find.h"
+#include "query/match.h"
+#include "query/order.h"
+#include "query/projection.h"
+#include "query/sort.h"
+#include "query/value_format.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* mongod's default limit for a blocking sort without allowDiskUse. */
+#define BLOCKING_SORT_MEMORY_LIMIT (100 * 1024 * 1024)
+
+typedef enum access_kind {
+    ACCESS_COLLECTION_SCAN,
+    ACCESS_ID_LOOKUP, /* {_id: value}: mongod's IDHACK */
+    ACCESS_INDEX_SCAN,
+} access_kind_t;
+
+/* The set of record ids already returned by a multikey index scan. */
+typedef struct record_id_set {
+    int64_t *slots; /* 0 = empty; record ids start at 1 */
+    size_t capacity;
+    size_t count;
+} record_id_set_t;
+
+typedef struct sorted_result {
+    keystring_t sort_key; /* generated once; compared as bytes */
+    bson_t *document;
+    int64_t record_id;
+} sorted_result_t;
+
+struct find_plan {
+    char *ns;
+    bson_t filter;
+    match_expression_t *matcher;
+    sort_spec_t *sort;
+    bson_t sort_pattern;
+    projection_t *projection;
+    bson_t projection_spec;
+    int64_t skip;
+    int64_t skip_remaining;
+    int64_t limit;
+    int64_t returned;
+
+    access_kind_t access;
+    char *index_name;
+    bson_t index_key_pattern;
+    bool index_multikey;
+    scan_bounds_t *intervals;
+    size_t interval_count;
+    size_t interval_index;
+    bson_t index_bounds_explain; /* {field: ["[5, 5]"]} */
+    bool descending_scan;
+    bool covered;
+    bool blocking_sort;
+    scan_position_t position;
+    record_id_set_t seen;
+
+    sorted_result_t *sorted;
+    size_t sorted_count;
+    size_t sorted_next;
+    bool sorted_ready;
+
+    bson_t *pending; /* a result emit refused: first of the next batch */
+    int64_t pending_record_id;
+    bool exhausted;
+
+    uint64_t keys_examined;
+    uint64_t documents_examined;
+};
+
+/* --- small helpers ------------------------------------------------------------ */
+
+static void record_id_set_cleanup(record_id_set_t *set)
+{
+    bson_free(set->slots);
+    memset(set, 0, sizeof *set);
+}
+
+/* Adds record_id; false when it was already there. */
+static bool record_id_set_add(record_id_set_t *set, int64_t record_id)
+{
+    if ((set->count + 1) * 2 > set->capacity) {
+        record_id_set_t bigger = {.capacity = set->capacity ? set->capacity * 2 : 64};
+        bigger.slots = bson_malloc0(bigger.capacity * sizeof(int64_t));
+        for (size_t i = 0; i < set->capacity; i++) {
+            if (set->slots[i] != 0) {
+                record_id_set_add(&bigger, set->slots[i]);
+            }
+        }
+        bson_free(set->slots);
+        *set = bigger;
+    }
+    size_t slot = (size_t)((uint64_t)record_id * 0x9E3779B97F4A7C15ull) & (set->capacity - 1);
+    while (set->slots[slot] != 0) {
+        if (set->slots[slot] == record_id) {
+            return false;
+        }
+        slot = (slot + 1) & (set->capacity - 1);
+    }
+    set->slots[slot] = record_id;
+    set->count++;
+    return true;
+}
+
+static bool is_operator_document(const bson_iter_t *iter)
+{
+    bson_iter_t child;
+    if (!BSON_ITER_HOLDS_DOCUMENT(iter) || !bson_iter_recurse(iter, &child) || !bson_iter_next(&child)) {
+        return false;
+    }
+    return bson_iter_key(&child)[0] == '$';
+}
+
+static void copy_or_init(bson_t *destination, const bson_t *source)
+{
+    if (source != NULL) {
+        bson_copy_to(source, destination);
+    } else {
+        bson_init(destination);
+    }
+}
+
+/* --- bounds ----------------------------------------------------------------------
+ * For one field, the filter's top-level conjuncts give a value range or a list
+ * of points. Values an index cannot bound by (arrays, regexes, null, documents
+ * of operators we do not model) leave the field unbounded; the filter is
+ * always re-applied to what the scan returns, so bounds only need to be a
+ * superset of the answer. */
+
+typedef struct field_range {
+    bool bounded;
+    bool is_points;
+    bson_value_t points[64];
+    size_t point_count;
+    bool has_lower, has_upper;
+    bson_value_t lower, upper; /* copies */
+    bool lower_inclusive, upper_inclusive;
+} field_range_t;
+
+static void field_range_cleanup(field_range_t *range)
+{
+    for (size_t i = 0; i < range->point_count; i++) {
+        bson_value_destroy(&range->points[i]);
+    }
+    if (range->has_lower) {
+        bson_value_destroy(&range->lower);
+    }
+    if (range->has_upper) {
+        bson_value_destroy(&range->upper);
+    }
+    memset(range, 0, sizeof *range);
+}
+
+static bool value_is_indexable_operand(const bson_value_t *value)
+{
+    switch (value->value_type) {
+    case BSON_TYPE_ARRAY:
+    case BSON_TYPE_REGEX:
+    case BSON_TYPE_NULL:
+    case BSON_TYPE_UNDEFINED:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* The lowest and highest values of value's type bracket, so a one-sided range
+ * stays inside its type as MongoDB's comparison does. */
+static bool bracket_limits(const bson_value_t *value, bson_value_t *out_low, bson_value_t *out_high)
+{
+    memset(out_low, 0, sizeof *out_low);
+    memset(out_high, 0, sizeof *out_high);
+    switch (value->value_type) {
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128:
+        out_low->value_type = BSON_TYPE_DOUBLE;
+        out_low->value.v_double = NAN;
+        out_high->value_type = BSON_TYPE_DOUBLE;
+        out_high->value.v_double = INFINITY;
+        return true;
+    case BSON_TYPE_DATE_TIME:
+        out_low->value_type = BSON_TYPE_DATE_TIME;
+        out_low->value.v_datetime = INT64_MIN;
+        out_high->value_type = BSON_TYPE_DATE_TIME;
+        out_high->value.v_datetime = INT64_MAX;
+        return true;
+    case BSON_TYPE_OID:
+        out_low->value_type = BSON_TYPE_OID;
+        memset(out_low->value.v_oid.bytes, 0x00, 12);
+        out_high->value_type = BSON_TYPE_OID;
+        memset(out_high->value.v_oid.bytes, 0xff, 12);
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void range_add_point(field_range_t *range, const bson_value_t *value)
+{
+    if (range->point_count < sizeof range->points / sizeof range->points[0]) {
+        bson_value_copy(value, &range->points[range->point_count++]);
+    } else {
+        range->bounded = false; /* too many points: scan the field's whole range */
+    }
+}
+
+static void range_set_side(field_range_t *range, bool lower, const bson_value_t *value, bool inclusive)
+{
+    bool *has = lower ? &range->has_lower : &range->has_upper;
+    bson_value_t *side = lower ? &range->lower : &range->upper;
+    bool *side_inclusive = lower ? &range->lower_inclusive : &range->upper_inclusive;
+    if (*has) {
+        int comparison = order_compare_values(value, side);
+        bool tighter = lower ? (comparison > 0 || (comparison == 0 && !inclusive))
+                             : (comparison < 0 || (comparison == 0 && !inclusive));
+        if (!tighter) {
+            return;
+        }
+        bson_value_destroy(side);
+    }
+    bson_value_copy(value, side);
+    *side_inclusive = inclusive;
+    *has = true;
+}
+
+/* Reads the conjunct `path: operand` into range. allow_intersection is false
+ * for multikey indexes, where two conditions may hold on different elements. */
+static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool allow_intersection)
+{
+    if (range->bounded && !allow_intersection) {
+        return;
+    }
+    if (!is_operator_document(operand)) {
+        const bson_value_t *value = bson_iter_value(operand);
+        if (!value_is_indexable_operand(value) || range->bounded) {
+            return;
+        }
+        range->bounded = true;
+        range->is_points = true;
+        range_add_point(range, value);
+        return;
+    }
+    bson_iter_t operators;
+    bson_iter_recurse(operand, &operators);
+    field_range_t candidate = {0};
+    bool usable = false;
+    while (bson_iter_next(&operators)) {
+        const char *name = bson_iter_key(&operators);
+        const bson_value_t *value = bson_iter_value(&operators);
+        if (strcmp(name, "$eq") == 0 && value_is_indexable_operand(value)) {
+            if (!usable) {
+                candidate.is_points = true;
+                range_add_point(&candidate, value);
+                usable = true;
+            }
+        } else if (strcmp(name, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&operators) && !usable) {
+            bson_iter_t items;
+            bson_iter_recurse(&operators, &items);
+            bool all_indexable = true;
+            candidate.is_points = true;
+            while (bson_iter_next(&items)) {
+                if (!value_is_indexable_operand(bson_iter_value(&items))) {
+                    all_indexable = false;
+                    break;
+                }
+                range_add_point(&candidate, bson_iter_value(&items));
+            }
+            if (all_indexable && candidate.point_count > 0 &&
+                candidate.point_count < sizeof candidate.points / sizeof candidate.points[0]) {
+                usable = true;
+            } else {
+                field_range_cleanup(&candidate);
+            }
+        } else if ((strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
+                    strcmp(name, "$lte") == 0) &&
+                   value_is_indexable_operand(value) && !candidate.is_points) {
+            bool lower = name[1] == 'g';
+            bool inclusive = name[3] == 'e';
+            if (usable && !allow_intersection) {
+                continue;
+            }
+            range_set_side(&candidate, lower, value, inclusive);
+            usable = true;
+        }
+    }
+    if (!usable) {
+        field_range_cleanup(&candidate);
+        return;
+    }
+    candidate.bounded = true;
+    if (range->bounded) {
+        /* Already bounded by an earlier conjunct on the same path: keep that. */
+        field_range_cleanup(&candidate);
+        return;
+    }
+    *range = candidate;
+}
+
+static void collect_field_range(const bson_t *filter, const char *path, bool allow_intersection,
+                                field_range_t *range)
+{
+    bson_iter_t iter;
+    if (filter == NULL || !bson_iter_init(&iter, filter)) {
+        return;
+    }
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        if (strcmp(key, path) == 0) {
+            range_add_condition(range, &iter, allow_intersection);
+        } else if (strcmp(key, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&iter)) {
+            bson_iter_t clauses;
+            bson_iter_recurse(&iter, &clauses);
+            while (bson_iter_next(&clauses)) {
+                bson_t clause;
+                uint32_t length;
+                const uint8_t *data;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&clauses)) {
+                    continue;
+                }
+                bson_iter_document(&clauses, &length, &data);
+                bson_init_static(&clause, data, length);
+                collect_field_range(&clause, path, allow_intersection, range);
+            }
+        }
+    }
+}
+
+/* Completes a one-sided range with its type bracket's other end. */
+static void range_close_bracket(field_range_t *range)
+{
+    if (range->is_points || (range->has_lower && range->has_upper)) {
+        return;
+    }
+    bson_value_t low, high;
+    const bson_value_t *known = range->has_lower ? &range->lower : &range->upper;
+    if (!bracket_limits(known, &low, &high)) {
+        return;
+    }
+    if (!range->has_lower) {
+        range->lower = low;
+        range->has_lower = true;
+        range->lower_inclusive = true;
+    } else {
+        range->upper = high;
+        range->has_upper = true;
+        range->upper_inclusive = true;
+    }
+}
+
+static int index_direction(const bson_iter_t *iter)
+{
+    return bson_iter_as_double(iter) < 0 ? -1 : 1;
+}
+
+static void append_explain_value(bson_string_t *out, const bson_value_t *value)
+{
+    value_format_append(out, value);
+}
+
+/* Builds the plan's intervals for index key_pattern: equality prefixes, then
+ * one range or point list. Returns false if the first field is unbounded. */
+static bool build_intervals(find_plan_t *plan, const bson_t *key_pattern, bool multikey)
+{
+    bson_iter_t fields;
+    bson_iter_init(&fields, key_pattern);
+    scan_bounds_t prefix;
+    scan_bounds_init(&prefix);
+    size_t prefix_fields = 0;
+    bool built = false;
+    bson_t *explain = &plan->index_bounds_explain;
+    bson_reinit(explain);
+
+    while (bson_iter_next(&fields)) {
+        const char *path = bson_iter_key(&fields);
+        bool descending = index_direction(&fields) < 0;
+        field_range_t range = {0};
+        collect_field_range(&plan->filter, path, !multikey, &range);
+        bson_t field_bounds;
+        bson_append_array_begin(explain, path, -1, &field_bounds);
+        if (!range.bounded) {
+            bson_append_utf8(&field_bounds, "0", 1, "[MinKey, MaxKey]", -1);
+            bson_append_array_end(explain, &field_bounds);
+            field_range_cleanup(&range);
+            break;
+        }
+        range_close_bracket(&range);
+        if (range.is_points && range.point_count == 1 && !multikey) {
+            /* Equality: extend the prefix and look at the next field. */
+            keystring_append_value(&prefix.lower, &range.points[0], descending);
+            keystring_append_value(&prefix.upper, &range.points[0], descending);
+            bson_string_t *text = bson_string_new("[");
+            append_explain_value(text, &range.points[0]);
+            bson_string_append(text, ", ");
+            append_explain_value(text, &range.points[0]);
+            bson_string_append(text, "]");
+            bson_append_utf8(&field_bounds, "0", 1, text->str, -1);
+            bson_string_free(text, true);
+            bson_append_array_end(explain, &field_bounds);
+            prefix_fields++;
+            field_range_cleanup(&range);
+            built = true;
+            continue;
+        }
+        if (range.is_points) {
+            if (prefix_fields > 0) {
+                /* Points after an equality prefix: the prefix alone bounds the scan. */
+                bson_append_utf8(&field_bounds, "0", 1, "[MinKey, MaxKey]", -1);
+                bson_append_array_end(explain, &field_bounds);
+                field_range_cleanup(&range);
+                break;
+            }
+            /* One interval per distinct point, in key order. */
+            plan->intervals = bson_malloc0(range.point_count * sizeof(scan_bounds_t));
+            for (size_t i = 0; i < range.point_count; i++) {
+                scan_bounds_t point;
+                scan_bounds_init(&point);
+                keystring_append_value(&point.lower, &range.points[i], descending);
+                keystring_append_value(&point.upper, &range.points[i], descending);
+                size_t slot = plan->interval_count;
+                bool duplicate = false;
+                while (slot > 0) {
+                    const keystring_t *other = &plan->intervals[slot - 1].lower;
+                    size_t common = other->length < point.lower.length ? other->length : point.lower.length;
+                    int comparison = memcmp(other->data, point.lower.data, common);
+                    if (comparison == 0) {
+                        comparison = (int)other->length - (int)point.lower.length;
+                    }
+                    if (comparison == 0) {
+                        duplicate = true;
+                        break;
+                    }
+                    if (comparison < 0) {
+                        break;
+                    }
+                    slot--;
+                }
+                if (duplicate) {
+                    scan_bounds_cleanup(&point);
+                    continue;
+                }
+                memmove(&plan->intervals[slot + 1], &plan->intervals[slot],
+                        (plan->interval_count - slot) * sizeof(scan_bounds_t));
+                plan->intervals[slot] = point;
+                plan->interval_count++;
+                bson_string_t *text = bson_string_new("[");
+                append_explain_value(text, &range.points[i]);
+                bson_string_append(text, ", ");
+                append_explain_value(text, &range.points[i]);
+                bson_string_append(text, "]");
+                char key[16];
+                const char *key_string;
+                bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+                bson_append_utf8(&field_bounds, key_string, -1, text->str, -1);
+                bson_string_free(text, true);
+            }
+            bson_append_array_end(explain, &field_bounds);
+            field_range_cleanup(&range);
+            scan_bounds_cleanup(&prefix);
+            built = true;
+            goto finish;
+        }
+        /* A range: lower and upper in value order, swapped for a descending field. */
+        scan_bounds_t interval;
+        scan_bounds_init(&interval);
+        keystring_append_bytes(&interval.lower, prefix.lower.data, prefix.lower.length);
+        keystring_append_bytes(&interval.upper, prefix.upper.data, prefix.upper.length);
+        const bson_value_t *key_low = descending ? (range.has_upper ? &range.upper : NULL)
+                                                 : (range.has_lower ? &range.lower : NULL);
+        const bson_value_t *key_high = descending ? (range.has_lower ? &range.lower : NULL)
+                                                  : (range.has_upper ? &range.upper : NULL);
+        if (key_low != NULL) {
+            keystring_append_value(&interval.lower, key_low, descending);
+            interval.lower_inclusive = descending ? range.upper_inclusive : range.lower_inclusive;
+        }
+        if (key_high != NULL) {
+            keystring_append_value(&interval.upper, key_high, descending);
+            interval.upper_inclusive = descending ? range.lower_inclusive : range.upper_inclusive;
+        }
+        bson_string_t *text = bson_string_new(range.has_lower && !range.lower_inclusive ? "(" : "[");
+        if (range.has_lower) {
+            append_explain_value(text, &range.lower);
+        } else {
+            bson_string_append(text, "MinKey");
+        }
+        bson_string_append(text, ", ");
+        if (range.has_upper) {
+            append_explain_value(text, &range.upper);
+        } else {
+            bson_string_append(text, "MaxKey");
+        }
+        bson_string_append(text, range.has_upper && !range.upper_inclusive ? ")" : "]");
+        bson_append_utf8(&field_bounds, "0", 1, text->str, -1);
+        bson_string_free(text, true);
+        bson_append_array_end(explain, &field_bounds);
+        plan->intervals = bson_malloc0(sizeof(scan_bounds_t));
+        plan->intervals[0] = interval;
+        plan->interval_count = 1;
+        field_range_cleanup(&range);
+        scan_bounds_cleanup(&prefix);
+        built = true;
+        goto finish;
+    }
+    /* Only equalities (or nothing) bounded the scan: the prefix is the interval. */
+    if (built) {
+        plan->intervals = bson_malloc0(sizeof(scan_bounds_t));
+        plan->intervals[0] = prefix;
+        plan->interval_count = 1;
+    } else {
+        scan_bounds_cleanup(&prefix);
+    }
+finish:
+    /* Fields after the bounded ones are unbounded in explain. */
+    while (bson_iter_next(&fields)) {
+        bson_t field_bounds;
+        bson_append_array_begin(explain, bson_iter_key(&fields), -1, &field_bounds);
+        bson_append_utf8(&field_bounds, "0", 1, "[MinKey, MaxKey]", -1);
+        bson_append_array_end(explain, &field_bounds);
+    }
+    return built;
+}
+
+static void clear_intervals(find_plan_t *plan)
+{
+    for (size_t i = 0; i < plan->interval_count; i++) {
+        scan_bounds_cleanup(&plan->intervals[i]);
+    }
+    bson_free(plan->intervals);
+    plan->intervals = NULL;
+    plan->interval_count = 0;
+}
+
+/* --- access-path choice ---------------------------------------------------------- */
+
+/* +1 if the index gives the sort order scanning forward, -1 backward, 0 not at all. */
+static int index_sort_direction(const bson_t *key_pattern, const bson_t *sort_pattern)
+{
+    bson_iter_t index_fields, sort_fields;
+    int direction = 0;
+    if (bson_count_keys(sort_pattern) == 0) {
+        return 0;
+    }
+    bson_iter_init(&index_fields, key_pattern);
+    bson_iter_init(&sort_fields, sort_pattern);
+    while (bson_iter_next(&sort_fields)) {
+        if (!bson_iter_next(&index_fields) || strcmp(bson_iter_key(&index_fields), bson_iter_key(&sort_fields)) != 0) {
+            return 0;
+        }
+        if (!BSON_ITER_HOLDS_NUMBER(&sort_fields)) {
+            return 0;
+        }
+        int relative = index_direction(&index_fields) * (bson_iter_as_double(&sort_fields) < 0 ? -1 : 1);
+        if (direction != 0 && relative != direction) {
+            return 0;
+        }
+        direction = relative;
+    }
+    return direction;
+}
+
+static bool filter_is_id_equality(const bson_t *filter, bson_value_t *out_id)
+{
+    bson_iter_t iter;
+    if (filter == NULL || bson_count_keys(filter) != 1 || !bson_iter_init_find(&iter, filter, "_id")) {
+        return false;
+    }
+    if (is_operator_document(&iter)) {
+        bson_iter_t operators;
+        bson_iter_recurse(&iter, &operators);
+        if (!bson_iter_next(&operators) || strcmp(bson_iter_key(&operators), "$eq") != 0 ||
+            bson_iter_next(&operators)) {
+            return false;
+        }
+        bson_iter_recurse(&iter, &operators);
+        bson_iter_next(&operators);
+        iter = operators;
+    }
+    const bson_value_t *value = bson_iter_value(&iter);
+    if (!value_is_indexable_operand(value) || value->value_type == BSON_TYPE_DOCUMENT) {
+        return false;
+    }
+    bson_value_copy(value, out_id);
+    return true;
+}
+
+static void use_index(find_plan_t *plan, index_descriptor_t *index)
+{
+    plan->access = ACCESS_INDEX_SCAN;
+    bson_free(plan->index_name);
+    plan->index_name = bson_strdup(index->name);
+    bson_destroy(&plan->index_key_pattern);
+    bson_copy_to(&index->key_pattern, &plan->index_key_pattern);
+    plan->index_multikey = atomic_load(&index->multikey);
+}
+
+/* Scores an index for this query: 0 unusable; higher is better. */
+static int score_index(find_plan_t *plan, index_descriptor_t *index)
+{
+    bool multikey = atomic_load(&index->multikey);
+    clear_intervals(plan);
+    if (!build_intervals(plan, &index->key_pattern, multikey)) {
+        return 0;
+    }
+    int score = 10;
+    /* Point intervals beat ranges; a provided sort order is worth a lot. */
+    if (plan->interval_count > 0 && plan->intervals[0].lower.length == plan->intervals[0].upper.length &&
+        memcmp(plan->intervals[0].lower.data, plan->intervals[0].upper.data, plan->intervals[0].lower.length) == 0) {
+        score += 20;
+    }
+    score += (int)bson_count_keys(&index->key_pattern);
+    if (plan->interval_count == 1 && index_sort_direction(&index->key_pattern, &plan->sort_pattern) != 0) {
+        score += 5;
+    }
+    return score;
+}
+
+static bool choose_access_path(find_plan_t *plan, collection_t *collection, const find_options_t *options,
+                               bson_error_t *error)
+{
+    index_descriptor_t *hinted = NULL;
+    if (options->hint_name != NULL) {
+        hinted = storage_find_index(collection, options->hint_name);
+    } else if (options->hint != NULL && bson_count_keys(options->hint) > 0) {
+        bson_iter_t iter;
+        if (bson_iter_init_find(&iter, options->hint, "$natural")) {
+            plan->access = ACCESS_COLLECTION_SCAN;
+            plan->descending_scan = bson_iter_as_double(&iter) < 0;
+            return true;
+        }
+        for (size_t i = 0; i < collection->index_count; i++) {
+            if (bson_equal(&collection->indexes[i]->key_pattern, options->hint)) {
+                hinted = collection->indexes[i];
+            }
+        }
+    }
+    if ((options->hint_name != NULL || (options->hint != NULL && bson_count_keys(options->hint) > 0)) &&
+        hinted == NULL) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "error processing query: ns=%s: hint provided does not "
+                            "correspond to an existing index", collection->ns);
+    }
+    if (hinted != NULL) {
+        use_index(plan, hinted);
+        clear_intervals(plan);
+        if (!build_intervals(plan, &hinted->key_pattern, plan->index_multikey)) {
+            clear_intervals(plan); /* full index scan */
+        }
+        return true;
+    }
+
+    bson_value_t id_value;
+    if (filter_is_id_equality(&plan->filter, &id_value)) {
+        use_index(plan, collection->indexes[0]);
+        plan->access = ACCESS_ID_LOOKUP;
+        clear_intervals(plan);
+        plan->intervals = bson_malloc0(sizeof(scan_bounds_t));
+        scan_bounds_init(&plan->intervals[0]);
+        keystring_append_value(&plan->intervals[0].lower, &id_value, false);
+        keystring_append_value(&plan->intervals[0].upper, &id_value, false);
+        plan->interval_count = 1;
+        bson_value_destroy(&id_value);
+        return true;
+    }
+
+    index_descriptor_t *best = NULL;
+    int best_score = 0;
+    for (size_t i = 0; i < collection->index_count; i++) {
+        int score = score_index(plan, collection->indexes[i]);
+        if (score > best_score) {
+            best_score = score;
+            best = collection->indexes[i];
+        }
+    }
+    clear_intervals(plan);
+    if (best != NULL) {
+        use_index(plan, best);
+        build_intervals(plan, &best->key_pattern, plan->index_multikey);
+        return true;
+    }
+    /* No bounds anywhere: an index that yields the sort order avoids a blocking sort. */
+    for (size_t i = 0; i < collection->index_count; i++) {
+        index_descriptor_t *index = collection->indexes[i];
+        if (index_sort_direction(&index->key_pattern, &plan->sort_pattern) != 0 && !atomic_load(&index->multikey)) {
+            use_index(plan, index);
+            bson_destroy(&plan->index_bounds_explain);
+            bson_init(&plan->index_bounds_explain);
+            bson_iter_t fields;
+            bson_iter_init(&fields, &index->key_pattern);
+            while (bson_iter_next(&fields)) {
+                bson_t field_bounds;
+                bson_append_array_begin(&plan->index_bounds_explain, bson_iter_key(&fields), -1, &field_bounds);
+                bson_append_utf8(&field_bounds, "0", 1, "[MinKey, MaxKey]", -1);
+                bson_append_array_end(&plan->index_bounds_explain, &field_bounds);
+            }
+            return true;
+        }
+    }
+    plan->access = ACCESS_COLLECTION_SCAN;
+    return true;
+}
+
+/* A covered query reads only the index: projection includes only index fields
+ * (no _id unless indexed), every filter field is in the index, and the index is
+ * not multikey (an array's elements are separate keys). */
+static bool plan_is_covered(find_plan_t *plan)
+{
+    if (plan->access != ACCESS_INDEX_SCAN || plan->index_multikey || plan->projection == NULL ||
+        !projection_is_inclusion(plan->projection)) {
+        return false;
+    }
+    bson_iter_t fields, iter;
+    bool id_in_index = false;
+    bson_iter_init(&fields, &plan->index_key_pattern);
+    while (bson_iter_next(&fields)) {
+        if (strchr(bson_iter_key(&fields), '.') != NULL) {
+            return false;
+        }
+        if (strcmp(bson_iter_key(&fields), "_id") == 0) {
+            id_in_index = true;
+        }
+    }
+    if (projection_includes_id(plan->projection) && !id_in_index) {
+        return false;
+    }
+    for (size_t i = 0; i < projection_included_path_count(plan->projection); i++) {
+        if (!bson_iter_init_find(&iter, &plan->index_key_pattern, projection_included_path(plan->projection, i))) {
+            return false;
+        }
+    }
+    bson_iter_init(&iter, &plan->filter);
+    while (bson_iter_next(&iter)) {
+        bson_iter_t found;
+        if (bson_iter_key(&iter)[0] == '$' ||
+            !bson_iter_init_find(&found, &plan->index_key_pattern, bson_iter_key(&iter))) {
+            return false;
+        }
+    }
+    bson_iter_init(&iter, &plan->sort_pattern);
+    while (bson_iter_next(&iter)) {
+        bson_iter_t found;
+        if (!bson_iter_init_find(&found, &plan->index_key_pattern, bson_iter_key(&iter))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection, const find_options_t *options,
+                           bson_error_t *error)
+{
+    find_plan_t *plan = BSON_ALIGNED_ALLOC0(find_plan_t);
+    copy_or_init(&plan->filter, options->filter);
+    copy_or_init(&plan->sort_pattern, options->sort);
+    copy_or_init(&plan->projection_spec, options->projection);
+    bson_init(&plan->index_key_pattern);
+    bson_init(&plan->index_bounds_explain);
+    scan_position_init(&plan->position);
+    plan->skip = options->skip;
+    plan->skip_remaining = options->skip;
+    plan->limit = options->limit;
+
+    if (options->skip < 0) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "skip value must be non-negative, but received: %lld",
+                     (long long)options->skip);
+        goto fail;
+    }
+    if (options->limit < 0) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "limit value must be non-negative, but received: %lld",
+                     (long long)options->limit);
+        goto fail;
+    }
+    plan->matcher = match_compile(&plan->filter, error);
+    if (plan->matcher == NULL) {
+        goto fail;
+    }
+    if (bson_count_keys(&plan->sort_pattern) > 0) {
+        plan->sort = sort_spec_compile(&plan->sort_pattern, error);
+        if (plan->sort == NULL) {
+            goto fail;
+        }
+    }
+    if (bson_count_keys(&plan->projection_spec) > 0) {
+        plan->projection = projection_compile(&plan->projection_spec, error);
+        if (plan->projection == NULL) {
+            goto fail;
+        }
+    }
+    if (collection != NULL) {
+        plan->ns = bson_strdup(collection->ns);
+        if (!choose_access_path(plan, collection, options, error)) {
+            goto fail;
+        }
+        if (plan->sort != NULL) {
+            int direction = plan->access == ACCESS_COLLECTION_SCAN
+                                ? 0
+                                : index_sort_direction(&plan->index_key_pattern, &plan->sort_pattern);
+            if (direction != 0 && plan->interval_count <= 1 && !plan->index_multikey) {
+                plan->descending_scan = direction < 0;
+            } else {
+                plan->blocking_sort = true;
+            }
+        }
+        plan->covered = plan_is_covered(plan);
+    } else {
+        plan->exhausted = true;
+    }
+    (void)session;
+    return plan;
+fail:
+    find_plan_destroy(plan);
+    return NULL;
+}
+
+void find_plan_destroy(find_plan_t *plan)
+{
+    if (plan == NULL) {
+        return;
+    }
+    bson_free(plan->ns);
+    bson_destroy(&plan->filter);
+    match_destroy(plan->matcher);
+    sort_spec_destroy(plan->sort);
+    bson_destroy(&plan->sort_pattern);
+    projection_destroy(plan->projection);
+    bson_destroy(&plan->projection_spec);
+    bson_free(plan->index_name);
+    bson_destroy(&plan->index_key_pattern);
+    clear_intervals(plan);
+    bson_destroy(&plan->index_bounds_explain);
+    scan_position_cleanup(&plan->position);
+    record_id_set_cleanup(&plan->seen);
+    for (size_t i = 0; i < plan->sorted_count; i++) {
+        bson_destroy(plan->sorted[i].document);
+        keystring_cleanup(&plan->sorted[i].sort_key);
+    }
+    bson_free(plan->sorted);
+    if (plan->pending != NULL) {
+        bson_destroy(plan->pending);
+    }
+    bson_free(plan);
+}
+
+/* --- execution ---------------------------------------------------------------------- */
+
+/* Produces the next document that passes the filter, before skip and limit.
+ * *out_document is valid until the next call; owned_document holds a copy
+ * when the document had to be fetched or built. */
+typedef struct source_state {
+    scan_t *scan;
+    index_descriptor_t *index;
+    bson_t owned;
+    bool owns;
+} source_state_t;
+
+static bool next_candidate(find_plan_t *plan, storage_session_t *session, collection_t *collection,
+                           source_state_t *state, const bson_t **out_document, int64_t *out_record_id,
+                           bool *out_end, bson_error_t *error)
+{
+    for (;;) {
+        if (state->owns) {
+            bson_destroy(&state->owned);
+            state->owns = false;
+        }
+        if (state->scan == NULL) {
+            if (plan->access != ACCESS_COLLECTION_SCAN && plan->interval_count > 0 &&
+                plan->interval_index >= plan->interval_count) {
+                *out_end = true;
+                return true;
+            }
+            const scan_bounds_t *bounds = plan->access == ACCESS_COLLECTION_SCAN || plan->interval_count == 0
+                                              ? NULL
+                                              : &plan->intervals[plan->interval_index];
+            state->scan = scan_open(session, collection, plan->access == ACCESS_COLLECTION_SCAN ? NULL : state->index,
+                                    bounds, plan->descending_scan, &plan->position, error);
+            if (state->scan == NULL) {
+                return false;
+            }
+        }
+        int64_t record_id;
+        bson_t document, key_values;
+        bool end;
+        uint64_t keys_before = scan_keys_examined(state->scan);
+        if (!scan_next(state->scan, &record_id, &document, &key_values, &end, error)) {
+            return false;
+        }
+        plan->keys_examined += scan_keys_examined(state->scan) - keys_before;
+        if (end) {
+            scan_close(state->scan);
+            state->scan = NULL;
+            if (plan->access == ACCESS_COLLECTION_SCAN || plan->interval_count <= 1 ||
+                ++plan->interval_index >= plan->interval_count) {
+                plan->interval_index = plan->interval_count;
+                *out_end = true;
+                return true;
+            }
+            scan_position_cleanup(&plan->position);
+            scan_position_init(&plan->position);
+            continue;
+        }
+        if (plan->access == ACCESS_COLLECTION_SCAN) {
+            plan->documents_examined++;
+            if (!match_document(plan->matcher, &document)) {
+                continue;
+            }
+            bson_copy_to(&document, &state->owned);
+            state->owns = true;
+        } else {
+            if (plan->index_multikey && !record_id_set_add(&plan->seen, record_id)) {
+                continue;
+            }
+            if (plan->covered) {
+                /* Rebuild {field: value} from the key's values. */
+                bson_init(&state->owned);
+                state->owns = true;
+                bson_iter_t fields, values;
+                bson_iter_init(&fields, &plan->index_key_pattern);
+                bson_iter_init(&values, &key_values);
+                while (bson_iter_next(&fields) && bson_iter_next(&values)) {
+                    bson_append_value(&state->owned, bson_iter_key(&fields), -1, bson_iter_value(&values));
+                }
+            } else {
+                bool found;
+                plan->documents_examined++;
+                if (!storage_read_record(session, collection, record_id, &state->owned, &found, error)) {
+                    bson_destroy(&state->owned);
+                    return false;
+                }
+                state->owns = true;
+                if (!found) {
+                    continue;
+                }
+            }
+            if (!match_document(plan->matcher, &state->owned)) {
+                continue;
+            }
+        }
+        *out_document = &state->owned;
+        *out_record_id = record_id;
+        *out_end = false;
+        return true;
+    }
+}
+
+static int compare_sorted_results(const void *left, const void *right)
+{
+    const sorted_result_t *a = left, *b = right;
+    int comparison = keystring_compare(&a->sort_key, &b->sort_key);
+    if (comparison != 0) {
+        return comparison;
+    }
+    return a->record_id < b->record_id ? -1 : a->record_id > b->record_id;
+}
+
+static bool fill_blocking_sort(find_plan_t *plan, storage_session_t *session, collection_t *collection,
+                               source_state_t *state, bson_error_t *error)
+{
+    size_t capacity = 0;
+    size_t memory = 0;
+    for (;;) {
+        const bson_t *document;
+        int64_t record_id;
+        bool end;
+        if (!next_candidate(plan, session, collection, state, &document, &record_id, &end, error)) {
+            return false;
+        }
+        if (end) {
+            break;
+        }
+        keystring_t sort_key;
+        keystring_init(&sort_key);
+        if (!sort_key_generate(plan->sort, document, &sort_key, NULL, error)) {
+            keystring_cleanup(&sort_key);
+            return false;
+        }
+        memory += document->len + sort_key.length + sizeof(sorted_result_t);
+        if (memory > BLOCKING_SORT_MEMORY_LIMIT) {
+            return tc_error_set(error, TC_ERR_QUERY_EXCEEDED_MEMORY_LIMIT,
+                                "Executor error during find command :: caused by :: Sort exceeded memory "
+                                "limit of %d bytes, but did not opt in to external sorting.",
+                                BLOCKING_SORT_MEMORY_LIMIT);
+        }
+        if (plan->sorted_count == capacity) {
+            capacity = capacity ? capacity * 2 : 64;
+            plan->sorted = bson_realloc(plan->sorted, capacity * sizeof(sorted_result_t));
+        }
+        plan->sorted[plan->sorted_count].sort_key = sort_key;
+        plan->sorted[plan->sorted_count].document = bson_copy(document);
+        plan->sorted[plan->sorted_count].record_id = record_id;
+        plan->sorted_count++;
+    }
+    qsort(plan->sorted, plan->sorted_count, sizeof(sorted_result_t), compare_sorted_results);
+    plan->sorted_ready = true;
+    return true;
+}
+
+/* Applies skip, limit and projection to one filtered document, then emits it.
+ * Returns false when emit refused it (kept as pending). */
+static bool deliver(find_plan_t *plan, const bson_t *document, int64_t record_id, find_emit_fn emit, void *context,
+                    bool *out_refused, bson_error_t *error)
+{
+    *out_refused = false;
+    if (plan->skip_remaining > 0) {
+        plan->skip_remaining--;
+        return true;
+    }
+    bson_t projected;
+    const bson_t *result = document;
+    if (plan->projection != NULL) {
+        bson_init(&projected);
+        if (!projection_apply(plan->projection, document, &projected, error)) {
+            bson_destroy(&projected);
+            return false;
+        }
+        result = &projected;
+    }
+    bool accepted = emit(context, result, record_id);
+    if (accepted) {
+        plan->returned++;
+        if (plan->limit > 0 && plan->returned >= plan->limit) {
+            plan->exhausted = true;
+        }
+    } else {
+        plan->pending = bson_copy(result);
+        plan->pending_record_id = record_id;
+        *out_refused = true;
+    }
+    if (result == &projected) {
+        bson_destroy(&projected);
+    }
+    return true;
+}
+
+bool find_plan_run(find_plan_t *plan, storage_session_t *session, collection_t *collection, find_emit_fn emit,
+                   void *context, bool *out_exhausted, bson_error_t *error)
+{
+    source_state_t state = {0};
+    bool ok = false;
+    *out_exhausted = false;
+
+    if (plan->pending != NULL) {
+        if (!emit(context, plan->pending, plan->pending_record_id)) {
+            ok = true;
+            goto done;
+        }
+        bson_destroy(plan->pending);
+        plan->pending = NULL;
+        plan->returned++;
+        if (plan->limit > 0 && plan->returned >= plan->limit) {
+            plan->exhausted = true;
+        }
+    }
+    if (!plan->exhausted && collection == NULL) {
+        tc_error_set(error, TC_ERR_OPERATION_FAILED, "collection %s was dropped while the query ran", plan->ns);
+        goto done;
+    }
+    if (!plan->exhausted && plan->access != ACCESS_COLLECTION_SCAN) {
+        state.index = storage_find_index(collection, plan->index_name);
+        if (state.index == NULL) {
+            tc_error_set(error, TC_ERR_OPERATION_FAILED, "index %s was dropped while the query ran",
+                         plan->index_name);
+            goto done;
+        }
+    }
+    if (!plan->exhausted && plan->blocking_sort && !plan->sorted_ready) {
+        TC_CHECK(fill_blocking_sort(plan, session, collection, &state, error));
+    }
+    while (!plan->exhausted) {
+        const bson_t *document;
+        int64_t record_id;
+        bool end, refused;
+        if (plan->blocking_sort) {
+            if (plan->sorted_next >= plan->sorted_count) {
+                plan->exhausted = true;
+                break;
+            }
+            sorted_result_t *next = &plan->sorted[plan->sorted_next++];
+            TC_CHECK(deliver(plan, next->document, next->record_id, emit, context, &refused, error));
+            bson_destroy(next->document);
+            next->document = NULL;
+        } else {
+            TC_CHECK(next_candidate(plan, session, collection, &state, &document, &record_id, &end, error));
+            if (end) {
+                plan->exhausted = true;
+                break;
+            }
+            TC_CHECK(deliver(plan, document, record_id, emit, context, &refused, error));
+        }
+        if (refused) {
+            break;
+        }
+    }
+    ok = true;
+done:
+    scan_close(state.scan);
+    if (state.owns) {
+        bson_destroy(&state.owned);
+    }
+    *out_exhausted = plan->exhausted && plan->pending == NULL;
+    return ok;
+}
+
+/* --- explain ---------------------------------------------------------------------- */
+
+static void append_index_scan_fields(const find_plan_t *plan, bson_t *target, bool with_stats)
+{
+    BSON_APPEND_UTF8(target, "stage", "IXSCAN");
+    BSON_APPEND_DOCUMENT(target, "keyPattern", &plan->index_key_pattern);
+    BSON_APPEND_UTF8(target, "indexName", plan->index_name);
+    BSON_APPEND_BOOL(target, "isMultiKey", plan->index_multikey);
+    BSON_APPEND_BOOL(target, "isUnique", strcmp(plan->index_name, "_id_") == 0);
+    BSON_APPEND_BOOL(target, "isSparse", false);
+    BSON_APPEND_BOOL(target, "isPartial", false);
+    BSON_APPEND_INT32(target, "indexVersion", 2);
+    BSON_APPEND_UTF8(target, "direction", plan->descending_scan ? "backward" : "forward");
+    BSON_APPEND_DOCUMENT(target, "indexBounds", &plan->index_bounds_explain);
+    if (with_stats) {
+        BSON_APPEND_INT64(target, "keysExamined", (int64_t)plan->keys_examined);
+    }
+}
+
+static void append_access_stage(const find_plan_t *plan, bson_t *stage, bool with_stats)
+{
+    if (plan->access == ACCESS_COLLECTION_SCAN) {
+        BSON_APPEND_UTF8(stage, "stage", "COLLSCAN");
+        if (bson_count_keys(&plan->filter) > 0) {
+            BSON_APPEND_DOCUMENT(stage, "filter", &plan->filter);
+        }
+        BSON_APPEND_UTF8(stage, "direction", plan->descending_scan ? "backward" : "forward");
+        if (with_stats) {
+            BSON_APPEND_INT64(stage, "docsExamined", (int64_t)plan->documents_examined);
+        }
+        return;
+    }
+    if (plan->access == ACCESS_ID_LOOKUP) {
+        BSON_APPEND_UTF8(stage, "stage", "IDHACK");
+        if (with_stats) {
+            BSON_APPEND_INT64(stage, "keysExamined", (int64_t)plan->keys_examined);
+            BSON_APPEND_INT64(stage, "docsExamined", (int64_t)plan->documents_examined);
+        }
+        return;
+    }
+    if (plan->covered) {
+        append_index_scan_fields(plan, stage, with_stats);
+        return;
+    }
+    BSON_APPEND_UTF8(stage, "stage", "FETCH");
+    if (bson_count_keys(&plan->filter) > 0) {
+        BSON_APPEND_DOCUMENT(stage, "filter", &plan->filter);
+    }
+    if (with_stats) {
+        BSON_APPEND_INT64(stage, "docsExamined", (int64_t)plan->documents_examined);
+    }
+    bson_t index_scan;
+    BSON_APPEND_DOCUMENT_BEGIN(stage, "inputStage", &index_scan);
+    append_index_scan_fields(plan, &index_scan, with_stats);
+    bson_append_document_end(stage, &index_scan);
+}
+
+static void append_plan_stages(const find_plan_t *plan, bson_t *out, const char *key, bool with_stats)
+{
+    /* Outermost first: PROJECTION, LIMIT, SKIP, SORT, then the access stages. */
+    const char *wrappers[4];
+    size_t wrapper_count = 0;
+    if (plan->projection != NULL) {
+        wrappers[wrapper_count++] = plan->covered ? "PROJECTION_COVERED" : "PROJECTION_SIMPLE";
+    }
+    if (plan->limit > 0 && !plan->blocking_sort) {
+        wrappers[wrapper_count++] = "LIMIT";
+    }
+    if (plan->skip > 0) {
+        wrappers[wrapper_count++] = "SKIP";
+    }
+    if (plan->blocking_sort) {
+        wrappers[wrapper_count++] = "SORT";
+    }
+    bson_t levels[6];
+    bson_t *current = out;
+    const char *current_key = key;
+    for (size_t i = 0; i < wrapper_count; i++) {
+        bson_append_document_begin(current, current_key, -1, &levels[i]);
+        BSON_APPEND_UTF8(&levels[i], "stage", wrappers[i]);
+        if (strncmp(wrappers[i], "PROJECTION", 10) == 0) {
+            BSON_APPEND_DOCUMENT(&levels[i], "transformBy", &plan->projection_spec);
+        } else if (strcmp(wrappers[i], "LIMIT") == 0) {
+            BSON_APPEND_INT64(&levels[i], "limitAmount", plan->limit);
+        } else if (strcmp(wrappers[i], "SKIP") == 0) {
+            BSON_APPEND_INT64(&levels[i], "skipAmount", plan->skip);
+        } else if (strcmp(wrappers[i], "SORT") == 0) {
+            BSON_APPEND_DOCUMENT(&levels[i], "sortPattern", &plan->sort_pattern);
+            BSON_APPEND_INT32(&levels[i], "memLimit", BLOCKING_SORT_MEMORY_LIMIT);
+            if (plan->limit > 0) {
+                BSON_APPEND_INT64(&levels[i], "limitAmount", plan->limit);
+            }
+            BSON_APPEND_UTF8(&levels[i], "type", "simple");
+        }
+        if (with_stats) {
+            BSON_APPEND_INT64(&levels[i], "nReturned", plan->returned);
+        }
+        current = &levels[i];
+        current_key = "inputStage";
+    }
+    bson_t access;
+    bson_append_document_begin(current, current_key, -1, &access);
+    append_access_stage(plan, &access, with_stats);
+    bson_append_document_end(current, &access);
+    for (size_t i = wrapper_count; i > 0; i--) {
+        bson_append_document_end(i == 1 ? out : &levels[i - 2], &levels[i - 1]);
+    }
+}
+
+void find_plan_append_query_planner(const find_plan_t *plan, const char *ns, bson_t *out)
+{
+    BSON_APPEND_UTF8(out, "namespace", ns);
+    BSON_APPEND_BOOL(out, "indexFilterSet", false);
+    BSON_APPEND_DOCUMENT(out, "parsedQuery", &plan->filter);
+    BSON_APPEND_INT32(out, "maxIndexedOrSolutionsReached", 0);
+    append_plan_stages(plan, out, "winningPlan", false);
+    bson_t rejected;
+    BSON_APPEND_ARRAY_BEGIN(out, "rejectedPlans", &rejected);
+    bson_append_array_end(out, &rejected);
+}
+
+void find_plan_append_execution_stats(const find_plan_t *plan, int64_t elapsed_ms, bson_t *out)
+{
+    BSON_APPEND_BOOL(out, "executionSuccess", true);
+    BSON_APPEND_INT64(out, "nReturned", plan->returned);
+    BSON_APPEND_INT64(out, "executionTimeMillis", elapsed_ms);
+    BSON_APPEND_INT64(out, "totalKeysExamined", (int64_t)plan->keys_examined);
+    BSON_APPEND_INT64(out, "totalDocsExamined", (int64_t)plan->documents_examined);
+    append_plan_stages(plan, out, "executionStages", true);
+}

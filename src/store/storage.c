@@ -1,0 +1,333 @@
+/* The WiredTiger connection: open and close, per-thread sessions, transactions
+ * and the journal flusher that bounds how long a default-write-concern write can
+ * stay only in memory (mongod's journal commit interval, 100 ms). */
+#include "store/storage_private.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define JOURNAL_COMMIT_INTERVAL_MS 100
+#define WIREDTIGER_EXTENSION_DIRECTORY "/usr/lib/x86_64-linux-gnu"
+
+bool storage_error_from_wt(bson_error_t *error, int wt_code, const char *context)
+{
+    if (wt_code == WT_ROLLBACK) {
+        return tc_error_set(error, TC_ERR_WRITE_CONFLICT,
+                            "WriteConflict error: this operation conflicted with another operation. "
+                            "Please retry your operation or multi-document transaction.");
+    }
+    return tc_error_set(error, TC_ERR_INTERNAL, "storage engine error in %s: %s", context,
+                        wiredtiger_strerror(wt_code));
+}
+
+bool storage_open_cursor(storage_session_t *session, const char *uri, const char *config,
+                         WT_CURSOR **out_cursor, bson_error_t *error)
+{
+    int wt_code = session->wt->open_cursor(session->wt, uri, NULL, config, out_cursor);
+    if (wt_code != 0) {
+        return storage_error_from_wt(error, wt_code, uri);
+    }
+    return true;
+}
+
+static void *journal_flusher_main(void *argument)
+{
+    storage_t *storage = argument;
+    WT_SESSION *wt = NULL;
+    if (storage->connection->open_session(storage->connection, NULL, NULL, &wt) != 0) {
+        return NULL;
+    }
+    pthread_mutex_lock(&storage->journal_mutex);
+    while (!storage->journal_stop) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += JOURNAL_COMMIT_INTERVAL_MS * 1000000L;
+        deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+        deadline.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&storage->journal_wakeup, &storage->journal_mutex, &deadline);
+        pthread_mutex_unlock(&storage->journal_mutex);
+        wt->log_flush(wt, "sync=on");
+        storage_session_t flusher_session = {.storage = storage, .wt = wt};
+        pthread_mutex_lock(&storage->pending_drops_mutex);
+        size_t pending = storage->pending_drop_count;
+        pthread_mutex_unlock(&storage->pending_drops_mutex);
+        if (pending > 0) {
+            storage_drop_table(&flusher_session, NULL);
+        }
+        pthread_mutex_lock(&storage->journal_mutex);
+    }
+    pthread_mutex_unlock(&storage->journal_mutex);
+    wt->close(wt, NULL);
+    return NULL;
+}
+
+storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
+{
+    storage_t *storage = BSON_ALIGNED_ALLOC0(storage_t);
+    storage_session_t *session = NULL;
+    char config[1024];
+    bool ok = false;
+
+    if (mkdir(options->dbpath, 0755) != 0 && errno != EEXIST) {
+        tc_error_set(error, TC_ERR_INTERNAL, "cannot create --dbpath %s: %s", options->dbpath,
+                     strerror(errno));
+        goto done;
+    }
+    storage->default_compressor = bson_strdup(options->compressor ? options->compressor : "snappy");
+    pthread_rwlock_init(&storage->catalog_lock, NULL);
+    pthread_mutex_init(&storage->pending_drops_mutex, NULL);
+    pthread_mutex_init(&storage->journal_mutex, NULL);
+    pthread_cond_init(&storage->journal_wakeup, NULL);
+
+    snprintf(config, sizeof config,
+             "create,cache_size=%llu,session_max=1000,"
+             "log=(enabled=true,file_max=100MB),"
+             "checkpoint=(wait=60),statistics=(fast),"
+             "extensions=[%s/libwiredtiger_snappy.so,%s/libwiredtiger_zlib.so]",
+             (unsigned long long)options->cache_bytes, WIREDTIGER_EXTENSION_DIRECTORY,
+             WIREDTIGER_EXTENSION_DIRECTORY);
+    int wt_code = wiredtiger_open(options->dbpath, NULL, config, &storage->connection);
+    if (wt_code != 0) {
+        tc_error_set(error, TC_ERR_INTERNAL, "cannot open the database in %s: %s", options->dbpath,
+                     wiredtiger_strerror(wt_code));
+        storage->connection = NULL;
+        goto done;
+    }
+    session = storage_session_new(storage, error);
+    TC_CHECK(session != NULL);
+    wt_code = session->wt->create(session->wt, CATALOG_TABLE_URI, "key_format=S,value_format=u");
+    if (wt_code != 0) {
+        storage_error_from_wt(error, wt_code, "creating the catalog");
+        goto done;
+    }
+    TC_CHECK(catalog_load(storage, session, error));
+    if (pthread_create(&storage->journal_thread, NULL, journal_flusher_main, storage) != 0) {
+        tc_error_set(error, TC_ERR_INTERNAL, "cannot start the journal flusher thread");
+        goto done;
+    }
+    ok = true;
+done:
+    storage_session_destroy(session);
+    if (!ok) {
+        storage_close(storage);
+        return NULL;
+    }
+    return storage;
+}
+
+void storage_close(storage_t *storage)
+{
+    if (storage == NULL) {
+        return;
+    }
+    if (storage->journal_thread) {
+        pthread_mutex_lock(&storage->journal_mutex);
+        storage->journal_stop = true;
+        pthread_cond_signal(&storage->journal_wakeup);
+        pthread_mutex_unlock(&storage->journal_mutex);
+        pthread_join(storage->journal_thread, NULL);
+    }
+    if (storage->connection != NULL) {
+        storage->connection->close(storage->connection, NULL);
+    }
+    for (size_t i = 0; i < storage->collection_count; i++) {
+        collection_destroy(storage->collections[i]);
+    }
+    for (size_t i = 0; i < storage->pending_drop_count; i++) {
+        bson_free(storage->pending_drops[i]);
+    }
+    bson_free(storage->pending_drops);
+    bson_free(storage->collections);
+    bson_free(storage->default_compressor);
+    pthread_rwlock_destroy(&storage->catalog_lock);
+    pthread_mutex_destroy(&storage->pending_drops_mutex);
+    pthread_mutex_destroy(&storage->journal_mutex);
+    pthread_cond_destroy(&storage->journal_wakeup);
+    bson_free(storage);
+}
+
+storage_session_t *storage_session_new(storage_t *storage, bson_error_t *error)
+{
+    storage_session_t *session = BSON_ALIGNED_ALLOC0(storage_session_t);
+    session->storage = storage;
+    int wt_code = storage->connection->open_session(storage->connection, NULL, "isolation=snapshot",
+                                                    &session->wt);
+    if (wt_code != 0) {
+        storage_error_from_wt(error, wt_code, "opening a session");
+        bson_free(session);
+        return NULL;
+    }
+    return session;
+}
+
+void storage_session_destroy(storage_session_t *session)
+{
+    if (session == NULL) {
+        return;
+    }
+    if (session->in_transaction) {
+        storage_rollback(session);
+    }
+    session->wt->close(session->wt, NULL);
+    bson_free(session);
+}
+
+storage_t *storage_session_storage(storage_session_t *session)
+{
+    return session->storage;
+}
+
+void storage_lock_shared(storage_t *storage)
+{
+    pthread_rwlock_rdlock(&storage->catalog_lock);
+}
+
+void storage_lock_exclusive(storage_t *storage)
+{
+    pthread_rwlock_wrlock(&storage->catalog_lock);
+}
+
+void storage_unlock(storage_t *storage)
+{
+    pthread_rwlock_unlock(&storage->catalog_lock);
+}
+
+bool storage_begin(storage_session_t *session, bson_error_t *error)
+{
+    int wt_code = session->wt->begin_transaction(session->wt, NULL);
+    if (wt_code != 0) {
+        return storage_error_from_wt(error, wt_code, "begin transaction");
+    }
+    session->in_transaction = true;
+    return true;
+}
+
+bool storage_commit(storage_session_t *session, bool durable, bson_error_t *error)
+{
+    session->in_transaction = false;
+    int wt_code = session->wt->commit_transaction(session->wt, durable ? "sync=on" : NULL);
+    if (wt_code != 0) {
+        return storage_error_from_wt(error, wt_code, "commit");
+    }
+    return true;
+}
+
+void storage_rollback(storage_session_t *session)
+{
+    if (session->in_transaction) {
+        session->in_transaction = false;
+        session->wt->rollback_transaction(session->wt, NULL);
+    }
+}
+
+bool storage_sync_journal(storage_session_t *session, bson_error_t *error)
+{
+    int wt_code = session->wt->log_flush(session->wt, "sync=on");
+    if (wt_code != 0) {
+        return storage_error_from_wt(error, wt_code, "journal sync");
+    }
+    return true;
+}
+
+bool storage_in_transaction(storage_session_t *session)
+{
+    return session->in_transaction;
+}
+
+void storage_drop_table(storage_session_t *session, const char *table_uri)
+{
+    storage_t *storage = session->storage;
+    pthread_mutex_lock(&storage->pending_drops_mutex);
+    if (table_uri != NULL) {
+        storage->pending_drops = bson_realloc(storage->pending_drops,
+                                              (storage->pending_drop_count + 1) * sizeof(char *));
+        storage->pending_drops[storage->pending_drop_count++] = bson_strdup(table_uri);
+    }
+    /* A drop fails with EBUSY while any session has the table open; what stays
+     * busy is retried by the journal flusher on its next tick. */
+    size_t kept = 0;
+    for (size_t i = 0; i < storage->pending_drop_count; i++) {
+        int wt_code = session->wt->drop(session->wt, storage->pending_drops[i], "force=true");
+        if (wt_code == EBUSY) {
+            storage->pending_drops[kept++] = storage->pending_drops[i];
+        } else {
+            bson_free(storage->pending_drops[i]);
+        }
+    }
+    storage->pending_drop_count = kept;
+    pthread_mutex_unlock(&storage->pending_drops_mutex);
+}
+
+int64_t storage_table_size(storage_session_t *session, const char *table_uri)
+{
+    /* The table's one file is named after the table: table:x -> x.wt. */
+    char statistics_uri[256];
+    WT_CURSOR *cursor = NULL;
+    int64_t size = 0;
+    snprintf(statistics_uri, sizeof statistics_uri, "statistics:%s", table_uri);
+    if (session->wt->open_cursor(session->wt, statistics_uri, NULL, "statistics=(size)", &cursor) != 0) {
+        return 0;
+    }
+    cursor->set_key(cursor, WT_STAT_DSRC_BLOCK_SIZE);
+    if (cursor->search(cursor) == 0) {
+        const char *description, *printable;
+        uint64_t value;
+        if (cursor->get_value(cursor, &description, &printable, &value) == 0) {
+            size = (int64_t)value;
+        }
+    }
+    cursor->close(cursor);
+    return size;
+}
+
+bool storage_append_cache_statistics(storage_session_t *session, bson_t *out, bson_error_t *error)
+{
+    /* mongod's serverStatus().wiredTiger groups WiredTiger's connection
+     * statistics by the section before the colon of their description. */
+    WT_CURSOR *cursor = NULL;
+    TC_CHECK(storage_open_cursor(session, "statistics:", NULL, &cursor, error));
+    char current_section[64] = "";
+    bson_t section;
+    bool section_open = false;
+    int wt_code;
+    while ((wt_code = cursor->next(cursor)) == 0) {
+        const char *description, *printable;
+        uint64_t value;
+        if (cursor->get_value(cursor, &description, &printable, &value) != 0) {
+            continue;
+        }
+        const char *colon = strchr(description, ':');
+        if (colon == NULL || (size_t)(colon - description) >= sizeof current_section) {
+            continue;
+        }
+        size_t section_length = (size_t)(colon - description);
+        if (!section_open || strncmp(current_section, description, section_length) != 0 ||
+            current_section[section_length] != '\0') {
+            if (section_open) {
+                bson_append_document_end(out, &section);
+            }
+            memcpy(current_section, description, section_length);
+            current_section[section_length] = '\0';
+            bson_append_document_begin(out, current_section, -1, &section);
+            section_open = true;
+        }
+        const char *name = colon + 1;
+        while (*name == ' ') {
+            name++;
+        }
+        bson_append_int64(&section, name, -1, (int64_t)value);
+    }
+    if (section_open) {
+        bson_append_document_end(out, &section);
+    }
+    cursor->close(cursor);
+    if (wt_code != WT_NOTFOUND) {
+        return storage_error_from_wt(error, wt_code, "reading statistics");
+    }
+    return true;
+done:
+    return false;
+}

@@ -1,0 +1,191 @@
+/* The store's storage layer on WiredTiger: one table per collection (record id ->
+ * BSON) and one per index (keystring -> record id and key values), a catalog of
+ * both, transactions with the journal, and scans that can resume on any thread.
+ * Everything above it (commands, cursors) speaks only this interface. */
+#ifndef TC_STORE_STORAGE_H
+#define TC_STORE_STORAGE_H
+
+#include "common/error.h"
+#include "query/index_keys.h"
+#include "query/keystring.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct storage storage_t;
+typedef struct storage_session storage_session_t;
+
+typedef struct storage_options {
+    const char *dbpath;
+    uint64_t cache_bytes;   /* WiredTiger cache size */
+    const char *compressor; /* "snappy", "zlib" or "none": default for new collections */
+} storage_options_t;
+
+typedef struct index_descriptor {
+    char *name;          /* "_id_", "a_1_b_-1" */
+    bson_t key_pattern;  /* {a: 1, b: -1} */
+    index_keys_pattern_t *compiled_pattern; /* what generates its keys */
+    bson_t spec;         /* {v: 2, key: ..., name: ..., unique: ...} as listIndexes shows */
+    bool unique;
+    bool is_id;          /* the mandatory _id index */
+    atomic_bool multikey;
+    char *table_uri;     /* "table:index-17" */
+} index_descriptor_t;
+
+typedef struct collection {
+    char *ns;             /* "db.coll" */
+    char *database;       /* "db" */
+    const char *name;     /* points into ns, after the dot */
+    char *table_uri;      /* "table:collection-12" */
+    bson_t options;       /* create options, as listCollections shows */
+    uint8_t uuid[16];
+    index_descriptor_t **indexes; /* indexes[0] is _id_ */
+    size_t index_count;
+    atomic_int_fast64_t next_record_id;
+} collection_t;
+
+/* --- lifecycle ------------------------------------------------------------ */
+
+/* Opens (creating if needed) the database in options->dbpath and loads the
+ * catalog. Free with storage_close(). */
+storage_t *storage_open(const storage_options_t *options, bson_error_t *error) TC_MUST_CHECK;
+void storage_close(storage_t *storage);
+
+/* One per thread: a WiredTiger session is not thread-safe. */
+storage_session_t *storage_session_new(storage_t *storage, bson_error_t *error) TC_MUST_CHECK;
+void storage_session_destroy(storage_session_t *session);
+storage_t *storage_session_storage(storage_session_t *session);
+
+/* --- catalog ---------------------------------------------------------------
+ * Readers and writers of data hold the catalog lock shared for the whole
+ * operation; DDL (create, drop, index builds) holds it exclusively. Collection
+ * and index pointers are valid only while the lock is held. */
+void storage_lock_shared(storage_t *storage);
+void storage_lock_exclusive(storage_t *storage);
+void storage_unlock(storage_t *storage);
+
+/* The collection named ns, or NULL. */
+collection_t *storage_find_collection(storage_t *storage, const char *ns);
+
+/* Creates ns with options (may be NULL). Requires the exclusive lock.
+ * Errors: NamespaceExists 48, InvalidNamespace 73. */
+bool storage_create_collection(storage_session_t *session, const char *ns, const bson_t *options,
+                               collection_t **out_collection, bson_error_t *error) TC_MUST_CHECK;
+
+/* Returns ns, creating it with default options if it does not exist (implicit
+ * creation by insert, update with upsert, createIndexes). Called with the lock
+ * shared; may drop and retake it, so re-read anything taken before. */
+bool storage_obtain_collection(storage_session_t *session, const char *ns,
+                               collection_t **out_collection, bson_error_t *error) TC_MUST_CHECK;
+
+/* Requires the exclusive lock. */
+bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* Builds an index over the existing documents. Requires the exclusive lock.
+ * spec is the createIndexes entry ({key, name, unique, ...}).
+ * Errors: DuplicateKey 11000 on a unique violation, IndexOptionsConflict 85,
+ * IndexKeySpecsConflict 86, CannotCreateIndex 67. Sets *out_created false when
+ * an identical index already exists. */
+bool storage_create_index(storage_session_t *session, collection_t *collection, const bson_t *spec,
+                          bool *out_created, bson_error_t *error) TC_MUST_CHECK;
+
+/* Requires the exclusive lock. Errors: IndexNotFound 27, InvalidOptions 72 for _id_. */
+bool storage_drop_index(storage_session_t *session, collection_t *collection, const char *name,
+                        bson_error_t *error) TC_MUST_CHECK;
+
+index_descriptor_t *storage_find_index(collection_t *collection, const char *name);
+
+/* Calls visit for each collection, in ns order. Requires the lock. */
+typedef void (*storage_visit_collection_fn)(collection_t *collection, void *context);
+void storage_visit_collections(storage_t *storage, storage_visit_collection_fn visit, void *context);
+
+/* On-disk bytes of a table (its file size), for collStats and dbStats. */
+int64_t storage_table_size(storage_session_t *session, const char *table_uri);
+
+/* --- transactions ----------------------------------------------------------
+ * Each write runs in one transaction. A write-write conflict between two
+ * transactions fails with WriteConflict 112: the caller retries the operation. */
+bool storage_begin(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
+/* durable: wait until the journal holds the transaction (j: true). */
+bool storage_commit(storage_session_t *session, bool durable, bson_error_t *error) TC_MUST_CHECK;
+void storage_rollback(storage_session_t *session);
+
+/* Waits until every transaction committed so far is in the journal on disk:
+ * one sync for a whole batch of writes that asked for j: true. */
+bool storage_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
+bool storage_in_transaction(storage_session_t *session);
+
+/* --- records -------------------------------------------------------------- */
+
+/* Inserts document (which must already have _id first) and its index keys.
+ * Errors: DuplicateKey 11000 with mongod's message. */
+bool storage_insert_record(storage_session_t *session, collection_t *collection,
+                           const bson_t *document, int64_t *out_record_id, bson_error_t *error) TC_MUST_CHECK;
+
+/* Replaces the document stored at record_id (old_document is its current
+ * content), maintaining every index. */
+bool storage_update_record(storage_session_t *session, collection_t *collection, int64_t record_id,
+                           const bson_t *old_document, const bson_t *new_document,
+                           bson_error_t *error) TC_MUST_CHECK;
+
+bool storage_delete_record(storage_session_t *session, collection_t *collection, int64_t record_id,
+                           const bson_t *old_document, bson_error_t *error) TC_MUST_CHECK;
+
+/* Reads the document at record_id into out_document (initialized here; the
+ * caller destroys it). *out_found false when absent. */
+bool storage_read_record(storage_session_t *session, collection_t *collection, int64_t record_id,
+                         bson_t *out_document, bool *out_found, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- scans ---------------------------------------------------------------
+ * A scan walks a collection in record-id order or an index in key order between
+ * bounds. It remembers where it stopped (scan_position), so a cursor can
+ * resume it later, in another transaction or on another thread. */
+typedef enum scan_kind { SCAN_COLLECTION, SCAN_INDEX } scan_kind_t;
+
+typedef struct scan_bounds {
+    keystring_t lower;      /* empty: unbounded */
+    keystring_t upper;      /* empty: unbounded */
+    bool lower_inclusive;
+    bool upper_inclusive;
+} scan_bounds_t;
+
+typedef struct scan_position {
+    bool started;
+    int64_t record_id;   /* collection scans: last record id returned */
+    keystring_t key;     /* index scans: last full index key returned */
+} scan_position_t;
+
+typedef struct scan scan_t;
+
+/* Opens a scan over a collection (index == NULL) or an index, in ascending or
+ * descending order, resuming after position (which it then updates). bounds may
+ * be NULL for an index scan over the whole index. The scan keeps pointers to
+ * bounds and position: they must outlive it. Close before ending the
+ * transaction. */
+scan_t *scan_open(storage_session_t *session, collection_t *collection, index_descriptor_t *index,
+                  const scan_bounds_t *bounds, bool descending, scan_position_t *position,
+                  bson_error_t *error) TC_MUST_CHECK;
+
+/* Next entry. For collection scans *out_document is the record (a view valid
+ * until the next call). For index scans *out_key_values is the index key's values
+ * {"": v1, "": v2} (a view), and *out_document is NULL. *out_end true when done. */
+bool scan_next(scan_t *scan, int64_t *out_record_id, bson_t *out_document, bson_t *out_key_values,
+               bool *out_end, bson_error_t *error) TC_MUST_CHECK;
+
+/* Counters for explain's executionStats. */
+uint64_t scan_keys_examined(const scan_t *scan);
+void scan_close(scan_t *scan);
+
+void scan_bounds_init(scan_bounds_t *bounds);
+void scan_bounds_cleanup(scan_bounds_t *bounds);
+void scan_position_init(scan_position_t *position);
+void scan_position_cleanup(scan_position_t *position);
+
+/* --- statistics ----------------------------------------------------------- */
+
+/* Appends WiredTiger's connection statistics named in names (e.g. "cache: bytes
+ * read into cache" as key "bytes read into cache") to out. */
+bool storage_append_cache_statistics(storage_session_t *session, bson_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+#endif

@@ -1,0 +1,57 @@
+/* Internals shared by storage.c (connection, sessions, transactions), catalog.c
+ * (collections and indexes) and records.c (documents, index entries, scans). */
+#ifndef TC_STORE_STORAGE_PRIVATE_H
+#define TC_STORE_STORAGE_PRIVATE_H
+
+#include "store/storage.h"
+
+#include <wiredtiger.h>
+
+#define CATALOG_TABLE_URI "table:_catalog"
+
+struct storage {
+    WT_CONNECTION *connection;
+    char *default_compressor;
+    pthread_rwlock_t catalog_lock;
+    collection_t **collections; /* sorted by ns */
+    size_t collection_count;
+    size_t collection_capacity;
+    char **pending_drops;       /* table URIs a busy drop left for later */
+    size_t pending_drop_count;
+    pthread_mutex_t pending_drops_mutex;
+    pthread_t journal_thread;
+    pthread_mutex_t journal_mutex;
+    pthread_cond_t journal_wakeup;
+    bool journal_stop;
+};
+
+struct storage_session {
+    storage_t *storage;
+    WT_SESSION *wt;
+    bool in_transaction;
+};
+
+/* Fills error from a WiredTiger return code; always returns false. */
+bool storage_error_from_wt(bson_error_t *error, int wt_code, const char *context);
+
+/* Opens a cursor on uri in this session. config may be NULL. */
+bool storage_open_cursor(storage_session_t *session, const char *uri, const char *config,
+                         WT_CURSOR **out_cursor, bson_error_t *error) TC_MUST_CHECK;
+
+/* Writes a collection's catalog entry (in the caller's transaction, if any). */
+bool catalog_write_entry(storage_session_t *session, collection_t *collection, bson_error_t *error) TC_MUST_CHECK;
+
+/* Loads every catalog entry at open. */
+bool catalog_load(storage_t *storage, storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
+
+void collection_destroy(collection_t *collection);
+
+/* Adds the index entries of document to every index of collection / removes them. */
+bool records_insert_index_entries(storage_session_t *session, collection_t *collection,
+                                  index_descriptor_t *index, const bson_t *document,
+                                  int64_t record_id, bson_error_t *error) TC_MUST_CHECK;
+
+/* Drops a WiredTiger table now, or later if a cursor still holds it. */
+void storage_drop_table(storage_session_t *session, const char *table_uri);
+
+#endif

@@ -1,0 +1,303 @@
+/* `thermocline store`: flags, start-up and shutdown. Opens the storage, starts
+ * the network server whose worker threads each own a storage session, reaps
+ * idle cursors, and closes everything in order on SIGINT/SIGTERM. */
+#include "store/store.h"
+#include "common/log.h"
+#include "common/units.h"
+#include "store/dispatch.h"
+#include "wire/wire.h"
+
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CURSOR_REAP_INTERVAL_MS 1000
+
+void store_options_init(store_options_t *options)
+{
+    memset(options, 0, sizeof *options);
+    options->bind_address = "127.0.0.1";
+    options->port = 27017;
+    options->cache_bytes = 256ull * 1024 * 1024;
+    options->compressor = "snappy";
+    options->max_connections = 65536;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    options->worker_count = cores > 2 ? (int)cores * 2 : 4;
+}
+
+/* --- worker threads -------------------------------------------------------------- */
+
+static void *worker_start(void *application, int worker_index)
+{
+    store_t *store = application;
+    bson_error_t error;
+    storage_session_t *session = storage_session_new(store->storage, &error);
+    if (session == NULL) {
+        TC_LOG(TC_LOG_ERROR, "STORAGE", 0, "worker %d cannot open a session: %s", worker_index, error.message);
+    }
+    return session;
+}
+
+static void worker_stop(void *application, void *worker_state)
+{
+    (void)application;
+    storage_session_destroy(worker_state);
+}
+
+static void worker_handle(void *application, void *worker_state, const server_request_t *request,
+                          server_reply_t *reply)
+{
+    store_t *store = application;
+    if (worker_state == NULL) {
+        reply->close_after = true;
+        return;
+    }
+    dispatch_message(store, worker_state, request, reply);
+}
+
+/* --- janitor ------------------------------------------------------------------------ */
+
+typedef struct janitor {
+    store_t *store;
+    pthread_t thread;
+    pthread_mutex_t mutex;
+    pthread_cond_t wakeup;
+    bool stop;
+} janitor_t;
+
+static void *janitor_main(void *argument)
+{
+    janitor_t *janitor = argument;
+    pthread_mutex_lock(&janitor->mutex);
+    while (!janitor->stop) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += CURSOR_REAP_INTERVAL_MS / 1000;
+        pthread_cond_timedwait(&janitor->wakeup, &janitor->mutex, &deadline);
+        cursor_table_reap(janitor->store->cursors, store_now_ms());
+    }
+    pthread_mutex_unlock(&janitor->mutex);
+    return NULL;
+}
+
+/* --- run ---------------------------------------------------------------------------- */
+
+bool store_run(const store_options_t *options, bson_error_t *error)
+{
+    store_t store = {.options = *options};
+    janitor_t janitor = {.store = &store};
+    bool janitor_started = false;
+    bool ok = false;
+
+    srand((unsigned)(time(NULL) ^ getpid()));
+    store.start_time_ms = (int64_t)time(NULL) * 1000;
+    bson_oid_init(&store.process_id, NULL);
+    storage_options_t storage_options = {
+        .dbpath = options->dbpath,
+        .cache_bytes = options->cache_bytes,
+        .compressor = options->compressor,
+    };
+    store.storage = storage_open(&storage_options, error);
+    TC_CHECK(store.storage != NULL);
+    store.cursors = cursor_table_new();
+
+    server_options_t server_options = {
+        .bind_address = options->bind_address,
+        .port = options->port,
+        .max_connections = options->max_connections,
+        .worker_count = options->worker_count,
+        .max_message_bytes = WIRE_MAX_MESSAGE_SIZE,
+    };
+    server_callbacks_t callbacks = {
+        .application = &store,
+        .worker_start = worker_start,
+        .worker_stop = worker_stop,
+        .handle = worker_handle,
+    };
+    store.server = server_new(&server_options, &callbacks, error);
+    TC_CHECK(store.server != NULL);
+
+    pthread_mutex_init(&janitor.mutex, NULL);
+    pthread_cond_init(&janitor.wakeup, NULL);
+    if (pthread_create(&janitor.thread, NULL, janitor_main, &janitor) != 0) {
+        tc_error_set(error, TC_ERR_INTERNAL, "cannot start the cursor janitor thread");
+        goto done;
+    }
+    janitor_started = true;
+    TC_LOG(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on %s:%d, dbpath %s%s%s",
+           options->bind_address, server_port(store.server), options->dbpath,
+           options->replica_set ? ", replica set " : "", options->replica_set ? options->replica_set : "");
+    TC_CHECK(server_run(store.server, error));
+    TC_LOG(TC_LOG_INFO, "STORAGE", 0, "shutting down");
+    ok = true;
+done:
+    if (janitor_started) {
+        pthread_mutex_lock(&janitor.mutex);
+        janitor.stop = true;
+        pthread_cond_signal(&janitor.wakeup);
+        pthread_mutex_unlock(&janitor.mutex);
+        pthread_join(janitor.thread, NULL);
+    }
+    pthread_mutex_destroy(&janitor.mutex);
+    pthread_cond_destroy(&janitor.wakeup);
+    server_destroy(store.server);
+    cursor_table_destroy(store.cursors);
+    storage_close(store.storage);
+    return ok;
+}
+
+/* --- flags -------------------------------------------------------------------------- */
+
+static void print_usage(FILE *stream)
+{
+    fprintf(stream,
+            "usage: thermocline store --port P --dbpath DIR [options]\n"
+            "\n"
+            "A MongoDB-compatible server on WiredTiger.\n"
+            "\n"
+            "  --port P               TCP port (default 27017)\n"
+            "  --dbpath DIR           data directory (created if missing; required)\n"
+            "  --bind IP              address to listen on (default 127.0.0.1)\n"
+            "  --replSet NAME         act as the primary of a one-node replica set NAME\n"
+            "  --cache-size SIZE      WiredTiger cache, e.g. 256MB (default), 16MB, 1GB\n"
+            "  --compressor NAME      snappy (default), zlib or none, for new collections\n"
+            "  --read-iops N          cap data-file reads at N per second (emulated slow disk)\n"
+            "  --max-conns N          refuse connections past N (default 65536)\n"
+            "  --workers N            worker threads (default 4, or twice the cores)\n"
+            "  --verbose              log every failed command\n"
+            "  --help                 this text\n");
+}
+
+static bool parse_positive(const char *text, const char *flag, int64_t maximum, int64_t *out)
+{
+    char *end;
+    long long value = strtoll(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || value < 0 || value > maximum) {
+        fprintf(stderr, "thermocline store: %s takes a whole number from 0 to %lld, not '%s'\n", flag,
+                (long long)maximum, text);
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
+int store_main(int argc, char **argv)
+{
+    enum { OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS,
+           OPT_WORKERS, OPT_VERBOSE, OPT_HELP };
+    static const struct option long_options[] = {
+        {"port", required_argument, NULL, OPT_PORT},
+        {"dbpath", required_argument, NULL, OPT_DBPATH},
+        {"bind", required_argument, NULL, OPT_BIND},
+        {"bind_ip", required_argument, NULL, OPT_BIND},
+        {"replSet", required_argument, NULL, OPT_REPLSET},
+        {"cache-size", required_argument, NULL, OPT_CACHE},
+        {"compressor", required_argument, NULL, OPT_COMPRESSOR},
+        {"read-iops", required_argument, NULL, OPT_IOPS},
+        {"max-conns", required_argument, NULL, OPT_MAXCONNS},
+        {"workers", required_argument, NULL, OPT_WORKERS},
+        {"verbose", no_argument, NULL, OPT_VERBOSE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    store_options_t options;
+    bson_error_t error;
+    int64_t number;
+    store_options_init(&options);
+    opterr = 0;
+    optind = 1;
+    int option;
+    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+        switch (option) {
+        case OPT_PORT:
+            if (!parse_positive(optarg, "--port", 65535, &number)) {
+                return 2;
+            }
+            options.port = (int)number;
+            break;
+        case OPT_DBPATH:
+            options.dbpath = optarg;
+            break;
+        case OPT_BIND:
+            options.bind_address = optarg;
+            break;
+        case OPT_REPLSET:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "thermocline store: --replSet needs a name\n");
+                return 2;
+            }
+            options.replica_set = optarg;
+            break;
+        case OPT_CACHE:
+            if (!units_parse_size(optarg, &options.cache_bytes, &error)) {
+                fprintf(stderr, "thermocline store: --cache-size: %s\n", error.message);
+                return 2;
+            }
+            if (options.cache_bytes < 1024 * 1024) {
+                fprintf(stderr, "thermocline store: --cache-size must be at least 1MB\n");
+                return 2;
+            }
+            break;
+        case OPT_COMPRESSOR:
+            if (strcmp(optarg, "snappy") != 0 && strcmp(optarg, "zlib") != 0 && strcmp(optarg, "none") != 0) {
+                fprintf(stderr, "thermocline store: --compressor takes snappy, zlib or none, not '%s'\n", optarg);
+                return 2;
+            }
+            options.compressor = optarg;
+            break;
+        case OPT_IOPS:
+            if (!parse_positive(optarg, "--read-iops", 10000000, &options.read_iops)) {
+                return 2;
+            }
+            break;
+        case OPT_MAXCONNS:
+            if (!parse_positive(optarg, "--max-conns", 10000000, &number) || number == 0) {
+                if (number == 0) {
+                    fprintf(stderr, "thermocline store: --max-conns must be at least 1\n");
+                }
+                return 2;
+            }
+            options.max_connections = (int)number;
+            break;
+        case OPT_WORKERS:
+            if (!parse_positive(optarg, "--workers", 256, &number) || number == 0) {
+                if (number == 0) {
+                    fprintf(stderr, "thermocline store: --workers must be at least 1\n");
+                }
+                return 2;
+            }
+            options.worker_count = (int)number;
+            break;
+        case OPT_VERBOSE:
+            tc_log_set_level(TC_LOG_DEBUG);
+            break;
+        case OPT_HELP:
+            print_usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "thermocline store: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thermocline store: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (options.dbpath == NULL) {
+        fprintf(stderr, "thermocline store: --dbpath is required (see --help)\n");
+        return 2;
+    }
+    if (options.read_iops > 0) {
+        fprintf(stderr, "thermocline store: --read-iops is not available yet in this build\n");
+        return 2;
+    }
+    if (!store_run(&options, &error)) {
+        fprintf(stderr, "thermocline store: %s\n", error.message);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,30 @@
+/* `thermocline store`: a MongoDB-compatible server on WiredTiger. This header is
+ * what main.c sees: the options and the function that serves until stopped. */
+#ifndef TC_STORE_STORE_H
+#define TC_STORE_STORE_H
+
+#include "common/error.h"
+
+#include <stdint.h>
+
+typedef struct store_options {
+    const char *bind_address;  /* default 127.0.0.1 */
+    int port;                  /* default 27017 */
+    const char *dbpath;
+    const char *replica_set;   /* NULL: standalone */
+    uint64_t cache_bytes;      /* default 256MB */
+    const char *compressor;    /* snappy (default), zlib, none */
+    int64_t read_iops;         /* 0: unthrottled */
+    int max_connections;       /* --max-conns, default 65536 */
+    int worker_count;          /* default: 2 x cores, at least 4 */
+} store_options_t;
+
+void store_options_init(store_options_t *options);
+
+/* Opens the database, serves until SIGINT/SIGTERM, closes cleanly. */
+bool store_run(const store_options_t *options, bson_error_t *error) TC_MUST_CHECK;
+
+/* `thermocline store ARGS`: parses flags, runs, returns the exit status. */
+int store_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,362 @@
+"""Fixtures for thermocline's integration tests: each test gets its own
+`thermocline store` on a free loopback port and a fresh dbpath, driven by real
+MongoDB clients; a server that crashes, exits non-zero or trips a sanitizer
+fails the test that ran it.
+
+Also holds the small raw-wire helpers (OP_MSG framing by hand) that the tests
+import with `from conftest import ...`.
+"""
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import bson
+import pytest
+from pymongo import MongoClient
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODE_DIR = REPO_ROOT / "tests" / "node"
+
+START_TIMEOUT_SECONDS = 20
+STOP_TIMEOUT_SECONDS = 10
+TEST_TIMEOUT_SECONDS = 60
+
+# Markers that AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer
+# print; any of them in the server's log fails the test.
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer")
+
+OP_REPLY = 1
+OP_QUERY = 2004
+OP_MSG = 2013
+
+
+def thermocline_binary():
+    """The server under test: $THERMOCLINE_BIN (relative paths taken from the
+    repository root) or the sanitized build."""
+    configured = os.environ.get("THERMOCLINE_BIN", "build/asan/thermocline")
+    path = Path(configured)
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    return path
+
+
+def find_free_port():
+    """A loopback port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(predicate, timeout, interval=0.05):
+    """Polls predicate until it is truthy; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------
+# Raw wire protocol: enough to build frames by hand and read one reply.
+# ---------------------------------------------------------------------------
+
+def message_header(length, request_id, response_to, opcode):
+    return struct.pack("<iiii", length, request_id, response_to, opcode)
+
+
+def op_msg(document, request_id=1, flags=0):
+    """One OP_MSG frame with a single kind-0 section holding document."""
+    body = struct.pack("<I", flags) + b"\x00" + bson.encode(document)
+    return message_header(16 + len(body), request_id, 0, OP_MSG) + body
+
+
+def op_msg_raw(payload, request_id=1, flags=0):
+    """An OP_MSG frame around arbitrary section bytes (for malformed input)."""
+    body = struct.pack("<I", flags) + payload
+    return message_header(16 + len(body), request_id, 0, OP_MSG) + body
+
+
+def recv_exactly(sock, count):
+    """count bytes, or fewer if the peer closed first."""
+    chunks = []
+    remaining = count
+    while remaining > 0:
+        chunk = sock.recv(min(remaining, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+class WireReply:
+    """One reply frame as received."""
+
+    def __init__(self, request_id, response_to, opcode, document, raw):
+        self.request_id = request_id
+        self.response_to = response_to
+        self.opcode = opcode
+        self.document = document
+        self.raw = raw
+
+    def __repr__(self):
+        return "WireReply(opcode=%d, response_to=%d, document=%r)" % (
+            self.opcode, self.response_to, self.document)
+
+
+def read_reply(sock):
+    """Reads one reply frame. Returns None if the server closed the connection
+    (EOF or reset) before a whole frame arrived; raises socket.timeout if it
+    neither answered nor closed in time."""
+    try:
+        header = recv_exactly(sock, 16)
+        if len(header) < 16:
+            return None
+        length, request_id, response_to, opcode = struct.unpack("<iiii", header)
+        if length < 16 or length > 48_000_000:
+            raise AssertionError("server sent a frame with length %d" % length)
+        rest = recv_exactly(sock, length - 16)
+        if len(rest) < length - 16:
+            return None
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    document = None
+    if opcode == OP_MSG:
+        assert rest[4] == 0, "reply's first section is not a kind-0 body"
+        (doc_length,) = struct.unpack_from("<i", rest, 5)
+        document = bson.decode(rest[5:5 + doc_length])
+    elif opcode == OP_REPLY:
+        # responseFlags, cursorID, startingFrom, numberReturned, then documents.
+        (doc_length,) = struct.unpack_from("<i", rest, 20)
+        document = bson.decode(rest[20:20 + doc_length])
+    return WireReply(request_id, response_to, opcode, document, header + rest)
+
+
+def wire_command(port, document, timeout=10.0, request_id=1):
+    """Sends one OP_MSG command on a new connection and returns the reply
+    document (raises if the server closed without answering)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(op_msg(document, request_id))
+        reply = read_reply(sock)
+    if reply is None:
+        raise ConnectionError("server closed the connection without a reply")
+    return reply.document
+
+
+# ---------------------------------------------------------------------------
+# The server process.
+# ---------------------------------------------------------------------------
+
+class StoreProcess:
+    """One `thermocline store`: started on a free port with its own dbpath,
+    stderr captured to a file per run, stoppable with SIGTERM (checked) or
+    killable with SIGKILL and restartable on the same dbpath and port."""
+
+    def __init__(self, work_dir, port=None, extra_args=(), binary=None):
+        self.work_dir = Path(work_dir)
+        self.dbpath = self.work_dir / "db"
+        self.dbpath.mkdir(parents=True, exist_ok=True)
+        self.binary = Path(binary) if binary else thermocline_binary()
+        self.port = port or find_free_port()
+        self.extra_args = list(extra_args)
+        self.process = None
+        self.run_count = 0
+        self.log_paths = []
+        self._log_file = None
+
+    # -- addresses ---------------------------------------------------------
+    @property
+    def uri(self):
+        return "mongodb://127.0.0.1:%d/?directConnection=true" % self.port
+
+    def uri_for(self, database):
+        return "mongodb://127.0.0.1:%d/%s?directConnection=true" % (self.port, database)
+
+    @property
+    def pid(self):
+        return self.process.pid if self.process else None
+
+    @property
+    def log_path(self):
+        return self.log_paths[-1] if self.log_paths else None
+
+    # -- lifecycle ---------------------------------------------------------
+    def command_line(self):
+        return [str(self.binary), "store", "--port", str(self.port),
+                "--dbpath", str(self.dbpath), "--bind", "127.0.0.1"] + self.extra_args
+
+    def start(self, timeout=START_TIMEOUT_SECONDS):
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("store already running")
+        if not self.binary.exists():
+            pytest.fail("thermocline binary not found at %s: build it (make SANITIZE=1 "
+                        "BUILD=build/asan build/asan/thermocline) or set THERMOCLINE_BIN"
+                        % self.binary, pytrace=False)
+        self.run_count += 1
+        log_path = self.work_dir / ("store-%d.log" % self.run_count)
+        self.log_paths.append(log_path)
+        self._log_file = open(log_path, "wb")
+        self.process = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL,
+                                        stdout=self._log_file, stderr=subprocess.STDOUT,
+                                        cwd=str(self.work_dir))
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout=START_TIMEOUT_SECONDS):
+        """Waits until the port accepts and `ping` answers ok: 1."""
+        deadline = time.monotonic() + timeout
+        last_problem = "port never accepted"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self._close_log()
+                pytest.fail("store exited with status %s during startup; log tail:\n%s"
+                            % (self.process.returncode, self.log_tail()), pytrace=False)
+            try:
+                reply = wire_command(self.port, {"ping": 1, "$db": "admin"}, timeout=2.0)
+                if reply.get("ok") == 1:
+                    return
+                last_problem = "ping answered %r" % (reply,)
+            except (OSError, AssertionError, bson.errors.BSONError) as error:
+                last_problem = "%s: %s" % (type(error).__name__, error)
+            time.sleep(0.1)
+        self.kill9()
+        pytest.fail("store did not answer ping within %ss (%s); log tail:\n%s"
+                    % (timeout, last_problem, self.log_tail()), pytrace=False)
+
+    def stop(self, timeout=STOP_TIMEOUT_SECONDS):
+        """SIGTERM, then SIGKILL after timeout. Fails the test unless the server
+        exited 0 and no run's log has a sanitizer report."""
+        problems = []
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+                problems.append("did not exit within %ss of SIGTERM; killed" % timeout)
+            if self.process.returncode != 0 and not problems:
+                problems.append("exited with status %d after SIGTERM" % self.process.returncode)
+        elif self.process is not None and self.process.returncode not in (None, -signal.SIGKILL):
+            # It died on its own (a crash) before we asked it to stop.
+            problems.append("had already exited with status %d" % self.process.returncode)
+        self._close_log()
+        problems.extend(self.sanitizer_reports())
+        if problems:
+            pytest.fail("store: %s; log tail:\n%s" % ("; ".join(problems), self.log_tail()),
+                        pytrace=False)
+
+    def kill9(self):
+        """SIGKILL, as a crash or power loss would; no exit-status check."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._close_log()
+
+    def restart(self, timeout=START_TIMEOUT_SECONDS):
+        """Starts again on the same dbpath and port (after stop() or kill9())."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("stop or kill the store before restarting it")
+        return self.start(timeout)
+
+    def is_alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    # -- observation -------------------------------------------------------
+    def rss_kib(self):
+        """Resident set size in KiB, from /proc/PID/status."""
+        with open("/proc/%d/status" % self.pid) as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS for pid %d" % self.pid)
+
+    def log_text(self, run=None):
+        path = self.log_paths[run] if run is not None else self.log_path
+        if path is None or not path.exists():
+            return ""
+        return path.read_bytes().decode("utf-8", "replace")
+
+    def log_tail(self, lines=60):
+        text = self.log_text()
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def sanitizer_reports(self):
+        found = []
+        for path in self.log_paths:
+            text = path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
+            for marker in SANITIZER_MARKERS:
+                if marker in text:
+                    found.append("%s in %s" % (marker, path.name))
+        return found
+
+    def _close_log(self):
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+# ---------------------------------------------------------------------------
+# Fixtures and hooks.
+# ---------------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the item so fixtures can tell whether the
+    test failed (and then print the server's log)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "report_" + report.when, report)
+
+
+class TestTimeout(Exception):
+    """A test ran past TEST_TIMEOUT_SECONDS."""
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    """No test runs longer than TEST_TIMEOUT_SECONDS (pytest-timeout is not
+    installed; SIGALRM interrupts the main thread's blocking calls)."""
+    def on_alarm(signum, frame):
+        raise TestTimeout("test exceeded %d s" % TEST_TIMEOUT_SECONDS)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIMEOUT_SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def store(tmp_path, request):
+    """A running `thermocline store` with a fresh dbpath, stopped and checked
+    after the test."""
+    process = StoreProcess(tmp_path)
+    process.start()
+    yield process
+    call_report = getattr(request.node, "report_call", None)
+    if call_report is not None and call_report.failed:
+        print("---- store log tail (%s) ----\n%s" % (process.log_path, process.log_tail()))
+    process.stop()
+
+
+@pytest.fixture
+def store_uri(store):
+    return store.uri
+
+
+@pytest.fixture
+def client(store):
+    """A pymongo client for the store, closed before the store stops."""
+    mongo_client = MongoClient(store.uri, serverSelectionTimeoutMS=10000,
+                               connectTimeoutMS=5000, socketTimeoutMS=30000)
+    yield mongo_client
+    mongo_client.close()
