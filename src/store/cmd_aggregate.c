@@ -189,7 +189,7 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
         .filter = pipeline_leading_match(aggregation->pipeline),
         .sort = pipeline_leading_sort(aggregation->pipeline),
     };
-    if (find_options.sort != NULL) {
+    if (find_options.sort != NULL && pipeline_leading_limit(aggregation->pipeline) > 0) {
         find_options.limit = pipeline_leading_limit(aggregation->pipeline);
     }
     storage_lock_shared(storage);

@@ -549,9 +549,13 @@ static bool handle_create(command_context_t *context, bson_t *reply, bson_error_
     bool ok = false;
 
     TC_CHECK(command_namespace(context, &ns, error));
-    TC_CHECK(build_create_options(context, ns, &options, error));
     storage_lock_exclusive(storage);
-    ok = storage_create_collection(context->session, ns, &options, NULL, error);
+    /* An existing collection is NamespaceExists whatever the options ask for. */
+    if (storage_find_collection(storage, ns) != NULL) {
+        tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "Collection %s already exists.", ns);
+    } else if (build_create_options(context, ns, &options, error)) {
+        ok = storage_create_collection(context->session, ns, &options, NULL, error);
+    }
     storage_unlock(storage);
 done:
     bson_destroy(&options);

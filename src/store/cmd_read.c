@@ -18,7 +18,10 @@ static const char *const find_fields[] = {
     "maxScan", "$queryOptions", NULL,
 };
 
-static bool check_known_fields(const command_context_t *context, const char *const *known, bson_error_t *error)
+/* request_name is how mongod's parser names the command in this error:
+ * "FindCommandRequest" for find. */
+static bool check_known_fields(const command_context_t *context, const char *request_name,
+                               const char *const *known, bson_error_t *error)
 {
     bson_iter_t iter;
     bson_iter_init(&iter, context->command);
@@ -30,7 +33,7 @@ static bool check_known_fields(const command_context_t *context, const char *con
         }
         if (!found) {
             return tc_error_set(error, TC_ERR_UNRECOGNIZED_COMMAND_FIELD, "BSON field '%s.%s' is an unknown field.",
-                                context->name, key);
+                                request_name, key);
         }
     }
     return true;
@@ -83,7 +86,7 @@ typedef struct find_request {
 static bool parse_find(command_context_t *context, find_request_t *request, bson_error_t *error)
 {
     memset(request, 0, sizeof *request);
-    if (!check_known_fields(context, find_fields, error) || !command_namespace(context, &request->ns, error) ||
+    if (!check_known_fields(context, "FindCommandRequest", find_fields, error) || !command_namespace(context, &request->ns, error) ||
         !command_get_document(context, "filter", &request->filter, error) ||
         !command_get_document(context, "sort", &request->sort, error) ||
         !command_get_document(context, "projection", &request->projection, error) ||
@@ -96,7 +99,7 @@ static bool parse_find(command_context_t *context, find_request_t *request, bson
         return false;
     }
     if (request->batch_size < 0) {
-        return tc_error_set(error, 51024, "BatchSize value must be non-negative, but received: %lld",
+        return tc_error_set(error, TC_ERR_NON_NEGATIVE_VALUE, "BatchSize value must be non-negative, but received: %lld",
                             (long long)request->batch_size);
     }
     request->options.filter = &request->filter;
@@ -182,7 +185,7 @@ static bool handle_get_more(command_context_t *context, bson_t *reply, bson_erro
         goto fail;
     }
     if (batch_size < 0) {
-        tc_error_set(error, 51024, "BatchSize value must be non-negative, but received: %lld", (long long)batch_size);
+        tc_error_set(error, TC_ERR_NON_NEGATIVE_VALUE, "BatchSize value must be non-negative, but received: %lld", (long long)batch_size);
         goto fail;
     }
     if (!cursor_table_checkout(context->store->cursors, cursor_id, ns, &cursor, error)) {
@@ -431,7 +434,9 @@ static bool handle_distinct(command_context_t *context, bson_t *reply, bson_erro
     storage_unlock(storage);
     find_plan_destroy(plan);
     if (ok) {
-        qsort(state.values, state.count, sizeof(bson_value_t), compare_values_for_qsort);
+        if (state.count > 1) {
+            qsort(state.values, state.count, sizeof(bson_value_t), compare_values_for_qsort);
+        }
         bson_t values;
         BSON_APPEND_ARRAY_BEGIN(reply, "values", &values);
         for (size_t i = 0; i < state.count; i++) {

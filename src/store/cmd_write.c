@@ -19,7 +19,8 @@ typedef struct write_errors {
     uint32_t count;
 } write_errors_t;
 
-static void write_errors_add(write_errors_t *errors, uint32_t index, const bson_error_t *error)
+static void write_errors_add(write_errors_t *errors, storage_session_t *session, uint32_t index,
+                             const bson_error_t *error)
 {
     char key[16];
     const char *key_string;
@@ -29,6 +30,9 @@ static void write_errors_add(write_errors_t *errors, uint32_t index, const bson_
     bson_append_document_begin(&errors->array, key_string, -1, &item);
     BSON_APPEND_INT32(&item, "index", (int32_t)index);
     BSON_APPEND_INT32(&item, "code", code);
+    if (code == TC_ERR_DUPLICATE_KEY) {
+        storage_append_duplicate_key(session, &item);
+    }
     BSON_APPEND_UTF8(&item, "errmsg", error->message);
     bson_append_document_end(&errors->array, &item);
 }
@@ -55,8 +59,8 @@ static bool get_batch(const command_context_t *context, const char *field, bson_
                             context->name, field);
     }
     if (!BSON_ITER_HOLDS_ARRAY(&iter)) {
-        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type, expected type 'array'",
-                            context->name, field);
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'array'",
+                            context->name, field, command_type_name(bson_iter_type(&iter)));
     }
     bson_iter_recurse(&iter, out_items);
     bson_iter_t counter = *out_items;
@@ -173,7 +177,7 @@ static bool handle_insert(command_context_t *context, bson_t *reply, bson_error_
         if (ok) {
             inserted++;
         } else {
-            write_errors_add(&errors, index, &document_error);
+            write_errors_add(&errors, context->session, index, &document_error);
             if (ordered) {
                 break;
             }
@@ -469,7 +473,7 @@ static bool handle_update(command_context_t *context, bson_t *reply, bson_error_
     for (uint32_t index = 0; bson_iter_next(&statements); index++) {
         bson_error_t statement_error;
         if (!run_update_statement(context, ns, &statements, index, &totals, &statement_error)) {
-            write_errors_add(&errors, index, &statement_error);
+            write_errors_add(&errors, context->session, index, &statement_error);
             if (ordered) {
                 break;
             }
@@ -562,7 +566,7 @@ static bool handle_delete(command_context_t *context, bson_t *reply, bson_error_
     for (uint32_t index = 0; bson_iter_next(&statements); index++) {
         bson_error_t statement_error;
         if (!run_delete_statement(context, ns, &statements, index, &deleted, &statement_error)) {
-            write_errors_add(&errors, index, &statement_error);
+            write_errors_add(&errors, context->session, index, &statement_error);
             if (ordered) {
                 break;
             }

@@ -27,7 +27,7 @@ static const command_definition_t *find_command(const char *name)
 
 /* --- field helpers ------------------------------------------------------------ */
 
-static const char *type_name(bson_type_t type)
+const char *command_type_name(bson_type_t type)
 {
     switch (type) {
     case BSON_TYPE_DOUBLE: return "double";
@@ -55,7 +55,7 @@ bool command_namespace(const command_context_t *context, char **out_ns, bson_err
     bson_iter_next(&iter);
     if (!BSON_ITER_HOLDS_UTF8(&iter)) {
         return tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
-                            "collection name has invalid type %s", type_name(bson_iter_type(&iter)));
+                            "collection name has invalid type %s", command_type_name(bson_iter_type(&iter)));
     }
     const char *collection = bson_iter_utf8(&iter, NULL);
     if (collection[0] == '\0') {
@@ -75,7 +75,7 @@ bool command_get_document(const command_context_t *context, const char *field, b
     }
     if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
-                            context->name, field, type_name(bson_iter_type(&iter)));
+                            context->name, field, command_type_name(bson_iter_type(&iter)));
     }
     uint32_t length;
     const uint8_t *data;
@@ -95,7 +95,7 @@ bool command_get_int64(const command_context_t *context, const char *field, int6
     if (!BSON_ITER_HOLDS_NUMBER(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                             "BSON field '%s.%s' is the wrong type '%s', expected types '[long, int, decimal, double]'",
-                            context->name, field, type_name(bson_iter_type(&iter)));
+                            context->name, field, command_type_name(bson_iter_type(&iter)));
     }
     if (BSON_ITER_HOLDS_DOUBLE(&iter)) {
         double value = bson_iter_double(&iter);
@@ -118,7 +118,7 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
     }
     if (!BSON_ITER_HOLDS_BOOL(&iter) && !BSON_ITER_HOLDS_NUMBER(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'bool'",
-                            context->name, field, type_name(bson_iter_type(&iter)));
+                            context->name, field, command_type_name(bson_iter_type(&iter)));
     }
     *out = bson_iter_as_bool(&iter);
     return true;
@@ -258,6 +258,9 @@ done:
     } else {
         bson_reinit(reply);
         tc_error_append_reply(&error, reply);
+        if (error.domain == TC_ERROR_DOMAIN && error.code == TC_ERR_DUPLICATE_KEY) {
+            storage_append_duplicate_key(session, reply);
+        }
         TC_LOG(TC_LOG_DEBUG, "COMMAND", connection_id, "%s failed: %s", context.name ? context.name : "?",
                error.message);
     }

@@ -767,12 +767,12 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
     plan->limit = options->limit;
 
     if (options->skip < 0) {
-        tc_error_set(error, TC_ERR_BAD_VALUE, "skip value must be non-negative, but received: %lld",
+        tc_error_set(error, TC_ERR_NON_NEGATIVE_VALUE, "skip value must be non-negative, but received: %lld",
                      (long long)options->skip);
         goto fail;
     }
     if (options->limit < 0) {
-        tc_error_set(error, TC_ERR_BAD_VALUE, "limit value must be non-negative, but received: %lld",
+        tc_error_set(error, TC_ERR_NON_NEGATIVE_VALUE, "limit value must be non-negative, but received: %lld",
                      (long long)options->limit);
         goto fail;
     }

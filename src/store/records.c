@@ -36,9 +36,18 @@ static void format_duplicate_key(const index_descriptor_t *index, const bson_t *
     bson_string_append(out, " }");
 }
 
-static bool duplicate_key_error(const collection_t *collection, const index_descriptor_t *index,
-                                const bson_t *key_values, bson_error_t *error)
+static bool duplicate_key_error(storage_session_t *session, const collection_t *collection,
+                                const index_descriptor_t *index, const bson_t *key_values, bson_error_t *error)
 {
+    bson_iter_t pattern, values;
+    bson_reinit(&session->duplicate_key_pattern);
+    bson_reinit(&session->duplicate_key_value);
+    bson_concat(&session->duplicate_key_pattern, &index->key_pattern);
+    bson_iter_init(&pattern, &index->key_pattern);
+    bson_iter_init(&values, key_values);
+    while (bson_iter_next(&pattern) && bson_iter_next(&values)) {
+        bson_append_value(&session->duplicate_key_value, bson_iter_key(&pattern), -1, bson_iter_value(&values));
+    }
     bson_string_t *key = bson_string_new(NULL);
     format_duplicate_key(index, key_values, key);
     tc_error_set(error, TC_ERR_DUPLICATE_KEY, "E11000 duplicate key error collection: %s index: %s dup key: %s",
@@ -95,7 +104,7 @@ static bool insert_keys(storage_session_t *session, collection_t *collection, in
         keystring_cleanup(&entry_key);
         bson_free(value);
         if (wt_code == WT_DUPLICATE_KEY) {
-            duplicate_key_error(collection, index, keys->keys[i].values, error);
+            duplicate_key_error(session, collection, index, keys->keys[i].values, error);
             goto done;
         }
         if (wt_code != 0) {
@@ -276,6 +285,12 @@ bool storage_delete_record(storage_session_t *session, collection_t *collection,
         return storage_error_from_wt(error, wt_code, "removing a record");
     }
     return true;
+}
+
+void storage_append_duplicate_key(storage_session_t *session, bson_t *out)
+{
+    BSON_APPEND_DOCUMENT(out, "keyPattern", &session->duplicate_key_pattern);
+    BSON_APPEND_DOCUMENT(out, "keyValue", &session->duplicate_key_value);
 }
 
 bool storage_read_record(storage_session_t *session, collection_t *collection, int64_t record_id,

@@ -153,10 +153,14 @@ storage_session_t *storage_session_new(storage_t *storage, bson_error_t *error)
 {
     storage_session_t *session = BSON_ALIGNED_ALLOC0(storage_session_t);
     session->storage = storage;
+    bson_init(&session->duplicate_key_pattern);
+    bson_init(&session->duplicate_key_value);
     int wt_code = storage->connection->open_session(storage->connection, NULL, "isolation=snapshot",
                                                     &session->wt);
     if (wt_code != 0) {
         storage_error_from_wt(error, wt_code, "opening a session");
+        bson_destroy(&session->duplicate_key_pattern);
+        bson_destroy(&session->duplicate_key_value);
         bson_free(session);
         return NULL;
     }
@@ -172,6 +176,8 @@ void storage_session_destroy(storage_session_t *session)
         storage_rollback(session);
     }
     session->wt->close(session->wt, NULL);
+    bson_destroy(&session->duplicate_key_pattern);
+    bson_destroy(&session->duplicate_key_value);
     bson_free(session);
 }
 

@@ -119,7 +119,8 @@ bool storage_in_transaction(storage_session_t *session);
 /* --- records -------------------------------------------------------------- */
 
 /* Inserts document (which must already have _id first) and its index keys.
- * Errors: DuplicateKey 11000 with mongod's message. */
+ * Errors: DuplicateKey 11000 with mongod's message; then
+ * storage_append_duplicate_key() adds keyPattern and keyValue to a reply. */
 bool storage_insert_record(storage_session_t *session, collection_t *collection,
                            const bson_t *document, int64_t *out_record_id, bson_error_t *error) TC_MUST_CHECK;
 
@@ -134,6 +135,10 @@ bool storage_delete_record(storage_session_t *session, collection_t *collection,
 
 /* Reads the document at record_id into out_document (initialized here; the
  * caller destroys it). *out_found false when absent. */
+/* Appends keyPattern and keyValue of the session's last duplicate-key error, as
+ * mongod adds them to a writeError or an error reply. */
+void storage_append_duplicate_key(storage_session_t *session, bson_t *out);
+
 bool storage_read_record(storage_session_t *session, collection_t *collection, int64_t record_id,
                          bson_t *out_document, bool *out_found, bson_error_t *error) TC_MUST_CHECK;
 

@@ -29,6 +29,8 @@ struct storage_session {
     storage_t *storage;
     WT_SESSION *wt;
     bool in_transaction;
+    bson_t duplicate_key_pattern; /* the index and key of this session's last E11000 */
+    bson_t duplicate_key_value;
 };
 
 /* Fills error from a WiredTiger return code; always returns false. */

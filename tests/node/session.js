@@ -21,8 +21,9 @@ const updated = items.updateMany({ group: 1 }, { $inc: { n: 100 } });
 out.updateMany = { matched: updated.matchedCount, modified: updated.modifiedCount };
 out.afterUpdate = items.find({ group: 1 }).sort({ n: 1 }).limit(3).toArray().map((d) => d.n);
 
+// mongosh's UpdateResult names the upserted document's _id insertedId.
 out.upsertedId = items.updateOne({ _id: 'shell-upsert' }, { $set: { n: -1, group: 9 } },
-  { upsert: true }).upsertedId;
+  { upsert: true }).insertedId;
 out.deleted = items.deleteMany({ group: 0 }).deletedCount;
 out.remaining = items.countDocuments({});
 
