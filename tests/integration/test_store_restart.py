@@ -10,7 +10,7 @@ from pymongo import ASCENDING, MongoClient, WriteConcern
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 THREADS = 4
-MIN_ACKNOWLEDGED_BEFORE_KILL = 300
+MIN_ACKNOWLEDGED_BEFORE_KILL = 2000
 MAX_SECONDS_BEFORE_KILL = 15
 
 
