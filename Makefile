@@ -63,3 +63,35 @@ clean:
 	rm -rf build
 
 -include $(OBJECTS:.o=.d)
+
+# ---- Fuzzing (tests/fuzz/README.md) ------------------------------------------
+#   make fuzz       libFuzzer targets in build/fuzz/ (clang, ASan + UBSan)
+# The library is compiled again with coverage instrumentation into an archive, so
+# each target links only the objects it reaches; files with a main() are left out.
+FUZZ_CC      = clang
+FUZZ_BUILD   = build/fuzz
+FUZZ_CFLAGS  = $(CFLAGS_COMMON) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+               -fno-sanitize-recover=undefined
+FUZZ_LIBRARY_SOURCES = $(shell grep -L -E '^int main\b' $(SOURCES))
+FUZZ_LIBRARY_OBJECTS = $(FUZZ_LIBRARY_SOURCES:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_SOURCES = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_TARGETS = $(FUZZ_SOURCES:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+
+.PHONY: fuzz
+fuzz: $(FUZZ_TARGETS)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  FUZZCC $<"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+
+$(FUZZ_BUILD)/libthermocline.a: $(FUZZ_LIBRARY_OBJECTS)
+	@rm -f $@
+	@ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_BUILD)/libthermocline.a
+	@echo "  FUZZ $@"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< \
+		$(FUZZ_BUILD)/libthermocline.a $(LDLIBS)
+
+-include $(FUZZ_LIBRARY_OBJECTS:.o=.d)

@@ -6,6 +6,10 @@
 
 #include <bson/bson.h>
 
+/* MongoDB's name for a BSON type, as $type aliases and error messages use it:
+ * "double", "string", "object", "array", "int", "long", "minKey"... */
+const char *value_type_name(bson_type_t type);
+
 /* Appends value's text to out. */
 void value_format_append(bson_string_t *out, const bson_value_t *value);
 

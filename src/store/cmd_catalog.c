@@ -4,6 +4,7 @@
  * the catalog lock exclusively for its whole run; listings and statistics hold it
  * shared. */
 #include "store/commands.h"
+#include "query/value_format.h"
 #include "common/log.h"
 #include "query/match.h"
 #include "query/order.h"
@@ -18,26 +19,6 @@
 
 /* --- shared helpers ------------------------------------------------------------ */
 
-static const char *type_name(bson_type_t type)
-{
-    switch (type) {
-    case BSON_TYPE_DOUBLE: return "double";
-    case BSON_TYPE_UTF8: return "string";
-    case BSON_TYPE_DOCUMENT: return "object";
-    case BSON_TYPE_ARRAY: return "array";
-    case BSON_TYPE_BINARY: return "binData";
-    case BSON_TYPE_OID: return "objectId";
-    case BSON_TYPE_BOOL: return "bool";
-    case BSON_TYPE_DATE_TIME: return "date";
-    case BSON_TYPE_NULL: return "null";
-    case BSON_TYPE_REGEX: return "regex";
-    case BSON_TYPE_INT32: return "int";
-    case BSON_TYPE_TIMESTAMP: return "timestamp";
-    case BSON_TYPE_INT64: return "long";
-    case BSON_TYPE_DECIMAL128: return "decimal";
-    default: return "unknown";
-    }
-}
 
 /* mongod's BSONObjBuilder::appendNumber: an int when the value is small, else a long. */
 static void append_number(bson_t *document, const char *key, int64_t value)
@@ -69,7 +50,7 @@ static bool get_required_string(const command_context_t *context, const char *fi
     }
     if (!BSON_ITER_HOLDS_UTF8(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'string'",
-                            context->name, field, type_name(bson_iter_type(&iter)));
+                            context->name, field, value_type_name(bson_iter_type(&iter)));
     }
     *out = bson_iter_utf8(&iter, NULL);
     return true;
@@ -106,7 +87,7 @@ static bool get_cursor_batch_size(const command_context_t *context, int64_t *out
     if (!BSON_ITER_HOLDS_NUMBER(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                             "BSON field 'batchSize' is the wrong type '%s', expected types '[long, int, decimal, double]'",
-                            type_name(bson_iter_type(&iter)));
+                            value_type_name(bson_iter_type(&iter)));
     }
     int64_t batch_size = bson_iter_as_int64(&iter);
     if (batch_size < 0) {
@@ -619,7 +600,7 @@ static bool validate_index_spec(bson_iter_t *item, uint32_t position, bson_error
     if (!BSON_ITER_HOLDS_DOCUMENT(item)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                             "BSON field 'createIndexes.indexes.%u' is the wrong type '%s', expected type 'object'",
-                            position, type_name(bson_iter_type(item)));
+                            position, value_type_name(bson_iter_type(item)));
     }
     bson_iter_recurse(item, &field);
     if (!bson_iter_find(&field, "key") || !BSON_ITER_HOLDS_DOCUMENT(&field)) {
@@ -633,7 +614,7 @@ static bool validate_index_spec(bson_iter_t *item, uint32_t position, bson_error
     }
     if (!BSON_ITER_HOLDS_UTF8(&field)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "The field 'name' must be a string, not %s",
-                            type_name(bson_iter_type(&field)));
+                            value_type_name(bson_iter_type(&field)));
     }
     const char *name = bson_iter_utf8(&field, NULL);
     if (name[0] == '\0') {
@@ -655,7 +636,7 @@ static bool get_index_specs(const command_context_t *context, bson_iter_t *out_i
     if (!BSON_ITER_HOLDS_ARRAY(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                             "BSON field 'createIndexes.indexes' is the wrong type '%s', expected type 'array'",
-                            type_name(bson_iter_type(&iter)));
+                            value_type_name(bson_iter_type(&iter)));
     }
     bson_iter_recurse(&iter, out_items);
     bson_iter_t items = *out_items;
@@ -796,7 +777,7 @@ static void format_key_pattern(const bson_t *pattern, bson_string_t *out)
             break;
         }
         case BSON_TYPE_UTF8: bson_string_append_printf(out, "\"%s\"", bson_iter_utf8(&iter, NULL)); break;
-        default: bson_string_append(out, type_name(bson_iter_type(&iter))); break;
+        default: bson_string_append(out, value_type_name(bson_iter_type(&iter))); break;
         }
     }
     bson_string_append(out, first ? "}" : " }");
@@ -834,7 +815,7 @@ static bool drop_index_list(storage_session_t *session, collection_t *collection
         if (!BSON_ITER_HOLDS_UTF8(&check)) {
             return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                                 "BSON field 'dropIndexes.index.%s' is the wrong type '%s', expected type 'string'",
-                                bson_iter_key(&check), type_name(bson_iter_type(&check)));
+                                bson_iter_key(&check), value_type_name(bson_iter_type(&check)));
         }
         const char *name = bson_iter_utf8(&check, NULL);
         if (strcmp(name, "*") == 0) {
@@ -916,7 +897,7 @@ static bool handle_drop_indexes(command_context_t *context, bson_t *reply, bson_
     } else {
         tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                      "BSON field '%s.index' is the wrong type '%s', expected types '[string, object, array]'",
-                     context->name, type_name(bson_iter_type(&index)));
+                     context->name, value_type_name(bson_iter_type(&index)));
         goto done;
     }
     BSON_APPEND_INT32(reply, "nIndexesWas", indexes_before);

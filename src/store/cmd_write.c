@@ -6,6 +6,7 @@
 #include "query/match.h"
 #include "query/projection.h"
 #include "query/update.h"
+#include "query/value_format.h"
 #include "wire/wire.h"
 
 #include <string.h>
@@ -60,7 +61,7 @@ static bool get_batch(const command_context_t *context, const char *field, bson_
     }
     if (!BSON_ITER_HOLDS_ARRAY(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'array'",
-                            context->name, field, command_type_name(bson_iter_type(&iter)));
+                            context->name, field, value_type_name(bson_iter_type(&iter)));
     }
     bson_iter_recurse(&iter, out_items);
     bson_iter_t counter = *out_items;
@@ -118,7 +119,6 @@ static bool prepare_insert_document(const bson_t *document, bson_t *out, bson_er
 
 static bool insert_one(command_context_t *context, const char *ns, const bson_t *document, bson_error_t *error)
 {
-    storage_t *storage = context->store->storage;
     for (int attempt = 0;; attempt++) {
         collection_t *collection;
         bool ok = storage_obtain_collection(context->session, ns, &collection, error) &&
@@ -132,7 +132,6 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
             }
         }
         if (ok || !is_write_conflict(error) || attempt >= WRITE_CONFLICT_RETRIES) {
-            (void)storage;
             return ok;
         }
     }

@@ -60,9 +60,6 @@ extern const command_definition_t aggregate_commands[];
  * InvalidNamespace 73 / TypeMismatch 14 as mongod. Caller bson_free()s. */
 bool command_namespace(const command_context_t *context, char **out_ns, bson_error_t *error) TC_MUST_CHECK;
 
-/* mongod's name for a BSON type in messages: "string", "object", "int"... */
-const char *command_type_name(bson_type_t type);
-
 /* Reads an optional sub-document field; *out stays an empty static document if
  * absent. Errors: TypeMismatch 14 "BSON field 'find.filter' is the wrong type
  * 'string', expected type 'object'". */

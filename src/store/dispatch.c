@@ -3,6 +3,7 @@
  * the reply in the request's own format (and compressor). Also the small helpers
  * every handler uses to read command fields the way mongod validates them. */
 #include "store/dispatch.h"
+#include "query/value_format.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -27,26 +28,6 @@ static const command_definition_t *find_command(const char *name)
 
 /* --- field helpers ------------------------------------------------------------ */
 
-const char *command_type_name(bson_type_t type)
-{
-    switch (type) {
-    case BSON_TYPE_DOUBLE: return "double";
-    case BSON_TYPE_UTF8: return "string";
-    case BSON_TYPE_DOCUMENT: return "object";
-    case BSON_TYPE_ARRAY: return "array";
-    case BSON_TYPE_BINARY: return "binData";
-    case BSON_TYPE_OID: return "objectId";
-    case BSON_TYPE_BOOL: return "bool";
-    case BSON_TYPE_DATE_TIME: return "date";
-    case BSON_TYPE_NULL: return "null";
-    case BSON_TYPE_REGEX: return "regex";
-    case BSON_TYPE_INT32: return "int";
-    case BSON_TYPE_TIMESTAMP: return "timestamp";
-    case BSON_TYPE_INT64: return "long";
-    case BSON_TYPE_DECIMAL128: return "decimal";
-    default: return "unknown";
-    }
-}
 
 bool command_namespace(const command_context_t *context, char **out_ns, bson_error_t *error)
 {
@@ -55,7 +36,7 @@ bool command_namespace(const command_context_t *context, char **out_ns, bson_err
     bson_iter_next(&iter);
     if (!BSON_ITER_HOLDS_UTF8(&iter)) {
         return tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
-                            "collection name has invalid type %s", command_type_name(bson_iter_type(&iter)));
+                            "collection name has invalid type %s", value_type_name(bson_iter_type(&iter)));
     }
     const char *collection = bson_iter_utf8(&iter, NULL);
     if (collection[0] == '\0') {
@@ -75,7 +56,7 @@ bool command_get_document(const command_context_t *context, const char *field, b
     }
     if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
-                            context->name, field, command_type_name(bson_iter_type(&iter)));
+                            context->name, field, value_type_name(bson_iter_type(&iter)));
     }
     uint32_t length;
     const uint8_t *data;
@@ -95,7 +76,7 @@ bool command_get_int64(const command_context_t *context, const char *field, int6
     if (!BSON_ITER_HOLDS_NUMBER(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                             "BSON field '%s.%s' is the wrong type '%s', expected types '[long, int, decimal, double]'",
-                            context->name, field, command_type_name(bson_iter_type(&iter)));
+                            context->name, field, value_type_name(bson_iter_type(&iter)));
     }
     if (BSON_ITER_HOLDS_DOUBLE(&iter)) {
         double value = bson_iter_double(&iter);
@@ -118,7 +99,7 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
     }
     if (!BSON_ITER_HOLDS_BOOL(&iter) && !BSON_ITER_HOLDS_NUMBER(&iter)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'bool'",
-                            context->name, field, command_type_name(bson_iter_type(&iter)));
+                            context->name, field, value_type_name(bson_iter_type(&iter)));
     }
     *out = bson_iter_as_bool(&iter);
     return true;

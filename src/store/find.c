@@ -811,7 +811,6 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
     } else {
         plan->exhausted = true;
     }
-    (void)session;
     return plan;
 fail:
     find_plan_destroy(plan);

@@ -108,6 +108,7 @@ storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
         tc_error_set(error, TC_ERR_INTERNAL, "cannot start the journal flusher thread");
         goto done;
     }
+    storage->journal_started = true;
     ok = true;
 done:
     storage_session_destroy(session);
@@ -123,7 +124,7 @@ void storage_close(storage_t *storage)
     if (storage == NULL) {
         return;
     }
-    if (storage->journal_thread) {
+    if (storage->journal_started) {
         pthread_mutex_lock(&storage->journal_mutex);
         storage->journal_stop = true;
         pthread_cond_signal(&storage->journal_wakeup);

@@ -20,6 +20,7 @@ struct storage {
     size_t pending_drop_count;
     pthread_mutex_t pending_drops_mutex;
     pthread_t journal_thread;
+    bool journal_started;
     pthread_mutex_t journal_mutex;
     pthread_cond_t journal_wakeup;
     bool journal_stop;
