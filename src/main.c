@@ -1,5 +1,6 @@
 /* The one executable: `thermocline <subcommand> [flags]`. Each subcommand lives
  * in its own module; this file only dispatches and reports bad usage (exit 2). */
+#include "bench/bench.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -14,6 +15,7 @@ static void print_usage(FILE *stream)
             "\n"
             "commands:\n"
             "  store     run a MongoDB-compatible server on WiredTiger\n"
+            "  bench     YCSB-style load generator for a MongoDB-compatible server\n"
             "  version   print the version\n"
             "\n"
             "`thermocline <command> --help` describes each command's options.\n");
@@ -28,6 +30,9 @@ int main(int argc, char **argv)
     const char *command = argv[1];
     if (strcmp(command, "store") == 0) {
         return store_main(argc - 1, argv + 1);
+    }
+    if (strcmp(command, "bench") == 0) {
+        return bench_main(argc - 1, argv + 1);
     }
     if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
         printf("thermocline %s\n", THERMOCLINE_VERSION);

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 bool tc_error_set(bson_error_t *error, int32_t code, const char *format, ...)
 {
@@ -16,6 +17,18 @@ bool tc_error_set(bson_error_t *error, int32_t code, const char *format, ...)
     error->domain = TC_ERROR_DOMAIN;
     error->code = (uint32_t)code;
     return false;
+}
+
+void tc_error_prefix(bson_error_t *error, const char *prefix)
+{
+    char message[sizeof error->message];
+    int prefix_length = (int)strlen(prefix);
+    int room = (int)sizeof message - 1 - prefix_length;
+    if (room <= 0) {
+        return;
+    }
+    snprintf(message, sizeof message, "%s%.*s", prefix, room, error->message);
+    memcpy(error->message, message, sizeof message);
 }
 
 static const struct {
@@ -86,6 +99,9 @@ static const struct {
     {TC_ERR_CHECKSUM_MISMATCH, "ChecksumMismatch"},
     {TC_ERR_CONVERSION_FAILURE, "ConversionFailure"},
     {TC_ERR_UNRECOGNIZED_PIPELINE_STAGE, "Location40324"},
+    {TC_ERR_NO_MATCHING_DOCUMENT, "NoMatchingDocument"},
+    {TC_ERR_INVALID_RESUME_TOKEN, "InvalidResumeToken"},
+    {TC_ERR_CHANGE_STREAM_FATAL_ERROR, "ChangeStreamFatalError"},
 };
 
 const char *tc_error_code_name(int32_t code)

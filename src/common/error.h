@@ -112,12 +112,27 @@ enum {
     /* Aggregation pipelines and expressions (src/query/pipeline*, expression*). */
     TC_ERR_CONVERSION_FAILURE = 241,
     TC_ERR_UNRECOGNIZED_PIPELINE_STAGE = 40324,
+    /* Change streams (src/store/change_stream.c, change_event.c). */
+    TC_ERR_NO_MATCHING_DOCUMENT = 47,
+    TC_ERR_INVALID_RESUME_TOKEN = 260,
+    TC_ERR_CHANGE_STREAM_FATAL_ERROR = 280,
+    TC_ERR_CHANGE_STREAM_NOT_REPLICA_SET = 40573,
+    TC_ERR_CHANGE_STREAM_NOT_FIRST_STAGE = 40602,
+    TC_ERR_CHANGE_STREAM_RESUME_OPTIONS = 40674,    /* more than one kind of start point */
+    TC_ERR_CHANGE_STREAM_EXPECTS_OBJECT = 50808,
+    TC_ERR_CHANGE_STREAM_RESUME_AND_START = 50865,  /* both resumeAfter and startAfter */
+    TC_ERR_BAD_RESUME_TOKEN_DATA = 40647,
 };
 
 /* Fills error with a MongoDB code and a printf-style message; always returns false,
  * so callers can write `return tc_error_set(error, ...)`. error may be NULL. */
 bool tc_error_set(bson_error_t *error, int32_t code, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Puts prefix before error's message, as mongod wraps an error with its context
+ * ("Executor error during find command :: caused by :: ..."), truncating the end
+ * if it must. */
+void tc_error_prefix(bson_error_t *error, const char *prefix);
 
 /* The codeName MongoDB sends with code ("BadValue"), or "Location<code>" for the
  * numbered assertion codes that have no name, as mongod does. Never NULL. */

@@ -5,9 +5,11 @@
  *
  *             full message            reply
  *   READING ───────────────▶ EXECUTING ─────────────────────▶ WRITING
- *      ▲                        │   │ delay_ms > 0              ▲   │
- *      │   no reply (data NULL) │   └──────────▶ HOLDING ───────┘   │ written
- *      └────────────────────────┴───────────────────────────────────┘
+ *      ▲                        │  ▲ │ delay_ms > 0              ▲   │
+ *      │   no reply (data NULL) │  │ └──────────▶ HOLDING ───────┘   │ written
+ *      │                        │  └─── run_again, ◀──┘              │
+ *      │                        │       after delay_ms               │
+ *      └────────────────────────┴────────────────────────────────────┘
  *
  *   any state ── EOF, error, close_after, shutdown ──▶ CLOSING, then freed once
  *   both handles are closed and no request of it is with a worker.
@@ -55,7 +57,8 @@ struct connection {
     uv_write_t write_request;
     int open_handles;        /* tcp and delay_timer until their close callbacks ran */
     bool reading;            /* uv_read_start is in effect */
-    bool request_in_flight;  /* job is with the worker pool: do not free */
+    bool request_in_flight;  /* job is with the worker pool or the application: do not free */
+    bool dispatching;        /* inside handle_on_loop: a completion must not re-enter input */
 
     /* Received bytes not yet handed to a worker are buffer[start, end). */
     uint8_t *buffer;
@@ -78,7 +81,9 @@ static void connection_set_state(connection_t *connection, connection_state_t ne
                                   [CONNECTION_HOLDING] = true,
                                   [CONNECTION_WRITING] = true,
                                   [CONNECTION_CLOSING] = true},
-        [CONNECTION_HOLDING] = {[CONNECTION_WRITING] = true, [CONNECTION_CLOSING] = true},
+        [CONNECTION_HOLDING] = {[CONNECTION_WRITING] = true,
+                                [CONNECTION_EXECUTING] = true,
+                                [CONNECTION_CLOSING] = true},
         [CONNECTION_WRITING] = {[CONNECTION_READING] = true, [CONNECTION_CLOSING] = true},
     };
     if (!allowed[connection->state][next]) {
@@ -243,6 +248,8 @@ static void connection_pause_reading(connection_t *connection)
     }
 }
 
+static void connection_submit(connection_t *connection);
+
 static void connection_dispatch(connection_t *connection, size_t length)
 {
     if (connection->end - connection->start == length) {
@@ -263,8 +270,22 @@ static void connection_dispatch(connection_t *connection, size_t length)
     connection->job.request.length = length;
     connection->job.request.connection_id = connection->id;
     connection->job.request.peer_address = connection->peer;
-    connection->request_in_flight = true;
     connection_set_state(connection, CONNECTION_EXECUTING);
+    connection_submit(connection);
+}
+
+/* Hands the job's request to the application: a worker, or the loop callback. */
+static void connection_submit(connection_t *connection)
+{
+    connection->request_in_flight = true;
+    server_callbacks_t *callbacks = &connection->server->callbacks;
+    if (callbacks->handle_on_loop != NULL) {
+        connection->dispatching = true;
+        callbacks->handle_on_loop(callbacks->application, (server_pending_t *)&connection->job,
+                                  &connection->job.request);
+        connection->dispatching = false;
+        return;
+    }
     worker_pool_submit(connection->server->workers, &connection->job);
 }
 
@@ -351,9 +372,31 @@ static void connection_on_delay_over(uv_timer_t *timer)
     connection_write_reply(timer->data);
 }
 
+/* A run_again reply's delay is over: the same request runs again. */
+static void connection_on_rerun_due(uv_timer_t *timer)
+{
+    connection_t *connection = timer->data;
+    connection_set_state(connection, CONNECTION_EXECUTING);
+    connection_submit(connection);
+    if (connection->state == CONNECTION_READING) {
+        connection_process_input(connection); /* answered at once in loop mode */
+    }
+}
+
 void connection_complete_request(worker_job_t *job)
 {
     connection_t *connection = job->owner;
+    if (job->reply.run_again && connection->state != CONNECTION_CLOSING) {
+        /* Keep the request (and its message) for the next run. */
+        uint32_t delay_ms = job->reply.delay_ms;
+        bson_free(job->reply.data);
+        memset(&job->reply, 0, sizeof job->reply);
+        job->request.attempt++;
+        connection->request_in_flight = false;
+        connection_set_state(connection, CONNECTION_HOLDING);
+        uv_timer_start(&connection->delay_timer, connection_on_rerun_due, delay_ms, 0);
+        return;
+    }
     server_reply_t reply = job->reply;
     memset(&job->reply, 0, sizeof job->reply);
     memset(&job->request, 0, sizeof job->request);
@@ -373,7 +416,9 @@ void connection_complete_request(worker_job_t *job)
             return;
         }
         connection_set_state(connection, CONNECTION_READING);
-        connection_process_input(connection);
+        if (!connection->dispatching) { /* else the dispatching loop goes on by itself */
+            connection_process_input(connection);
+        }
         return;
     }
     connection->reply = reply;
@@ -383,6 +428,13 @@ void connection_complete_request(worker_job_t *job)
         return;
     }
     connection_write_reply(connection);
+}
+
+void server_complete(server_pending_t *pending, const server_reply_t *reply)
+{
+    worker_job_t *job = (worker_job_t *)pending;
+    job->reply = *reply;
+    connection_complete_request(job);
 }
 
 void connection_accept(server_t *server)

@@ -18,8 +18,9 @@
 static bool server_check_options(const server_options_t *options,
                                  const server_callbacks_t *callbacks, bson_error_t *error)
 {
-    if (options == NULL || callbacks == NULL || callbacks->handle == NULL) {
-        return tc_error_set(error, TC_ERR_BAD_VALUE, "the server needs options and a handle callback");
+    if (options == NULL || callbacks == NULL || (callbacks->handle == NULL) == (callbacks->handle_on_loop == NULL)) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "the server needs options and exactly one of handle and "
+                            "handle_on_loop");
     }
     if (options->port < 0 || options->port > 65535) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "port number must be between 0 and 65535, not %d",
@@ -29,7 +30,7 @@ static bool server_check_options(const server_options_t *options,
         return tc_error_set(error, TC_ERR_BAD_VALUE, "maxIncomingConnections must be at least 1, not %d",
                             options->max_connections);
     }
-    if (options->worker_count < 1) {
+    if (options->worker_count < (callbacks->handle_on_loop != NULL ? 0 : 1)) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "the server needs at least 1 worker thread, not %d",
                             options->worker_count);
     }
@@ -121,6 +122,9 @@ static void server_begin_shutdown(server_t *server)
     uv_close((uv_handle_t *)&server->listener, NULL);
     uv_close((uv_handle_t *)&server->interrupt_signal, NULL);
     uv_close((uv_handle_t *)&server->terminate_signal, NULL);
+    if (server->callbacks.loop_stopping != NULL) {
+        server->callbacks.loop_stopping(server->callbacks.application);
+    }
     connection_close_all(server);
     server_finish_shutdown_if_drained(server);
 }
@@ -293,10 +297,12 @@ bool server_run(server_t *server, bson_error_t *error)
                             "server_run() can be called only once per server");
     }
     server->ran = true;
-    server->workers = worker_pool_new(server->options.worker_count, &server->callbacks,
-                                      server_notify_completion, server, error);
-    if (server->workers == NULL) {
-        return false;
+    if (server->options.worker_count > 0) {
+        server->workers = worker_pool_new(server->options.worker_count, &server->callbacks,
+                                          server_notify_completion, server, error);
+        if (server->workers == NULL) {
+            return false;
+        }
     }
 
     bool ok = true;
@@ -334,6 +340,11 @@ void server_stop(server_t *server)
         uv_async_send(&server->stop_async);
     }
     pthread_mutex_unlock(&server->stop_lock);
+}
+
+struct uv_loop_s *server_loop(server_t *server)
+{
+    return &server->loop;
 }
 
 int server_port(server_t *server)

@@ -18,6 +18,7 @@ typedef struct server_request {
     size_t length;
     uint64_t connection_id;    /* unique for the server's lifetime, starts at 1 */
     const char *peer_address;  /* "127.0.0.1:54321" */
+    uint32_t attempt;          /* 0; n when this request runs again after n run_again replies */
 } server_request_t;
 
 /* What the handler answers. The server owns data after the call (bson_free). */
@@ -26,7 +27,14 @@ typedef struct server_reply {
     size_t length;
     uint32_t delay_ms; /* hold the reply this long before sending (awaitable hello) */
     bool close_after;  /* close the connection once the reply is written */
+    /* Send nothing yet: run the same request again (attempt + 1) once delay_ms
+     * has passed, so a handler waiting for data (an awaitData getMore) polls
+     * without holding a worker. data must be NULL. */
+    bool run_again;
 } server_reply_t;
+
+/* One request in flight in loop mode (below); answered with server_complete(). */
+typedef struct server_pending server_pending_t;
 
 typedef struct server_callbacks {
     void *application;
@@ -38,6 +46,14 @@ typedef struct server_callbacks {
      * time, in arrival order. */
     void (*handle)(void *application, void *worker_state, const server_request_t *request,
                    server_reply_t *reply);
+    /* Loop mode, for applications that never block (the proxy): set this instead
+     * of handle, and each request is given to it on the loop thread; request stays
+     * valid until the application answers with server_complete(), on the loop
+     * thread, now or later. worker_count may then be 0. */
+    void (*handle_on_loop)(void *application, server_pending_t *pending, const server_request_t *request);
+    /* Loop mode: called on the loop thread when the server starts shutting down,
+     * so the application closes the libuv handles it opened on server_loop(). */
+    void (*loop_stopping)(void *application);
 } server_callbacks_t;
 
 typedef struct server_options {
@@ -61,6 +77,14 @@ server_t *server_new(const server_options_t *options, const server_callbacks_t *
 /* Serves until server_stop() or SIGINT/SIGTERM; then closes every connection,
  * drains the workers and returns. */
 bool server_run(server_t *server, bson_error_t *error) TC_MUST_CHECK;
+
+/* Loop mode, loop thread only: answers pending's request. The server owns
+ * reply->data afterwards. pending must not be used again. */
+void server_complete(server_pending_t *pending, const server_reply_t *reply);
+
+/* The server's event loop, for the application's own handles (loop mode). Valid
+ * from server_new() until server_run() returns. */
+struct uv_loop_s *server_loop(server_t *server);
 
 /* Thread-safe: asks server_run() to return. */
 void server_stop(server_t *server);

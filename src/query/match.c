@@ -355,7 +355,40 @@ static void describe_element(const char *key, const bson_value_t *value, char *o
 /* ---- matching ---- */
 
 static bool node_matches_value(const match_node_t *node, const bson_value_t *value);
-static bool node_matches_document(const match_node_t *node, const uint8_t *data, uint32_t length);
+static bool node_matches_document(const match_node_t *node, const uint8_t *data, uint32_t length,
+                                  match_details_t *details);
+static bool elem_match_matches(const match_node_t *node, const bson_value_t *array,
+                               match_details_t *details);
+
+static void details_record(match_details_t *details, const char *array_index)
+{
+    if (details == NULL || array_index == NULL) {
+        return;
+    }
+    bson_strncpy(details->array_index, array_index, sizeof details->array_index);
+    details->has_array_index = true;
+}
+
+/* One value a path reached, tested as mongod's PathMatchExpression::matches does:
+ * offset is the field name of the outermost array element the walk went through
+ * (NULL when it went through none), recorded when the value matches; an $elemMatch
+ * first records its own element, which an offset then overrides. */
+static bool path_value_matches(const match_node_t *node, const bson_value_t *value,
+                               const char *offset, match_details_t *details)
+{
+    bool matches;
+    if (details != NULL &&
+        (node->kind == MATCH_ELEM_MATCH_OBJECT || node->kind == MATCH_ELEM_MATCH_VALUE)) {
+        matches = value != NULL && value->value_type == BSON_TYPE_ARRAY &&
+                  elem_match_matches(node, value, details);
+    } else {
+        matches = node_matches_value(node, value);
+    }
+    if (matches) {
+        details_record(details, offset);
+    }
+    return matches;
+}
 
 static bool document_find_field(const uint8_t *data, uint32_t length, const match_path_part_t *part,
                                 bson_iter_t *out_field)
@@ -372,48 +405,55 @@ static bool document_find_field(const uint8_t *data, uint32_t length, const matc
     return false;
 }
 
-static bool array_any_element_matches(const match_node_t *node, const bson_value_t *array)
+/* A path that ends on an array offers each element, each one under its own position
+ * unless an outer array already gave the offset. */
+static bool array_any_element_matches(const match_node_t *node, const bson_value_t *array,
+                                      const char *offset, match_details_t *details)
 {
     bson_iter_t element;
     if (!value_iter_init(&element, array)) {
         return false;
     }
     while (bson_iter_next(&element)) {
-        if (node_matches_value(node, bson_iter_value(&element))) {
+        const char *element_offset = offset != NULL ? offset : bson_iter_key(&element);
+        if (path_value_matches(node, bson_iter_value(&element), element_offset, details)) {
             return true;
         }
     }
     return false;
 }
 
-static bool path_matches_array(const match_node_t *node, size_t part, const bson_value_t *array);
+static bool path_matches_array(const match_node_t *node, size_t part, const bson_value_t *array,
+                               const char *offset, match_details_t *details);
 
 /* Offers node every value that parts[part..] reaches from the document, as mongod's
  * BSONElementIterator does: a missing field (or a scalar where the path goes on)
  * is offered as missing (NULL); true as soon as one value matches. */
-static bool path_matches_document(const match_node_t *node, size_t part, const uint8_t *data, uint32_t length)
+static bool path_matches_document(const match_node_t *node, size_t part, const uint8_t *data,
+                                  uint32_t length, const char *offset, match_details_t *details)
 {
     bson_iter_t field;
     for (;;) {
         if (!document_find_field(data, length, &node->parts[part], &field)) {
-            return node_matches_value(node, NULL);
+            return path_value_matches(node, NULL, offset, details);
         }
         const bson_value_t *value = bson_iter_value(&field);
         bool is_last = part + 1 == node->part_count;
         if (value->value_type == BSON_TYPE_ARRAY) {
             if (!is_last) {
-                return path_matches_array(node, part + 1, value);
+                return path_matches_array(node, part + 1, value, offset, details);
             }
-            if (node->expand_leaf_arrays && array_any_element_matches(node, value)) {
+            if (node->expand_leaf_arrays &&
+                array_any_element_matches(node, value, offset, details)) {
                 return true;
             }
-            return node_matches_value(node, value);
+            return path_value_matches(node, value, offset, details);
         }
         if (is_last) {
-            return node_matches_value(node, value);
+            return path_value_matches(node, value, offset, details);
         }
         if (value->value_type != BSON_TYPE_DOCUMENT) {
-            return node_matches_value(node, NULL);
+            return path_value_matches(node, NULL, offset, details);
         }
         data = value->value.v_doc.data;
         length = value->value.v_doc.data_len;
@@ -423,8 +463,11 @@ static bool path_matches_document(const match_node_t *node, size_t part, const u
 
 /* parts[part..] continue past an array: each subdocument element is searched for
  * the rest of the path, and when parts[part] is a number it also selects the
- * element at that index. Nested arrays are only entered through an index. */
-static bool path_matches_array(const match_node_t *node, size_t part, const bson_value_t *array)
+ * element at that index. Nested arrays are only entered through an index. Values
+ * found inside an element searched implicitly are reported at that element's
+ * position; an explicit index is no implicit traversal and sets no offset. */
+static bool path_matches_array(const match_node_t *node, size_t part, const bson_value_t *array,
+                               const char *offset, match_details_t *details)
 {
     const match_path_part_t *next = &node->parts[part];
     bool is_last = part + 1 == node->part_count;
@@ -437,22 +480,25 @@ static bool path_matches_array(const match_node_t *node, size_t part, const bson
         bool at_index = next->is_index && bson_iter_key_len(&element) == next->length &&
                         memcmp(bson_iter_key(&element), next->name, next->length) == 0;
         if (value->value_type == BSON_TYPE_DOCUMENT) {
-            if (path_matches_document(node, part, value->value.v_doc.data, value->value.v_doc.data_len)) {
+            const char *element_offset = offset != NULL ? offset : bson_iter_key(&element);
+            if (path_matches_document(node, part, value->value.v_doc.data,
+                                      value->value.v_doc.data_len, element_offset, details)) {
                 return true;
             }
             if (at_index) {
-                if (is_last ? node_matches_value(node, value)
+                if (is_last ? path_value_matches(node, value, offset, details)
                             : path_matches_document(node, part + 1, value->value.v_doc.data,
-                                                    value->value.v_doc.data_len)) {
+                                                    value->value.v_doc.data_len, offset, details)) {
                     return true;
                 }
             }
         } else if (at_index) {
             if (is_last) {
-                if (node_matches_value(node, value)) {
+                if (path_value_matches(node, value, offset, details)) {
                     return true;
                 }
-            } else if (value->value_type == BSON_TYPE_ARRAY && path_matches_array(node, part + 1, value)) {
+            } else if (value->value_type == BSON_TYPE_ARRAY &&
+                       path_matches_array(node, part + 1, value, offset, details)) {
                 return true;
             }
         }
@@ -670,7 +716,9 @@ static bool bits_matches(const match_node_t *node, const bson_value_t *value)
     return false;
 }
 
-static bool elem_match_matches(const match_node_t *node, const bson_value_t *array)
+/* $elemMatch: true when one element qualifies; details (NULL-able) get its position. */
+static bool elem_match_matches(const match_node_t *node, const bson_value_t *array,
+                               match_details_t *details)
 {
     bson_iter_t element;
     if (!value_iter_init(&element, array)) {
@@ -678,20 +726,21 @@ static bool elem_match_matches(const match_node_t *node, const bson_value_t *arr
     }
     while (bson_iter_next(&element)) {
         const bson_value_t *value = bson_iter_value(&element);
+        bool matches;
         if (node->kind == MATCH_ELEM_MATCH_OBJECT) {
             /* Arrays count as documents whose fields are "0", "1", ... */
-            if ((value->value_type == BSON_TYPE_DOCUMENT || value->value_type == BSON_TYPE_ARRAY) &&
-                node_matches_document(node->children[0], value->value.v_doc.data,
-                                      value->value.v_doc.data_len)) {
-                return true;
+            matches = (value->value_type == BSON_TYPE_DOCUMENT ||
+                       value->value_type == BSON_TYPE_ARRAY) &&
+                      node_matches_document(node->children[0], value->value.v_doc.data,
+                                            value->value.v_doc.data_len, NULL);
+        } else {
+            matches = true;
+            for (size_t i = 0; matches && i < node->child_count; i++) {
+                matches = node_matches_value(node->children[i], value);
             }
-            continue;
         }
-        bool all = true;
-        for (size_t i = 0; all && i < node->child_count; i++) {
-            all = node_matches_value(node->children[i], value);
-        }
-        if (all) {
+        if (matches) {
+            details_record(details, bson_iter_key(&element));
             return true;
         }
     }
@@ -767,44 +816,149 @@ static bool node_matches_value(const match_node_t *node, const bson_value_t *val
         return bits_matches(node, value);
     case MATCH_ELEM_MATCH_OBJECT:
     case MATCH_ELEM_MATCH_VALUE:
-        return value->value_type == BSON_TYPE_ARRAY && elem_match_matches(node, value);
+        return value->value_type == BSON_TYPE_ARRAY && elem_match_matches(node, value, NULL);
     default:
         return false;
     }
 }
 
-static bool node_matches_document(const match_node_t *node, const uint8_t *data, uint32_t length)
+/* mongod's MatchType order, which its canonical form sorts an $and's children by
+ * (after folding a one-value $in into an equality or a regex). */
+static int node_canonical_rank(const match_node_t *node)
+{
+    switch (node->kind) {
+    case MATCH_ELEM_MATCH_OBJECT: return 2;
+    case MATCH_ELEM_MATCH_VALUE: return 3;
+    case MATCH_SIZE: return 4;
+    case MATCH_COMPARE:
+        switch (node->u.compare.op) {
+        case MATCH_EQ: return 5;
+        case MATCH_LTE: return 6;
+        case MATCH_LT: return 7;
+        case MATCH_GT: return 8;
+        case MATCH_GTE: return 9;
+        }
+        return 5;
+    case MATCH_REGEX: return 10;
+    case MATCH_MOD: return 11;
+    case MATCH_EXISTS: return 12;
+    case MATCH_IN:
+        if (node->u.in.value_count + node->u.in.regex_count == 1) {
+            return node->u.in.value_count == 1 ? 5 : 10;
+        }
+        return 13;
+    case MATCH_BITS: return 14 + (int)node->u.bits.test;
+    case MATCH_TYPE: return 20;
+    default: return 0;
+    }
+}
+
+/* Compares the dotted paths of two predicates (path_buffer holds NULs for dots). */
+static int node_path_compare(const match_node_t *left, const match_node_t *right)
+{
+    size_t left_length = 0, right_length = 0;
+    if (left->part_count > 0) {
+        const match_path_part_t *last = &left->parts[left->part_count - 1];
+        left_length = (size_t)(last->name - left->path_buffer) + last->length;
+    }
+    if (right->part_count > 0) {
+        const match_path_part_t *last = &right->parts[right->part_count - 1];
+        right_length = (size_t)(last->name - right->path_buffer) + last->length;
+    }
+    for (size_t i = 0; i < left_length && i < right_length; i++) {
+        unsigned char l = left->path_buffer[i] ? (unsigned char)left->path_buffer[i] : '.';
+        unsigned char r = right->path_buffer[i] ? (unsigned char)right->path_buffer[i] : '.';
+        if (l != r) {
+            return l < r ? -1 : 1;
+        }
+    }
+    return left_length == right_length ? 0 : left_length < right_length ? -1 : 1;
+}
+
+/* An $and matched with details: every child (nested $and flattened, as mongod's
+ * canonical form has them) must match; the array index kept is the one recorded by the
+ * child that sorts last in that form. *best is that child so far (NULL: none). */
+static bool and_matches_with_details(const match_node_t *node, const uint8_t *data,
+                                     uint32_t length, match_details_t *details,
+                                     const match_node_t **best)
+{
+    for (size_t i = 0; i < node->child_count; i++) {
+        const match_node_t *child = node->children[i];
+        while (child->kind == MATCH_OR && child->child_count == 1) {
+            child = child->children[0];
+        }
+        if (child->kind == MATCH_AND) {
+            if (!and_matches_with_details(child, data, length, details, best)) {
+                return false;
+            }
+            continue;
+        }
+        match_details_t child_details = {.has_array_index = false};
+        if (!node_matches_document(child, data, length, &child_details)) {
+            return false;
+        }
+        if (!child_details.has_array_index) {
+            continue;
+        }
+        int order = *best == NULL ? 1 : node_canonical_rank(child) - node_canonical_rank(*best);
+        if (order == 0) {
+            order = node_path_compare(child, *best);
+        }
+        if (order >= 0) {
+            *best = child;
+            *details = child_details;
+        }
+    }
+    return true;
+}
+
+/* details (NULL-able) as match_document_with_details() describes. */
+static bool node_matches_document(const match_node_t *node, const uint8_t *data, uint32_t length,
+                                  match_details_t *details)
 {
     switch (node->kind) {
     case MATCH_AND:
+        if (details != NULL) {
+            const match_node_t *best = NULL;
+            if (!and_matches_with_details(node, data, length, details, &best)) {
+                details->has_array_index = false;
+                return false;
+            }
+            return true;
+        }
         for (size_t i = 0; i < node->child_count; i++) {
-            if (!node_matches_document(node->children[i], data, length)) {
+            if (!node_matches_document(node->children[i], data, length, NULL)) {
                 return false;
             }
         }
         return true;
     case MATCH_OR:
+        /* mongod's canonical form replaces a one-branch $or by its branch. */
+        if (node->child_count == 1) {
+            return node_matches_document(node->children[0], data, length, details);
+        }
         for (size_t i = 0; i < node->child_count; i++) {
-            if (node_matches_document(node->children[i], data, length)) {
+            if (node_matches_document(node->children[i], data, length, NULL)) {
                 return true;
             }
         }
         return false;
     case MATCH_NOR:
         for (size_t i = 0; i < node->child_count; i++) {
-            if (node_matches_document(node->children[i], data, length)) {
+            if (node_matches_document(node->children[i], data, length, NULL)) {
                 return false;
             }
         }
         return true;
     case MATCH_NOT:
-        return !node_matches_document(node->children[0], data, length);
+        return !node_matches_document(node->children[0], data, length, NULL);
     case MATCH_ALWAYS_TRUE:
         return true;
     case MATCH_ALWAYS_FALSE:
         return false;
     default:
-        return node->part_count > 0 && path_matches_document(node, 0, data, length);
+        return node->part_count > 0 &&
+               path_matches_document(node, 0, data, length, NULL, details);
     }
 }
 
@@ -1817,7 +1971,21 @@ match_expression_t *match_compile(const bson_t *filter, bson_error_t *error)
 
 bool match_document(const match_expression_t *expression, const bson_t *document)
 {
-    return node_matches_document(expression->root, bson_get_data(document), document->len);
+    return node_matches_document(expression->root, bson_get_data(document), document->len, NULL);
+}
+
+bool match_document_with_details(const match_expression_t *expression, const bson_t *document,
+                                 match_details_t *out_details)
+{
+    if (out_details != NULL) {
+        memset(out_details, 0, sizeof *out_details);
+    }
+    bool matches = node_matches_document(expression->root, bson_get_data(document), document->len,
+                                         out_details);
+    if (!matches && out_details != NULL) {
+        out_details->has_array_index = false;
+    }
+    return matches;
 }
 
 void match_destroy(match_expression_t *expression)

@@ -19,6 +19,26 @@ match_expression_t *match_compile(const bson_t *filter, bson_error_t *error) TC_
  * its regexes' scratch space, so one thread at a time may use it (any thread). */
 bool match_document(const match_expression_t *expression, const bson_t *document);
 
+/* Room for an array element's field name ("0" ... "4294967295") and its NUL. */
+#define MATCH_ARRAY_INDEX_SIZE 16
+
+/* What mongod's MatchDetails reports about a match: the position, within the first
+ * array the query traversed, of the element that made it match (its elemMatchKey).
+ * The positional '$' of updates and find projections reads it. */
+typedef struct match_details {
+    bool has_array_index;
+    char array_index[MATCH_ARRAY_INDEX_SIZE]; /* the element's field name, e.g. "2" */
+} match_details_t;
+
+/* match_document(), also filling out_details (NULL-able; then identical to
+ * match_document). The index is recorded as mongod does: a predicate that reached a
+ * value through arrays records the outermost array's element position; $elemMatch
+ * records the matching element's own position; within $and the predicate that sorts
+ * last in mongod's canonical order (match type, then path) wins; $or, $nor and $not
+ * record nothing. When the document does not match, out_details has no index. */
+bool match_document_with_details(const match_expression_t *expression, const bson_t *document,
+                                 match_details_t *out_details);
+
 /* Safe on NULL. */
 void match_destroy(match_expression_t *expression);
 

@@ -77,7 +77,10 @@ static int compare_entries(const void *left, const void *right, void *spec)
 /* Sorts what is held and drops everything past the first `keep` documents. */
 static void sort_and_trim(const sort_stage_spec_t *spec, sort_state_t *state)
 {
-    qsort_r(state->entries, state->count, sizeof *state->entries, compare_entries, spec->sort);
+    /* Nothing held means no buffer yet, and qsort_r must not be given NULL. */
+    if (state->count > 1) {
+        qsort_r(state->entries, state->count, sizeof *state->entries, compare_entries, spec->sort);
+    }
     if (spec->keep < 0) {
         return;
     }

@@ -1,10 +1,12 @@
 /* find-command projections: the spec is parsed into a tree of path components as
  * mongod's projection_ast does, then applied in one pass over the document, keeping
- * the document's field order; $slice and $elemMatch are computed fields. */
+ * the document's field order; $slice and $elemMatch are computed fields, and the
+ * positional "a.$" replaces an array by the element the query matched. */
 #include "query/projection.h"
 
 #include "query/match.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef enum projection_kind {
@@ -13,6 +15,7 @@ typedef enum projection_kind {
     PROJECTION_EXCLUDE,    /* {a: 0} */
     PROJECTION_SLICE,      /* {a: {$slice: ...}} */
     PROJECTION_ELEM_MATCH, /* {a: {$elemMatch: ...}} */
+    PROJECTION_POSITIONAL, /* {"a.$": 1}: included, then narrowed to the matched element */
 } projection_kind_t;
 
 typedef struct projection_node projection_node_t;
@@ -42,6 +45,11 @@ struct projection {
     bool has_computed_fields;
     char **included_paths;
     size_t included_path_count;
+    /* The positional projection: its path without ".$", split at the dots, and the
+     * query that tells which element it keeps. NULL / 0 without one. */
+    match_expression_t *query_matcher;
+    char **positional_parts;
+    size_t positional_part_count;
 };
 
 /* What parsing learns on the way (mongod's ParseContext). */
@@ -52,6 +60,10 @@ typedef struct parse_context {
     bool id_excluded_entirely;
     bool has_slice;
     bool has_elem_match;
+    bool has_query;
+    bool has_positional;
+    char *positional_path; /* full dotted path, without ".$" */
+    bson_string_t *prefix; /* the dotted path of the sub-projection being parsed */
 } parse_context_t;
 
 static const char *projection_type_name(bson_type_t type)
@@ -133,19 +145,11 @@ static void node_remove(projection_node_t *node, const char *name)
     }
 }
 
-/* mongod's FieldPath rules, and the positional "a.$" this module does not do yet. */
+/* mongod's FieldPath rules. */
 static bool check_field_path(const char *path, bson_error_t *error)
 {
     if (path[0] == '\0') {
         return tc_error_set(error, 40352, "FieldPath cannot be constructed with empty string");
-    }
-    size_t length = strlen(path);
-    if (strcmp(path, "$") == 0 || strstr(path, ".$.") != NULL ||
-        (length >= 2 && strcmp(path + length - 2, ".$") == 0)) {
-        return tc_error_set(error, TC_ERR_BAD_VALUE,
-                            "The positional projection '%s' is not supported yet: it needs the "
-                            "array index matched by the query; use $elemMatch instead",
-                            path);
     }
     const char *start = path;
     for (;;) {
@@ -273,6 +277,9 @@ static bool parse_elem_match(parse_context_t *context, projection_node_t *parent
                             "elemMatch: Invalid argument, object required, but got %s",
                             projection_type_name(bson_iter_type(argument)));
     }
+    if (context->has_positional) {
+        return tc_error_set(error, 31255, "Cannot specify positional operator and $elemMatch.");
+    }
     if (nested || strchr(path, '.') != NULL) {
         return tc_error_set(error, 31275, "Cannot use $elemMatch projection on a nested field.");
     }
@@ -329,6 +336,7 @@ static bool parse_sub_object(parse_context_t *context, projection_node_t *parent
     }
     /* A sub-projection {a: {b: 1}} means {"a.b": 1}. */
     projection_node_t *child = NULL;
+    uint32_t prefix_length = context->prefix->len;
     const char *component = path;
     projection_node_t *current = parent;
     for (;;) {
@@ -350,12 +358,42 @@ static bool parse_sub_object(parse_context_t *context, projection_node_t *parent
         }
         component = dot + 1;
     }
-    while (bson_iter_next(&fields)) {
-        if (!parse_element(context, current, &fields, true, error)) {
-            return false;
-        }
+    bson_string_append_printf(context->prefix, "%s.", path);
+    bool ok = true;
+    while (ok && bson_iter_next(&fields)) {
+        ok = parse_element(context, current, &fields, true, error);
     }
-    return true;
+    bson_string_truncate(context->prefix, prefix_length);
+    return ok;
+}
+
+/* {"a.b.$": 1} (mongod's parseInclusion with a positional operator). */
+static bool parse_positional(parse_context_t *context, projection_node_t *parent,
+                             const char *path, bson_error_t *error)
+{
+    if (context->has_positional) {
+        return tc_error_set(error, 31276,
+                            "Cannot specify more than one positional projection per query.");
+    }
+    if (context->has_elem_match) {
+        return tc_error_set(error, 31256, "Cannot specify positional operator and $elemMatch.");
+    }
+    if (!context->has_query) {
+        return tc_error_set(error, 51050,
+                            "Projections with a positional operator require a matcher");
+    }
+    if (strcmp(path, ".$") == 0) {
+        return tc_error_set(error, 5392900, "Projection on field %s is invalid", path);
+    }
+    char *stripped = bson_strndup(path, strlen(path) - 2);
+    bool ok = check_field_path(stripped, error) &&
+              add_node_at_path(parent, stripped, node_new(PROJECTION_POSITIONAL, stripped), error);
+    if (ok) {
+        context->has_positional = true;
+        context->positional_path = bson_strdup_printf("%s%s", context->prefix->str, stripped);
+    }
+    bson_free(stripped);
+    return ok;
 }
 
 static bool parse_element(parse_context_t *context, projection_node_t *parent, bson_iter_t *iter,
@@ -363,24 +401,50 @@ static bool parse_element(parse_context_t *context, projection_node_t *parent, b
 {
     const char *path = bson_iter_key(iter);
     bool is_top_level_id = !nested && strcmp(path, "_id") == 0;
-    if (!check_field_path(path, error)) {
+    size_t length = strlen(path);
+    bool positional = length >= 2 && strcmp(path + length - 2, ".$") == 0;
+    if (strstr(path, ".$.") != NULL) {
+        return tc_error_set(error, 31394,
+                            "As of 4.4, it's illegal to specify positional operator in the middle "
+                            "of a path.Positional projection may only be used at the end, for "
+                            "example: a.b.$. If the query previously used a form like a.b.$.d, "
+                            "remove the parts following the '$' and the results will be "
+                            "equivalent.");
+    }
+    if (!positional && !check_field_path(path, error)) {
         return false;
     }
     if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
+        if (positional) {
+            return tc_error_set(error, 31271,
+                                "positional projection cannot be used with an expression or sub "
+                                "object");
+        }
         return parse_sub_object(context, parent, path, iter, nested, error);
     }
     bson_type_t type = bson_iter_type(iter);
     if (type != BSON_TYPE_BOOL && type != BSON_TYPE_INT32 && type != BSON_TYPE_INT64 &&
         type != BSON_TYPE_DOUBLE && type != BSON_TYPE_DECIMAL128) {
+        if (positional) {
+            return tc_error_set(error, 31308,
+                                "positional projection cannot be used with a literal");
+        }
         return tc_error_set(error, TC_ERR_BAD_VALUE,
                             "Projection values other than true/false, numbers, $slice and "
                             "$elemMatch (here a %s at '%s') are expressions, not supported yet",
                             projection_type_name(type), path);
     }
     bool include = bson_iter_as_bool(iter);
-    if (!add_node_at_path(parent, path,
-                          node_new(include ? PROJECTION_INCLUDE : PROJECTION_EXCLUDE, path),
-                          error)) {
+    if (positional && !include) {
+        return tc_error_set(error, 31395, "positional projection cannot be used with exclusion");
+    }
+    if (positional) {
+        if (!parse_positional(context, parent, path, error)) {
+            return false;
+        }
+    } else if (!add_node_at_path(parent, path,
+                                 node_new(include ? PROJECTION_INCLUDE : PROJECTION_EXCLUDE, path),
+                                 error)) {
         return false;
     }
     if (is_top_level_id) {
@@ -436,13 +500,39 @@ static void collect_included_paths(projection_t *projection, const projection_no
                 bson_strdup(prefix->str);
             projection->has_computed_fields = projection->has_computed_fields ||
                                               child->kind == PROJECTION_SLICE ||
-                                              child->kind == PROJECTION_ELEM_MATCH;
+                                              child->kind == PROJECTION_ELEM_MATCH ||
+                                              child->kind == PROJECTION_POSITIONAL;
         }
         bson_string_truncate(prefix, length);
     }
 }
 
+/* The positional path split at the dots, for the walk over the projected document. */
+static void set_positional_parts(projection_t *projection, const char *path)
+{
+    const char *start = path;
+    for (;;) {
+        const char *dot = strchr(start, '.');
+        size_t length = dot ? (size_t)(dot - start) : strlen(start);
+        projection->positional_parts =
+            bson_realloc(projection->positional_parts,
+                         (projection->positional_part_count + 1) * sizeof(char *));
+        projection->positional_parts[projection->positional_part_count++] =
+            bson_strndup(start, length);
+        if (dot == NULL) {
+            return;
+        }
+        start = dot + 1;
+    }
+}
+
 projection_t *projection_compile(const bson_t *spec, bson_error_t *error)
+{
+    return projection_compile_with_query(spec, NULL, error);
+}
+
+projection_t *projection_compile_with_query(const bson_t *spec, const bson_t *query,
+                                            bson_error_t *error)
 {
     projection_t *projection = BSON_ALIGNED_ALLOC0(projection_t);
     parse_context_t context = {0};
@@ -453,16 +543,26 @@ projection_t *projection_compile(const bson_t *spec, bson_error_t *error)
         projection->includes_id = true;
         return projection;
     }
+    context.has_query = query != NULL;
+    context.prefix = bson_string_new(NULL);
     bson_iter_init(&iter, spec);
     while (bson_iter_next(&iter)) {
         const char *key = bson_iter_key(&iter);
         context.id_specified =
             context.id_specified || strcmp(key, "_id") == 0 || strncmp(key, "_id.", 4) == 0;
         if (!parse_element(&context, projection->root, &iter, false, error)) {
-            projection_destroy(projection);
-            return NULL;
+            goto fail;
         }
     }
+    if (context.has_positional) {
+        projection->query_matcher = match_compile(query, error);
+        if (projection->query_matcher == NULL) {
+            goto fail;
+        }
+        set_positional_parts(projection, context.positional_path);
+    }
+    bson_free(context.positional_path);
+    bson_string_free(context.prefix, true);
     if (context.type == PROJECTION_TYPE_UNDECIDED) {
         context.type = default_type(&context);
     }
@@ -486,6 +586,11 @@ projection_t *projection_compile(const bson_t *spec, bson_error_t *error)
         projection->included_path_count = 0;
     }
     return projection;
+fail:
+    bson_free(context.positional_path);
+    bson_string_free(context.prefix, true);
+    projection_destroy(projection);
+    return NULL;
 }
 
 void projection_destroy(projection_t *projection)
@@ -498,6 +603,11 @@ void projection_destroy(projection_t *projection)
         bson_free(projection->included_paths[i]);
     }
     bson_free(projection->included_paths);
+    match_destroy(projection->query_matcher);
+    for (size_t i = 0; i < projection->positional_part_count; i++) {
+        bson_free(projection->positional_parts[i]);
+    }
+    bson_free(projection->positional_parts);
     bson_free(projection);
 }
 
@@ -685,7 +795,8 @@ static void project_document(const projection_node_t *node, bool inclusion, cons
             continue;
         }
         switch (child->kind) {
-        case PROJECTION_INCLUDE: bson_append_value(out, key, -1, value); break;
+        case PROJECTION_INCLUDE:
+        case PROJECTION_POSITIONAL: bson_append_value(out, key, -1, value); break;
         case PROJECTION_EXCLUDE: break;
         case PROJECTION_PATH: project_value(child, inclusion, out, key, false, NULL, value); break;
         case PROJECTION_SLICE:
@@ -710,6 +821,104 @@ static void project_document(const projection_node_t *node, bool inclusion, cons
     }
 }
 
+/* Copies the document (data, length) into out with the field at parts[depth..count)
+ * replaced by value; every component on the way is a document. */
+static void replace_nested(const uint8_t *data, uint32_t length, char *const *parts,
+                           size_t depth, size_t count, const bson_value_t *value, bson_t *out)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_from_data(&iter, data, length)) {
+        return;
+    }
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        const bson_value_t *current = bson_iter_value(&iter);
+        if (strcmp(key, parts[depth]) != 0) {
+            bson_append_value(out, key, -1, current);
+        } else if (depth + 1 == count) {
+            bson_append_value(out, key, -1, value);
+        } else {
+            bson_t child;
+            bson_append_document_begin(out, key, -1, &child);
+            replace_nested(current->value.v_doc.data, current->value.v_doc.data_len, parts,
+                           depth + 1, count, value, &child);
+            bson_append_document_end(out, &child);
+        }
+    }
+}
+
+/* The member of array whose position is the decimal index; NULL when out of range. */
+static const bson_value_t *array_member(const bson_value_t *array, const char *index,
+                                        bson_iter_t *iter)
+{
+    char *end = NULL;
+    unsigned long long wanted = strtoull(index, &end, 10);
+    unsigned long long position = 0;
+    if (end == index || *end != '\0' ||
+        !bson_iter_init_from_data(iter, array->value.v_doc.data, array->value.v_doc.data_len)) {
+        return NULL;
+    }
+    while (bson_iter_next(iter)) {
+        if (position++ == wanted) {
+            return bson_iter_value(iter);
+        }
+    }
+    return NULL;
+}
+
+/* mongod's applyPositionalProjection: the query is matched again on the original
+ * document to learn the element's index, then the first array on the positional path
+ * of the projected document becomes [that element]. A path that reaches no array
+ * leaves the projected document as it is. Replaces *projected on success. */
+static bool apply_positional(const projection_t *projection, const bson_t *document,
+                             bson_t *projected, bson_error_t *error)
+{
+    match_details_t details;
+    match_document_with_details(projection->query_matcher, document, &details);
+    const uint8_t *data = bson_get_data(projected);
+    uint32_t length = projected->len;
+    for (size_t depth = 0; depth < projection->positional_part_count; depth++) {
+        bson_iter_t field;
+        if (!bson_iter_init_from_data(&field, data, length) ||
+            !bson_iter_find(&field, projection->positional_parts[depth])) {
+            return true;
+        }
+        const bson_value_t *value = bson_iter_value(&field);
+        if (value->value_type == BSON_TYPE_DOCUMENT) {
+            data = value->value.v_doc.data;
+            length = value->value.v_doc.data_len;
+            continue;
+        }
+        if (value->value_type != BSON_TYPE_ARRAY) {
+            return true;
+        }
+        if (!details.has_array_index) {
+            return tc_error_set(error, 51246,
+                                "positional operator '.$' couldn't find a matching element in "
+                                "the array");
+        }
+        bson_iter_t member_iter;
+        const bson_value_t *member = array_member(value, details.array_index, &member_iter);
+        if (member == NULL) {
+            return tc_error_set(error, 51247, "positional operator '.$' element mismatch");
+        }
+        bson_t single = BSON_INITIALIZER;
+        bson_append_value(&single, "0", 1, member);
+        bson_value_t replacement = {.value_type = BSON_TYPE_ARRAY};
+        replacement.value.v_doc.data = (uint8_t *)bson_get_data(&single);
+        replacement.value.v_doc.data_len = single.len;
+        bson_t narrowed = BSON_INITIALIZER;
+        replace_nested(bson_get_data(projected), projected->len, projection->positional_parts, 0,
+                       depth + 1, &replacement, &narrowed);
+        bson_destroy(&single);
+        bson_destroy(projected);
+        bson_copy_to(&narrowed, projected);
+        bson_destroy(&narrowed);
+        return true;
+    }
+    return true;
+}
+
 bool projection_apply(const projection_t *projection, const bson_t *document, bson_t *out,
                       bson_error_t *error)
 {
@@ -725,5 +934,9 @@ bool projection_apply(const projection_t *projection, const bson_t *document, bs
     }
     project_document(projection->root, projection->inclusion, bson_get_data(document),
                      document->len, out);
+    if (projection->query_matcher != NULL && !apply_positional(projection, document, out, error)) {
+        bson_reinit(out);
+        return false;
+    }
     return true;
 }

@@ -29,6 +29,7 @@ typedef struct apply_context {
     const update_spec_t *spec;
     update_element_t *root;
     bool is_upsert_insert;
+    const char *matched_array_index; /* what the positional '$' stands for; NULL: none */
     bool changed;
     update_path_t path; /* the path being visited, array indexes included */
     /* Inside $[] updates of several elements the array is logged as a whole. */
@@ -1056,24 +1057,127 @@ done:
     return ok;
 }
 
+/* The temporary nodes of a merged view (merge_view), freed together. */
+typedef struct merged_nodes {
+    update_node_t **nodes;
+    size_t count;
+} merged_nodes_t;
+
+static void merged_nodes_cleanup(merged_nodes_t *merged)
+{
+    for (size_t i = 0; i < merged->count; i++) {
+        bson_free(merged->nodes[i]->children);
+        bson_free(merged->nodes[i]);
+    }
+    bson_free(merged->nodes);
+}
+
+/* One tree applying both left's and right's updates (mongod's
+ * UpdateNode::createUpdateNodeByMerging), children in field order. check_merge_conflict
+ * must have accepted the pair: same-named children are internal nodes of one kind.
+ * The view borrows names and leaves; its own nodes are listed in merged. */
+static const update_node_t *merge_view(const update_node_t *left, const update_node_t *right,
+                                       merged_nodes_t *merged)
+{
+    update_node_t *node = BSON_ALIGNED_ALLOC0(update_node_t);
+    merged->nodes = bson_realloc(merged->nodes, (merged->count + 1) * sizeof *merged->nodes);
+    merged->nodes[merged->count++] = node;
+    node->kind = left->kind;
+    node->name = right->name;
+    node->children =
+        bson_malloc((left->child_count + right->child_count + 1) * sizeof *node->children);
+    size_t l = 0, r = 0;
+    while (l < left->child_count || r < right->child_count) {
+        int order;
+        if (l == left->child_count || r == right->child_count) {
+            order = l == left->child_count ? 1 : -1;
+        } else {
+            order = update_field_order_compare(left->children[l]->name, right->children[r]->name);
+        }
+        if (order == 0) {
+            node->children[node->child_count++] =
+                (update_node_t *)merge_view(left->children[l++], right->children[r++], merged);
+        } else if (order < 0) {
+            node->children[node->child_count++] = left->children[l++];
+        } else {
+            node->children[node->child_count++] = right->children[r++];
+        }
+    }
+    node->child_capacity = node->child_count;
+    return node;
+}
+
+/* Applies child at context->path + name. */
+static bool apply_child(apply_context_t *context, const update_node_t *child, const char *name)
+{
+    update_path_push(&context->path, name);
+    bool ok = apply_node(context, child);
+    update_path_pop(&context->path);
+    return ok;
+}
+
+/* The positional child "$" applies at the matched index, in field order among its
+ * siblings; a sibling of that very name is merged with it (mongod's
+ * UpdateObjectNode::apply). */
+static bool apply_positional(apply_context_t *context, const update_node_t *positional,
+                             const update_node_t *same_name)
+{
+    const char *matched = context->matched_array_index;
+    if (same_name == NULL) {
+        return apply_child(context, positional, matched);
+    }
+    char *taken = update_path_join(context->path.parts, context->path.count);
+    bson_string_t *conflict_path = bson_string_new(taken);
+    bson_string_append_printf(conflict_path, ".%s", matched);
+    bool ok = check_merge_conflict(positional, same_name, conflict_path, context->error);
+    bson_string_free(conflict_path, true);
+    bson_free(taken);
+    if (!ok) {
+        return false;
+    }
+    merged_nodes_t merged = {NULL, 0};
+    ok = apply_child(context, merge_view(positional, same_name, &merged), matched);
+    merged_nodes_cleanup(&merged);
+    return ok;
+}
+
+static bool apply_object_node(apply_context_t *context, const update_node_t *node)
+{
+    const update_node_t *positional = update_node_find_child(node, "$");
+    const char *matched = context->matched_array_index;
+    if (positional != NULL && matched == NULL) {
+        return tc_error_set(context->error, TC_ERR_BAD_VALUE,
+                            "The positional operator did not find the match needed from the "
+                            "query.");
+    }
+    const update_node_t *same_name = positional ? update_node_find_child(node, matched) : NULL;
+    bool positional_pending = positional != NULL;
+    for (size_t i = 0; i < node->child_count; i++) {
+        const update_node_t *child = node->children[i];
+        if (child == positional || child == same_name) {
+            continue;
+        }
+        if (positional_pending && update_field_order_compare(matched, child->name) < 0) {
+            positional_pending = false;
+            if (!apply_positional(context, positional, same_name)) {
+                return false;
+            }
+        }
+        /* Array-node children are applied by apply_array_node under an index. */
+        if (!apply_child(context, child, child->name)) {
+            return false;
+        }
+    }
+    return !positional_pending || apply_positional(context, positional, same_name);
+}
+
 static bool apply_node(apply_context_t *context, const update_node_t *node)
 {
     switch (node->kind) {
     case UPDATE_NODE_LEAF: return apply_leaf(context, node);
     case UPDATE_NODE_ARRAY: return apply_array_node(context, node);
     case UPDATE_NODE_OBJECT:
-    default:
-        for (size_t i = 0; i < node->child_count; i++) {
-            const update_node_t *child = node->children[i];
-            /* Array-node children are applied by apply_array_node under an index. */
-            update_path_push(&context->path, child->name);
-            bool ok = apply_node(context, child);
-            update_path_pop(&context->path);
-            if (!ok) {
-                return false;
-            }
-        }
-        return true;
+    default: return apply_object_node(context, node);
     }
 }
 
@@ -1133,15 +1237,16 @@ static void build_description(const apply_context_t *context, bson_t *out)
     bson_append_array_end(out, &truncated);
 }
 
-static bool apply_replacement(const update_spec_t *spec, const bson_t *document,
+/* mongod's ObjectReplaceExecutor::applyReplacementUpdate: replacement takes the
+ * place of document's fields, keeping document's _id when it names none. */
+static bool apply_replacement(const bson_t *replacement, const bson_t *document,
                               bool is_upsert_insert, bson_t *out_document, bool *out_changed,
                               bson_error_t *error)
 {
     bson_iter_t original_id;
     bson_iter_t replacement_id;
     bool has_original_id = bson_iter_init_find(&original_id, document, "_id");
-    bool has_replacement_id =
-        bson_iter_init_find(&replacement_id, spec->replacement_document, "_id");
+    bool has_replacement_id = bson_iter_init_find(&replacement_id, replacement, "_id");
     update_element_t *root = update_element_new(NULL, BSON_TYPE_DOCUMENT);
     bool ok = false;
     if (has_original_id && has_replacement_id &&
@@ -1159,8 +1264,7 @@ static bool apply_replacement(const update_spec_t *spec, const bson_t *document,
         update_element_append(root,
                               update_element_from_value("_id", bson_iter_value(&original_id)));
     }
-    update_element_fill_from_bson(root, bson_get_data(spec->replacement_document),
-                                  spec->replacement_document->len);
+    update_element_fill_from_bson(root, bson_get_data(replacement), replacement->len);
     if (is_upsert_insert) {
         TC_CHECK(finish_upsert_document(root, true, error));
     } else {
@@ -1182,12 +1286,141 @@ done:
     return ok;
 }
 
+/* ------------------------------------------------------------------------------------
+ * Applying a pipeline.
+ * ---------------------------------------------------------------------------------- */
+
+/* The one input document of a pipeline run, handed out once. */
+typedef struct single_source {
+    const bson_t *document;
+} single_source_t;
+
+static bool single_source_next(void *context, const bson_t **out_document, bson_error_t *error)
+{
+    single_source_t *source = context;
+    (void)error;
+    *out_document = source->document;
+    source->document = NULL;
+    return true;
+}
+
+static void append_dotted(bson_string_t *path, const char *prefix, const char *key)
+{
+    bson_string_truncate(path, 0);
+    if (prefix[0] != '\0') {
+        bson_string_append_printf(path, "%s.", prefix);
+    }
+    bson_string_append(path, key);
+}
+
+/* Adds to updated/removed what turned before into after, under the dotted prefix:
+ * sub-documents on both sides are compared field by field, anything else whole. */
+static void describe_difference(const bson_t *before, const bson_t *after, const char *prefix,
+                                bson_t *updated, bson_t *removed, uint32_t *removed_count)
+{
+    bson_iter_t iter, found;
+    bson_string_t *path = bson_string_new(NULL);
+    bson_iter_init(&iter, after);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        const bson_value_t *value = bson_iter_value(&iter);
+        append_dotted(path, prefix, key);
+        if (!bson_iter_init_find(&found, before, key)) {
+            bson_append_value(updated, path->str, -1, value);
+            continue;
+        }
+        const bson_value_t *old_value = bson_iter_value(&found);
+        if (value->value_type == BSON_TYPE_DOCUMENT &&
+            old_value->value_type == BSON_TYPE_DOCUMENT) {
+            bson_t old_child, new_child;
+            bson_init_static(&old_child, old_value->value.v_doc.data,
+                             old_value->value.v_doc.data_len);
+            bson_init_static(&new_child, value->value.v_doc.data, value->value.v_doc.data_len);
+            describe_difference(&old_child, &new_child, path->str, updated, removed,
+                                removed_count);
+        } else if (!update_values_binary_equal(old_value, value)) {
+            bson_append_value(updated, path->str, -1, value);
+        }
+    }
+    bson_iter_init(&iter, before);
+    while (bson_iter_next(&iter)) {
+        if (!bson_iter_init_find(&found, after, bson_iter_key(&iter))) {
+            char index_buffer[16];
+            const char *index_key;
+            append_dotted(path, prefix, bson_iter_key(&iter));
+            bson_uint32_to_string((*removed_count)++, &index_key, index_buffer,
+                                  sizeof index_buffer);
+            bson_append_utf8(removed, index_key, -1, path->str, -1);
+        }
+    }
+    bson_string_free(path, true);
+}
+
+static void build_difference_description(const bson_t *before, const bson_t *after, bson_t *out)
+{
+    bson_t updated, removed, truncated;
+    uint32_t removed_count = 0;
+    bson_t removed_list = BSON_INITIALIZER;
+    bson_init(out);
+    bson_append_document_begin(out, "updatedFields", -1, &updated);
+    describe_difference(before, after, "", &updated, &removed_list, &removed_count);
+    bson_append_document_end(out, &updated);
+    bson_append_array_begin(out, "removedFields", -1, &removed);
+    bson_concat(&removed, &removed_list);
+    bson_append_array_end(out, &removed);
+    bson_append_array_begin(out, "truncatedArrays", -1, &truncated);
+    bson_append_array_end(out, &truncated);
+    bson_destroy(&removed_list);
+}
+
+/* mongod's PipelineExecutor: the pipeline's one output replaces the document. */
+static bool apply_pipeline(const update_spec_t *spec, const bson_t *document,
+                           bool is_upsert_insert, bson_t *out_document, bson_t *out_description,
+                           bool *out_changed, bson_error_t *error)
+{
+    single_source_t source = {document};
+    pipeline_run_t *run = pipeline_start(spec->pipeline, single_source_next, &source);
+    bson_t transformed;
+    bool end = false;
+    bool ok = pipeline_next(run, &transformed, &end, error);
+    pipeline_run_destroy(run);
+    if (!ok) {
+        return false;
+    }
+    if (end) {
+        /* The update stages turn one document into one; nothing out means no change. */
+        bson_copy_to(document, &transformed);
+    }
+    ok = apply_replacement(&transformed, document, is_upsert_insert, out_document, out_changed,
+                           error);
+    bson_destroy(&transformed);
+    if (ok && out_description != NULL) {
+        bson_destroy(out_description);
+        build_difference_description(document, out_document, out_description);
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------------
+ * The entry points.
+ * ---------------------------------------------------------------------------------- */
+
 bool update_apply(const update_spec_t *spec, const bson_t *document, bool is_upsert_insert,
                   bson_t *out_document, bson_t *out_description, bool *out_changed,
                   bson_error_t *error)
 {
+    update_apply_options_t options = {.is_upsert_insert = is_upsert_insert};
+    return update_apply_with_options(spec, document, &options, out_document, out_description,
+                                     out_changed, error);
+}
+
+bool update_apply_with_options(const update_spec_t *spec, const bson_t *document,
+                               const update_apply_options_t *options, bson_t *out_document,
+                               bson_t *out_description, bool *out_changed, bson_error_t *error)
+{
     apply_context_t context;
     bool ok = false;
+    bool is_upsert_insert = options != NULL && options->is_upsert_insert;
     bson_init(out_document);
     if (out_description != NULL) {
         bson_init(out_description);
@@ -1195,10 +1428,17 @@ bool update_apply(const update_spec_t *spec, const bson_t *document, bool is_ups
     if (out_changed != NULL) {
         *out_changed = false;
     }
-    if (spec->replacement) {
-        ok = apply_replacement(spec, document, is_upsert_insert, out_document, out_changed, error);
+    if (spec->replacement || spec->pipeline != NULL) {
+        ok = spec->pipeline != NULL
+                 ? apply_pipeline(spec, document, is_upsert_insert, out_document, out_description,
+                                  out_changed, error)
+                 : apply_replacement(spec->replacement_document, document, is_upsert_insert,
+                                     out_document, out_changed, error);
         if (!ok) {
             bson_reinit(out_document);
+            if (out_description != NULL) {
+                bson_reinit(out_description);
+            }
         }
         return ok;
     }
@@ -1206,6 +1446,7 @@ bool update_apply(const update_spec_t *spec, const bson_t *document, bool is_ups
     context.spec = spec;
     context.root = update_element_from_document(document);
     context.is_upsert_insert = is_upsert_insert;
+    context.matched_array_index = options != NULL ? options->matched_array_index : NULL;
     context.appended_from = SIZE_MAX;
     context.error = error;
     TC_CHECK(apply_node(&context, spec->root));

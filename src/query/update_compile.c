@@ -613,16 +613,27 @@ static bool merge_path(update_spec_t *spec, update_operator_kind_t op, const cha
     if (!update_path_parse(dotted, &path, error)) {
         return false;
     }
+    /* At most one positional '$', never first (mongod's fieldchecker::isPositional). */
+    size_t positional_count = 0, positional_index = 0;
     for (size_t i = 0; i < path.count; i++) {
         if (strcmp(path.parts[i], "$") == 0) {
-            tc_error_set(error, TC_ERR_BAD_VALUE,
-                         "The positional operator '$' in path '%s' is not supported: it needs the "
-                         "array index matched by the query; use $[] or $[<identifier>] with "
-                         "arrayFilters instead",
-                         dotted);
-            goto done;
+            positional_index = positional_count == 0 ? i : positional_index;
+            positional_count++;
         }
     }
+    if (positional_count > 1) {
+        tc_error_set(error, TC_ERR_BAD_VALUE,
+                     "Too many positional (i.e. '$') elements found in path '%s'", dotted);
+        goto done;
+    }
+    if (positional_count == 1 && positional_index == 0) {
+        tc_error_set(error, TC_ERR_BAD_VALUE,
+                     "Cannot have positional (i.e. '$') element in the first position in path "
+                     "'%s'",
+                     dotted);
+        goto done;
+    }
+    spec->positional = spec->positional || positional_count > 0;
     leaf = node_new(UPDATE_NODE_LEAF, "");
     leaf->op = op;
     leaf->path = bson_strdup(dotted);
@@ -908,15 +919,105 @@ fail:
     return NULL;
 }
 
+/* The stages mongod runs in an update pipeline (isAllowedWithinUpdatePipeline). */
+static bool is_update_pipeline_stage(const char *name)
+{
+    static const char *const allowed[] = {"$addFields", "$set",         "$project",
+                                          "$unset",     "$replaceRoot", "$replaceWith"};
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        if (strcmp(name, allowed[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Stages mongod 6.0 knows that the pipeline engine does not compile: they are refused
+ * in an update as mongod refuses them, by name, without parsing their arguments. */
+static bool is_stage_unknown_to_pipeline(const char *name)
+{
+    static const char *const stages[] = {
+        "$lookup",         "$graphLookup",      "$facet",           "$bucket",
+        "$bucketAuto",     "$sortByCount",      "$out",             "$merge",
+        "$geoNear",        "$sample",           "$redact",          "$indexStats",
+        "$collStats",      "$currentOp",        "$listSessions",    "$listLocalSessions",
+        "$planCacheStats", "$unionWith",        "$setWindowFields", "$densify",
+        "$documents",      "$search",           "$searchMeta",      "$listCatalog"};
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        if (strcmp(name, stages[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The name of a stage shaped {<name>: ...}, or NULL for any other shape. */
+static const char *stage_name(bson_iter_t *stage)
+{
+    bson_iter_t fields;
+    if (!BSON_ITER_HOLDS_DOCUMENT(stage) || !bson_iter_recurse(stage, &fields) ||
+        !bson_iter_next(&fields)) {
+        return NULL;
+    }
+    const char *name = bson_iter_key(&fields);
+    return bson_iter_next(&fields) ? NULL : name;
+}
+
+/* A pipeline-style update (mongod's PipelineExecutor): the whole pipeline is parsed
+ * first, then every stage must be one an update may run (InvalidOptions 72). */
+static update_spec_t *compile_pipeline(const bson_value_t *update, const bson_t *array_filters,
+                                       bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_t compilable = BSON_INITIALIZER;
+    const char *refused = NULL;
+    update_spec_t *spec = NULL;
+    uint32_t count = 0;
+    if (array_filters != NULL && !bson_empty(array_filters)) {
+        tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                     "arrayFilters may not be specified for pipeline-style updates");
+        goto done;
+    }
+    if (!bson_iter_init_from_data(&iter, update->value.v_doc.data, update->value.v_doc.data_len)) {
+        tc_error_set(error, TC_ERR_INVALID_BSON, "The update pipeline is not valid BSON");
+        goto done;
+    }
+    while (bson_iter_next(&iter)) {
+        const char *name = stage_name(&iter);
+        if (name != NULL && !is_update_pipeline_stage(name) && refused == NULL) {
+            refused = name;
+        }
+        if (name != NULL && is_stage_unknown_to_pipeline(name)) {
+            continue;
+        }
+        char key_buffer[16];
+        const char *key;
+        bson_uint32_to_string(count++, &key, key_buffer, sizeof key_buffer);
+        bson_append_value(&compilable, key, -1, bson_iter_value(&iter));
+    }
+    pipeline_t *pipeline = pipeline_compile(&compilable, NULL, error);
+    if (pipeline == NULL) {
+        goto done;
+    }
+    if (refused != NULL) {
+        tc_error_set(error, TC_ERR_INVALID_OPTIONS, "%s is not allowed to be used within an update",
+                     refused);
+        pipeline_destroy(pipeline);
+        goto done;
+    }
+    spec = BSON_ALIGNED_ALLOC0(update_spec_t);
+    spec->pipeline = pipeline;
+done:
+    bson_destroy(&compilable);
+    return spec;
+}
+
 update_spec_t *update_compile_value(const bson_value_t *update, const bson_t *array_filters,
                                     bson_error_t *error)
 {
     bson_t document;
     if (update->value_type == BSON_TYPE_ARRAY) {
-        tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
-                     "Pipeline-style updates (an array of stages) are not supported yet; use "
-                     "update operators or a replacement document");
-        return NULL;
+        return compile_pipeline(update, array_filters, error);
     }
     if (update->value_type != BSON_TYPE_DOCUMENT) {
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
@@ -935,6 +1036,16 @@ bool update_is_replacement(const update_spec_t *spec)
     return spec->replacement;
 }
 
+bool update_is_pipeline(const update_spec_t *spec)
+{
+    return spec->pipeline != NULL;
+}
+
+bool update_uses_positional(const update_spec_t *spec)
+{
+    return spec->positional;
+}
+
 void update_destroy(update_spec_t *spec)
 {
     if (spec == NULL) {
@@ -947,5 +1058,6 @@ void update_destroy(update_spec_t *spec)
     }
     bson_free(spec->filters);
     bson_destroy(spec->replacement_document);
+    pipeline_destroy(spec->pipeline);
     bson_free(spec);
 }

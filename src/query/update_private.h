@@ -5,6 +5,7 @@
 #define TC_QUERY_UPDATE_PRIVATE_H
 
 #include "query/match.h"
+#include "query/pipeline.h"
 #include "query/update.h"
 
 #include <stddef.h>
@@ -95,6 +96,8 @@ typedef struct update_array_filter {
 struct update_spec {
     bool replacement;
     bson_t *replacement_document; /* a pointer: bson_t needs an alignment malloc lacks */
+    pipeline_t *pipeline;         /* a pipeline-style update; NULL otherwise */
+    bool positional;              /* a path holds the positional '$' */
     update_node_t *root;
     update_array_filter_t *filters;
     size_t filter_count;

@@ -2,6 +2,7 @@
  * tables. Kept in memory (sorted by namespace) and persisted, one row per
  * collection, in the _catalog table in the same transaction as the change. */
 #include "store/storage_private.h"
+#include "store/oplog.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -388,6 +389,45 @@ static bool create_table(storage_session_t *session, const char *uri, const char
 }
 
 #define RECORD_TABLE_FORMAT "key_format=q,value_format=u"
+
+/* Runs step (in the caller's transaction if one is open, else in its own) and
+ * records object, a command entry of the oplog, in the same transaction. */
+static bool catalog_change_with_oplog(storage_session_t *session, bool (*step)(storage_session_t *, void *,
+                                                                             bson_error_t *),
+                                      void *step_context, const char *database, const uint8_t *uuid,
+                                      const bson_t *object, bson_error_t *error)
+{
+    bool own_transaction = !storage_in_transaction(session);
+    if (own_transaction && !storage_begin(session, error)) {
+        return false;
+    }
+    bool ok = step(session, step_context, error) && oplog_log_command(session, database, uuid, object, error);
+    if (own_transaction) {
+        if (ok) {
+            ok = storage_commit(session, false, error);
+        } else {
+            storage_rollback(session);
+        }
+    }
+    return ok;
+}
+
+static bool write_entry_step(storage_session_t *session, void *collection, bson_error_t *error)
+{
+    return catalog_write_entry(session, collection, error);
+}
+
+/* The catalog row of a new collection and its {create: ...} oplog entry. */
+static bool write_entry_and_log_create(storage_session_t *session, collection_t *collection, bson_error_t *error)
+{
+    bson_t object = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&object, "create", collection->name);
+    bson_concat(&object, &collection->options);
+    bool ok = catalog_change_with_oplog(session, write_entry_step, collection, collection->database,
+                                        collection->uuid, &object, error);
+    bson_destroy(&object);
+    return ok;
+}
 #define INDEX_TABLE_FORMAT "key_format=u,value_format=u"
 
 bool storage_create_collection(storage_session_t *session, const char *ns, const bson_t *options,
@@ -437,7 +477,7 @@ bool storage_create_collection(storage_session_t *session, const char *ns, const
     bool index_created = create_table(session, index_uri, INDEX_TABLE_FORMAT, compressor, error);
     bson_free(index_uri);
     TC_CHECK(index_created);
-    TC_CHECK(catalog_write_entry(session, collection, error));
+    TC_CHECK(write_entry_and_log_create(session, collection, error));
     catalog_insert_in_memory(storage, collection);
     if (out_collection != NULL) {
         *out_collection = collection;
@@ -478,7 +518,14 @@ bool storage_obtain_collection(storage_session_t *session, const char *ns,
     return true;
 }
 
-bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error)
+static bool remove_entry_step(storage_session_t *session, void *ns, bson_error_t *error)
+{
+    return catalog_remove_entry(session, ns, error);
+}
+
+/* Drops ns; object is what the oplog records in the same transaction as the
+ * catalog row's removal ({drop: coll}, or a rename's entry). */
+static bool drop_collection(storage_session_t *session, const char *ns, const bson_t *object, bson_error_t *error)
 {
     storage_t *storage = session->storage;
     bool found;
@@ -487,7 +534,8 @@ bool storage_drop_collection(storage_session_t *session, const char *ns, bson_er
         return tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "ns not found");
     }
     collection_t *collection = storage->collections[slot];
-    TC_CHECK(catalog_remove_entry(session, ns, error));
+    TC_CHECK(catalog_change_with_oplog(session, remove_entry_step, collection->ns, collection->database,
+                                       collection->uuid, object, error));
     storage_drop_table(session, collection->table_uri);
     for (size_t i = 0; i < collection->index_count; i++) {
         storage_drop_table(session, collection->indexes[i]->table_uri);
@@ -499,6 +547,27 @@ bool storage_drop_collection(storage_session_t *session, const char *ns, bson_er
     return true;
 done:
     return false;
+}
+
+bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error)
+{
+    const char *dot = strchr(ns, '.');
+    bson_t object = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&object, "drop", dot != NULL ? dot + 1 : ns);
+    bool ok = drop_collection(session, ns, &object, error);
+    bson_destroy(&object);
+    return ok;
+}
+
+bool storage_finish_rename(storage_session_t *session, const char *from, const char *to, bson_error_t *error)
+{
+    bson_t object = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&object, "renameCollection", from);
+    BSON_APPEND_UTF8(&object, "to", to);
+    BSON_APPEND_BOOL(&object, "stayTemp", false);
+    bool ok = drop_collection(session, from, &object, error);
+    bson_destroy(&object);
+    return ok;
 }
 
 /* The default index name mongod derives from the key pattern: a_1_b_-1. */

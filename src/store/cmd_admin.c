@@ -1,7 +1,10 @@
 /* Handshake and server information: hello/isMaster (with awaitable hello and
  * compression negotiation), ping, buildInfo, getParameter, hostInfo, whatsmyuri,
- * endSessions and the small commands mongosh and the drivers send on connect. */
+ * endSessions and the small commands mongosh and the drivers send on connect;
+ * serverStatus (the sections operators watch) and fsync (a checkpoint). */
 #include "store/commands.h"
+#include "store/oplog.h"
+#include "store/slow_disk.h"
 #include "wire/wire.h"
 
 #include <stdio.h>
@@ -74,6 +77,34 @@ static void plan_awaitable_reply(command_context_t *context)
     }
 }
 
+static void append_op_time(bson_t *out, const char *key, uint64_t time)
+{
+    bson_t op_time;
+    bson_append_document_begin(out, key, -1, &op_time);
+    BSON_APPEND_TIMESTAMP(&op_time, "ts", OPLOG_TIME_SECONDS(time), OPLOG_TIME_INCREMENT(time));
+    BSON_APPEND_INT64(&op_time, "t", 1);
+    bson_append_document_end(out, &op_time);
+}
+
+/* hello's lastWrite: the newest committed write and the newest the majority
+ * (here: the journal) holds, as a one-node replica set reports them. */
+static void append_last_write(const store_t *store, bson_t *reply)
+{
+    oplog_t *oplog = oplog_for(store->storage);
+    if (oplog == NULL) {
+        return;
+    }
+    uint64_t last = oplog_committed_time(oplog);
+    uint64_t majority = oplog_majority_time(oplog);
+    bson_t last_write;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastWrite", &last_write);
+    append_op_time(&last_write, "opTime", last);
+    BSON_APPEND_DATE_TIME(&last_write, "lastWriteDate", (int64_t)OPLOG_TIME_SECONDS(last) * 1000);
+    append_op_time(&last_write, "majorityOpTime", majority);
+    BSON_APPEND_DATE_TIME(&last_write, "majorityWriteDate", (int64_t)OPLOG_TIME_SECONDS(majority) * 1000);
+    bson_append_document_end(reply, &last_write);
+}
+
 static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     store_t *store = context->store;
@@ -101,6 +132,7 @@ static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t
         bson_oid_t election_id;
         bson_oid_init_from_string(&election_id, "7fffffff0000000000000001");
         BSON_APPEND_OID(reply, "electionId", &election_id);
+        append_last_write(store, reply);
     }
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
@@ -296,6 +328,57 @@ static bool handle_connection_status(command_context_t *context, bson_t *reply, 
     return true;
 }
 
+/* mongod's serverStatus leaves out a section the command names with a false
+ * value ({serverStatus: 1, wiredTiger: 0}). */
+static bool section_wanted(const command_context_t *context, const char *section)
+{
+    bson_iter_t iter;
+    return !bson_iter_init_find(&iter, context->command, section) || bson_iter_as_bool(&iter);
+}
+
+/* VmRSS and VmSize of this process, in megabytes as serverStatus.mem shows them. */
+static void append_memory(bson_t *reply)
+{
+    int64_t resident_kib = 0, virtual_kib = 0;
+    char line[256];
+    FILE *status = fopen("/proc/self/status", "r");
+    if (status != NULL) {
+        while (fgets(line, sizeof line, status) != NULL) {
+            long long value;
+            if (sscanf(line, "VmRSS: %lld kB", &value) == 1) {
+                resident_kib = value;
+            } else if (sscanf(line, "VmSize: %lld kB", &value) == 1) {
+                virtual_kib = value;
+            }
+        }
+        fclose(status);
+    }
+    bson_t memory;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "mem", &memory);
+    BSON_APPEND_INT32(&memory, "bits", (int32_t)(sizeof(void *) * 8));
+    BSON_APPEND_INT32(&memory, "resident", (int32_t)(resident_kib / 1024));
+    BSON_APPEND_INT32(&memory, "virtual", (int32_t)(virtual_kib / 1024));
+    BSON_APPEND_BOOL(&memory, "supported", status != NULL);
+    bson_append_document_end(reply, &memory);
+}
+
+/* Not a mongod section: the emulated volume under --read-iops (slow_disk.h). */
+static void append_thermocline(bson_t *reply)
+{
+    slow_disk_stats_t disk = slow_disk_stats();
+    bson_t thermocline, read_iops;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "thermocline", &thermocline);
+    BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "readIops", &read_iops);
+    BSON_APPEND_INT64(&read_iops, "cap", (int64_t)disk.cap);
+    BSON_APPEND_INT64(&read_iops, "reads", (int64_t)disk.reads);
+    BSON_APPEND_INT64(&read_iops, "ioUnits", (int64_t)disk.io_units);
+    BSON_APPEND_INT64(&read_iops, "bytesRead", (int64_t)disk.bytes_read);
+    BSON_APPEND_INT64(&read_iops, "throttledReads", (int64_t)disk.throttled_reads);
+    BSON_APPEND_INT64(&read_iops, "throttledWaitMicros", (int64_t)disk.throttled_wait_micros);
+    bson_append_document_end(&thermocline, &read_iops);
+    bson_append_document_end(reply, &thermocline);
+}
+
 static bool handle_server_status(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     store_t *store = context->store;
@@ -306,31 +389,85 @@ static bool handle_server_status(command_context_t *context, bson_t *reply, bson
     BSON_APPEND_UTF8(reply, "process", "thermocline-store");
     BSON_APPEND_INT64(reply, "pid", (int64_t)getpid());
     int64_t uptime_ms = wall_clock_ms() - store->start_time_ms;
-    BSON_APPEND_DOUBLE(reply, "uptime", (double)uptime_ms / 1000.0);
+    BSON_APPEND_DOUBLE(reply, "uptime", (double)(uptime_ms / 1000));
     BSON_APPEND_INT64(reply, "uptimeMillis", uptime_ms);
+    BSON_APPEND_INT64(reply, "uptimeEstimate", uptime_ms / 1000);
     BSON_APPEND_DATE_TIME(reply, "localTime", wall_clock_ms());
 
-    bson_t connections, opcounters, wired_tiger;
-    server_connection_stats_t stats = server_connection_stats(store->server);
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "connections", &connections);
-    BSON_APPEND_INT32(&connections, "current", (int32_t)stats.current);
-    BSON_APPEND_INT32(&connections, "available", (int32_t)stats.available);
-    BSON_APPEND_INT32(&connections, "totalCreated", (int32_t)stats.total_created);
-    bson_append_document_end(reply, &connections);
+    if (section_wanted(context, "connections")) {
+        bson_t connections;
+        server_connection_stats_t stats = server_connection_stats(store->server);
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "connections", &connections);
+        BSON_APPEND_INT32(&connections, "current", (int32_t)stats.current);
+        BSON_APPEND_INT32(&connections, "available", (int32_t)stats.available);
+        BSON_APPEND_INT32(&connections, "totalCreated", (int32_t)stats.total_created);
+        bson_append_document_end(reply, &connections);
+    }
+    if (section_wanted(context, "mem")) {
+        append_memory(reply);
+    }
+    if (section_wanted(context, "opLatencies")) {
+        bson_t latencies;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "opLatencies", &latencies);
+        op_latency_append(&store->latencies, &latencies);
+        bson_append_document_end(reply, &latencies);
+    }
+    if (section_wanted(context, "opcounters")) {
+        bson_t opcounters;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "opcounters", &opcounters);
+        BSON_APPEND_INT64(&opcounters, "insert", atomic_load(&store->opcounters.insert));
+        BSON_APPEND_INT64(&opcounters, "query", atomic_load(&store->opcounters.query));
+        BSON_APPEND_INT64(&opcounters, "update", atomic_load(&store->opcounters.update));
+        BSON_APPEND_INT64(&opcounters, "delete", atomic_load(&store->opcounters.delete_));
+        BSON_APPEND_INT64(&opcounters, "getmore", atomic_load(&store->opcounters.getmore));
+        BSON_APPEND_INT64(&opcounters, "command", atomic_load(&store->opcounters.command));
+        bson_append_document_end(reply, &opcounters);
+    }
+    if (section_wanted(context, "storageEngine")) {
+        bson_t engine;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "storageEngine", &engine);
+        BSON_APPEND_UTF8(&engine, "name", "wiredTiger");
+        BSON_APPEND_BOOL(&engine, "supportsCommittedReads", true);
+        BSON_APPEND_BOOL(&engine, "readOnly", false);
+        BSON_APPEND_BOOL(&engine, "persistent", true);
+        bson_append_document_end(reply, &engine);
+    }
+    if (section_wanted(context, "thermocline")) {
+        append_thermocline(reply);
+    }
+    if (section_wanted(context, "wiredTiger")) {
+        bson_t wired_tiger;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "wiredTiger", &wired_tiger);
+        BSON_APPEND_UTF8(&wired_tiger, "uri", "statistics:");
+        bool ok = storage_append_cache_statistics(context->session, &wired_tiger, error);
+        bson_append_document_end(reply, &wired_tiger);
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
 
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "opcounters", &opcounters);
-    BSON_APPEND_INT64(&opcounters, "insert", atomic_load(&store->opcounters.insert));
-    BSON_APPEND_INT64(&opcounters, "query", atomic_load(&store->opcounters.query));
-    BSON_APPEND_INT64(&opcounters, "update", atomic_load(&store->opcounters.update));
-    BSON_APPEND_INT64(&opcounters, "delete", atomic_load(&store->opcounters.delete_));
-    BSON_APPEND_INT64(&opcounters, "getmore", atomic_load(&store->opcounters.getmore));
-    BSON_APPEND_INT64(&opcounters, "command", atomic_load(&store->opcounters.command));
-    bson_append_document_end(reply, &opcounters);
-
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "wiredTiger", &wired_tiger);
-    bool ok = storage_append_cache_statistics(context->session, &wired_tiger, error);
-    bson_append_document_end(reply, &wired_tiger);
-    return ok;
+/* A checkpoint, so everything written so far is in the data files (and
+ * collStats.storageSize counts it). fsync's lock mode is not offered. */
+static bool handle_fsync(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    bool lock;
+    if (strcmp(context->database, "admin") != 0) {
+        return tc_error_set(error, TC_ERR_UNAUTHORIZED, "fsync may only be run against the admin database.");
+    }
+    if (!command_get_bool(context, "lock", false, &lock, error)) {
+        return false;
+    }
+    if (lock) {
+        return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
+                            "thermocline store does not support fsync with lock: true (fsyncLock)");
+    }
+    if (!storage_checkpoint(context->session, error)) {
+        return false;
+    }
+    BSON_APPEND_INT32(reply, "numFiles", 1);
+    return true;
 }
 
 const command_definition_t admin_commands[] = {
@@ -348,5 +485,6 @@ const command_definition_t admin_commands[] = {
     {"getLog", handle_get_log},
     {"connectionStatus", handle_connection_status},
     {"serverStatus", handle_server_status},
+    {"fsync", handle_fsync},
     {NULL, NULL},
 };

@@ -4,6 +4,7 @@
  * it resumes where it stopped, as a find cursor does. */
 #include "store/commands.h"
 #include "query/pipeline.h"
+#include "store/change_stream.h"
 
 #include <string.h>
 
@@ -136,6 +137,9 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
     bool locked = false;
     bool ok = false;
 
+    if (change_stream_requested(context->command)) {
+        return change_stream_aggregate(context, reply, error);
+    }
     bson_init(&batch.array);
     bson_iter_init(&iter, context->command);
     bson_iter_next(&iter);
@@ -169,18 +173,6 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
         }
         batch_size = bson_iter_as_int64(&iter);
     }
-    bson_iter_t first_stage;
-    if (bson_iter_init(&first_stage, &stages) && bson_iter_next(&first_stage) &&
-        BSON_ITER_HOLDS_DOCUMENT(&first_stage)) {
-        bson_iter_t stage_name;
-        bson_iter_recurse(&first_stage, &stage_name);
-        if (bson_iter_next(&stage_name) && strcmp(bson_iter_key(&stage_name), "$changeStream") == 0) {
-            tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
-                         "$changeStream is not available in this build of thermocline store");
-            goto done;
-        }
-    }
-
     aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
     pipeline_options_t pipeline_options = {.allow_disk_use = allow_disk_use};
     aggregation->pipeline = pipeline_compile(&stages, &pipeline_options, error);

@@ -4,6 +4,7 @@
  * the catalog lock exclusively for its whole run; listings and statistics hold it
  * shared. */
 #include "store/commands.h"
+#include "store/oplog.h"
 #include "query/value_format.h"
 #include "common/log.h"
 #include "query/match.h"
@@ -582,6 +583,13 @@ static bool handle_drop_database(command_context_t *context, bson_t *reply, bson
     for (size_t i = 0; i < count && ok; i++) {
         ok = storage_drop_collection(context->session, names[i], error);
     }
+    if (ok && count > 0) {
+        /* As mongod: a drop entry per collection, then this one. */
+        bson_t object = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&object, "dropDatabase", 1);
+        ok = oplog_log_command(context->session, context->database, NULL, &object, error);
+        bson_destroy(&object);
+    }
     storage_unlock(storage);
     bson_strfreev(names);
     if (ok) {
@@ -1091,7 +1099,7 @@ static bool rename_by_copy(storage_session_t *session, storage_t *storage, const
         }
     }
     TC_CHECK(copy_documents(session, source, target, error));
-    TC_CHECK(storage_drop_collection(session, from, error));
+    TC_CHECK(storage_finish_rename(session, from, to, error));
     ok = true;
 done:
     if (!ok && target != NULL) {

@@ -2,6 +2,7 @@
  * find, count and distinct). aggregate lives in cmd_aggregate.c. */
 #include "store/commands.h"
 #include "query/order.h"
+#include "store/change_stream.h"
 
 #include <string.h>
 #include <time.h>
@@ -189,6 +190,10 @@ static bool handle_get_more(command_context_t *context, bson_t *reply, bson_erro
         goto fail;
     }
     if (!cursor_table_checkout(context->store->cursors, cursor_id, ns, &cursor, error)) {
+        goto fail;
+    }
+    if (change_stream_is_cursor(cursor)) {
+        ok = change_stream_get_more(context, cursor, batch_size, reply, error);
         goto fail;
     }
     batch.limit = (uint32_t)(batch_size > UINT32_MAX ? UINT32_MAX : batch_size);

@@ -3,6 +3,7 @@
  * outside multi-document transactions; a batch that asked for j: true syncs the
  * journal once before it answers. */
 #include "store/commands.h"
+#include "store/oplog.h"
 #include "query/match.h"
 #include "query/projection.h"
 #include "query/update.h"
@@ -124,7 +125,8 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
         bool ok = storage_obtain_collection(context->session, ns, &collection, error) &&
                   storage_begin(context->session, error);
         if (ok) {
-            ok = storage_insert_record(context->session, collection, document, NULL, error);
+            ok = storage_insert_record(context->session, collection, document, NULL, error) &&
+                 oplog_log_insert(context->session, collection, document, context->command, error);
             if (ok) {
                 ok = storage_commit(context->session, false, error);
             } else {
@@ -185,7 +187,7 @@ static bool handle_insert(command_context_t *context, bson_t *reply, bson_error_
     storage_unlock(storage);
     bool ok = true;
     if (inserted > 0 && command_wants_durable_write(context)) {
-        ok = storage_sync_journal(context->session, error);
+        ok = oplog_sync_journal(context->session, error);
     }
     if (ok) {
         BSON_APPEND_INT32(reply, "n", inserted);
@@ -259,18 +261,26 @@ static bool write_matched_document(command_context_t *context, collection_t *col
     for (int attempt = 0;; attempt++) {
         bson_t current, updated;
         bool found, changed = false;
+        /* The array index the query matched, for the positional '$' of the update. */
+        match_details_t details;
         bool ok = storage_begin(context->session, error);
         *out_outcome = DOCUMENT_GONE;
         bson_init(&updated);
         if (ok) {
             ok = storage_read_record(context->session, collection, record_id, &current, &found, error);
-            if (ok && found && match_document(write->matcher, &current)) {
+            if (ok && found && match_document_with_details(write->matcher, &current, &details)) {
                 if (write->update == NULL) {
-                    ok = storage_delete_record(context->session, collection, record_id, &current, error);
+                    ok = storage_delete_record(context->session, collection, record_id, &current, error) &&
+                         oplog_log_delete(context->session, collection, &current, context->command, error);
                     *out_outcome = DOCUMENT_WRITTEN;
                 } else {
+                    update_apply_options_t options = {
+                        .matched_array_index = details.has_array_index ? details.array_index : NULL,
+                    };
+                    bson_t description; /* what the oplog records for a change stream */
                     bson_destroy(&updated);
-                    ok = update_apply(write->update, &current, false, &updated, NULL, &changed, error);
+                    ok = update_apply_with_options(write->update, &current, &options, &updated, &description,
+                                                   &changed, error);
                     if (ok && changed) {
                         if (updated.len > WIRE_MAX_BSON_OBJECT_SIZE) {
                             ok = tc_error_set(error, TC_ERR_LOCATION_BSON_TOO_LARGE,
@@ -278,9 +288,13 @@ static bool write_matched_document(command_context_t *context, collection_t *col
                                               WIRE_MAX_BSON_OBJECT_SIZE);
                         } else {
                             ok = storage_update_record(context->session, collection, record_id, &current,
-                                                       &updated, error);
+                                                       &updated, error) &&
+                                 oplog_log_update(context->session, collection, &current, &updated,
+                                                  update_is_replacement(write->update) ? NULL : &description,
+                                                  context->command, error);
                         }
                     }
+                    bson_destroy(&description);
                     *out_outcome = changed ? DOCUMENT_WRITTEN : DOCUMENT_UNCHANGED;
                 }
                 if (ok && write->keep_images) {
@@ -481,7 +495,7 @@ static bool handle_update(command_context_t *context, bson_t *reply, bson_error_
     storage_unlock(storage);
     bool ok = true;
     if (command_wants_durable_write(context)) {
-        ok = storage_sync_journal(context->session, error);
+        ok = oplog_sync_journal(context->session, error);
     }
     if (ok) {
         BSON_APPEND_INT32(reply, "n", (int32_t)(totals.matched + totals.upserted_count));
@@ -574,7 +588,7 @@ static bool handle_delete(command_context_t *context, bson_t *reply, bson_error_
     storage_unlock(storage);
     bool ok = true;
     if (deleted > 0 && command_wants_durable_write(context)) {
-        ok = storage_sync_journal(context->session, error);
+        ok = oplog_sync_journal(context->session, error);
     }
     if (ok) {
         BSON_APPEND_INT32(reply, "n", (int32_t)deleted);
@@ -654,7 +668,8 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
         TC_CHECK(update != NULL);
     }
     if (bson_count_keys(&fields) > 0) {
-        projection = projection_compile(&fields, error);
+        /* The query goes along for a positional "a.$" projection. */
+        projection = projection_compile_with_query(&fields, &query, error);
         TC_CHECK(projection != NULL);
     }
     matcher = match_compile(&query, error);
@@ -715,7 +730,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
     storage_unlock(storage);
     locked = false;
     if (command_wants_durable_write(context)) {
-        TC_CHECK(storage_sync_journal(context->session, error));
+        TC_CHECK(oplog_sync_journal(context->session, error));
     }
     ok = true;
 done:

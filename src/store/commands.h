@@ -8,6 +8,7 @@
 
 #include "net/server.h"
 #include "store/cursors.h"
+#include "store/op_latency.h"
 #include "store/store.h"
 
 #include <stdatomic.h>
@@ -23,6 +24,7 @@ typedef struct store {
     struct {
         atomic_llong insert, query, update, delete_, getmore, command;
     } opcounters;
+    op_latency_t latencies;   /* serverStatus.opLatencies */
 } store_t;
 
 /* Everything a handler needs about the command it runs. */
@@ -35,6 +37,9 @@ typedef struct command_context {
     uint64_t connection_id;
     const char *peer_address;
     uint32_t reply_delay_ms;  /* set by awaitable hello */
+    uint32_t attempt;         /* 0, or how many times this request was run again */
+    uint32_t rerun_after_ms;  /* set to run the request again after this long instead of
+                               * replying (a change stream's awaitData getMore) */
 } command_context_t;
 
 /* A handler appends its reply fields (not "ok") to reply and returns true, or

@@ -3,6 +3,7 @@
  * the reply in the request's own format (and compressor). Also the small helpers
  * every handler uses to read command fields the way mongod validates them. */
 #include "store/dispatch.h"
+#include "store/oplog.h"
 #include "query/value_format.h"
 #include "common/log.h"
 #include "wire/wire.h"
@@ -194,8 +195,35 @@ static void count_operation(store_t *store, const char *name)
     }
 }
 
+/* What a replica set member adds to every reply: $clusterTime (unsigned: the
+ * zero signature of a deployment without keyFile) and operationTime. */
+static void append_cluster_time(storage_session_t *session, bson_t *reply)
+{
+    static const uint8_t zero_hash[20] = {0};
+    oplog_t *oplog = oplog_for(storage_session_storage(session));
+    if (oplog == NULL) {
+        return;
+    }
+    uint64_t operation_time = oplog_session_operation_time(session);
+    uint64_t cluster_time = oplog_cluster_time(oplog);
+    if (cluster_time < operation_time) {
+        cluster_time = operation_time;
+    }
+    bson_t cluster, signature;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &cluster);
+    BSON_APPEND_TIMESTAMP(&cluster, "clusterTime", OPLOG_TIME_SECONDS(cluster_time),
+                          OPLOG_TIME_INCREMENT(cluster_time));
+    BSON_APPEND_DOCUMENT_BEGIN(&cluster, "signature", &signature);
+    BSON_APPEND_BINARY(&signature, "hash", BSON_SUBTYPE_BINARY, zero_hash, sizeof zero_hash);
+    BSON_APPEND_INT64(&signature, "keyId", 0);
+    bson_append_document_end(&cluster, &signature);
+    bson_append_document_end(reply, &cluster);
+    BSON_APPEND_TIMESTAMP(reply, "operationTime", OPLOG_TIME_SECONDS(operation_time),
+                          OPLOG_TIME_INCREMENT(operation_time));
+}
+
 void dispatch_command(store_t *store, storage_session_t *session, const bson_t *command, uint64_t connection_id,
-                      const char *peer_address, bson_t *reply, uint32_t *out_delay_ms)
+                      const char *peer_address, bson_t *reply, dispatch_control_t *control)
 {
     bson_error_t error = {0};
     bson_iter_t iter;
@@ -205,6 +233,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         .command = command,
         .connection_id = connection_id,
         .peer_address = peer_address,
+        .attempt = control->attempt,
     };
     bool ok = false;
 
@@ -228,11 +257,22 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         tc_error_set(&error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context.name);
         goto done;
     }
-    count_operation(store, context.name);
+    if (context.attempt == 0) {
+        count_operation(store, context.name); /* a request run again counts once */
+    }
+    oplog_session_begin_command(session);
+    uint64_t started_micros = op_latency_now_micros();
     ok = definition->handler(&context, reply, &error);
     if (storage_in_transaction(session)) {
         storage_rollback(session); /* a handler that failed mid-write */
     }
+    if (ok && context.rerun_after_ms > 0) {
+        bson_reinit(reply);
+        control->run_again = true;
+        control->delay_ms = context.rerun_after_ms;
+        return;
+    }
+    op_latency_record(&store->latencies, context.name, op_latency_now_micros() - started_micros);
 done:
     if (ok) {
         BSON_APPEND_DOUBLE(reply, "ok", 1.0);
@@ -245,7 +285,9 @@ done:
         TC_LOG(TC_LOG_DEBUG, "COMMAND", connection_id, "%s failed: %s", context.name ? context.name : "?",
                error.message);
     }
-    *out_delay_ms = context.reply_delay_ms;
+    append_cluster_time(session, reply);
+    control->run_again = false;
+    control->delay_ms = context.reply_delay_ms;
 }
 
 static bool is_never_compressed(const bson_t *command)
@@ -280,7 +322,7 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
     bson_t reply = BSON_INITIALIZER;
     bool legacy = false;
     bool more_to_come = false;
-    uint32_t delay_ms = 0;
+    dispatch_control_t control = {.attempt = request->attempt};
     uint8_t *encoded = NULL;
     size_t encoded_length = 0;
 
@@ -330,7 +372,12 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
         legacy = true;
         goto error_reply;
     }
-    dispatch_command(store, session, &command, request->connection_id, request->peer_address, &reply, &delay_ms);
+    dispatch_command(store, session, &command, request->connection_id, request->peer_address, &reply, &control);
+    if (control.run_again) {
+        out_reply->run_again = true;
+        out_reply->delay_ms = control.delay_ms;
+        goto done;
+    }
     goto encode;
 
 error_reply:
@@ -367,7 +414,7 @@ encode:
     }
     out_reply->data = encoded;
     out_reply->length = encoded_length;
-    out_reply->delay_ms = delay_ms;
+    out_reply->delay_ms = control.delay_ms;
     encoded = NULL;
     goto done;
 

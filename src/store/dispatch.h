@@ -9,9 +9,18 @@
 void dispatch_message(store_t *store, storage_session_t *session, const server_request_t *request,
                       server_reply_t *out_reply);
 
+/* How the reply to one command goes out (see server_reply_t). */
+typedef struct dispatch_control {
+    uint32_t attempt;  /* in: 0, or how many times the request was run again */
+    uint32_t delay_ms; /* out: hold the reply this long (awaitable hello); with
+                        * run_again, wait this long before running it again */
+    bool run_again;    /* out: reply nothing yet, run the command again (a change
+                        * stream's getMore waiting for events); reply is empty */
+} dispatch_control_t;
+
 /* Runs one command document (with $db) and fills reply with its fields and ok
- * (or the error fields). *out_delay_ms is set by awaitable hello. */
+ * (or the error fields), then, under --replSet, $clusterTime and operationTime. */
 void dispatch_command(store_t *store, storage_session_t *session, const bson_t *command, uint64_t connection_id,
-                      const char *peer_address, bson_t *reply, uint32_t *out_delay_ms);
+                      const char *peer_address, bson_t *reply, dispatch_control_t *control);
 
 #endif

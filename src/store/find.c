@@ -787,7 +787,7 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
         }
     }
     if (bson_count_keys(&plan->projection_spec) > 0) {
-        plan->projection = projection_compile(&plan->projection_spec, error);
+        plan->projection = projection_compile_with_query(&plan->projection_spec, &plan->filter, error);
         if (plan->projection == NULL) {
             goto fail;
         }
@@ -1015,6 +1015,7 @@ static bool deliver(find_plan_t *plan, const bson_t *document, int64_t record_id
         bson_init(&projected);
         if (!projection_apply(plan->projection, document, &projected, error)) {
             bson_destroy(&projected);
+            tc_error_prefix(error, "Executor error during find command :: caused by :: ");
             return false;
         }
         result = &projected;

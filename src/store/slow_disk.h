@@ -20,14 +20,11 @@ typedef struct slow_disk_stats {
     uint64_t throttled_wait_micros; /* total time those reads waited */
 } slow_disk_stats_t;
 
-/* Caps data-file reads at reads_per_second from now on; 0 lifts the cap (reads
- * are still counted). The emulation is process-wide, as a volume is: one store
+/* Caps data-file reads at reads_per_second; 0 lifts the cap (reads are still
+ * counted). Under a cap each read also bypasses the OS page cache. Call before
+ * the storage opens: the emulation is process-wide, as a volume is, one store
  * per process. */
 void slow_disk_set_cap(uint64_t reads_per_second);
-
-/* Evicts every data file (*.wt) directly in dbpath from the OS page cache, so
- * the first reads after start-up reach the device as later ones do. */
-void slow_disk_drop_page_cache(const char *dbpath);
 
 /* A snapshot of the counters since the process started. */
 slow_disk_stats_t slow_disk_stats(void);

@@ -2,6 +2,7 @@
  * and the journal flusher that bounds how long a default-write-concern write can
  * stay only in memory (mongod's journal commit interval, 100 ms). */
 #include "store/storage_private.h"
+#include "store/slow_disk.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -82,13 +83,18 @@ storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
     pthread_mutex_init(&storage->journal_mutex, NULL);
     pthread_cond_init(&storage->journal_wakeup, NULL);
 
+    /* Under --read-iops every block must come through pread(), where the
+     * emulated volume sits (slow_disk.c), never through a memory mapping. */
+    slow_disk_set_cap(options->read_iops);
     snprintf(config, sizeof config,
              "create,cache_size=%llu,session_max=1000,"
-             "log=(enabled=true,file_max=100MB),"
-             "checkpoint=(wait=60),statistics=(fast),"
+             /* Small journal files, not preallocated: a store is cheap to start many
+              * times (tests, the lab), and a file switch every 16MB costs little. */
+             "log=(enabled=true,file_max=16MB,prealloc=false),"
+             "checkpoint=(wait=60),statistics=(fast),%s"
              "extensions=[%s/libwiredtiger_snappy.so,%s/libwiredtiger_zlib.so]",
-             (unsigned long long)options->cache_bytes, WIREDTIGER_EXTENSION_DIRECTORY,
-             WIREDTIGER_EXTENSION_DIRECTORY);
+             (unsigned long long)options->cache_bytes, options->read_iops > 0 ? "mmap=false," : "",
+             WIREDTIGER_EXTENSION_DIRECTORY, WIREDTIGER_EXTENSION_DIRECTORY);
     int wt_code = wiredtiger_open(options->dbpath, NULL, config, &storage->connection);
     if (wt_code != 0) {
         tc_error_set(error, TC_ERR_INTERNAL, "cannot open the database in %s: %s", options->dbpath,
@@ -216,6 +222,9 @@ bool storage_commit(storage_session_t *session, bool durable, bson_error_t *erro
 {
     session->in_transaction = false;
     int wt_code = session->wt->commit_transaction(session->wt, durable ? "sync=on" : NULL);
+    if (session->oplog_time_count > 0) {
+        oplog_transaction_ended(session, wt_code == 0);
+    }
     if (wt_code != 0) {
         return storage_error_from_wt(error, wt_code, "commit");
     }
@@ -227,6 +236,9 @@ void storage_rollback(storage_session_t *session)
     if (session->in_transaction) {
         session->in_transaction = false;
         session->wt->rollback_transaction(session->wt, NULL);
+        if (session->oplog_time_count > 0) {
+            oplog_transaction_ended(session, false);
+        }
     }
 }
 
@@ -290,16 +302,25 @@ int64_t storage_table_size(storage_session_t *session, const char *table_uri)
     return size;
 }
 
+#define STATISTICS_MAX_SECTIONS 64
+
+typedef struct statistics_section {
+    char name[64];
+    bson_t fields;
+} statistics_section_t;
+
 bool storage_append_cache_statistics(storage_session_t *session, bson_t *out, bson_error_t *error)
 {
-    /* mongod's serverStatus().wiredTiger groups WiredTiger's connection
-     * statistics by the section before the colon of their description. */
+    /* WiredTiger lists its statistics sorted by description today, but the
+     * sections are gathered first so none can appear twice in the reply even if
+     * a later version interleaves them. */
+    statistics_section_t *sections = bson_malloc0(STATISTICS_MAX_SECTIONS * sizeof *sections);
+    size_t section_count = 0;
     WT_CURSOR *cursor = NULL;
-    TC_CHECK(storage_open_cursor(session, "statistics:", NULL, &cursor, error));
-    char current_section[64] = "";
-    bson_t section;
-    bool section_open = false;
+    bool ok = false;
     int wt_code;
+
+    TC_CHECK(storage_open_cursor(session, "statistics:", NULL, &cursor, error));
     while ((wt_code = cursor->next(cursor)) == 0) {
         const char *description, *printable;
         uint64_t value;
@@ -307,34 +328,58 @@ bool storage_append_cache_statistics(storage_session_t *session, bson_t *out, bs
             continue;
         }
         const char *colon = strchr(description, ':');
-        if (colon == NULL || (size_t)(colon - description) >= sizeof current_section) {
+        if (colon == NULL || (size_t)(colon - description) >= sizeof sections[0].name) {
             continue;
         }
-        size_t section_length = (size_t)(colon - description);
-        if (!section_open || strncmp(current_section, description, section_length) != 0 ||
-            current_section[section_length] != '\0') {
-            if (section_open) {
-                bson_append_document_end(out, &section);
+        size_t name_length = (size_t)(colon - description);
+        statistics_section_t *section = NULL;
+        for (size_t i = 0; i < section_count && section == NULL; i++) {
+            if (strncmp(sections[i].name, description, name_length) == 0 && sections[i].name[name_length] == '\0') {
+                section = &sections[i];
             }
-            memcpy(current_section, description, section_length);
-            current_section[section_length] = '\0';
-            bson_append_document_begin(out, current_section, -1, &section);
-            section_open = true;
         }
-        const char *name = colon + 1;
-        while (*name == ' ') {
-            name++;
+        if (section == NULL) {
+            if (section_count == STATISTICS_MAX_SECTIONS) {
+                continue;
+            }
+            section = &sections[section_count++];
+            memcpy(section->name, description, name_length);
+            section->name[name_length] = '\0';
+            bson_init(&section->fields);
         }
-        bson_append_int64(&section, name, -1, (int64_t)value);
+        const char *field = colon + 1;
+        while (*field == ' ') {
+            field++;
+        }
+        bson_iter_t existing;
+        if (!bson_iter_init_find(&existing, &section->fields, field)) {
+            bson_append_int64(&section->fields, field, -1, (int64_t)value);
+        }
     }
-    if (section_open) {
-        bson_append_document_end(out, &section);
-    }
-    cursor->close(cursor);
     if (wt_code != WT_NOTFOUND) {
-        return storage_error_from_wt(error, wt_code, "reading statistics");
+        storage_error_from_wt(error, wt_code, "reading statistics");
+        goto done;
+    }
+    for (size_t i = 0; i < section_count; i++) {
+        bson_append_document(out, sections[i].name, -1, &sections[i].fields);
+    }
+    ok = true;
+done:
+    if (cursor != NULL) {
+        cursor->close(cursor);
+    }
+    for (size_t i = 0; i < section_count; i++) {
+        bson_destroy(&sections[i].fields);
+    }
+    bson_free(sections);
+    return ok;
+}
+
+bool storage_checkpoint(storage_session_t *session, bson_error_t *error)
+{
+    int wt_code = session->wt->checkpoint(session->wt, NULL);
+    if (wt_code != 0) {
+        return storage_error_from_wt(error, wt_code, "checkpoint");
     }
     return true;
-done:
-    return false;
 }

@@ -20,6 +20,7 @@ typedef struct storage_options {
     const char *dbpath;
     uint64_t cache_bytes;   /* WiredTiger cache size */
     const char *compressor; /* "snappy", "zlib" or "none": default for new collections */
+    uint64_t read_iops;     /* cap on data-file reads per second (slow_disk.h); 0: none */
 } storage_options_t;
 
 typedef struct index_descriptor {
@@ -79,8 +80,15 @@ bool storage_create_collection(storage_session_t *session, const char *ns, const
 bool storage_obtain_collection(storage_session_t *session, const char *ns,
                                collection_t **out_collection, bson_error_t *error) TC_MUST_CHECK;
 
-/* Requires the exclusive lock. */
+/* Requires the exclusive lock. Under --replSet the oplog records {drop: coll}
+ * in the transaction that removes the catalog row. */
 bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* The last step of renameCollection, which cmd_catalog.c does by copying: drops
+ * from, and the oplog records one {renameCollection: from, to} entry instead of
+ * a drop. Requires the exclusive lock. */
+bool storage_finish_rename(storage_session_t *session, const char *from, const char *to,
+                           bson_error_t *error) TC_MUST_CHECK;
 
 /* Builds an index over the existing documents. Requires the exclusive lock.
  * spec is the createIndexes entry ({key, name, unique, ...}).
@@ -189,8 +197,14 @@ void scan_position_cleanup(scan_position_t *position);
 
 /* --- statistics ----------------------------------------------------------- */
 
-/* Appends WiredTiger's connection statistics named in names (e.g. "cache: bytes
- * read into cache" as key "bytes read into cache") to out. */
+/* Appends WiredTiger's connection statistics to out as mongod's
+ * serverStatus().wiredTiger shows them: one sub-document per section (the part
+ * of the description before the colon), e.g. cache: {"bytes read into cache":
+ * N, ...}, each section once. */
 bool storage_append_cache_statistics(storage_session_t *session, bson_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+/* Writes a checkpoint: every table's current content reaches its data file
+ * (mongod's fsync command). */
+bool storage_checkpoint(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
 
 #endif

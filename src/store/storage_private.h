@@ -24,7 +24,12 @@ struct storage {
     pthread_mutex_t journal_mutex;
     pthread_cond_t journal_wakeup;
     bool journal_stop;
+    struct oplog *oplog;        /* oplog.c, attached by oplog_open(); NULL: none */
 };
+
+/* Cluster times one transaction may take from the oplog's clock (oplog.c): a
+ * write records one entry, a DDL at most two. */
+#define STORAGE_OPLOG_TIMES_PER_TRANSACTION 4
 
 struct storage_session {
     storage_t *storage;
@@ -32,6 +37,11 @@ struct storage_session {
     bool in_transaction;
     bson_t duplicate_key_pattern; /* the index and key of this session's last E11000 */
     bson_t duplicate_key_value;
+    /* The oplog's (oplog.c): the times this transaction took, published or
+     * released when it ends, and the last one this session committed. */
+    uint64_t oplog_times[STORAGE_OPLOG_TIMES_PER_TRANSACTION];
+    size_t oplog_time_count;
+    uint64_t oplog_last_committed;
 };
 
 /* Fills error from a WiredTiger return code; always returns false. */
@@ -53,6 +63,10 @@ void collection_destroy(collection_t *collection);
 bool records_insert_index_entries(storage_session_t *session, collection_t *collection,
                                   index_descriptor_t *index, const bson_t *document,
                                   int64_t record_id, bson_error_t *error) TC_MUST_CHECK;
+
+/* Called by storage_commit() and storage_rollback() when a transaction that took
+ * oplog times ends: commits publish them, rollbacks release them (oplog.c). */
+void oplog_transaction_ended(storage_session_t *session, bool committed);
 
 /* Drops a WiredTiger table now, or later if a cursor still holds it. */
 void storage_drop_table(storage_session_t *session, const char *table_uri);

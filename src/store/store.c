@@ -5,6 +5,8 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "store/dispatch.h"
+#include "store/oplog.h"
+#include "store/slow_disk.h"
 #include "wire/wire.h"
 
 #include <getopt.h>
@@ -90,6 +92,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
 {
     store_t store = {.options = *options};
     janitor_t janitor = {.store = &store};
+    oplog_t *oplog = NULL;
     bool janitor_started = false;
     bool ok = false;
 
@@ -100,10 +103,26 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         .dbpath = options->dbpath,
         .cache_bytes = options->cache_bytes,
         .compressor = options->compressor,
+        .read_iops = (uint64_t)options->read_iops,
     };
     store.storage = storage_open(&storage_options, error);
     TC_CHECK(store.storage != NULL);
+    if (options->read_iops > 0) {
+        TC_LOG(TC_LOG_INFO, "STORAGE", 0,
+               "emulated slow disk: data-file reads capped at %lld per second (%d KB per I/O), "
+               "OS page cache bypassed",
+               (long long)options->read_iops, SLOW_DISK_IO_UNIT_BYTES / 1024);
+    } else {
+        TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
+    }
     store.cursors = cursor_table_new();
+    if (options->replica_set != NULL) {
+        /* A replica set member keeps an oplog: change streams, operationTime. */
+        oplog = oplog_open(store.storage,
+                           options->oplog_bytes > 0 ? options->oplog_bytes : oplog_default_size_bytes(options->dbpath),
+                           error);
+        TC_CHECK(oplog != NULL);
+    }
 
     server_options_t server_options = {
         .bind_address = options->bind_address,
@@ -146,6 +165,7 @@ done:
     pthread_cond_destroy(&janitor.wakeup);
     server_destroy(store.server);
     cursor_table_destroy(store.cursors);
+    oplog_close(oplog);
     storage_close(store.storage);
     return ok;
 }
@@ -166,6 +186,8 @@ static void print_usage(FILE *stream)
             "  --cache-size SIZE      WiredTiger cache, e.g. 256MB (default), 16MB, 1GB\n"
             "  --compressor NAME      snappy (default), zlib or none, for new collections\n"
             "  --read-iops N          cap data-file reads at N per second (emulated slow disk)\n"
+            "  --oplog-size MB        with --replSet: oplog size in megabytes (default: 5%% of the\n"
+            "                         free disk, 990MB to 50GB, as mongod's --oplogSize)\n"
             "  --max-conns N          refuse connections past N (default 65536)\n"
             "  --workers N            worker threads (default 4, or twice the cores)\n"
             "  --verbose              log every failed command\n"
@@ -188,7 +210,7 @@ static bool parse_positive(const char *text, const char *flag, int64_t maximum, 
 int store_main(int argc, char **argv)
 {
     enum { OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS,
-           OPT_WORKERS, OPT_VERBOSE, OPT_HELP };
+           OPT_WORKERS, OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE };
     static const struct option long_options[] = {
         {"port", required_argument, NULL, OPT_PORT},
         {"dbpath", required_argument, NULL, OPT_DBPATH},
@@ -198,6 +220,8 @@ int store_main(int argc, char **argv)
         {"cache-size", required_argument, NULL, OPT_CACHE},
         {"compressor", required_argument, NULL, OPT_COMPRESSOR},
         {"read-iops", required_argument, NULL, OPT_IOPS},
+        {"oplog-size", required_argument, NULL, OPT_OPLOG_SIZE},
+        {"oplogSize", required_argument, NULL, OPT_OPLOG_SIZE},
         {"max-conns", required_argument, NULL, OPT_MAXCONNS},
         {"workers", required_argument, NULL, OPT_WORKERS},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
@@ -254,6 +278,16 @@ int store_main(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_OPLOG_SIZE:
+            if (!parse_positive(optarg, "--oplog-size", 1024 * 1024, &number)) {
+                return 2;
+            }
+            if (number == 0) {
+                fprintf(stderr, "thermocline store: --oplog-size must be at least 1 (megabyte)\n");
+                return 2;
+            }
+            options.oplog_bytes = (uint64_t)number * 1024 * 1024;
+            break;
         case OPT_MAXCONNS:
             if (!parse_positive(optarg, "--max-conns", 10000000, &number) || number == 0) {
                 if (number == 0) {
@@ -289,10 +323,6 @@ int store_main(int argc, char **argv)
     }
     if (options.dbpath == NULL) {
         fprintf(stderr, "thermocline store: --dbpath is required (see --help)\n");
-        return 2;
-    }
-    if (options.read_iops > 0) {
-        fprintf(stderr, "thermocline store: --read-iops is not available yet in this build\n");
         return 2;
     }
     if (!store_run(&options, &error)) {

@@ -59,7 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!fuzz_reader_document(&reader, &stages)) {
         return 0;
     }
-    while (source.count < MAX_INPUT_DOCUMENTS && fuzz_reader_document(&reader, &inputs[source.count])) {
+    while (source.count < MAX_INPUT_DOCUMENTS &&
+           fuzz_reader_document(&reader, &inputs[source.count])) {
         source.documents[source.count] = &inputs[source.count];
         source.count++;
     }
@@ -68,6 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     bson_error_t error;
+    /* allowDiskUse for even-length inputs, so both sides of the memory limit are seen. */
     pipeline_options_t options = {.allow_disk_use = (size % 2) == 0,
                                   .memory_limit_bytes = MEMORY_LIMIT_BYTES};
     pipeline_t *pipeline = pipeline_compile(&stages, &options, &error);

@@ -8,6 +8,7 @@ import with `from conftest import ...`.
 """
 
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -343,9 +344,14 @@ def store(tmp_path, request):
     process.start()
     yield process
     call_report = getattr(request.node, "report_call", None)
-    if call_report is not None and call_report.failed:
+    failed = call_report is not None and call_report.failed
+    if failed:
         print("---- store log tail (%s) ----\n%s" % (process.log_path, process.log_tail()))
     process.stop()
+    if not failed:
+        # Data files of a passing test are not worth the disk: a run starts
+        # over a hundred stores.
+        shutil.rmtree(process.dbpath, ignore_errors=True)
 
 
 @pytest.fixture

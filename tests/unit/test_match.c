@@ -640,6 +640,87 @@ static void test_api(void **state)
     match_destroy(NULL);
 }
 
+typedef struct details_case {
+    const char *filter;
+    const char *document;
+    bool expected;
+    const char *array_index; /* NULL: no index recorded */
+} details_case_t;
+
+/* match_document_with_details: the elemMatchKey mongod's positional '$' reads. */
+static void test_details(void **state)
+{
+    (void)state;
+    static const details_case_t cases[] = {
+        {"{'grades': 85}", "{'grades': [80, 85, 90]}", true, "1"},
+        {"{'grades': 85}", "{'grades': 85}", true, NULL},
+        {"{'grades': 85}", "{'grades': [80, 90]}", false, NULL},
+        /* The array itself matching records nothing. */
+        {"{'a': [1, 2]}", "{'a': [1, 2]}", true, NULL},
+        {"{'a.b': 2}", "{'a': [{'b': 1}, {'b': 2}]}", true, "1"},
+        /* The outermost array's position wins over the inner one's. */
+        {"{'a.b': 2}", "{'a': [{'b': [1]}, {'b': [3, 4, 2]}]}", true, "1"},
+        /* A missing field inside an element matches null at that element. */
+        {"{'a.b': null}", "{'a': [{'b': 1}, {'c': 1}]}", true, "1"},
+        /* An explicit index is no implicit traversal. */
+        {"{'a.1': 5}", "{'a': [4, 5]}", true, NULL},
+        {"{'a.0.b': 1}", "{'a': [{'b': [0, 1]}]}", true, "1"},
+        {"{'a': {'%elemMatch': {'%gt': 5}}}", "{'a': [1, 7, 9]}", true, "1"},
+        {"{'a': {'%elemMatch': {'b': 1, 'c': 2}}}",
+         "{'a': [{'b': 1}, {'b': 1, 'c': 2}, {'c': 2}]}", true, "1"},
+        /* An $elemMatch reached through an outer array reports the outer position. */
+        {"{'x.a': {'%elemMatch': {'b': 1}}}",
+         "{'x': [{'a': [{'b': 2}]}, {'a': [{'b': 0}, {'b': 0}, {'b': 1}]}]}", true, "1"},
+        {"{'x.a': {'%size': 1}}", "{'x': [{'a': []}, {'a': [1]}]}", true, "1"},
+        {"{'a': {'%size': 1}}", "{'a': [7]}", true, NULL},
+        /* $or with several branches, $nor and negations record nothing. */
+        {"{'%or': [{'a': 2}, {'b': 1}]}", "{'a': [1, 2]}", true, NULL},
+        {"{'%or': [{'a': 2}]}", "{'a': [1, 2]}", true, "1"},
+        {"{'a': {'%nin': [5]}}", "{'a': [1, 2]}", true, NULL},
+        {"{'a': {'%not': {'%gt': 5}}}", "{'a': [1, 2]}", true, NULL},
+        /* $and: the predicate last in mongod's canonical order (type, then path) wins,
+         * whatever the filter's order. */
+        {"{'b': 2, 'a': 1}", "{'a': [0, 1], 'b': [2]}", true, "0"},
+        {"{'a': {'%gt': 0}, 'b': 5}", "{'a': [0, 3], 'b': [5]}", true, "1"},
+        {"{'%and': [{'b': 2}, {'a': 1}]}", "{'a': [0, 1], 'b': [2]}", true, "0"},
+        {"{'_id': 1, 'grades': 85}", "{'_id': 1, 'grades': [80, 85, 90]}", true, "1"},
+        /* A failing $and keeps no index from the children that matched. */
+        {"{'grades': 85, 'x': 1}", "{'grades': [80, 85], 'x': 2}", false, NULL},
+        {"{'a': {'%in': [3, 9]}}", "{'a': [1, 9, 3]}", true, "1"},
+        /* $exists sorts after $gte: its index (the first element exists) wins. */
+        {"{'a': {'%exists': true}, 'a.b': {'%gte': 2}}", "{'a': [{'b': 1}, {'b': 2}]}", true,
+         "0"},
+    };
+    int failures = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bson_t *filter = json(cases[i].filter);
+        bson_t *document = json(cases[i].document);
+        bson_error_t error;
+        match_expression_t *expression = match_compile(filter, &error);
+        assert_non_null(expression);
+        match_details_t details;
+        memset(&details, 'x', sizeof details);
+        bool matched = match_document_with_details(expression, document, &details);
+        bool index_ok = cases[i].array_index == NULL
+                            ? !details.has_array_index
+                            : details.has_array_index &&
+                                  strcmp(details.array_index, cases[i].array_index) == 0;
+        if (matched != cases[i].expected || !index_ok ||
+            matched != match_document(expression, document) ||
+            matched != match_document_with_details(expression, document, NULL)) {
+            print_error("filter %s on %s: matched %d index %s, expected %d index %s\n",
+                        cases[i].filter, cases[i].document, matched,
+                        details.has_array_index ? details.array_index : "(none)",
+                        cases[i].expected, cases[i].array_index ? cases[i].array_index : "(none)");
+            failures++;
+        }
+        match_destroy(expression);
+        bson_destroy(filter);
+        bson_destroy(document);
+    }
+    assert_int_equal(failures, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -658,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_regex_embedded_null),
         cmocka_unit_test(test_api),
+        cmocka_unit_test(test_details),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

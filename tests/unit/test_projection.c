@@ -222,11 +222,162 @@ static void test_parse_errors(void **state)
     expect_error("{'': 1}", 40352, "FieldPath cannot be constructed with empty string");
     expect_error("{'a..b': 1}", 15998, "FieldPath field names may not be empty strings.");
     expect_error("{'$a': 1}", 16410, NULL);
-    /* Not implemented yet: expressions and the positional projection. */
+    /* Not implemented yet: expressions. */
     expect_error("{'a': '$b'}", 2, NULL);
     expect_error("{'a': 'text'}", 2, NULL);
     expect_error("{'a': {'$literal': 1}}", 2, NULL);
-    expect_error("{'a.$': 1}", 2, NULL);
+    /* The positional projection needs the query (projection_compile_with_query). */
+    expect_error("{'a.$': 1}", 51050, "Projections with a positional operator require a matcher");
+    expect_error("{'$': 1}", 16410, NULL);
+}
+
+/* ---- the positional projection ---------------------------------------------------- */
+
+static void expect_positional(const char *spec_json, const char *query_json,
+                              const char *document_json, const char *expected_json)
+{
+    bson_t *spec = json(spec_json);
+    bson_t *query = json(query_json);
+    bson_t *document = json(document_json);
+    bson_t *expected = json(expected_json);
+    bson_error_t error;
+    bson_t out;
+    projection_t *projection = projection_compile_with_query(spec, query, &error);
+    if (projection == NULL) {
+        fail_msg("compile %s: %s", spec_json, error.message);
+    }
+    if (!projection_apply(projection, document, &out, &error)) {
+        fail_msg("apply %s with query %s to %s: %s", spec_json, query_json, document_json,
+                 error.message);
+    }
+    if (!bson_equal(&out, expected)) {
+        char *actual_text = bson_as_relaxed_extended_json(&out, NULL);
+        print_error("projection %s, query %s, of %s\nexpected %s\n     got %s\n", spec_json,
+                    query_json, document_json, expected_json, actual_text);
+        bson_free(actual_text);
+        fail();
+    }
+    bson_destroy(&out);
+    projection_destroy(projection);
+    bson_destroy(spec);
+    bson_destroy(query);
+    bson_destroy(document);
+    bson_destroy(expected);
+}
+
+static void expect_positional_apply_error(const char *spec_json, const char *query_json,
+                                          const char *document_json, int code,
+                                          const char *message)
+{
+    bson_t *spec = json(spec_json);
+    bson_t *query = json(query_json);
+    bson_t *document = json(document_json);
+    bson_error_t error;
+    bson_t out;
+    projection_t *projection = projection_compile_with_query(spec, query, &error);
+    assert_non_null(projection);
+    assert_false(projection_apply(projection, document, &out, &error));
+    assert_int_equal(error.code, code);
+    assert_string_equal(error.message, message);
+    assert_true(bson_empty(&out));
+    bson_destroy(&out);
+    projection_destroy(projection);
+    bson_destroy(spec);
+    bson_destroy(query);
+    bson_destroy(document);
+}
+
+static void expect_positional_error(const char *spec_json, const char *query_json, int code,
+                                    const char *message)
+{
+    bson_t *spec = json(spec_json);
+    bson_t *query = json(query_json);
+    bson_error_t error;
+    projection_t *projection = projection_compile_with_query(spec, query, &error);
+    if (projection != NULL) {
+        projection_destroy(projection);
+        fail_msg("compile %s succeeded, expected code %d", spec_json, code);
+    }
+    assert_int_equal(error.code, code);
+    if (message != NULL) {
+        assert_string_equal(error.message, message);
+    }
+    bson_destroy(spec);
+    bson_destroy(query);
+}
+
+static void test_positional(void **state)
+{
+    (void)state;
+    const char *grades = "{'_id': 1, 'name': 'x', 'grades': [80, 85, 90]}";
+    expect_positional("{'grades.$': 1}", "{'grades': {'$gte': 85}}", grades,
+                      "{'_id': 1, 'grades': [85]}");
+    expect_positional("{'grades.$': 1}", "{'grades': 90}", grades, "{'_id': 1, 'grades': [90]}");
+    expect_positional("{'name': 1, 'grades.$': 1}", "{'grades': {'$gte': 85}}", grades,
+                      "{'_id': 1, 'name': 'x', 'grades': [85]}");
+    expect_positional("{'_id': 0, 'grades.$': 1}", "{'grades': {'$lt': 85}}", grades,
+                      "{'grades': [80]}");
+    /* The first array on the path is narrowed to the matched element, as projected. */
+    expect_positional("{'a.b.$': 1}", "{'a.b': 2}",
+                      "{'_id': 1, 'a': [{'b': 1, 'c': 1}, {'b': 2, 'c': 2}]}",
+                      "{'_id': 1, 'a': [{'b': 2}]}");
+    expect_positional("{'x.a.$': 1}", "{'x.a': 3}", "{'_id': 1, 'x': {'a': [1, 3], 'z': 1}}",
+                      "{'_id': 1, 'x': {'a': [3]}}");
+    expect_positional("{'a': {'b.$': 1}}", "{'a.b': 2}", "{'_id': 1, 'a': {'b': [1, 2]}}",
+                      "{'_id': 1, 'a': {'b': [2]}}");
+    expect_positional("{'a.$': 1}", "{'a': {'$elemMatch': {'x': 2}}}",
+                      "{'_id': 1, 'a': [{'x': 1}, {'x': 2}, {'x': 2}]}",
+                      "{'_id': 1, 'a': [{'x': 2}]}");
+    /* The index may come from a predicate on another array of the document. */
+    expect_positional("{'a.$': 1}", "{'b': 2}", "{'_id': 1, 'a': [7, 8, 9], 'b': [1, 2]}",
+                      "{'_id': 1, 'a': [8]}");
+    /* No array on the path: the field is kept as it is, or absent. */
+    expect_positional("{'a.$': 1}", "{'a': 5}", "{'_id': 1, 'a': 5, 'b': 1}", "{'_id': 1, 'a': 5}");
+    expect_positional("{'a.$': 1}", "{'b': 1}", "{'_id': 1, 'b': 1}", "{'_id': 1}");
+
+    const char *message = "positional operator '.$' couldn't find a matching element in the array";
+    expect_positional_apply_error("{'grades.$': 1}", "{'_id': 1}", grades, 51246, message);
+    expect_positional_apply_error("{'grades.$': 1}", "{}", grades, 51246, message);
+    /* $or records no index. */
+    expect_positional_apply_error("{'grades.$': 1}", "{'$or': [{'grades': 85}, {'x': 1}]}",
+                                  grades, 51246, message);
+    expect_positional_apply_error("{'a.$': 1}", "{'b': 3}", "{'_id': 1, 'a': [1], 'b': [1, 2, 3]}",
+                                  51247, "positional operator '.$' element mismatch");
+
+    expect_positional_error("{'a.$.b': 1}", "{}", 31394, NULL);
+    expect_positional_error("{'a.$': 1, 'b.$': 1}", "{}", 31276,
+                            "Cannot specify more than one positional projection per query.");
+    expect_positional_error("{'a': {'$elemMatch': {'x': 1}}, 'b.$': 1}", "{}", 31256,
+                            "Cannot specify positional operator and $elemMatch.");
+    expect_positional_error("{'b.$': 1, 'a': {'$elemMatch': {'x': 1}}}", "{}", 31255,
+                            "Cannot specify positional operator and $elemMatch.");
+    expect_positional_error("{'a.$': 0}", "{}", 31395,
+                            "positional projection cannot be used with exclusion");
+    expect_positional_error("{'a.$': {'x': 1}}", "{}", 31271,
+                            "positional projection cannot be used with an expression or sub "
+                            "object");
+    expect_positional_error("{'a.$': 'x'}", "{}", 31308,
+                            "positional projection cannot be used with a literal");
+    expect_positional_error("{'.$': 1}", "{}", 5392900, "Projection on field .$ is invalid");
+    expect_positional_error("{'a.$': 1, 'b': 0}", "{}", 31254, NULL);
+    expect_positional_error("{'b': 0, 'a.$': 1}", "{}", 31253,
+                            "Cannot do inclusion on field a.$ in exclusion projection");
+    expect_positional_error("{'a.$': 1, 'a.b': 1}", "{}", 31249, NULL);
+    expect_positional_error("{'a..$': 1}", "{}", 15998, NULL);
+    expect_positional_error("{'a.$': 1}", "{'$foo': 1}", 2, NULL);
+
+    bson_error_t error;
+    bson_t *spec = json("{'a.$': 1}");
+    bson_t *query = json("{'a': 1}");
+    projection_t *projection = projection_compile_with_query(spec, query, &error);
+    assert_true(projection_is_inclusion(projection));
+    assert_true(projection_includes_id(projection));
+    assert_true(projection_has_computed_fields(projection));
+    assert_int_equal(projection_included_path_count(projection), 1);
+    assert_string_equal(projection_included_path(projection, 0), "a");
+    projection_destroy(projection);
+    bson_destroy(query);
+    bson_destroy(spec);
 }
 
 static void test_covered_query_facts(void **state)
@@ -305,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_elem_match),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_covered_query_facts),
+        cmocka_unit_test(test_positional),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

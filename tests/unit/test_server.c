@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,7 +32,10 @@ enum {
     OP_DELAY = 3,       /* echo, held argument ms by the server */
     OP_SILENT = 4,      /* no reply */
     OP_CLOSE_AFTER = 5, /* echo, then the server closes */
+    OP_RUN_AGAIN = 6,   /* ask to be run again (20 ms later) until attempt == argument, then echo */
 };
+
+#define RUN_AGAIN_DELAY_MS 20
 
 #define HEADER_BYTES 16
 #define CONNECTION_SLOTS 64
@@ -46,6 +50,7 @@ typedef struct test_application {
     atomic_int active_per_connection[CONNECTION_SLOTS];
     atomic_bool overlap_in_one_connection;
     atomic_llong last_echo_started_ms;
+    atomic_int run_again_attempts_seen; /* bit n: a run with attempt n happened */
     atomic_ullong last_connection_id;
     pthread_mutex_t peer_lock;
     char last_peer[64];
@@ -145,7 +150,13 @@ static void test_handle(void *application, void *worker_state, const server_requ
     if (opcode == OP_SLOW) {
         sleep_ms(argument);
     }
-    if (opcode != OP_SILENT) {
+    if (opcode == OP_RUN_AGAIN) {
+        atomic_fetch_or(&app->run_again_attempts_seen, 1 << (request->attempt & 31));
+    }
+    if (opcode == OP_RUN_AGAIN && request->attempt < (uint32_t)argument) {
+        reply->run_again = true;
+        reply->delay_ms = RUN_AGAIN_DELAY_MS;
+    } else if (opcode != OP_SILENT) {
         reply->length = request->length;
         reply->data = bson_malloc(request->length);
         memcpy(reply->data, request->message, request->length);
@@ -563,6 +574,33 @@ static void test_delay_holds_the_reply_and_the_next_request(void **state)
     test_server_stop(fixture);
 }
 
+static void test_run_again_reruns_the_same_request_later(void **state)
+{
+    test_server_t *fixture = test_server_start("127.0.0.1", 10, 2);
+    int fd = client_connect(fixture->port);
+    long long started = now_ms();
+    client_send_message(fd, 1, OP_RUN_AGAIN, 3, "polled");
+    client_send_message(fd, 2, OP_ECHO, 0, "after");
+    client_expect_echo(fd, 1, "polled"); /* the same message each run: same reply */
+    assert_true(now_ms() - started >= 3 * RUN_AGAIN_DELAY_MS - 5);
+    client_expect_echo(fd, 2, "after");
+    /* Runs with attempts 0, 1, 2 and 3, and the next request only after. */
+    assert_int_equal(atomic_load(&fixture->application.run_again_attempts_seen), 0xf);
+    assert_true(atomic_load(&fixture->application.last_echo_started_ms) - started >= 3 * RUN_AGAIN_DELAY_MS - 5);
+    assert_int_equal(atomic_load(&fixture->application.requests_finished), 5);
+
+    /* A client that leaves while its request waits to run again is simply closed. */
+    int leaving = client_connect(fixture->port);
+    client_send_message(leaving, 3, OP_RUN_AGAIN, 1000, "never answered");
+    sleep_ms(3 * RUN_AGAIN_DELAY_MS);
+    close(leaving);
+    wait_for_current_connections(fixture->server, 1);
+    client_send_message(fd, 4, OP_ECHO, 0, "still serving");
+    client_expect_echo(fd, 4, "still serving");
+    close(fd);
+    test_server_stop(fixture);
+}
+
 static void test_null_reply_sends_nothing(void **state)
 {
     test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
@@ -774,6 +812,128 @@ static void test_stop_before_run_returns_at_once(void **state)
     free(fixture);
 }
 
+/* --- loop mode (the proxy's): requests answered later, on the loop thread ------- */
+
+typedef struct loop_reply {
+    uv_timer_t timer;
+    server_pending_t *pending;
+    server_reply_t reply;
+} loop_reply_t;
+
+typedef struct loop_application {
+    server_t *server;
+    int answered_at_once;
+    int answered_later;
+    bool stopping_called;
+    loop_reply_t *waiting[16];
+    int waiting_count;
+} loop_application_t;
+
+static void loop_reply_closed(uv_handle_t *handle)
+{
+    free(handle->data);
+}
+
+static void loop_reply_due(uv_timer_t *timer)
+{
+    loop_reply_t *later = timer->data;
+    loop_application_t *app = uv_handle_get_loop((uv_handle_t *)timer)->data;
+    server_complete(later->pending, &later->reply);
+    app->answered_later++;
+    for (int i = 0; i < app->waiting_count; i++) {
+        if (app->waiting[i] == later) {
+            app->waiting[i] = app->waiting[--app->waiting_count];
+            break;
+        }
+    }
+    uv_close((uv_handle_t *)timer, loop_reply_closed);
+}
+
+/* OP_ECHO answers inside the call; OP_DELAY answers from a timer of our own;
+ * OP_SILENT answers with nothing, inside the call. */
+static void loop_handle(void *application, server_pending_t *pending, const server_request_t *request)
+{
+    loop_application_t *app = application;
+    int32_t opcode = get_int32(request->message + 12);
+    int32_t argument = get_int32(request->message + 16);
+    server_reply_t reply = {0};
+    if (opcode != OP_SILENT) {
+        reply.length = request->length;
+        reply.data = bson_malloc(request->length);
+        memcpy(reply.data, request->message, request->length);
+        put_int32(reply.data + 4, 1000000 + get_int32(request->message + 4));
+        put_int32(reply.data + 8, get_int32(request->message + 4));
+    }
+    if (opcode != OP_DELAY) {
+        app->answered_at_once++;
+        server_complete(pending, &reply);
+        return;
+    }
+    loop_reply_t *later = calloc(1, sizeof *later);
+    later->pending = pending;
+    later->reply = reply;
+    uv_loop_t *loop = server_loop(app->server);
+    loop->data = app;
+    uv_timer_init(loop, &later->timer);
+    later->timer.data = later;
+    uv_timer_start(&later->timer, loop_reply_due, (uint64_t)argument, 0);
+    app->waiting[app->waiting_count++] = later;
+}
+
+static void loop_stopping(void *application)
+{
+    loop_application_t *app = application;
+    app->stopping_called = true;
+}
+
+typedef struct loop_run {
+    server_t *server;
+    bool ok;
+} loop_run_t;
+
+static void *loop_server_thread(void *argument)
+{
+    bson_error_t error;
+    loop_run_t *run = argument;
+    run->ok = server_run(run->server, &error);
+    return NULL;
+}
+
+static void test_loop_mode_answers_now_or_later_in_order(void **state)
+{
+    (void)state;
+    loop_application_t app = {0};
+    server_options_t options = {.bind_address = "127.0.0.1", .max_connections = 8, .worker_count = 0};
+    server_callbacks_t callbacks = {.application = &app, .handle_on_loop = loop_handle, .loop_stopping = loop_stopping};
+    bson_error_t error;
+    app.server = server_new(&options, &callbacks, &error);
+    if (app.server == NULL) {
+        fail_msg("server_new: %s", error.message);
+    }
+    loop_run_t run = {.server = app.server};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, loop_server_thread, &run), 0);
+
+    int fd = client_connect(server_port(app.server));
+    /* Pipelined: a late answer must still come back before the next request's. */
+    client_send_message(fd, 1, OP_DELAY, 150, "later");
+    client_send_message(fd, 2, OP_SILENT, 0, "");
+    client_send_message(fd, 3, OP_ECHO, 0, "now");
+    long long started = now_ms();
+    client_expect_echo(fd, 1, "later");
+    assert_true(now_ms() - started >= 140);
+    client_expect_echo(fd, 3, "now");
+    close(fd);
+
+    server_stop(app.server);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_true(run.ok);
+    assert_true(app.stopping_called);
+    assert_int_equal(app.answered_later, 1);
+    assert_int_equal(app.answered_at_once, 2);
+    server_destroy(app.server);
+}
+
 int main(void)
 {
     tc_log_set_level(TC_LOG_WARNING);
@@ -785,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_short_or_negative_length_closes),
         cmocka_unit_test(test_max_connections_refuses_the_next_one),
         cmocka_unit_test(test_delay_holds_the_reply_and_the_next_request),
+        cmocka_unit_test(test_run_again_reruns_the_same_request_later),
         cmocka_unit_test(test_null_reply_sends_nothing),
         cmocka_unit_test(test_close_after_writes_then_closes),
         cmocka_unit_test(test_flooding_client_is_paused),
@@ -794,6 +955,7 @@ int main(void)
         cmocka_unit_test(test_ipv6_literal),
         cmocka_unit_test(test_new_reports_bad_options_and_busy_port),
         cmocka_unit_test(test_stop_before_run_returns_at_once),
+        cmocka_unit_test(test_loop_mode_answers_now_or_later_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -247,8 +247,21 @@ static void test_parse_errors(void **state)
                          "The dollar ($) prefixed field '$set' in '$set' is not allowed in the "
                          "context of an update's replacement document. Consider using an "
                          "aggregation pipeline with $replaceWith.");
-    /* The query-positional '$' is refused until the store passes the matched index. */
-    expect_compile_error("{'$set': {'a.$': 1}}", NULL, 2, NULL);
+    /* The positional '$': at most one, never first. */
+    expect_compile_error("{'$set': {'a.$.b.$': 1}}", NULL, 2,
+                         "Too many positional (i.e. '$') elements found in path 'a.$.b.$'");
+    expect_compile_error("{'$set': {'$': 1}}", NULL, 2,
+                         "Cannot have positional (i.e. '$') element in the first position in "
+                         "path '$'");
+    expect_compile_error("{'$inc': {'$.a': 1}}", NULL, 2,
+                         "Cannot have positional (i.e. '$') element in the first position in "
+                         "path '$.a'");
+    expect_compile_error("{'$set': {'a.$': 1, 'a.$.b': 1}}", NULL, 40,
+                         "Updating the path 'a.$.b' would create a conflict at 'a.$'");
+    expect_compile_error("{'$rename': {'a.$': 'b'}}", NULL, 2,
+                         "The source field for $rename may not be dynamic: a.$");
+    expect_compile_error("{'$rename': {'a': 'b.$'}}", NULL, 2,
+                         "The destination field for $rename may not be dynamic: b.$");
     expect_compile_error("{'$inc': {'a': 'x'}}", NULL, 14,
                          "Cannot increment with non-numeric argument: {a: \"x\"}");
     expect_compile_error("{'$mul': {'a': null}}", NULL, 14,
@@ -297,8 +310,12 @@ static void test_pipeline_and_value_forms(void **state)
     bson_iter_t iter;
     bson_error_t error;
     assert_true(bson_iter_init_find(&iter, pipeline, "u"));
-    assert_null(update_compile_value(bson_iter_value(&iter), NULL, &error));
-    assert_int_equal(error.code, 115);
+    update_spec_t *pipeline_spec = update_compile_value(bson_iter_value(&iter), NULL, &error);
+    assert_non_null(pipeline_spec);
+    assert_true(update_is_pipeline(pipeline_spec));
+    assert_false(update_is_replacement(pipeline_spec));
+    assert_false(update_uses_positional(pipeline_spec));
+    update_destroy(pipeline_spec);
     assert_true(bson_iter_init_find(&iter, pipeline, "n"));
     assert_null(update_compile_value(bson_iter_value(&iter), NULL, &error));
     assert_int_equal(error.code, 9);
@@ -309,6 +326,7 @@ static void test_pipeline_and_value_forms(void **state)
     update_spec_t *spec = update_compile_value(bson_iter_value(&iter), NULL, &error);
     assert_non_null(spec);
     assert_false(update_is_replacement(spec));
+    assert_false(update_is_pipeline(spec));
     update_destroy(spec);
     bson_destroy(wrapped);
     update_destroy(NULL);
@@ -814,6 +832,337 @@ static void test_description(void **state)
                        "{'updatedFields': {}, 'removedFields': [], 'truncatedArrays': []}");
 }
 
+/* ---- the positional '$' --------------------------------------------------------- */
+
+/* Applies update with matched (NULL: none) as the query's matched array index. changed:
+ * 1 or 0 to check out_changed, -1 to ignore it. */
+static void expect_positional(const char *document_json, const char *update_json,
+                              const char *matched, const char *expected_json, int changed)
+{
+    bson_t *document = json(document_json);
+    bson_t *update = json(update_json);
+    bson_error_t error;
+    bson_t out;
+    bool out_changed = false;
+    update_spec_t *spec = update_compile(update, NULL, &error);
+    if (spec == NULL) {
+        fail_msg("compile %s: %s", update_json, error.message);
+    }
+    assert_true(update_uses_positional(spec));
+    update_apply_options_t options = {.matched_array_index = matched};
+    if (!update_apply_with_options(spec, document, &options, &out, NULL, &out_changed, &error)) {
+        fail_msg("apply %s to %s at %s: %s", update_json, document_json, matched, error.message);
+    }
+    assert_documents_equal(&out, expected_json);
+    if (changed >= 0) {
+        assert_int_equal(out_changed, changed);
+    }
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+    bson_destroy(update);
+}
+
+static void expect_positional_error(const char *document_json, const char *update_json,
+                                    const char *matched, bool upsert, int code,
+                                    const char *message)
+{
+    bson_t *document = json(document_json);
+    bson_t *update = json(update_json);
+    bson_error_t error;
+    bson_t out;
+    update_spec_t *spec = update_compile(update, NULL, &error);
+    assert_non_null(spec);
+    update_apply_options_t options = {.is_upsert_insert = upsert, .matched_array_index = matched};
+    assert_false(update_apply_with_options(spec, document, &options, &out, NULL, NULL, &error));
+    assert_int_equal(error.code, code);
+    assert_string_equal(error.message, message);
+    assert_true(bson_empty(&out));
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+    bson_destroy(update);
+}
+
+static void test_positional(void **state)
+{
+    (void)state;
+    expect_positional("{'_id': 1, 'grades': [80, 85, 90]}", "{'$set': {'grades.$': 86}}", "1",
+                      "{'_id': 1, 'grades': [80, 86, 90]}", 1);
+    expect_positional("{'_id': 1, 'grades': [80, 85, 90]}", "{'$set': {'grades.$': 85}}", "1",
+                      "{'_id': 1, 'grades': [80, 85, 90]}", 0);
+    expect_positional("{'_id': 1, 'a': [{'b': 1}, {'b': 2}]}", "{'$inc': {'a.$.b': 10}}", "1",
+                      "{'_id': 1, 'a': [{'b': 1}, {'b': 12}]}", 1);
+    /* Fields are created inside the matched element. */
+    expect_positional("{'_id': 1, 'a': [{'b': 1}, {'b': 2}]}", "{'$set': {'a.$.c': 5}}", "0",
+                      "{'_id': 1, 'a': [{'b': 1, 'c': 5}, {'b': 2}]}", 1);
+    expect_positional("{'_id': 1, 'a': [{'b': 1}, {'b': 2}]}", "{'$unset': {'a.$.b': 1}}", "0",
+                      "{'_id': 1, 'a': [{}, {'b': 2}]}", 1);
+    expect_positional("{'_id': 1, 'a': [1, 2, 3]}", "{'$unset': {'a.$': 1}}", "2",
+                      "{'_id': 1, 'a': [1, 2, null]}", 1);
+    expect_positional("{'_id': 1, 'a': [{'v': [1]}, {'v': [1, 2]}]}",
+                      "{'$inc': {'a.$.v.$[]': 1}}", "1",
+                      "{'_id': 1, 'a': [{'v': [1]}, {'v': [2, 3]}]}", 1);
+    expect_positional("{'_id': 1, 'a': [[1], [2, 3]]}", "{'$push': {'a.$': 4}}", "1",
+                      "{'_id': 1, 'a': [[1], [2, 3, 4]]}", 1);
+    /* Other operators of the same update apply as usual. */
+    expect_positional("{'_id': 1, 'a': [5, 6], 'n': 1}",
+                      "{'$set': {'a.$': 0}, '$inc': {'n': 1}}", "0",
+                      "{'_id': 1, 'a': [0, 6], 'n': 2}", 1);
+    /* A sibling of the matched name is merged with the positional update... */
+    expect_positional("{'_id': 1, 'a': [{}, {}]}", "{'$set': {'a.$.b': 1, 'a.1.c': 2}}", "1",
+                      "{'_id': 1, 'a': [{}, {'b': 1, 'c': 2}]}", 1);
+    expect_positional("{'_id': 1, 'a': [{}, {}]}", "{'$set': {'a.$.c': 1, 'a.1.b': 2}}", "1",
+                      "{'_id': 1, 'a': [{}, {'b': 2, 'c': 1}]}", 1);
+    /* ... and the positional update takes the matched name's place in field order. */
+    expect_positional("{'_id': 1, 'o': {}}", "{'$set': {'o.3': 'c', 'o.$': 'b', 'o.1': 'a'}}",
+                      "2", "{'_id': 1, 'o': {'1': 'a', '2': 'b', '3': 'c'}}", 1);
+    expect_positional("{'_id': 1, 'o': {}}", "{'$set': {'o.10': 'c', 'o.$': 'b'}}", "9",
+                      "{'_id': 1, 'o': {'9': 'b', '10': 'c'}}", 1);
+
+    expect_positional_error("{'_id': 1, 'a': [1, 2]}", "{'$set': {'a.$': 5}}", NULL, false, 2,
+                            "The positional operator did not find the match needed from the "
+                            "query.");
+    /* An upsert's insert never has a matched index. */
+    expect_positional_error("{'a': 1}", "{'$set': {'a.$': 5}}", NULL, true, 2,
+                            "The positional operator did not find the match needed from the "
+                            "query.");
+    expect_positional_error("{'_id': 1, 'a': [{}, {}]}", "{'$set': {'a.$.b': 1, 'a.1.b': 2}}",
+                            "1", false, 40, "Update created a conflict at 'a.1.b'");
+    expect_positional_error("{'_id': 1, 'a': [1, 2]}", "{'$set': {'a.$': 1, 'a.1': 2}}", "1",
+                            false, 40, "Update created a conflict at 'a.1'");
+    /* No conflict when the query matched another element. */
+    expect_positional("{'_id': 1, 'a': [1, 2]}", "{'$set': {'a.$': 7, 'a.1': 8}}", "0",
+                      "{'_id': 1, 'a': [7, 8]}", 1);
+    expect_positional_error("{'_id': [1, 2]}", "{'$set': {'_id.$': 5}}", "0", false, 66,
+                            "Performing an update on the path '_id.0' would modify the immutable "
+                            "field '_id'");
+
+    /* The change description names the element updated. */
+    bson_t *document = json("{'_id': 1, 'grades': [80, 85, 90]}");
+    bson_t *update = json("{'$set': {'grades.$': 86}}");
+    bson_error_t error;
+    bson_t out, description;
+    update_spec_t *spec = update_compile(update, NULL, &error);
+    update_apply_options_t options = {.matched_array_index = "1"};
+    assert_true(
+        update_apply_with_options(spec, document, &options, &out, &description, NULL, &error));
+    assert_documents_equal(&description, "{'updatedFields': {'grades.1': 86}, "
+                                         "'removedFields': [], 'truncatedArrays': []}");
+    bson_destroy(&description);
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(update);
+    update = json("{'$set': {'grades.0': 1}}");
+    spec = update_compile(update, NULL, &error);
+    assert_false(update_uses_positional(spec));
+    /* options may be NULL, and an unused matched index changes nothing. */
+    assert_true(update_apply_with_options(spec, document, NULL, &out, NULL, NULL, &error));
+    assert_documents_equal(&out, "{'_id': 1, 'grades': [1, 85, 90]}");
+    bson_destroy(&out);
+    assert_true(update_apply_with_options(spec, document, &options, &out, NULL, NULL, &error));
+    assert_documents_equal(&out, "{'_id': 1, 'grades': [1, 85, 90]}");
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(update);
+    bson_destroy(document);
+}
+
+/* ---- pipeline-style updates ----------------------------------------------------- */
+
+/* Compiles stages_json, a JSON array of stages, as an update's `u`. */
+static update_spec_t *compile_pipeline_update(const char *stages_json, const char *filters_json,
+                                              bson_error_t *error)
+{
+    char *wrapped_json = bson_strdup_printf("{'u': %s}", stages_json);
+    bson_t *wrapped = json(wrapped_json);
+    bson_t *filters = filters_json ? json(filters_json) : NULL;
+    bson_iter_t iter;
+    assert_true(bson_iter_init_find(&iter, wrapped, "u"));
+    update_spec_t *spec = update_compile_value(bson_iter_value(&iter), filters, error);
+    bson_destroy(filters);
+    bson_destroy(wrapped);
+    bson_free(wrapped_json);
+    return spec;
+}
+
+static void expect_pipeline(const char *document_json, const char *stages_json,
+                            const char *expected_json, int changed)
+{
+    bson_t *document = json(document_json);
+    bson_error_t error;
+    bson_t out;
+    bool out_changed = false;
+    update_spec_t *spec = compile_pipeline_update(stages_json, NULL, &error);
+    if (spec == NULL) {
+        fail_msg("compile %s: %s", stages_json, error.message);
+    }
+    assert_true(update_is_pipeline(spec));
+    if (!update_apply(spec, document, false, &out, NULL, &out_changed, &error)) {
+        fail_msg("apply %s to %s: %s", stages_json, document_json, error.message);
+    }
+    assert_documents_equal(&out, expected_json);
+    if (changed >= 0) {
+        assert_int_equal(out_changed, changed);
+    }
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+}
+
+static void expect_pipeline_compile_error(const char *stages_json, const char *filters_json,
+                                          int code, const char *message)
+{
+    bson_error_t error;
+    update_spec_t *spec = compile_pipeline_update(stages_json, filters_json, &error);
+    if (spec != NULL) {
+        update_destroy(spec);
+        fail_msg("compile %s succeeded, expected code %d", stages_json, code);
+    }
+    assert_int_equal(error.code, code);
+    if (message != NULL) {
+        assert_string_equal(error.message, message);
+    }
+}
+
+static void expect_pipeline_apply_error(const char *document_json, const char *stages_json,
+                                        bool upsert, int code, const char *message)
+{
+    bson_t *document = json(document_json);
+    bson_error_t error;
+    bson_t out, description;
+    update_spec_t *spec = compile_pipeline_update(stages_json, NULL, &error);
+    assert_non_null(spec);
+    assert_false(update_apply(spec, document, upsert, &out, &description, NULL, &error));
+    assert_int_equal(error.code, code);
+    if (message != NULL) {
+        assert_string_equal(error.message, message);
+    }
+    assert_true(bson_empty(&out));
+    assert_true(bson_empty(&description));
+    bson_destroy(&description);
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+}
+
+static void test_pipeline(void **state)
+{
+    (void)state;
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}", "[{'$set': {'sum': {'$add': ['$a', '$b']}}}]",
+                    "{'_id': 1, 'a': 2, 'b': 3, 'sum': 5}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}",
+                    "[{'$addFields': {'a': {'$multiply': ['$a', 10]}}}]",
+                    "{'_id': 1, 'a': 20, 'b': 3}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}", "[{'$unset': 'a'}]", "{'_id': 1, 'b': 3}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}", "[{'$unset': ['a', 'b']}]", "{'_id': 1}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}", "[{'$project': {'b': 1}}]",
+                    "{'_id': 1, 'b': 3}", 1);
+    /* A result without _id keeps the document's. */
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}", "[{'$project': {'_id': 0, 'a': 1}}]",
+                    "{'_id': 1, 'a': 2}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2, 'b': 3}", "[{'$replaceWith': {'x': '$a'}}]",
+                    "{'_id': 1, 'x': 2}", 1);
+    expect_pipeline("{'_id': 1, 'a': {'x': 1, 'y': 2}}", "[{'$replaceRoot': {'newRoot': '$a'}}]",
+                    "{'_id': 1, 'x': 1, 'y': 2}", 1);
+    /* Replacing _id by an equal value (1.0 == 1) is allowed. */
+    expect_pipeline("{'_id': 1, 'a': 2}", "[{'$replaceWith': {'_id': 1.0, 'b': 1}}]",
+                    "{'_id': 1.0, 'b': 1}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2}", "[{'$set': {'copy': '$$ROOT'}}]",
+                    "{'_id': 1, 'a': 2, 'copy': {'_id': 1, 'a': 2}}", 1);
+    expect_pipeline("{'_id': 1, 'a': 2}", "[{'$set': {'c': 1}}, {'$unset': 'a'}, "
+                                          "{'$set': {'d': {'$add': ['$c', 1]}}}]",
+                    "{'_id': 1, 'c': 1, 'd': 2}", 1);
+    /* Nothing changed: not modified. */
+    expect_pipeline("{'_id': 1, 'a': 2}", "[{'$set': {'a': 2}}]", "{'_id': 1, 'a': 2}", 0);
+    expect_pipeline("{'_id': 1, 'a': 2}", "[]", "{'_id': 1, 'a': 2}", 0);
+    /* A different type is a change even when the values compare equal. */
+    expect_pipeline("{'_id': 1, 'a': 2}", "[{'$set': {'a': 2.0}}]", "{'_id': 1, 'a': 2.0}", 1);
+
+    /* $$NOW is a date. */
+    bson_t *document = json("{'_id': 1}");
+    bson_error_t error;
+    bson_t out;
+    bson_iter_t iter;
+    update_spec_t *spec = compile_pipeline_update("[{'$set': {'t': '$$NOW'}}]", NULL, &error);
+    assert_non_null(spec);
+    assert_true(update_apply(spec, document, false, &out, NULL, NULL, &error));
+    assert_true(bson_iter_init_find(&iter, &out, "t"));
+    assert_int_equal(bson_iter_type(&iter), BSON_TYPE_DATE_TIME);
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+
+    /* An upsert runs the pipeline on the query's equalities; the _id is generated first. */
+    bson_t *filter = json("{'k': 'new', 'n': {'$gt': 1}}");
+    spec = compile_pipeline_update("[{'$set': {'v': {'$concat': ['$k', '!']}}}]", NULL, &error);
+    bson_t seed;
+    assert_true(update_build_upsert_seed(spec, filter, &seed, &error));
+    assert_documents_equal(&seed, "{'k': 'new'}");
+    assert_true(update_apply(spec, &seed, true, &out, NULL, NULL, &error));
+    assert_true(bson_iter_init(&iter, &out) && bson_iter_next(&iter));
+    assert_string_equal(bson_iter_key(&iter), "_id");
+    assert_int_equal(bson_iter_type(&iter), BSON_TYPE_OID);
+    assert_true(bson_iter_next(&iter));
+    assert_string_equal(bson_iter_key(&iter), "k");
+    assert_true(bson_iter_next(&iter));
+    assert_string_equal(bson_iter_key(&iter), "v");
+    assert_string_equal(bson_iter_utf8(&iter, NULL), "new!");
+    bson_destroy(&out);
+    bson_destroy(&seed);
+    update_destroy(spec);
+    bson_destroy(filter);
+    expect_pipeline_apply_error("{'_id': 5}", "[{'$set': {'_id': 6}}]", true, 66, NULL);
+
+    expect_pipeline_apply_error("{'_id': 1, 'a': 2}", "[{'$set': {'_id': 2}}]", false, 66,
+                                "After applying the update, the (immutable) field '_id' was "
+                                "found to have been altered to _id: 2");
+    expect_pipeline_apply_error("{'_id': 1, 'a': 2}", "[{'$replaceWith': '$a'}]", false, 40228,
+                                NULL);
+    expect_pipeline_apply_error("{'_id': 1, 'a': 2}", "[{'$set': {'d': {'$divide': [1, 0]}}}]",
+                                false, 2, NULL);
+
+    expect_pipeline_compile_error("[{'$match': {'a': 1}}]", NULL, 72,
+                                  "$match is not allowed to be used within an update");
+    expect_pipeline_compile_error("[{'$set': {'a': 1}}, {'$sort': {'a': 1}}]", NULL, 72,
+                                  "$sort is not allowed to be used within an update");
+    expect_pipeline_compile_error("[{'$lookup': {'from': 'x', 'as': 'y'}}]", NULL, 72,
+                                  "$lookup is not allowed to be used within an update");
+    /* The whole pipeline is parsed before the stages are checked. */
+    expect_pipeline_compile_error("[{'$sort': {'a': 1}}, {'$replaceRoot': {}}]", NULL, 40414,
+                                  NULL);
+    expect_pipeline_compile_error("[{'$frob': 1}]", NULL, 40324,
+                                  "Unrecognized pipeline stage name: '$frob'");
+    expect_pipeline_compile_error("[1]", NULL, 14, NULL);
+    expect_pipeline_compile_error("[{'$set': {'a': 1}, '$unset': 'b'}]", NULL, 40323, NULL);
+    expect_pipeline_compile_error("[{'$set': {'a': 1}}]", "[{'i': 1}]", 9,
+                                  "arrayFilters may not be specified for pipeline-style updates");
+    spec = compile_pipeline_update("[{'$set': {'a': 1}}]", "[]", &error);
+    assert_non_null(spec);
+    update_destroy(spec);
+}
+
+static void test_pipeline_description(void **state)
+{
+    (void)state;
+    bson_t *document = json("{'_id': 1, 'a': {'x': 1, 'y': 2}, 'b': [1, 2], 'c': 3, 'd': 4}");
+    bson_error_t error;
+    bson_t out, description;
+    update_spec_t *spec = compile_pipeline_update(
+        "[{'$set': {'a.x': 5, 'b': [1], 'e': {'f': 1}}}, {'$unset': ['c', 'a.y']}]", NULL,
+        &error);
+    assert_non_null(spec);
+    assert_true(update_apply(spec, document, false, &out, &description, NULL, &error));
+    assert_documents_equal(&out, "{'_id': 1, 'a': {'x': 5}, 'b': [1], 'd': 4, 'e': {'f': 1}}");
+    assert_documents_equal(&description,
+                           "{'updatedFields': {'a.x': 5, 'b': [1], 'e': {'f': 1}}, "
+                           "'removedFields': ['a.y', 'c'], 'truncatedArrays': []}");
+    bson_destroy(&description);
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -838,6 +1187,9 @@ int main(void)
         cmocka_unit_test(test_upsert_seed),
         cmocka_unit_test(test_upsert_apply),
         cmocka_unit_test(test_description),
+        cmocka_unit_test(test_positional),
+        cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_pipeline_description),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,581 @@
+/* A tier's connection pool on the proxy's loop. Each connection runs this state
+ * machine; every change goes through backend_set_state(), which aborts on an
+ * impossible one:
+ *
+ *   CONNECTING ──connected──▶ HANDSHAKING ──hello ok──▶ IDLE ◀──reply──┐
+ *        │                        │                      │  request    │
+ *        │                        │ not the primary:     └──────▶ BUSY ┘
+ *        │                        │ retarget the pool
+ *        └──── error / timeout ───┴──────────── any state ──▶ CLOSING ─▶ freed
+ *
+ * A request that was on a connection when it failed is failed with
+ * HostUnreachable (retryable for drivers); queued requests wait for the next
+ * connection, which the pool opens at once. */
+#include "proxy/backend.h"
+
+#include "common/log.h"
+#include "wire/wire.h"
+
+#include <mongoc/mongoc.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LOG_COMPONENT "BACKEND"
+#define READ_CHUNK_BYTES (64 * 1024)
+
+typedef enum backend_state {
+    BACKEND_CONNECTING,
+    BACKEND_HANDSHAKING,
+    BACKEND_IDLE,
+    BACKEND_BUSY,
+    BACKEND_CLOSING,
+    BACKEND_STATE_COUNT,
+} backend_state_t;
+
+static const char *const backend_state_names[BACKEND_STATE_COUNT] = {
+    "CONNECTING", "HANDSHAKING", "IDLE", "BUSY", "CLOSING",
+};
+
+typedef struct backend_request {
+    struct backend_request *next;
+    uint8_t *message;
+    size_t length;
+    backend_reply_fn done;
+    void *context;
+} backend_request_t;
+
+typedef struct backend_connection {
+    struct backend_connection *next; /* the pool's list */
+    backend_pool_t *pool;
+    backend_state_t state;
+    uint64_t id;
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_connect_t connect_request;
+    uv_write_t write_request;
+    int open_handles;
+    backend_request_t *request; /* in flight (BUSY) */
+    int32_t request_id;
+    uint8_t *outgoing;           /* bytes being written */
+    uint8_t *buffer;             /* received bytes */
+    size_t capacity;
+    size_t length;
+} backend_connection_t;
+
+struct backend_pool {
+    uv_loop_t *loop;
+    char *name;
+    char host[256];
+    int port;
+    struct sockaddr_storage address;
+    bool address_known;
+    uv_getaddrinfo_t resolve_request;
+    bool resolving;
+    int max_connections;
+    int connect_timeout_ms;
+    bool closing;
+    backend_connection_t *connections;
+    int connection_count;
+    uint64_t last_connection_id;
+    int32_t next_request_id;
+    backend_request_t *queue_head;
+    backend_request_t *queue_tail;
+    int queued;
+    uint64_t sent;
+    uint64_t failed;
+    backend_server_info_t info;
+    int consecutive_failures;
+};
+
+static void backend_pool_pump(backend_pool_t *pool);
+static void backend_connection_close(backend_connection_t *connection);
+
+/* --- requests ---------------------------------------------------------------- */
+
+static void fail_request(backend_pool_t *pool, backend_request_t *request, int32_t code, const char *reason)
+{
+    bson_error_t error;
+    tc_error_set(&error, code, "%s tier (%s:%d): %s", pool->name, pool->host, pool->port, reason);
+    pool->failed++;
+    request->done(request->context, NULL, 0, &error);
+    bson_free(request->message);
+    bson_free(request);
+}
+
+static backend_request_t *dequeue(backend_pool_t *pool)
+{
+    backend_request_t *request = pool->queue_head;
+    if (request != NULL) {
+        pool->queue_head = request->next;
+        if (pool->queue_head == NULL) {
+            pool->queue_tail = NULL;
+        }
+        pool->queued--;
+        request->next = NULL;
+    }
+    return request;
+}
+
+static void fail_queue(backend_pool_t *pool, const char *reason)
+{
+    backend_request_t *request;
+    while ((request = dequeue(pool)) != NULL) {
+        fail_request(pool, request, TC_ERR_HOST_UNREACHABLE, reason);
+    }
+}
+
+/* --- connection state machine ------------------------------------------------ */
+
+static void backend_set_state(backend_connection_t *connection, backend_state_t next)
+{
+    static const bool allowed[BACKEND_STATE_COUNT][BACKEND_STATE_COUNT] = {
+        [BACKEND_CONNECTING] = {[BACKEND_HANDSHAKING] = true, [BACKEND_CLOSING] = true},
+        [BACKEND_HANDSHAKING] = {[BACKEND_IDLE] = true, [BACKEND_CLOSING] = true},
+        [BACKEND_IDLE] = {[BACKEND_BUSY] = true, [BACKEND_CLOSING] = true},
+        [BACKEND_BUSY] = {[BACKEND_IDLE] = true, [BACKEND_CLOSING] = true},
+        [BACKEND_CLOSING] = {[BACKEND_CLOSING] = false},
+    };
+    if (!allowed[connection->state][next]) {
+        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, connection->id, "impossible backend transition %s -> %s",
+               backend_state_names[connection->state], backend_state_names[next]);
+        abort();
+    }
+    connection->state = next;
+}
+
+static void backend_connection_free(backend_connection_t *connection)
+{
+    backend_pool_t *pool = connection->pool;
+    backend_connection_t **link = &pool->connections;
+    while (*link != connection) {
+        link = &(*link)->next;
+    }
+    *link = connection->next;
+    pool->connection_count--;
+    bson_free(connection->buffer);
+    bson_free(connection->outgoing);
+    bson_free(connection);
+    backend_pool_pump(pool);
+}
+
+static void on_handle_closed(uv_handle_t *handle)
+{
+    backend_connection_t *connection = handle->data;
+    if (--connection->open_handles == 0) {
+        backend_connection_free(connection);
+    }
+}
+
+static void backend_connection_fail(backend_connection_t *connection, const char *reason)
+{
+    backend_pool_t *pool = connection->pool;
+    if (connection->request != NULL) {
+        fail_request(pool, connection->request, TC_ERR_HOST_UNREACHABLE, reason);
+        connection->request = NULL;
+    }
+    if (connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING) {
+        pool->consecutive_failures++;
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d unreachable: %s", pool->name,
+               pool->host, pool->port, reason);
+        /* Nothing can serve the queue until a connection succeeds: fail it now
+         * rather than let clients hang; drivers retry. */
+        fail_queue(pool, reason);
+    }
+    backend_connection_close(connection);
+}
+
+static void backend_connection_close(backend_connection_t *connection)
+{
+    if (connection->state == BACKEND_CLOSING) {
+        return;
+    }
+    backend_set_state(connection, BACKEND_CLOSING);
+    uv_close((uv_handle_t *)&connection->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&connection->timer, on_handle_closed);
+}
+
+static void on_write(uv_write_t *write_request, int status)
+{
+    backend_connection_t *connection = write_request->data;
+    bson_free(connection->outgoing);
+    connection->outgoing = NULL;
+    if (status < 0 && connection->state != BACKEND_CLOSING) {
+        backend_connection_fail(connection, uv_strerror(status));
+    }
+}
+
+static bool write_message(backend_connection_t *connection, uint8_t *message, size_t length)
+{
+    connection->request_id = ++connection->pool->next_request_id;
+    if (connection->pool->next_request_id == INT32_MAX) {
+        connection->pool->next_request_id = 0;
+    }
+    wire_message_set_request_id(message, length, connection->request_id);
+    connection->outgoing = message;
+    connection->write_request.data = connection;
+    uv_buf_t buffer = uv_buf_init((char *)message, (unsigned int)length);
+    int result = uv_write(&connection->write_request, (uv_stream_t *)&connection->tcp, &buffer, 1, on_write);
+    if (result != 0) {
+        connection->outgoing = NULL;
+        bson_free(message);
+        backend_connection_fail(connection, uv_strerror(result));
+        return false;
+    }
+    return true;
+}
+
+static void start_request(backend_connection_t *connection, backend_request_t *request)
+{
+    backend_set_state(connection, BACKEND_BUSY);
+    connection->request = request;
+    connection->pool->sent++;
+    uint8_t *message = request->message;
+    request->message = NULL;
+    write_message(connection, message, request->length);
+}
+
+static void send_hello(backend_connection_t *connection)
+{
+    bson_t hello = BSON_INITIALIZER;
+    bson_t client, driver;
+    bson_error_t error;
+    uint8_t *message;
+    size_t length;
+    BSON_APPEND_INT32(&hello, "hello", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&hello, "client", &client);
+    BSON_APPEND_DOCUMENT_BEGIN(&client, "driver", &driver);
+    BSON_APPEND_UTF8(&driver, "name", "thermocline-proxy");
+    BSON_APPEND_UTF8(&driver, "version", "0.1.0");
+    bson_append_document_end(&client, &driver);
+    bson_append_document_end(&hello, &client);
+    BSON_APPEND_UTF8(&hello, "$db", "admin");
+    bool built = wire_op_msg_build(0, 0, 0, &hello, NULL, 0, &message, &length, &error);
+    bson_destroy(&hello);
+    if (!built) {
+        backend_connection_fail(connection, error.message);
+        return;
+    }
+    write_message(connection, message, length);
+}
+
+/* Reads the hello reply: records the server's limits, and follows a replica
+ * set's primary when this member is not it. Returns false if it closed. */
+static bool finish_handshake(backend_connection_t *connection, const uint8_t *reply, size_t length)
+{
+    backend_pool_t *pool = connection->pool;
+    bson_t body;
+    bson_iter_t iter;
+    bson_error_t error;
+    if (!wire_op_msg_find_body(reply, length, &body, &error)) {
+        backend_connection_fail(connection, error.message);
+        return false;
+    }
+    bool writable = (bson_iter_init_find(&iter, &body, "isWritablePrimary") && bson_iter_as_bool(&iter)) ||
+                    (bson_iter_init_find(&iter, &body, "ismaster") && bson_iter_as_bool(&iter));
+    if (!writable) {
+        const char *primary = NULL;
+        if (bson_iter_init_find(&iter, &body, "primary") && BSON_ITER_HOLDS_UTF8(&iter)) {
+            primary = bson_iter_utf8(&iter, NULL);
+        }
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d is not the primary%s%s", pool->name,
+               pool->host, pool->port, primary ? "; primary is " : "", primary ? primary : "");
+        if (primary != NULL) {
+            const char *colon = strrchr(primary, ':');
+            if (colon != NULL && (size_t)(colon - primary) < sizeof pool->host) {
+                snprintf(pool->host, sizeof pool->host, "%.*s", (int)(colon - primary), primary);
+                pool->port = atoi(colon + 1);
+                pool->address_known = false;
+            }
+        }
+        /* Follow the primary a few times; past that (or with no primary named)
+         * fail what waits: drivers retry, and the next request tries again. */
+        if (primary == NULL || ++pool->consecutive_failures > 3) {
+            pool->consecutive_failures = 0;
+            fail_queue(pool, "no writable primary");
+        }
+        backend_connection_close(connection);
+        return false;
+    }
+    pool->info.known = true;
+    pool->info.max_wire_version = bson_iter_init_find(&iter, &body, "maxWireVersion") ? bson_iter_as_int64(&iter) : 0;
+    pool->info.min_wire_version = bson_iter_init_find(&iter, &body, "minWireVersion") ? bson_iter_as_int64(&iter) : 0;
+    pool->info.logical_session_timeout_minutes =
+        bson_iter_init_find(&iter, &body, "logicalSessionTimeoutMinutes") ? (int32_t)bson_iter_as_int64(&iter) : -1;
+    if (bson_iter_init_find(&iter, &body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
+        snprintf(pool->info.set_name, sizeof pool->info.set_name, "%s", bson_iter_utf8(&iter, NULL));
+    }
+    pool->consecutive_failures = 0;
+    uv_timer_stop(&connection->timer);
+    backend_set_state(connection, BACKEND_IDLE);
+    return true;
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *out)
+{
+    backend_connection_t *connection = handle->data;
+    (void)suggested;
+    if (connection->capacity - connection->length < READ_CHUNK_BYTES) {
+        connection->capacity = connection->length + READ_CHUNK_BYTES;
+        connection->buffer = bson_realloc(connection->buffer, connection->capacity);
+    }
+    *out = uv_buf_init((char *)connection->buffer + connection->length,
+                       (unsigned int)(connection->capacity - connection->length));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
+{
+    backend_connection_t *connection = stream->data;
+    (void)buffer;
+    if (connection->state == BACKEND_CLOSING) {
+        return;
+    }
+    if (count < 0) {
+        backend_connection_fail(connection, count == UV_EOF ? "connection closed by the server" : uv_strerror((int)count));
+        return;
+    }
+    connection->length += (size_t)count;
+    while (connection->length >= 4 && connection->state != BACKEND_CLOSING) {
+        size_t message_length;
+        bson_error_t error;
+        if (!wire_frame_check(connection->buffer, &message_length, &error)) {
+            backend_connection_fail(connection, error.message);
+            return;
+        }
+        if (connection->length < message_length) {
+            if (connection->capacity < message_length) {
+                connection->capacity = message_length;
+                connection->buffer = bson_realloc(connection->buffer, connection->capacity);
+            }
+            return;
+        }
+        if (wire_message_response_to(connection->buffer) != connection->request_id) {
+            backend_connection_fail(connection, "reply does not answer the request sent");
+            return;
+        }
+        if (connection->state == BACKEND_HANDSHAKING) {
+            if (!finish_handshake(connection, connection->buffer, message_length)) {
+                return;
+            }
+        } else if (connection->state == BACKEND_BUSY) {
+            backend_request_t *request = connection->request;
+            connection->request = NULL;
+            backend_set_state(connection, BACKEND_IDLE);
+            request->done(request->context, connection->buffer, message_length, NULL);
+            bson_free(request->message);
+            bson_free(request);
+        } else {
+            backend_connection_fail(connection, "unexpected message from the server");
+            return;
+        }
+        memmove(connection->buffer, connection->buffer + message_length, connection->length - message_length);
+        connection->length -= message_length;
+        if (connection->state == BACKEND_IDLE) {
+            backend_request_t *next = dequeue(connection->pool);
+            if (next != NULL) {
+                start_request(connection, next);
+            }
+        }
+    }
+}
+
+static void on_connect_timeout(uv_timer_t *timer)
+{
+    backend_connection_t *connection = timer->data;
+    backend_connection_fail(connection, "connection timed out");
+}
+
+static void on_connect(uv_connect_t *connect_request, int status)
+{
+    backend_connection_t *connection = connect_request->data;
+    if (connection->state == BACKEND_CLOSING) {
+        return;
+    }
+    if (status < 0) {
+        backend_connection_fail(connection, uv_strerror(status));
+        return;
+    }
+    uv_tcp_nodelay(&connection->tcp, 1);
+    backend_set_state(connection, BACKEND_HANDSHAKING);
+    uv_read_start((uv_stream_t *)&connection->tcp, on_alloc, on_read);
+    send_hello(connection);
+}
+
+static void open_connection(backend_pool_t *pool)
+{
+    backend_connection_t *connection = BSON_ALIGNED_ALLOC0(backend_connection_t);
+    connection->pool = pool;
+    connection->id = ++pool->last_connection_id;
+    connection->state = BACKEND_CONNECTING;
+    uv_tcp_init(pool->loop, &connection->tcp);
+    uv_timer_init(pool->loop, &connection->timer);
+    connection->tcp.data = connection;
+    connection->timer.data = connection;
+    connection->open_handles = 2;
+    connection->next = pool->connections;
+    pool->connections = connection;
+    pool->connection_count++;
+    connection->connect_request.data = connection;
+    uv_timer_start(&connection->timer, on_connect_timeout, (uint64_t)pool->connect_timeout_ms, 0);
+    int result = uv_tcp_connect(&connection->connect_request, &connection->tcp,
+                                (const struct sockaddr *)&pool->address, on_connect);
+    if (result != 0) {
+        backend_connection_fail(connection, uv_strerror(result));
+    }
+}
+
+/* --- the pool ------------------------------------------------------------------ */
+
+static void on_resolved(uv_getaddrinfo_t *request, int status, struct addrinfo *result)
+{
+    backend_pool_t *pool = request->data;
+    pool->resolving = false;
+    if (status == 0 && result != NULL) {
+        memcpy(&pool->address, result->ai_addr, result->ai_addrlen);
+        pool->address_known = true;
+    }
+    uv_freeaddrinfo(result);
+    if (!pool->address_known) {
+        fail_queue(pool, status != 0 ? uv_strerror(status) : "host not found");
+        return;
+    }
+    backend_pool_pump(pool);
+}
+
+/* Puts idle connections to work and opens new ones while requests wait. */
+static void backend_pool_pump(backend_pool_t *pool)
+{
+    if (pool->closing) {
+        return;
+    }
+    for (backend_connection_t *connection = pool->connections; connection != NULL && pool->queue_head != NULL;
+         connection = connection->next) {
+        if (connection->state == BACKEND_IDLE) {
+            start_request(connection, dequeue(pool));
+        }
+    }
+    if (pool->queue_head == NULL) {
+        return;
+    }
+    if (!pool->address_known) {
+        if (!pool->resolving) {
+            char port[16];
+            struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+            snprintf(port, sizeof port, "%d", pool->port);
+            pool->resolving = true;
+            pool->resolve_request.data = pool;
+            if (uv_getaddrinfo(pool->loop, &pool->resolve_request, on_resolved, pool->host, port, &hints) != 0) {
+                pool->resolving = false;
+                fail_queue(pool, "cannot resolve the host");
+            }
+        }
+        return;
+    }
+    /* Opening connections: as many as requests wait, within the pool's size. */
+    int opening = 0;
+    for (backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
+        opening += connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING;
+    }
+    while (opening < pool->queued && pool->connection_count < pool->max_connections) {
+        open_connection(pool);
+        opening++;
+    }
+}
+
+backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *options, bson_error_t *error)
+{
+    bson_error_t uri_error;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(options->uri, &uri_error);
+    if (uri == NULL) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "bad %s URI '%s': %s", options->name, options->uri, uri_error.message);
+        return NULL;
+    }
+    const mongoc_host_list_t *hosts = mongoc_uri_get_hosts(uri);
+    if (hosts == NULL) {
+        mongoc_uri_destroy(uri);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "the %s URI '%s' names no host", options->name, options->uri);
+        return NULL;
+    }
+    backend_pool_t *pool = BSON_ALIGNED_ALLOC0(backend_pool_t);
+    pool->loop = loop;
+    pool->name = bson_strdup(options->name);
+    snprintf(pool->host, sizeof pool->host, "%s", hosts->host);
+    pool->port = hosts->port;
+    pool->max_connections = options->max_connections > 0 ? options->max_connections : 100;
+    pool->connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 5000;
+    pool->info.logical_session_timeout_minutes = -1;
+    mongoc_uri_destroy(uri);
+    return pool;
+}
+
+void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t length, backend_reply_fn done,
+                       void *context)
+{
+    backend_request_t *request = bson_malloc0(sizeof *request);
+    request->message = bson_malloc(length);
+    memcpy(request->message, message, length);
+    request->length = length;
+    request->done = done;
+    request->context = context;
+    if (pool->closing) {
+        fail_request(pool, request, TC_ERR_HOST_UNREACHABLE, "the proxy is shutting down");
+        return;
+    }
+    if (pool->queue_tail != NULL) {
+        pool->queue_tail->next = request;
+    } else {
+        pool->queue_head = request;
+    }
+    pool->queue_tail = request;
+    pool->queued++;
+    backend_pool_pump(pool);
+}
+
+void backend_pool_close(backend_pool_t *pool)
+{
+    pool->closing = true;
+    fail_queue(pool, "the proxy is shutting down");
+    for (backend_connection_t *connection = pool->connections; connection != NULL;) {
+        backend_connection_t *next = connection->next;
+        if (connection->request != NULL) {
+            fail_request(pool, connection->request, TC_ERR_HOST_UNREACHABLE, "the proxy is shutting down");
+            connection->request = NULL;
+        }
+        backend_connection_close(connection);
+        connection = next;
+    }
+}
+
+bool backend_pool_closed(const backend_pool_t *pool)
+{
+    return pool->connections == NULL && !pool->resolving;
+}
+
+void backend_pool_destroy(backend_pool_t *pool)
+{
+    if (pool == NULL) {
+        return;
+    }
+    bson_free(pool->name);
+    bson_free(pool);
+}
+
+const backend_server_info_t *backend_pool_server_info(const backend_pool_t *pool)
+{
+    return &pool->info;
+}
+
+const char *backend_pool_name(const backend_pool_t *pool)
+{
+    return pool->name;
+}
+
+backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)
+{
+    backend_pool_stats_t stats = {.queued = pool->queued, .sent = pool->sent, .failed = pool->failed};
+    for (const backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
+        stats.open++;
+        stats.busy += connection->state == BACKEND_BUSY;
+    }
+    return stats;
+}

@@ -1,0 +1,70 @@
+/* Connections from the proxy to one tier: a pool of wire-protocol connections to
+ * the tier's primary, on the proxy's event loop. Each connection carries one
+ * request at a time, as a driver's pooled connection does; requests beyond the
+ * pool's size wait in a FIFO queue. Nothing here blocks. */
+#ifndef TC_PROXY_BACKEND_H
+#define TC_PROXY_BACKEND_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct backend_pool backend_pool_t;
+
+typedef struct backend_pool_options {
+    const char *name;        /* "fast" or "archive", for logs and errors */
+    const char *uri;         /* mongodb:// URI of the tier */
+    int max_connections;     /* connections opened at most */
+    int connect_timeout_ms;  /* per connection attempt */
+} backend_pool_options_t;
+
+/* What the tier's primary said in its hello. */
+typedef struct backend_server_info {
+    bool known;
+    int32_t max_wire_version;
+    int32_t min_wire_version;
+    int32_t logical_session_timeout_minutes; /* -1: none */
+    char set_name[128];                      /* "" for a standalone */
+} backend_server_info_t;
+
+/* Called on the loop thread with the tier's reply (valid only during the call),
+ * or with error set (reply NULL) when the tier could not be reached or the
+ * connection failed mid-request: HostUnreachable 6, retryable as drivers see it. */
+typedef void (*backend_reply_fn)(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
+
+/* Parses the URI (its first host; a replica set's primary is found from its
+ * hello). Connections open on demand. Free with backend_pool_destroy() once
+ * backend_pool_close() has run and the loop has closed its handles. */
+backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *options,
+                                 bson_error_t *error) TC_MUST_CHECK;
+
+/* Sends one complete wire message (copied; its requestID is replaced) and calls
+ * done with the reply. done is always called exactly once, maybe before this
+ * returns (a pool that is closing fails at once). */
+void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t length, backend_reply_fn done,
+                       void *context);
+
+/* Fails every queued and in-flight request and closes every connection. */
+void backend_pool_close(backend_pool_t *pool);
+
+/* True when no libuv handle of the pool remains open. */
+bool backend_pool_closed(const backend_pool_t *pool);
+
+void backend_pool_destroy(backend_pool_t *pool);
+
+const backend_server_info_t *backend_pool_server_info(const backend_pool_t *pool);
+const char *backend_pool_name(const backend_pool_t *pool);
+
+typedef struct backend_pool_stats {
+    int open;        /* connections open or opening */
+    int busy;        /* carrying a request */
+    int queued;      /* requests waiting for a connection */
+    uint64_t sent;   /* requests sent since start */
+    uint64_t failed; /* requests failed by a network error */
+} backend_pool_stats_t;
+
+backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool);
+
+#endif

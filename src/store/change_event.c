@@ -1,0 +1,472 @@
+/* Oplog entry -> change events, and resume tokens. The event shapes follow
+ * mongod 6.0 (change_stream_event_transform.cpp and the invalidate stage):
+ *
+ *   {_id: <token>, operationType, clusterTime, wallTime, fullDocument?, ns,
+ *    to? (rename), documentKey?, updateDescription?, lsid?, txnNumber?,
+ *    fullDocumentBeforeChange?}
+ *
+ * lsid and txnNumber appear only for writes of a multi-document transaction, as
+ * on mongod (retryable writes carry them in the oplog but not in events). */
+#include "store/change_event.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define TOKEN_MARKER 0x82 /* KeyString's type byte for a Timestamp */
+#define TOKEN_BYTES 10
+#define TOKEN_HEX_LENGTH (TOKEN_BYTES * 2)
+
+/* --- tokens ------------------------------------------------------------------- */
+
+int change_token_compare(const change_token_t *left, const change_token_t *right)
+{
+    if (left->time != right->time) {
+        return left->time < right->time ? -1 : 1;
+    }
+    if (left->kind != right->kind) {
+        return left->kind < right->kind ? -1 : 1;
+    }
+    return 0;
+}
+
+void change_token_append(bson_t *out, const char *key, const change_token_t *token)
+{
+    static const char digits[] = "0123456789ABCDEF";
+    uint8_t bytes[TOKEN_BYTES];
+    char hex[TOKEN_HEX_LENGTH + 1];
+    bytes[0] = TOKEN_MARKER;
+    for (int i = 0; i < 8; i++) {
+        bytes[1 + i] = (uint8_t)(token->time >> (56 - 8 * i));
+    }
+    bytes[9] = (uint8_t)token->kind;
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        hex[2 * i] = digits[bytes[i] >> 4];
+        hex[2 * i + 1] = digits[bytes[i] & 0x0f];
+    }
+    hex[TOKEN_HEX_LENGTH] = '\0';
+    bson_t document;
+    bson_append_document_begin(out, key, -1, &document);
+    BSON_APPEND_UTF8(&document, "_data", hex);
+    bson_append_document_end(out, &document);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    return -1;
+}
+
+bool change_token_parse(const bson_t *document, change_token_t *out, bson_error_t *error)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, document, "_data") || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        char *json = bson_as_relaxed_extended_json(document, NULL);
+        tc_error_set(error, TC_ERR_BAD_RESUME_TOKEN_DATA,
+                     "Bad resume token: _data of missing or of wrong type. Expected string, got %s",
+                     json ? json : "?");
+        bson_free(json);
+        return false;
+    }
+    uint32_t length;
+    const char *hex = bson_iter_utf8(&iter, &length);
+    uint8_t bytes[TOKEN_BYTES];
+    if (length % 2 != 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "resume token string was not a valid hex string");
+    }
+    for (uint32_t i = 0; i < length; i++) {
+        if (hex_value(hex[i]) < 0) {
+            return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "resume token string was not a valid hex string");
+        }
+    }
+    if (length != TOKEN_HEX_LENGTH) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                            "resume token '%s' was not issued by thermocline store: its tokens are %d hex digits",
+                            hex, TOKEN_HEX_LENGTH);
+    }
+    for (int i = 0; i < TOKEN_BYTES; i++) {
+        bytes[i] = (uint8_t)(hex_value(hex[2 * i]) << 4 | hex_value(hex[2 * i + 1]));
+    }
+    uint8_t kind = bytes[9];
+    if (bytes[0] != TOKEN_MARKER || (kind != CHANGE_TOKEN_START && kind != CHANGE_TOKEN_EVENT &&
+                                     kind != CHANGE_TOKEN_INVALIDATE && kind != CHANGE_TOKEN_HIGH_WATER_MARK)) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "resume token '%s' was not issued by thermocline store",
+                            hex);
+    }
+    out->time = 0;
+    for (int i = 0; i < 8; i++) {
+        out->time = out->time << 8 | bytes[1 + i];
+    }
+    out->kind = (change_token_kind_t)kind;
+    return true;
+}
+
+/* --- scope ------------------------------------------------------------------- */
+
+bool change_event_internal_database(const char *database)
+{
+    return strcmp(database, "admin") == 0 || strcmp(database, "config") == 0 || strcmp(database, "local") == 0;
+}
+
+/* Splits "db.coll" into database (copied into buffer) and collection (a pointer
+ * into ns). False when ns has no dot or the database name is too long. */
+static bool split_namespace(const char *ns, char *database, size_t database_size, const char **out_collection)
+{
+    const char *dot = strchr(ns, '.');
+    if (dot == NULL || (size_t)(dot - ns) >= database_size) {
+        return false;
+    }
+    memcpy(database, ns, (size_t)(dot - ns));
+    database[dot - ns] = '\0';
+    *out_collection = dot + 1;
+    return true;
+}
+
+static bool database_in_scope(const change_spec_t *spec, const char *database)
+{
+    if (spec->scope == CHANGE_SCOPE_CLUSTER) {
+        return !change_event_internal_database(database);
+    }
+    return strcmp(database, spec->database) == 0;
+}
+
+static bool namespace_in_scope(const change_spec_t *spec, const char *database, const char *collection)
+{
+    /* Streams never show system collections (mongod's showSystemEvents is off). */
+    if (strncmp(collection, "system.", 7) == 0 || !database_in_scope(spec, database)) {
+        return false;
+    }
+    return spec->scope != CHANGE_SCOPE_COLLECTION || strcmp(collection, spec->collection) == 0;
+}
+
+static bool full_namespace_in_scope(const change_spec_t *spec, const char *ns)
+{
+    char database[128];
+    const char *collection;
+    return split_namespace(ns, database, sizeof database, &collection) &&
+           namespace_in_scope(spec, database, collection);
+}
+
+/* --- building ------------------------------------------------------------------ */
+
+typedef struct entry_view {
+    const char *op;
+    const char *ns;
+    bson_t object;  /* o */
+    bson_t object2; /* o2, empty when absent */
+    bool has_object2;
+} entry_view_t;
+
+static bool get_document(const bson_t *document, const char *field, bson_t *out)
+{
+    bson_iter_t iter;
+    uint32_t length;
+    const uint8_t *data;
+    if (!bson_iter_init_find(&iter, document, field) || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        return false;
+    }
+    bson_iter_document(&iter, &length, &data);
+    return bson_init_static(out, data, length);
+}
+
+static const char *get_string(const bson_t *document, const char *field)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, document, field) || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        return NULL;
+    }
+    return bson_iter_utf8(&iter, NULL);
+}
+
+static void append_namespace(bson_t *event, const char *key, const char *database, const char *collection)
+{
+    bson_t ns;
+    bson_append_document_begin(event, key, -1, &ns);
+    BSON_APPEND_UTF8(&ns, "db", database);
+    if (collection != NULL) {
+        BSON_APPEND_UTF8(&ns, "coll", collection);
+    }
+    bson_append_document_end(event, &ns);
+}
+
+static void append_full_namespace(bson_t *event, const char *key, const char *ns)
+{
+    char database[128];
+    const char *collection;
+    if (split_namespace(ns, database, sizeof database, &collection)) {
+        append_namespace(event, key, database, collection);
+    }
+}
+
+/* _id, operationType, clusterTime, wallTime: the head every event shares. */
+static void begin_event(bson_t *event, const bson_t *entry, uint64_t time, const change_token_t *token,
+                        const char *operation_type)
+{
+    bson_iter_t iter;
+    bson_init(event);
+    change_token_append(event, "_id", token);
+    BSON_APPEND_UTF8(event, "operationType", operation_type);
+    BSON_APPEND_TIMESTAMP(event, "clusterTime", (uint32_t)(time >> 32), (uint32_t)time);
+    if (bson_iter_init_find(&iter, entry, "wall") && BSON_ITER_HOLDS_DATE_TIME(&iter)) {
+        bson_append_iter(event, "wallTime", -1, &iter);
+    }
+}
+
+static void describe_event_for_error(const char *ns, const bson_t *document_key, char *out, size_t size)
+{
+    char *key = bson_as_relaxed_extended_json(document_key, NULL);
+    snprintf(out, size, "{ns: \"%s\", documentKey: %s}", ns, key ? key : "{}");
+    bson_free(key);
+}
+
+/* fullDocument of an update event, per the stream's fullDocument mode. */
+static bool append_update_post_image(bson_t *event, const bson_t *entry, const entry_view_t *view,
+                                     const change_spec_t *spec, change_lookup_fn lookup, void *lookup_context,
+                                     bson_error_t *error)
+{
+    bson_t image;
+    switch (spec->full_document) {
+    case CHANGE_FULL_DOCUMENT_DEFAULT:
+        return true;
+    case CHANGE_FULL_DOCUMENT_UPDATE_LOOKUP: {
+        bool found = false;
+        if (lookup == NULL || !lookup(lookup_context, view->ns, &view->object2, &image, &found, error)) {
+            return lookup == NULL ? tc_error_set(error, TC_ERR_INTERNAL, "updateLookup without a lookup") : false;
+        }
+        if (found) {
+            BSON_APPEND_DOCUMENT(event, "fullDocument", &image);
+            bson_destroy(&image);
+        } else {
+            BSON_APPEND_NULL(event, "fullDocument");
+        }
+        return true;
+    }
+    case CHANGE_FULL_DOCUMENT_WHEN_AVAILABLE:
+    case CHANGE_FULL_DOCUMENT_REQUIRED:
+        if (get_document(entry, "postImage", &image)) {
+            BSON_APPEND_DOCUMENT(event, "fullDocument", &image);
+            return true;
+        }
+        if (spec->full_document == CHANGE_FULL_DOCUMENT_REQUIRED) {
+            char described[512];
+            describe_event_for_error(view->ns, &view->object2, described, sizeof described);
+            return tc_error_set(error, TC_ERR_NO_MATCHING_DOCUMENT,
+                                "Change stream was configured to require a post-image for all update events, "
+                                "but the post-image was not found for event: %s",
+                                described);
+        }
+        BSON_APPEND_NULL(event, "fullDocument");
+        return true;
+    }
+    return true;
+}
+
+static bool append_pre_image(bson_t *event, const bson_t *entry, const entry_view_t *view, const bson_t *document_key,
+                             const change_spec_t *spec, bson_error_t *error)
+{
+    bson_t image;
+    if (spec->full_document_before_change == CHANGE_BEFORE_CHANGE_OFF) {
+        return true;
+    }
+    if (get_document(entry, "preImage", &image)) {
+        BSON_APPEND_DOCUMENT(event, "fullDocumentBeforeChange", &image);
+        return true;
+    }
+    if (spec->full_document_before_change == CHANGE_BEFORE_CHANGE_REQUIRED) {
+        char described[512];
+        describe_event_for_error(view->ns, document_key, described, sizeof described);
+        return tc_error_set(error, TC_ERR_NO_MATCHING_DOCUMENT,
+                            "Change stream was configured to require a pre-image for all update, delete and "
+                            "replace events, but the pre-image was not found for event: %s",
+                            described);
+    }
+    BSON_APPEND_NULL(event, "fullDocumentBeforeChange");
+    return true;
+}
+
+static void append_transaction_fields(bson_t *event, const bson_t *entry)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, entry, "inTransaction") || !bson_iter_as_bool(&iter)) {
+        return;
+    }
+    if (bson_iter_init_find(&iter, entry, "lsid")) {
+        bson_append_iter(event, "lsid", 4, &iter);
+    }
+    if (bson_iter_init_find(&iter, entry, "txnNumber")) {
+        bson_append_iter(event, "txnNumber", 9, &iter);
+    }
+}
+
+/* insert, update, replace and delete. */
+static bool build_document_event(const bson_t *entry, uint64_t time, const entry_view_t *view,
+                                 const change_spec_t *spec, change_lookup_fn lookup, void *lookup_context,
+                                 bson_t *event, bson_error_t *error)
+{
+    change_token_t token = {.time = time, .kind = CHANGE_TOKEN_EVENT};
+    bson_t update_description;
+    bool is_update = false;
+    const char *operation_type;
+    const bson_t *document_key;
+    bson_t id_only;
+
+    if (strcmp(view->op, "i") == 0) {
+        operation_type = "insert";
+        document_key = &view->object2;
+    } else if (strcmp(view->op, "d") == 0) {
+        operation_type = "delete";
+        document_key = &view->object;
+    } else {
+        bson_iter_t version;
+        is_update = bson_iter_init_find(&version, &view->object, "$v") &&
+                    get_document(&view->object, "updateDescription", &update_description);
+        operation_type = is_update ? "update" : "replace";
+        document_key = &view->object2;
+    }
+    if (!view->has_object2 && strcmp(view->op, "d") != 0) {
+        /* An entry without o2: the key is the full document's _id. */
+        bson_iter_t id;
+        bson_init(&id_only);
+        if (bson_iter_init_find(&id, &view->object, "_id")) {
+            bson_append_iter(&id_only, "_id", 3, &id);
+        }
+        document_key = &id_only;
+    } else {
+        bson_init(&id_only);
+    }
+
+    begin_event(event, entry, time, &token, operation_type);
+    bool ok = true;
+    if (strcmp(view->op, "i") == 0 || (strcmp(view->op, "u") == 0 && !is_update)) {
+        BSON_APPEND_DOCUMENT(event, "fullDocument", &view->object);
+    } else if (is_update) {
+        ok = append_update_post_image(event, entry, view, spec, lookup, lookup_context, error);
+    }
+    if (ok) {
+        append_full_namespace(event, "ns", view->ns);
+        BSON_APPEND_DOCUMENT(event, "documentKey", document_key);
+        if (is_update) {
+            BSON_APPEND_DOCUMENT(event, "updateDescription", &update_description);
+        }
+        append_transaction_fields(event, entry);
+        if (strcmp(view->op, "i") != 0) {
+            ok = append_pre_image(event, entry, view, document_key, spec, error);
+        }
+    }
+    bson_destroy(&id_only);
+    return ok;
+}
+
+static void add_invalidate(change_events_t *out, const bson_t *entry, uint64_t time)
+{
+    change_token_t token = {.time = time, .kind = CHANGE_TOKEN_INVALIDATE};
+    begin_event(&out->documents[out->count], entry, time, &token, "invalidate");
+    out->tokens[out->count] = token;
+    out->count++;
+}
+
+/* drop, renameCollection and dropDatabase; other commands give no event. */
+static void build_command_events(const bson_t *entry, uint64_t time, const entry_view_t *view,
+                                 const change_spec_t *spec, change_events_t *out)
+{
+    char database[128];
+    const char *command_collection;
+    change_token_t token = {.time = time, .kind = CHANGE_TOKEN_EVENT};
+    if (!split_namespace(view->ns, database, sizeof database, &command_collection)) {
+        return;
+    }
+    const char *dropped = get_string(&view->object, "drop");
+    const char *renamed = get_string(&view->object, "renameCollection");
+    bson_iter_t iter;
+    bool invalidates = false;
+    bson_t *event = &out->documents[0];
+
+    if (dropped != NULL) {
+        if (!namespace_in_scope(spec, database, dropped)) {
+            return;
+        }
+        begin_event(event, entry, time, &token, "drop");
+        append_namespace(event, "ns", database, dropped);
+        invalidates = spec->scope == CHANGE_SCOPE_COLLECTION;
+    } else if (renamed != NULL) {
+        const char *target = get_string(&view->object, "to");
+        if (target == NULL ||
+            (!full_namespace_in_scope(spec, renamed) && !full_namespace_in_scope(spec, target))) {
+            return;
+        }
+        begin_event(event, entry, time, &token, "rename");
+        append_full_namespace(event, "ns", renamed);
+        append_full_namespace(event, "to", target);
+        invalidates = spec->scope == CHANGE_SCOPE_COLLECTION;
+    } else if (bson_iter_init_find(&iter, &view->object, "dropDatabase")) {
+        if (!database_in_scope(spec, database)) {
+            return;
+        }
+        begin_event(event, entry, time, &token, "dropDatabase");
+        append_namespace(event, "ns", database, NULL);
+        invalidates = spec->scope != CHANGE_SCOPE_CLUSTER;
+    } else {
+        return;
+    }
+    out->tokens[0] = token;
+    out->count = 1;
+    if (invalidates) {
+        add_invalidate(out, entry, time);
+    }
+}
+
+bool change_events_build(const bson_t *entry, uint64_t time, const change_spec_t *spec, change_lookup_fn lookup,
+                         void *lookup_context, change_events_t *out, bson_error_t *error)
+{
+    entry_view_t view = {0};
+    out->count = 0;
+    view.op = get_string(entry, "op");
+    view.ns = get_string(entry, "ns");
+    if (view.op == NULL || view.ns == NULL) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "the oplog entry at %u.%u has no op or ns",
+                            (uint32_t)(time >> 32), (uint32_t)time);
+    }
+    if (strcmp(view.op, "n") == 0) {
+        return true;
+    }
+    if (!get_document(entry, "o", &view.object)) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "the oplog entry at %u.%u has no o", (uint32_t)(time >> 32),
+                            (uint32_t)time);
+    }
+    view.has_object2 = get_document(entry, "o2", &view.object2);
+    if (!view.has_object2) {
+        bson_init(&view.object2);
+    }
+    if (strcmp(view.op, "c") == 0) {
+        build_command_events(entry, time, &view, spec, out);
+        return true;
+    }
+    if (strcmp(view.op, "i") != 0 && strcmp(view.op, "u") != 0 && strcmp(view.op, "d") != 0) {
+        return true;
+    }
+    if (!full_namespace_in_scope(spec, view.ns)) {
+        return true;
+    }
+    if (!build_document_event(entry, time, &view, spec, lookup, lookup_context, &out->documents[0], error)) {
+        bson_destroy(&out->documents[0]);
+        return false;
+    }
+    out->tokens[0] = (change_token_t){.time = time, .kind = CHANGE_TOKEN_EVENT};
+    out->count = 1;
+    return true;
+}
+
+void change_events_cleanup(change_events_t *events)
+{
+    for (size_t i = 0; i < events->count; i++) {
+        bson_destroy(&events->documents[i]);
+    }
+    events->count = 0;
+}

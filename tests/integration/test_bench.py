@@ -1,0 +1,163 @@
+"""Integration tests for `thermocline bench`: a load and a short `store` run
+against a real `thermocline store` (the `store` fixture of conftest.py), the
+JSON report's fields, the documents left in the collection, and bad usage
+(exit status 2 with one line on stderr)."""
+
+import datetime
+import json
+import subprocess
+
+import pytest
+
+from conftest import find_free_port, thermocline_binary
+
+BENCH_TIMEOUT_SECONDS = 40
+
+
+def run_bench(*arguments):
+    return subprocess.run([str(thermocline_binary()), "bench", *arguments],
+                          capture_output=True, text=True, timeout=BENCH_TIMEOUT_SECONDS)
+
+
+def assert_latency_shape(operation):
+    latency = operation["latency_us"]
+    assert set(latency) == {"min", "mean", "p50", "p95", "p99", "p99.9", "max"}
+    assert 0 <= latency["min"] <= latency["p50"] <= latency["p95"] <= latency["p99"] \
+        <= latency["p99.9"] <= latency["max"]
+    assert latency["min"] <= latency["mean"] <= latency["max"]
+
+
+def test_load_then_store_workload(store, client, tmp_path):
+    load_report_path = tmp_path / "load.json"
+    before_load = datetime.datetime.utcnow()
+    result = run_bench("--uri", store.uri, "--workload", "load", "--records", "2000",
+                       "--threads", "4", "--seed", "1", "--json", str(load_report_path))
+    assert result.returncode == 0, result.stderr
+    assert "insert_many" in result.stdout and "generator CPU" in result.stdout
+    assert "100%" in result.stderr  # the progress bar reached the end
+
+    usertable = client.ycsb.usertable
+    assert usertable.count_documents({}) == 2000
+    assert sorted(usertable.distinct("_id")) == list(range(2000))
+    oldest, newest = usertable.find_one({"_id": 0}), usertable.find_one({"_id": 1999})
+    for document in (oldest, newest):
+        assert isinstance(document["_id"], int)
+        assert sorted(key for key in document if key.startswith("field")) == \
+            ["field%d" % index for index in range(10)]
+        assert all(len(document["field%d" % index]) == 100 for index in range(10))
+    # createdAt: over the year before the load, in _id order, newest last.
+    year = datetime.timedelta(days=365)
+    assert before_load - year - datetime.timedelta(seconds=5) <= oldest["createdAt"] < newest["createdAt"]
+    assert newest["createdAt"] <= datetime.datetime.utcnow()
+    assert newest["createdAt"] - oldest["createdAt"] > year - datetime.timedelta(days=1)
+
+    load_report = json.loads(load_report_path.read_text())
+    assert load_report["workload"] == "load"
+    assert load_report["documents_loaded"] == 2000
+    assert load_report["documents_failed"] == 0
+    assert load_report["operations"]["insert_many"]["count"] == 2  # batches of 1,000
+    assert load_report["operations"]["insert_many"]["errors"] == 0
+    assert sum(row["documents"] for row in load_report["time_series"]) == 2000
+    assert load_report["generator"]["cpu_us_per_op"] > 0
+
+    report_path = tmp_path / "store.json"
+    result = run_bench("--uri", store.uri, "--workload", "store", "--threads", "4",
+                       "--duration", "2s", "--seed", "2", "--json", str(report_path))
+    assert result.returncode == 0, result.stderr
+    for row in ("read", "update", "insert", "total", "generator CPU"):
+        assert row in result.stdout
+
+    report = json.loads(report_path.read_text())
+    assert report["workload"] == "store"
+    assert report["threads"] == 4
+    assert report["duration_seconds"] == 2.0
+    assert report["seed"] == 2
+    assert report["target_ops_per_second"] is None
+    assert 1.9 <= report["measured_seconds"] <= 2.5
+    assert report["records_at_start"] == 2000
+    operations = report["operations"]
+    assert set(operations) == {"read", "update", "insert"}
+    for name, operation in operations.items():
+        assert operation["count"] > 0, name
+        assert operation["errors"] == 0, (name, operation.get("first_error"))
+        assert operation["ops_per_second"] > 0
+        assert_latency_shape(operation)
+    assert operations["read"]["not_found"] == 0
+    assert operations["update"]["not_found"] == 0
+    total = report["total"]
+    assert total["count"] == sum(operation["count"] for operation in operations.values())
+    assert 0.75 < operations["read"]["count"] / total["count"] < 0.95
+    assert report["generator"]["cpu_seconds"] > 0
+    assert report["generator"]["cpu_us_per_op"] > 0
+
+    series = report["time_series"]
+    assert [row["second"] for row in series] == [1, 2]
+    assert sum(row["read"] + row["update"] + row["insert"] for row in series) == total["count"]
+    assert all(row["errors"] == 0 and row["read_p99_us"] > 0 for row in series)
+
+    # Every loaded document is still there, plus one per insert.
+    inserted = operations["insert"]["count"]
+    assert report["records_at_end"] == 2000 + inserted
+    assert usertable.count_documents({}) == 2000 + inserted
+    assert usertable.count_documents({"_id": {"$lt": 2000}}) == 2000
+    assert usertable.find_one({"_id": 2000})["createdAt"] > newest["createdAt"]
+
+
+def test_fixed_offered_load(store, client, tmp_path):
+    assert run_bench("--uri", store.uri, "--workload", "load", "--records", "500",
+                     "--threads", "2").returncode == 0
+    report_path = tmp_path / "paced.json"
+    result = run_bench("--uri", store.uri, "--workload", "concentrated", "--threads", "4",
+                       "--duration", "1s", "--warmup", "200ms", "--target-ops", "400",
+                       "--json", str(report_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(report_path.read_text())
+    assert report["target_ops_per_second"] == 400
+    assert report["warmup_seconds"] == 0.2
+    # The schedule offers 400 per second: no more, and a sanitized store keeps up.
+    assert 300 <= report["total"]["count"] <= 404
+    assert set(report["operations"]) == {"read", "update"}
+
+
+@pytest.mark.parametrize("arguments", [
+    [],
+    ["--workload", "store"],
+    ["--uri", "mongodb://127.0.0.1:1"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "nosuch"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--threads", "0"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--threads", "many"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--duration", "10"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--duration", "0s"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--warmup", "soon"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--target-ops", "-5"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "load", "--records", "0"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "load", "--target-ops", "100"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--seed", "x"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--nosuchflag"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "extra"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--threads"],
+    ["--uri", "not-a-uri", "--workload", "store"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--json", "/nonexistent/dir/r.json"],
+])
+def test_bad_usage_exits_2_with_one_line(arguments):
+    result = run_bench(*arguments)
+    assert result.returncode == 2, (arguments, result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("thermocline bench: "), result.stderr
+
+
+def test_help_and_unreachable_server(tmp_path):
+    result = run_bench("--help")
+    assert result.returncode == 0
+    assert "--workload" in result.stdout and "concentrated" in result.stdout
+
+    # Nothing listens: a failure (1), said in one line, and no JSON left behind.
+    report_path = tmp_path / "never.json"
+    uri = "mongodb://127.0.0.1:%d/?serverSelectionTimeoutMS=300" % find_free_port()
+    result = run_bench("--uri", uri, "--workload", "pointread", "--duration", "1s",
+                       "--json", str(report_path))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "cannot reach" in lines[0], result.stderr
+    assert not report_path.exists()
