@@ -1,6 +1,7 @@
 /* The one executable: `thermocline <subcommand> [flags]`. Each subcommand lives
  * in its own module; this file only dispatches and reports bad usage (exit 2). */
 #include "bench/bench.h"
+#include "proxy/proxy.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -14,6 +15,7 @@ static void print_usage(FILE *stream)
             "usage: thermocline <command> [options]\n"
             "\n"
             "commands:\n"
+            "  proxy     run the tiering proxy in front of an archive and a fast tier\n"
             "  store     run a MongoDB-compatible server on WiredTiger\n"
             "  bench     YCSB-style load generator for a MongoDB-compatible server\n"
             "  version   print the version\n"
@@ -28,6 +30,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *command = argv[1];
+    if (strcmp(command, "proxy") == 0) {
+        return proxy_main(argc - 1, argv + 1);
+    }
     if (strcmp(command, "store") == 0) {
         return store_main(argc - 1, argv + 1);
     }

@@ -77,6 +77,11 @@ bool bench_results_init(bench_results_t *results, int second_count, bool with_re
                         bson_error_t *error) TC_MUST_CHECK;
 void bench_results_cleanup(bench_results_t *results);
 
+/* Grows the series to hold at least second_count seconds (the load adds one each
+ * second); second_count itself is not changed. */
+bool bench_results_reserve_seconds(bench_results_t *results, int second_count, bool with_read_latency,
+                                   bson_error_t *error) TC_MUST_CHECK;
+
 /* Completed operations of every kind (for the load: documents inserted). */
 uint64_t bench_results_total(const bench_results_t *results);
 

@@ -34,7 +34,7 @@ bool units_parse_size(const char *text, uint64_t *out_bytes, bson_error_t *error
     const char *rest;
     if (text != NULL && parse_number(text, &number, &rest)) {
         for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-            if (strcasecmp(rest, suffixes[i].suffix) == 0) {
+            if (strcasecmp(rest, suffixes[i].suffix) == 0 && number * suffixes[i].multiplier < 9.0e18) {
                 *out_bytes = (uint64_t)(number * suffixes[i].multiplier);
                 return true;
             }
@@ -54,7 +54,7 @@ bool units_parse_duration_ms(const char *text, int64_t *out_milliseconds, bson_e
     const char *rest;
     if (text != NULL && parse_number(text, &number, &rest)) {
         for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-            if (strcmp(rest, suffixes[i].suffix) == 0) {
+            if (strcmp(rest, suffixes[i].suffix) == 0 && number * suffixes[i].milliseconds < 9.0e18) {
                 *out_milliseconds = (int64_t)(number * suffixes[i].milliseconds);
                 return true;
             }

@@ -184,13 +184,14 @@ static void route_by_bound(const planner_context_t *context, const planner_bound
     char horizon[64];
     if (!analysed) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_FILTER_UNPROVABLE,
-               "%s could not be analysed ($and not a non-empty array of documents, or nested too deep)", what);
+                       "%s could not be analysed ($and not a non-empty array of documents, or nested too deep)", what);
         return;
     }
     if (!bound->found) {
-        planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_FILTER_UNPROVABLE,
-               "%s does not prove %s >= a date (only top-level $eq, $gt, $gte and $in on %s with date operands count)",
-               what, field, field);
+        planner_decide(
+            out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_FILTER_UNPROVABLE,
+            "%s does not prove %s >= a date (only top-level $eq, $gt, $gte and $in on %s with date operands count)",
+            what, field, field);
         return;
     }
     planner_record_bound(out, bound);
@@ -198,25 +199,25 @@ static void route_by_bound(const planner_context_t *context, const planner_bound
     const char *comparison = bound->inclusive ? ">=" : ">";
     if (!coverage_valid(context)) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_HORIZON_UNKNOWN,
-               "%s proves %s %s %s, but the coverage horizon is not valid yet (the warmer has not finished its "
-               "first pass)",
-               what, field, comparison, date);
+                       "%s proves %s %s %s, but the coverage horizon is not valid yet (the warmer has not finished its "
+                       "first pass)",
+                       what, field, comparison, date);
         return;
     }
     format_date(context->coverage->horizon_ms, horizon, sizeof horizon);
     if (!planner_bound_inside_horizon(context, bound)) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_BEFORE_HORIZON, "%s %s %s %s starts before the horizon %s",
-               what, field, comparison, date, horizon);
+                       what, field, comparison, date, horizon);
         return;
     }
-    planner_decide(out, PLAN_ROUTE_FAST, PLAN_REASON_INSIDE_HORIZON, "%s %s %s %s is inside the horizon %s", what, field,
-           comparison, date, horizon);
+    planner_decide(out, PLAN_ROUTE_FAST, PLAN_REASON_INSIDE_HORIZON, "%s %s %s %s is inside the horizon %s", what,
+                   field, comparison, date, horizon);
 }
 
 static void decide_malformed(plan_decision_t *out, const char *what, const char *expected)
 {
     planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_MALFORMED, "%s is not %s: the archive reports the error", what,
-           expected);
+                   expected);
 }
 
 /* The field's value as a document; absent and null count as {} (match all). */
@@ -310,8 +311,8 @@ static void plan_find_count_distinct(const planner_context_t *context, const bso
     if (is_find && plan_filter_point_ids(&filter, &out->point_ids, &out->point_id_count)) {
         if (find_allows_point_read(command)) {
             planner_decide(out, PLAN_ROUTE_FAST_THEN_ARCHIVE, PLAN_REASON_POINT_READ,
-                   "find by _id (%u id%s): the fast tier first, then the archive for the ids it lacks",
-                   out->point_id_count, out->point_id_count == 1 ? "" : "s");
+                           "find by _id (%u id%s): the fast tier first, then the archive for the ids it lacks",
+                           out->point_id_count, out->point_id_count == 1 ? "" : "s");
             bson_destroy(&filter);
             return;
         }
@@ -328,12 +329,12 @@ static void plan_find_count_distinct(const planner_context_t *context, const bso
 /* What a pipeline does beyond filtering its own collection. */
 typedef struct pipeline_scan {
     bool malformed;
-    const char *reader;       /* first stage reading another collection */
-    const char *writer;       /* $out or $merge */
+    const char *reader; /* first stage reading another collection */
+    const char *writer; /* $out or $merge */
     bool change_stream;
     bool starts_with_match;
     bool bound_analysed;
-    planner_bound_t bound;    /* from the leading run of $match stages */
+    planner_bound_t bound; /* from the leading run of $match stages */
 } pipeline_scan_t;
 
 /* "db.collection" from a string, or {db, coll}; "" when neither. */
@@ -484,18 +485,19 @@ static void plan_aggregate(const planner_context_t *context, const bson_t *comma
     }
     if (scan.writer != NULL) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_PIPELINE_WRITES, "pipeline stage %s writes %s", scan.writer,
-               out->output_namespace[0] != '\0' ? out->output_namespace : "a collection the planner cannot name");
+                       out->output_namespace[0] != '\0' ? out->output_namespace
+                                                        : "a collection the planner cannot name");
     } else if (scan.reader != NULL) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_PIPELINE_READS_OTHER,
-               "pipeline stage %s reads another collection, which only the archive holds whole", scan.reader);
+                       "pipeline stage %s reads another collection, which only the archive holds whole", scan.reader);
     } else if (context->policy == NULL) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NO_POLICY, "namespace has no tiering policy");
     } else if (scan.change_stream) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_CHANGE_STREAM,
-               "$changeStream is not routed by tier: the archive answers");
+                       "$changeStream is not routed by tier: the archive answers");
     } else if (!scan.starts_with_match) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_FILTER_UNPROVABLE,
-               "pipeline does not start with $match, so nothing bounds %s", context->policy->time_field);
+                       "pipeline does not start with $match, so nothing bounds %s", context->policy->time_field);
     } else {
         route_by_bound(context, &scan.bound, scan.bound_analysed, "the leading $match", out);
     }
@@ -524,13 +526,13 @@ static void plan_map_reduce(const planner_context_t *context, const bson_t *comm
             output_namespace_of(&target, context->database, "db", key, out->output_namespace,
                                 sizeof out->output_namespace);
             planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_PIPELINE_WRITES, "%s writes %s", context->name,
-                   out->output_namespace[0] != '\0' ? out->output_namespace
-                                                    : "a collection the planner cannot name");
+                           out->output_namespace[0] != '\0' ? out->output_namespace
+                                                            : "a collection the planner cannot name");
             return;
         }
     }
     planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED, "%s is not routed by tier: the archive answers",
-           context->name);
+                   context->name);
 }
 
 static void plan_read(const planner_context_t *context, const bson_t *command, plan_decision_t *out)
@@ -584,8 +586,10 @@ static bool plan_explain(const planner_context_t *context, const bson_t *command
     context_init(&inner_context, &inner_first, context->database, context->policy, context->coverage);
     command_class_t class = command_class(inner_context.name);
     if (class != CLASS_READ && class != CLASS_WRITE && class != CLASS_MAP_REDUCE) {
-        planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED, "explain of %s is not routed by tier: the archive "
-               "answers", inner_context.name);
+        planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED,
+                       "explain of %s is not routed by tier: the archive "
+                       "answers",
+                       inner_context.name);
         return true;
     }
     out->is_explain = true;
@@ -596,53 +600,47 @@ static bool plan_dispatch(const planner_context_t *context, const bson_t *comman
                           bson_error_t *error)
 {
     switch (command_class(context->name)) {
-    case CLASS_REFUSED:
-        return tc_error_set(error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context->name);
-    case CLASS_READ:
-        plan_read(context, command, out);
-        return true;
-    case CLASS_MAP_REDUCE:
-        plan_map_reduce(context, command, out);
-        return true;
-    case CLASS_WRITE:
-        return planner_plan_write(context, command, out, error);
+    case CLASS_REFUSED: return tc_error_set(error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context->name);
+    case CLASS_READ: plan_read(context, command, out); return true;
+    case CLASS_MAP_REDUCE: plan_map_reduce(context, command, out); return true;
+    case CLASS_WRITE: return planner_plan_write(context, command, out, error);
     case CLASS_CURSOR:
         out->kind = PLAN_KIND_CURSOR;
         planner_decide(out, PLAN_ROUTE_CURSOR_OWNER, PLAN_REASON_CURSOR,
-               "%s goes to the tier that opened the cursor: the router's cursor table decides, not the planner",
-               context->name);
+                       "%s goes to the tier that opened the cursor: the router's cursor table decides, not the planner",
+                       context->name);
         return true;
     case CLASS_TRANSACTION:
         out->kind = PLAN_KIND_TRANSACTION;
         planner_decide(out, PLAN_ROUTE_TRANSACTION_OWNER, PLAN_REASON_TRANSACTION,
-               "%s goes to the tier that ran the transaction", context->name);
+                       "%s goes to the tier that ran the transaction", context->name);
         return true;
     case CLASS_CATALOG:
         out->kind = PLAN_KIND_CATALOG;
         out->applies_to_both_tiers = true;
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_CATALOG,
-               "%s changes the catalog: the archive, and the router applies it to the fast tier too",
-               context->name);
+                       "%s changes the catalog: the archive, and the router applies it to the fast tier too",
+                       context->name);
         return true;
     case CLASS_SESSION:
         out->kind = PLAN_KIND_SESSION;
         out->applies_to_both_tiers = true;
-        planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED,
-               "%s concerns sessions, which both tiers hold: the archive, and the router sends it to the fast tier "
-               "too",
-               context->name);
+        planner_decide(
+            out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED,
+            "%s concerns sessions, which both tiers hold: the archive, and the router sends it to the fast tier "
+            "too",
+            context->name);
         return true;
     case CLASS_PROXY:
         out->kind = PLAN_KIND_PROXY;
         planner_decide(out, PLAN_ROUTE_PROXY, PLAN_REASON_ANSWERED_BY_PROXY, "%s is answered by the proxy itself",
-               context->name);
+                       context->name);
         return true;
-    case CLASS_EXPLAIN:
-        return plan_explain(context, command, out, error);
+    case CLASS_EXPLAIN: return plan_explain(context, command, out, error);
     case CLASS_OTHER:
     default:
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED, "%s is not routed by tier: the archive answers",
-               context->name);
+                       context->name);
         return true;
     }
 }
@@ -659,8 +657,8 @@ bool plan_command(const bson_t *command, const plan_policy_t *policy, const plan
     if (command == NULL || !bson_iter_init(&first, command) || !bson_iter_next(&first)) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "the command document is empty");
     }
-    if (policy != NULL && (policy->time_field == NULL || policy->time_field[0] == '\0' ||
-                           policy->time_field[0] == '$')) {
+    if (policy != NULL &&
+        (policy->time_field == NULL || policy->time_field[0] == '\0' || policy->time_field[0] == '$')) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "planner: the namespace policy has no valid time field");
     }
     if (bson_iter_init_find(&iter, command, "$db") && BSON_ITER_HOLDS_UTF8(&iter)) {
@@ -694,8 +692,7 @@ static bool namespace_of(const bson_t *command, const char *database, int depth,
     switch (command_class(name)) {
     case CLASS_READ:
     case CLASS_MAP_REDUCE:
-    case CLASS_WRITE:
-        return join_namespace(database, value, out, size);
+    case CLASS_WRITE: return join_namespace(database, value, out, size);
     case CLASS_CATALOG:
         if (strcmp(name, "renameCollection") == 0) {
             if (value == NULL || strchr(value, '.') == NULL || strlen(value) >= size) {
@@ -721,8 +718,7 @@ static bool namespace_of(const bson_t *command, const char *database, int depth,
         bson_iter_document(&first, &length, &data);
         return bson_init_static(&inner, data, length) && namespace_of(&inner, database, depth + 1, out, size);
     }
-    default:
-        return false;
+    default: return false;
     }
 }
 

@@ -23,6 +23,7 @@
 #define PLAN_NAMESPACE_SIZE 256
 #define PLAN_REASON_TEXT_SIZE 320
 
+/* PLAN_ROUTE_PROXY and PLAN_REASON_MALFORMED stay last: counters are sized by them. */
 typedef enum plan_route {
     PLAN_ROUTE_ARCHIVE,           /* the archive answers (a read first waits for the feeder) */
     PLAN_ROUTE_FAST,              /* the fast tier answers */
@@ -139,12 +140,13 @@ typedef struct plan_decision {
  * Returns false (out still initialised, route ARCHIVE) only when the command must
  * not be sent anywhere: applyOps and bulkWrite (CommandNotFound, as a 6.0 mongos
  * answers; they would write around the fast tier), an empty command, a malformed
- * write on a policy namespace (TypeMismatch 14 / Location40414, mongod's IDL
+ * write on a policy namespace (TypeMismatch 14, FailedToParse 9, Location40414: IDL
  * messages: sending it to the archive would bypass the fast tier, and the planner
  * will not guess what to fault in), and an upsert whose inserted _id cannot be
  * known in advance (CommandNotSupported 115: a pipeline update, or _id reached by a
- * dotted path or an operator other than $set/$setOnInsert). A malformed read is
- * routed to the archive (reason malformed), which answers with mongod's own error. */
+ * dotted path or an operator other than $set/$setOnInsert); and BadValue for a
+ * policy without a usable time field (a caller's bug). A malformed read is routed
+ * to the archive (reason malformed), which answers with mongod's own error. */
 bool plan_command(const bson_t *command, const plan_policy_t *policy, const plan_coverage_t *coverage,
                   plan_decision_t *out, bson_error_t *error) TC_MUST_CHECK;
 

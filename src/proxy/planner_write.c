@@ -16,14 +16,12 @@ static bool wrong_type(bson_error_t *error, const char *field, const bson_iter_t
 
 static bool missing_field(bson_error_t *error, const char *field)
 {
-    return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD, "BSON field '%s' is missing but a required field",
-                        field);
+    return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD, "BSON field '%s' is missing but a required field", field);
 }
 
 /* mongod's safeBool: booleans and numbers; absent and null are false. Decimals count
  * as true, which at worst faults in more than needed. */
-static bool read_safe_bool(const bson_t *document, const char *field, const char *label, bool *out,
-                           bson_error_t *error)
+static bool read_safe_bool(const bson_t *document, const char *field, const char *label, bool *out, bson_error_t *error)
 {
     bson_iter_t iter;
     *out = false;
@@ -145,7 +143,7 @@ static bool plan_write_statement(const planner_context_t *context, const write_s
         if (!inside) {
             append_fault_in_filter(out, statement);
         }
-        if (statement->upsert) {
+        if (statement->upsert && !out->is_explain) { /* explain inserts nothing */
             if (planner_filter_has_id_subpath(&statement->filter)) {
                 ok = upsert_refused(context, error, "the query names a sub-path of _id");
             } else if (statement->has_update &&
@@ -229,8 +227,7 @@ static bool plan_statements(const planner_context_t *context, const bson_t *comm
             return false;
         }
         snprintf(label, sizeof label, "%s.%s.collation", context->name, list_name);
-        if (!document_field(&body, "collation", label, false, &statement.has_collation, &statement.collation,
-                            error)) {
+        if (!document_field(&body, "collation", label, false, &statement.has_collation, &statement.collation, error)) {
             return false;
         }
         if (is_update) {
@@ -278,21 +275,21 @@ static void describe_write(plan_decision_t *out)
 {
     if (out->is_explain) {
         planner_decide(out, PLAN_ROUTE_FAST, PLAN_REASON_WRITE,
-               "a write runs on the fast tier; explain writes nothing, so nothing is faulted in");
+                       "a write runs on the fast tier; explain writes nothing, so nothing is faulted in");
         return;
     }
     planner_decide(out, PLAN_ROUTE_FAST, PLAN_REASON_WRITE, "writes run on the fast tier");
     if (out->fault_in_id_count > 0) {
         planner_reason_append(out, "; fault in %u _id%s from the archive first", out->fault_in_id_count,
-                      out->fault_in_id_count == 1 ? "" : "s");
+                              out->fault_in_id_count == 1 ? "" : "s");
     }
     if (out->fault_in_filter_count > 0) {
         planner_reason_append(out, "; fault in the archive documents matching %u filter%s first (at most faultInLimit)",
-                      out->fault_in_filter_count, out->fault_in_filter_count == 1 ? "" : "s");
+                              out->fault_in_filter_count, out->fault_in_filter_count == 1 ? "" : "s");
     }
     if (out->unique_id_check_count > 0) {
         planner_reason_append(out, "; check %u new _id%s against the archive (unique _id)", out->unique_id_check_count,
-                      out->unique_id_check_count == 1 ? "" : "s");
+                              out->unique_id_check_count == 1 ? "" : "s");
     }
     if (!out->needs_fault_in && out->unique_id_check_count == 0) {
         if (out->has_lower_bound) {
@@ -304,7 +301,7 @@ static void describe_write(plan_decision_t *out)
 }
 
 bool planner_plan_write(const planner_context_t *context, const bson_t *command, plan_decision_t *out,
-                       bson_error_t *error)
+                        bson_error_t *error)
 {
     bool ok;
     out->kind = PLAN_KIND_WRITE;

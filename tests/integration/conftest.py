@@ -366,3 +366,51 @@ def client(store):
                                connectTimeoutMS=5000, socketTimeoutMS=30000)
     yield mongo_client
     mongo_client.close()
+
+
+# ---------------------------------------------------------------------------
+# The proxy process: `thermocline proxy --config FILE` in front of two stores.
+# ---------------------------------------------------------------------------
+
+class ProxyProcess(StoreProcess):
+    """One `thermocline proxy`, with its YAML config written from config_text
+    (where {port} is replaced by the proxy's own port)."""
+
+    def __init__(self, work_dir, config_text, extra_args=(), binary=None):
+        super().__init__(work_dir, extra_args=extra_args, binary=binary)
+        self.config_path = self.work_dir / "proxy.yaml"
+        self.config_path.write_text(config_text.replace("{port}", str(self.port)))
+
+    @property
+    def uri(self):
+        return "mongodb://127.0.0.1:%d/" % self.port
+
+    def command_line(self):
+        return [str(self.binary), "proxy", "--config", str(self.config_path)] + self.extra_args
+
+
+def proxy_config(archive, fast, namespaces=(), extra=""):
+    """A proxy config for two StoreProcess tiers. namespaces: (ns, timeField,
+    maxAge, declared) tuples."""
+    lines = ["listen: 127.0.0.1:{port}",
+             "archive: %s" % archive.uri,
+             "fast: %s" % fast.uri,
+             "namespaces:"]
+    for ns, time_field, max_age, declared in namespaces:
+        lines += ["  - ns: %s" % ns, "    timeField: %s" % time_field, "    maxAge: %s" % max_age]
+        if declared:
+            lines.append("    coverage: complete")
+    if not namespaces:
+        lines[-1] = "namespaces: []"
+    return "\n".join(lines) + "\n" + extra
+
+
+@pytest.fixture
+def tiers(tmp_path):
+    """An archive store and a fast-tier store, stopped and checked after the test."""
+    archive = StoreProcess(tmp_path / "archive").start()
+    fast = StoreProcess(tmp_path / "fast").start()
+    yield archive, fast
+    for store_process in (fast, archive):
+        if store_process.is_alive():
+            store_process.stop()

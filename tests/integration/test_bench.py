@@ -119,6 +119,25 @@ def test_fixed_offered_load(store, client, tmp_path):
     assert set(report["operations"]) == {"read", "update"}
 
 
+def test_write_errors_are_counted(store, client, tmp_path):
+    """Inserts told that only one document exists collide with the loaded ids:
+    every one fails with the server's duplicate-key error, and a run in which
+    nothing succeeded is a failure (1), with its report still written."""
+    assert run_bench("--uri", store.uri, "--workload", "load", "--records", "300",
+                     "--threads", "2").returncode == 0
+    report_path = tmp_path / "collide.json"
+    result = run_bench("--uri", store.uri, "--workload", "insert", "--records", "1",
+                       "--threads", "2", "--duration", "1s", "--target-ops", "50",
+                       "--json", str(report_path))
+    assert result.returncode == 1, result.stderr
+    assert "E11000" in result.stderr and "no operation succeeded" in result.stderr
+    insert = json.loads(report_path.read_text())["operations"]["insert"]
+    assert insert["count"] == 0
+    assert 40 <= insert["errors"] <= 50
+    assert "E11000" in insert["first_error"]
+    assert client.ycsb.usertable.count_documents({}) == 300
+
+
 @pytest.mark.parametrize("arguments", [
     [],
     ["--workload", "store"],

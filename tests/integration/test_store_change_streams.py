@@ -161,6 +161,37 @@ def test_match_and_project_run_on_events(rs_client):
     assert raised.value.code == 280
 
 
+def test_concurrent_writers_events_arrive_once_in_cluster_time_order(replica_store, rs_client):
+    """Transactions take their times before committing and commit in any order:
+    the stream must neither skip a time still in flight nor deliver one twice.
+    w: 1 writes also exercise the background journal sync."""
+    threads_count, per_thread = 4, 150
+
+    def writer(index):
+        client = open_client(replica_store)
+        coll = client.shop.get_collection("concurrent", write_concern=WriteConcern(w=1))
+        for sequence in range(per_thread):
+            coll.insert_one({"_id": "%d-%d" % (index, sequence)})
+        client.close()
+
+    coll = rs_client.shop.concurrent
+    with coll.watch(max_await_time_ms=100) as stream:
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(threads_count)]
+        for thread in threads:
+            thread.start()
+        events = next_events(stream, threads_count * per_thread, timeout=25)
+        for thread in threads:
+            thread.join()
+        assert_no_more_events(stream, 0.3)
+    keys = [e["documentKey"]["_id"] for e in events]
+    assert len(set(keys)) == len(keys) == threads_count * per_thread
+    times = [e["clusterTime"] for e in events]
+    assert all(earlier < later for earlier, later in zip(times, times[1:]))
+    for index in range(threads_count):  # each writer's own inserts in its order
+        mine = [k for k in keys if k.startswith("%d-" % index)]
+        assert mine == ["%d-%d" % (index, n) for n in range(per_thread)]
+
+
 # ---------------------------------------------------------------------------
 # The cursor: awaitData and postBatchResumeToken.
 # ---------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+/* The proxy's configuration: the YAML file of the design brief (`thermocline proxy
+ * --config FILE`), read once at start. Every bad value is refused with
+ * "FILE:LINE: reason"; nothing is guessed. Settings are one table in config.c.
+ *
+ *   listen: 127.0.0.1:27017
+ *   archive: mongodb://127.0.0.1:27018/?replicaSet=rs0
+ *   fast: mongodb://127.0.0.1:27019/?replicaSet=rs1
+ *   namespaces:
+ *     - ns: shop.orders
+ *       timeField: createdAt
+ *       maxAge: 30d
+ *
+ * Top-level settings
+ *   name                type      default            meaning
+ *   listen              host:port 127.0.0.1:27017    where clients connect ([::1]:27017 for IPv6)
+ *   archive             URI       (required)         the deployment that holds everything
+ *   fast                URI       (required)         the small deployment holding the recent window;
+ *                                                    must not share a host:port with archive
+ *   namespaces          list      (none)             tiering policies, below; others go to the archive
+ *   maxConnections      integer   1000               client connections open at once (1-1000000)
+ *   readYourWritesWait  duration  5s                 how long a read sent to the archive waits for
+ *                                                    the feeder before failing (0-1h)
+ *   faultInLimit        integer   1000               archive documents one write may fault in; past
+ *                                                    it the write fails (0-10000000)
+ *   feederEnabled       boolean   true               run the feeder in this process
+ *   evictorEnabled      boolean   true               run the evictor in this process
+ *   warmerEnabled       boolean   true               run the warmer in this process
+ *
+ * Namespace settings (each entry of namespaces)
+ *   ns                  string    (required)         "database.collection", once per file
+ *   timeField           string    (required)         the BSON date field the window is measured on
+ *   maxAge              duration  (required)         how far back the fast tier holds documents
+ *   coverage            warm|complete  warm          warm: the horizon is +infinity until the warmer
+ *                                                    has copied the window once; complete: the fast
+ *                                                    tier holds the window from the start (both tiers
+ *                                                    started empty)
+ *   safetySlack         duration  maxAge/10, <= 15m  horizon = now - maxAge + safetySlack; < maxAge
+ *   evictorPeriod       duration  maxAge/20, 100ms-1m  how often the evictor runs
+ *   warmerPeriod        duration  maxAge/20, 100ms-1m  how often the warmer runs
+ *
+ * Durations carry a unit (500ms, 20s, 15m, 6h, 30d: common/units.h). */
+#ifndef TC_PROXY_CONFIG_H
+#define TC_PROXY_CONFIG_H
+
+#include "common/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum config_coverage {
+    CONFIG_COVERAGE_WARM,     /* horizon valid once the warmer's first pass ends */
+    CONFIG_COVERAGE_COMPLETE, /* horizon valid from the start */
+} config_coverage_t;
+
+typedef struct config_namespace {
+    char *ns;         /* "database.collection" */
+    char *time_field; /* a field path such as "createdAt" or "meta.ts" */
+    int64_t max_age_ms;
+    config_coverage_t coverage;
+    int64_t safety_slack_ms;
+    int64_t evictor_period_ms;
+    int64_t warmer_period_ms;
+    uint32_t line; /* where the entry starts in the file, for later messages */
+} config_namespace_t;
+
+typedef struct config_address {
+    char *host; /* "127.0.0.1", "::1" (without its brackets), "localhost" */
+    uint16_t port;
+} config_address_t;
+
+/* A loaded configuration; every string is owned by it. */
+typedef struct config {
+    config_address_t listen;
+    char *archive_uri;
+    char *fast_uri;
+    config_namespace_t *namespaces;
+    size_t namespace_count;
+    int64_t max_connections;
+    int64_t read_your_writes_wait_ms;
+    int64_t fault_in_limit;
+    bool feeder_enabled;
+    bool evictor_enabled;
+    bool warmer_enabled;
+} config_t;
+
+/* Reads and validates the file at path. NULL on any error, with BadValue (2) or,
+ * for YAML syntax, FailedToParse (9), and a message "PATH:LINE: reason" (just
+ * "PATH: reason" when the file cannot be read). Free with config_destroy(). */
+config_t *config_load_file(const char *path, bson_error_t *error) TC_MUST_CHECK;
+
+/* The same for text already in memory; name stands for the file in messages. */
+config_t *config_load_string(const char *text, size_t length, const char *name, bson_error_t *error) TC_MUST_CHECK;
+
+/* Safe on NULL. */
+void config_destroy(config_t *config);
+
+/* The entry for ns ("database.collection"), or NULL; borrows config. */
+const config_namespace_t *config_find_namespace(const config_t *config, const char *ns);
+
+#endif

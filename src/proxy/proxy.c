@@ -1,0 +1,300 @@
+/* `thermocline proxy --config FILE`: loads the config, opens a connection pool
+ * to each tier, serves clients on one event loop (router.c) and answers
+ * thermoclineStatus. Everything here runs on that loop's thread. */
+#include "proxy/proxy.h"
+#include "proxy/proxy_private.h"
+
+#include "common/log.h"
+#include "wire/wire.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define LOG_COMPONENT "PROXY"
+#define HOUSEKEEPING_INTERVAL_MS 1000
+#define BACKEND_POOL_SIZE 64
+
+const char *proxy_tier_name(proxy_tier_t tier)
+{
+    return tier == PROXY_TIER_FAST ? "fast" : "archive";
+}
+
+int64_t proxy_now_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+int64_t proxy_wall_clock_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns)
+{
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        if (strcmp(proxy->namespaces[i].config->ns, ns) == 0) {
+            return &proxy->namespaces[i];
+        }
+    }
+    return NULL;
+}
+
+plan_coverage_t proxy_coverage(const proxy_t *proxy, const namespace_state_t *state)
+{
+    /* Until the warmer proves a full pass, only a declared coverage is valid
+     * (both tiers started empty: the fast tier has every write). The evictor
+     * keeps documents newer than now - maxAge; the slack covers clock skew and
+     * an eviction pass in progress. */
+    plan_coverage_t coverage = {.valid = false};
+    (void)proxy;
+    if (state->config->coverage == CONFIG_COVERAGE_COMPLETE) {
+        coverage.valid = true;
+        coverage.horizon_ms = proxy_wall_clock_ms() - state->config->max_age_ms + state->config->safety_slack_ms;
+    }
+    return coverage;
+}
+
+static void append_tier_status(proxy_t *proxy, bson_t *out)
+{
+    bson_t tiers;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "backends", &tiers);
+    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
+        bson_t item;
+        backend_pool_stats_t stats = backend_pool_stats(proxy->tiers[tier]);
+        const backend_server_info_t *info = backend_pool_server_info(proxy->tiers[tier]);
+        BSON_APPEND_DOCUMENT_BEGIN(&tiers, proxy_tier_name((proxy_tier_t)tier), &item);
+        BSON_APPEND_INT32(&item, "connections", stats.open);
+        BSON_APPEND_INT32(&item, "busy", stats.busy);
+        BSON_APPEND_INT32(&item, "queued", stats.queued);
+        BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
+        BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
+        BSON_APPEND_BOOL(&item, "reachable", info->known);
+        if (info->known) {
+            BSON_APPEND_INT32(&item, "maxWireVersion", info->max_wire_version);
+            if (info->set_name[0] != '\0') {
+                BSON_APPEND_UTF8(&item, "setName", info->set_name);
+            }
+        }
+        bson_append_document_end(&tiers, &item);
+    }
+    bson_append_document_end(out, &tiers);
+}
+
+void proxy_append_status(proxy_t *proxy, bson_t *reply)
+{
+    bson_t namespaces;
+    BSON_APPEND_INT64(reply, "requests", (int64_t)proxy->requests);
+    BSON_APPEND_INT64(reply, "requestsFailed", (int64_t)proxy->requests_failed);
+    BSON_APPEND_INT64(reply, "cursors", (int64_t)cursor_map_count(proxy->cursors));
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "namespaces", &namespaces);
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        namespace_state_t *state = &proxy->namespaces[i];
+        bson_t item, routes, reasons;
+        BSON_APPEND_DOCUMENT_BEGIN(&namespaces, state->config->ns, &item);
+        BSON_APPEND_UTF8(&item, "timeField", state->config->time_field);
+        BSON_APPEND_INT64(&item, "maxAgeMillis", state->config->max_age_ms);
+        plan_coverage_t coverage = proxy_coverage(proxy, state);
+        if (coverage.valid) {
+            BSON_APPEND_DATE_TIME(&item, "coverageHorizon", coverage.horizon_ms);
+        } else {
+            BSON_APPEND_NULL(&item, "coverageHorizon"); /* +infinity: nothing is read from the fast tier */
+        }
+        BSON_APPEND_UTF8(&item, "coverage", state->config->coverage == CONFIG_COVERAGE_COMPLETE ? "complete" : "warm");
+        BSON_APPEND_DOCUMENT_BEGIN(&item, "routes", &routes);
+        for (int route = 0; route <= PLAN_ROUTE_PROXY; route++) {
+            BSON_APPEND_INT64(&routes, plan_route_name((plan_route_t)route), (int64_t)state->route_counts[route]);
+        }
+        bson_append_document_end(&item, &routes);
+        BSON_APPEND_DOCUMENT_BEGIN(&item, "reasons", &reasons);
+        for (int reason = 0; reason <= PLAN_REASON_MALFORMED; reason++) {
+            if (state->reason_counts[reason] > 0) {
+                BSON_APPEND_INT64(&reasons, plan_reason_name((plan_reason_t)reason), (int64_t)state->reason_counts[reason]);
+            }
+        }
+        bson_append_document_end(&item, &reasons);
+        BSON_APPEND_INT64(&item, "faultedIn", (int64_t)state->fault_ins);
+        bson_append_document_end(&namespaces, &item);
+    }
+    bson_append_document_end(reply, &namespaces);
+    append_tier_status(proxy, reply);
+}
+
+/* --- housekeeping and shutdown ---------------------------------------------------- */
+
+static void on_housekeeping(uv_timer_t *timer)
+{
+    proxy_t *proxy = timer->data;
+    cursor_map_expire(proxy->cursors, proxy_now_ms());
+}
+
+static void on_loop_stopping(void *application)
+{
+    proxy_t *proxy = application;
+    if (proxy->housekeeping_started) {
+        uv_close((uv_handle_t *)&proxy->housekeeping_timer, NULL);
+        proxy->housekeeping_started = false;
+    }
+    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
+        backend_pool_close(proxy->tiers[tier]);
+    }
+}
+
+/* Learns each tier's limits before the first client asks (hello's maxWireVersion). */
+static void on_probe_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    backend_pool_t *pool = context;
+    (void)reply, (void)length;
+    if (error != NULL) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s tier not reachable yet: %s", backend_pool_name(pool),
+               error->message);
+    }
+}
+
+static void probe_tiers(proxy_t *proxy)
+{
+    bson_t ping = BSON_INITIALIZER;
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    BSON_APPEND_INT32(&ping, "ping", 1);
+    BSON_APPEND_UTF8(&ping, "$db", "admin");
+    if (wire_op_msg_build(0, 0, 0, &ping, NULL, 0, &message, &length, &error)) {
+        for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
+            backend_pool_send(proxy->tiers[tier], message, length, on_probe_reply, proxy->tiers[tier]);
+        }
+        bson_free(message);
+    }
+    bson_destroy(&ping);
+}
+
+/* --- run ---------------------------------------------------------------------------- */
+
+bool proxy_run(const char *config_path, bson_error_t *error)
+{
+    proxy_t proxy = {0};
+    bool ok = false;
+
+    proxy.config = config_load_file(config_path, error);
+    if (proxy.config == NULL) {
+        return false;
+    }
+    bson_oid_init(&proxy.process_id, NULL);
+    proxy.cursors = cursor_map_new();
+    proxy.namespace_count = proxy.config->namespace_count;
+    proxy.namespaces = bson_malloc0((proxy.namespace_count + 1) * sizeof(namespace_state_t));
+    for (size_t i = 0; i < proxy.namespace_count; i++) {
+        proxy.namespaces[i].config = &proxy.config->namespaces[i];
+        proxy.namespaces[i].policy.time_field = proxy.config->namespaces[i].time_field;
+    }
+
+    server_options_t server_options = {
+        .bind_address = proxy.config->listen.host,
+        .port = proxy.config->listen.port,
+        .max_connections = (int)proxy.config->max_connections,
+        .worker_count = 0,
+        .max_message_bytes = WIRE_MAX_MESSAGE_SIZE,
+    };
+    server_callbacks_t callbacks = {
+        .application = &proxy,
+        .handle_on_loop = router_handle,
+        .loop_stopping = on_loop_stopping,
+    };
+    proxy.server = server_new(&server_options, &callbacks, error);
+    TC_CHECK(proxy.server != NULL);
+    proxy.loop = server_loop(proxy.server);
+
+    backend_pool_options_t tier_options[PROXY_TIER_COUNT] = {
+        [PROXY_TIER_ARCHIVE] = {.name = "archive", .uri = proxy.config->archive_uri, .max_connections = BACKEND_POOL_SIZE},
+        [PROXY_TIER_FAST] = {.name = "fast", .uri = proxy.config->fast_uri, .max_connections = BACKEND_POOL_SIZE},
+    };
+    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
+        proxy.tiers[tier] = backend_pool_new(proxy.loop, &tier_options[tier], error);
+        TC_CHECK(proxy.tiers[tier] != NULL);
+    }
+    uv_timer_init(proxy.loop, &proxy.housekeeping_timer);
+    proxy.housekeeping_timer.data = &proxy;
+    uv_timer_start(&proxy.housekeeping_timer, on_housekeeping, HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
+    proxy.housekeeping_started = true;
+    probe_tiers(&proxy);
+
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "thermocline proxy on %s:%d: archive %s, fast %s, %zu namespace(s) with a policy",
+           proxy.config->listen.host, server_port(proxy.server), proxy.config->archive_uri, proxy.config->fast_uri,
+           proxy.namespace_count);
+    TC_CHECK(server_run(proxy.server, error));
+    ok = true;
+done:
+    if (proxy.server != NULL && !ok) {
+        on_loop_stopping(&proxy);
+    }
+    server_destroy(proxy.server);
+    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
+        backend_pool_destroy(proxy.tiers[tier]);
+    }
+    cursor_map_destroy(proxy.cursors);
+    bson_free(proxy.namespaces);
+    config_destroy(proxy.config);
+    return ok;
+}
+
+static void print_usage(FILE *stream)
+{
+    fprintf(stream, "usage: thermocline proxy --config FILE [--verbose]\n"
+                    "\n"
+                    "Serves MongoDB clients in front of an archive and a fast tier, routing each\n"
+                    "command to the tier that provably holds its complete answer.\n"
+                    "\n"
+                    "  --config FILE   the YAML config (listen, archive, fast, namespaces...)\n"
+                    "  --verbose       log every routing decision\n"
+                    "  --help          this text\n");
+}
+
+int proxy_main(int argc, char **argv)
+{
+    enum { OPT_CONFIG = 256, OPT_VERBOSE, OPT_HELP };
+    static const struct option long_options[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"verbose", no_argument, NULL, OPT_VERBOSE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config_path = NULL;
+    bson_error_t error;
+    int option;
+    opterr = 0;
+    optind = 1;
+    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+        switch (option) {
+        case OPT_CONFIG:
+            config_path = optarg;
+            break;
+        case OPT_VERBOSE:
+            tc_log_set_level(TC_LOG_DEBUG);
+            break;
+        case OPT_HELP:
+            print_usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "thermocline proxy: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thermocline proxy: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (config_path == NULL) {
+        fprintf(stderr, "thermocline proxy: --config FILE is required (see --help)\n");
+        return 2;
+    }
+    if (!proxy_run(config_path, &error)) {
+        fprintf(stderr, "thermocline proxy: %s\n", error.message);
+        return 1;
+    }
+    return 0;
+}

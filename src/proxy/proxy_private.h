@@ -1,0 +1,86 @@
+/* Internals of `thermocline proxy` shared by proxy.c (start-up, status, the
+ * namespace table), router.c (one client request from arrival to reply) and
+ * cursor_map.c (the proxy's own cursor ids). Everything here lives on the proxy's
+ * single event-loop thread. */
+#ifndef TC_PROXY_PROXY_PRIVATE_H
+#define TC_PROXY_PROXY_PRIVATE_H
+
+#include "net/server.h"
+#include "proxy/backend.h"
+#include "proxy/config.h"
+#include "proxy/planner.h"
+
+typedef enum proxy_tier {
+    PROXY_TIER_ARCHIVE,
+    PROXY_TIER_FAST,
+    PROXY_TIER_COUNT,
+} proxy_tier_t;
+
+const char *proxy_tier_name(proxy_tier_t tier);
+
+/* A namespace with a policy, and what the proxy did with it. */
+typedef struct namespace_state {
+    const config_namespace_t *config;
+    plan_policy_t policy;
+    uint64_t route_counts[PLAN_ROUTE_PROXY + 1];
+    uint64_t reason_counts[PLAN_REASON_MALFORMED + 1];
+    uint64_t fault_ins;         /* documents copied from the archive before a write */
+} namespace_state_t;
+
+/* --- cursor_map.c ------------------------------------------------------------
+ * The proxy owns the cursor-id namespace, as mongos does: clients see only
+ * proxy ids, each mapped to (tier, the tier's id), so two tiers never collide. */
+typedef struct proxy_cursor {
+    int64_t proxy_id;
+    int64_t backend_id;
+    proxy_tier_t tier;
+    char ns[PLAN_NAMESPACE_SIZE];
+    int64_t last_used_ms;
+} proxy_cursor_t;
+
+typedef struct cursor_map cursor_map_t;
+
+cursor_map_t *cursor_map_new(void);
+void cursor_map_destroy(cursor_map_t *map);
+/* Registers a tier's cursor; returns the proxy id handed to the client. */
+int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, int64_t backend_id, const char *ns);
+/* NULL when unknown. The pointer is valid until the next add or remove. */
+proxy_cursor_t *cursor_map_find(cursor_map_t *map, int64_t proxy_id);
+void cursor_map_remove(cursor_map_t *map, int64_t proxy_id);
+/* Forgets cursors idle longer than the tiers keep theirs (10 minutes). */
+void cursor_map_expire(cursor_map_t *map, int64_t now_ms);
+size_t cursor_map_count(const cursor_map_t *map);
+
+/* --- the proxy ------------------------------------------------------------------ */
+
+typedef struct proxy {
+    config_t *config;
+    server_t *server;
+    uv_loop_t *loop;
+    backend_pool_t *tiers[PROXY_TIER_COUNT];
+    cursor_map_t *cursors;
+    namespace_state_t *namespaces;
+    size_t namespace_count;
+    uv_timer_t housekeeping_timer;
+    bool housekeeping_started;
+    bson_oid_t process_id;     /* topologyVersion.processId of our hello */
+    uint64_t requests;         /* client requests handled */
+    uint64_t requests_failed;  /* answered with a tier-unreachable error */
+} proxy_t;
+
+/* The namespace's state, or NULL when it has no policy. */
+namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns);
+
+/* The coverage the planner uses for state, now. */
+plan_coverage_t proxy_coverage(const proxy_t *proxy, const namespace_state_t *state);
+
+/* Appends thermoclineStatus's fields to reply. */
+void proxy_append_status(proxy_t *proxy, bson_t *reply);
+
+/* router.c: the server's handle_on_loop callback. */
+void router_handle(void *application, server_pending_t *pending, const server_request_t *request);
+
+int64_t proxy_now_ms(void);
+int64_t proxy_wall_clock_ms(void);
+
+#endif
