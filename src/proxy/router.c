@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "query/order.h"
+#include "query/value_format.h"
 #include "wire/wire.h"
 
 #include <stdio.h>
@@ -337,7 +338,11 @@ static void route_get_more(proxy_request_t *request)
     }
     uint8_t *id_bytes = find_int64_in_place(&body, "getMore", NULL);
     if (id_bytes == NULL) {
-        tc_error_set(&error, TC_ERR_TYPE_MISMATCH, "BSON field 'getMore.getMore' is the wrong type, expected type 'long'");
+        bson_iter_t iter;
+        bson_iter_init(&iter, &body);
+        bson_iter_next(&iter);
+        tc_error_set(&error, TC_ERR_TYPE_MISMATCH, "BSON field 'getMore.getMore' is the wrong type '%s', expected type 'long'",
+                     value_type_name(bson_iter_type(&iter)));
         finish_with_error(request, &error);
         return;
     }

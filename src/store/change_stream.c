@@ -141,6 +141,21 @@ static bool pull_single(void *pointer, const bson_t **out_document, bson_error_t
     return true;
 }
 
+/* Whether the stages left the event's _id (its resume token) as it was. */
+static bool same_resume_token(const bson_t *result, const bson_t *event)
+{
+    bson_iter_t kept, original;
+    if (!bson_iter_init_find(&kept, result, "_id") || !bson_iter_init_find(&original, event, "_id") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&kept)) {
+        return false;
+    }
+    const bson_value_t *kept_value = bson_iter_value(&kept);
+    const bson_value_t *original_value = bson_iter_value(&original);
+    return kept_value->value.v_doc.data_len == original_value->value.v_doc.data_len &&
+           memcmp(kept_value->value.v_doc.data, original_value->value.v_doc.data,
+                  original_value->value.v_doc.data_len) == 0;
+}
+
 /* Runs the user's stages on one event; *out_kept false when they drop it. The
  * allowed stages map one document to at most one. */
 static bool apply_stages(change_stream_t *stream, const bson_t *event, bson_t *out, bool *out_kept,
@@ -164,13 +179,7 @@ static bool apply_stages(change_stream_t *stream, const bson_t *event, bson_t *o
     if (end) {
         return true;
     }
-    bson_iter_t kept_id, event_id;
-    bool same = bson_iter_init_find(&kept_id, out, "_id") && bson_iter_init_find(&event_id, event, "_id") &&
-                BSON_ITER_HOLDS_DOCUMENT(&kept_id) && bson_iter_value(&kept_id)->value.v_doc.data_len ==
-                                                          bson_iter_value(&event_id)->value.v_doc.data_len &&
-                memcmp(bson_iter_value(&kept_id)->value.v_doc.data, bson_iter_value(&event_id)->value.v_doc.data,
-                       bson_iter_value(&event_id)->value.v_doc.data_len) == 0;
-    if (!same) {
+    if (!same_resume_token(out, event)) {
         bson_destroy(out);
         *out_kept = false;
         return tc_error_set(error, TC_ERR_CHANGE_STREAM_FATAL_ERROR,
