@@ -139,62 +139,75 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
     }
 }
 
-static bool handle_insert(command_context_t *context, bson_t *reply, bson_error_t *error)
+/* A statement of a write command's batch: one document of insert, one entry of
+ * update's updates or delete's deletes. It adds what it did to totals. */
+typedef bool (*statement_fn)(command_context_t *context, const char *ns, bson_iter_t *statement, uint32_t index,
+                             void *totals, bson_error_t *error);
+
+/* Runs every statement of the batch in array_field, in order, under the catalog
+ * lock; a failed statement goes to writeErrors and, when ordered (the default),
+ * ends the batch, as mongod does. A j: true batch syncs the journal once, after
+ * its last write. errors is initialised here; the caller destroys its array. */
+static bool run_write_batch(command_context_t *context, const char *array_field, statement_fn run, void *totals,
+                            write_errors_t *errors, bson_error_t *error)
 {
     storage_t *storage = context->store->storage;
-    bson_iter_t documents;
+    bson_iter_t statements;
     uint32_t count;
     bool ordered;
     char *ns = NULL;
-    write_errors_t errors = {.count = 0};
-    int32_t inserted = 0;
 
-    if (!command_namespace(context, &ns, error) || !get_batch(context, "documents", &documents, &count, error) ||
+    bson_init(&errors->array);
+    errors->count = 0;
+    if (!command_namespace(context, &ns, error) || !get_batch(context, array_field, &statements, &count, error) ||
         !command_get_bool(context, "ordered", true, &ordered, error)) {
         bson_free(ns);
         return false;
     }
-    bson_init(&errors.array);
     storage_lock_shared(storage);
-    for (uint32_t index = 0; bson_iter_next(&documents); index++) {
-        bson_error_t document_error;
-        bson_t prepared;
-        atomic_fetch_add(&context->store->opcounters.insert, 1);
-        bool ok;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&documents)) {
-            bson_init(&prepared);
-            ok = tc_error_set(&document_error, TC_ERR_TYPE_MISMATCH, "BSON field 'insert.documents.%u' is the wrong type, "
-                              "expected type 'object'", index);
-        } else {
-            uint32_t length;
-            const uint8_t *data;
-            bson_t document;
-            bson_iter_document(&documents, &length, &data);
-            bson_init_static(&document, data, length);
-            ok = prepare_insert_document(&document, &prepared, &document_error) &&
-                 insert_one(context, ns, &prepared, &document_error);
-        }
-        bson_destroy(&prepared);
-        if (ok) {
-            inserted++;
-        } else {
-            write_errors_add(&errors, context->session, index, &document_error);
+    for (uint32_t index = 0; bson_iter_next(&statements); index++) {
+        bson_error_t statement_error;
+        if (!run(context, ns, &statements, index, totals, &statement_error)) {
+            write_errors_add(errors, context->session, index, &statement_error);
             if (ordered) {
                 break;
             }
         }
     }
     storage_unlock(storage);
-    bool ok = true;
-    if (inserted > 0 && command_wants_durable_write(context)) {
-        ok = oplog_sync_journal(context->session, error);
+    bson_free(ns);
+    return !command_wants_durable_write(context) || oplog_sync_journal(context->session, error);
+}
+
+static bool run_insert_statement(command_context_t *context, const char *ns, bson_iter_t *statement, uint32_t index,
+                                 void *totals, bson_error_t *error)
+{
+    bson_t document, prepared;
+    uint32_t length;
+    const uint8_t *data;
+    atomic_fetch_add(&context->store->opcounters.insert, 1);
+    if (!BSON_ITER_HOLDS_DOCUMENT(statement)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "BSON field 'insert.documents.%u' is the wrong type, expected type 'object'", index);
     }
+    bson_iter_document(statement, &length, &data);
+    bson_init_static(&document, data, length);
+    bool ok = prepare_insert_document(&document, &prepared, error) && insert_one(context, ns, &prepared, error);
+    bson_destroy(&prepared);
+    *(int64_t *)totals += ok;
+    return ok;
+}
+
+static bool handle_insert(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    write_errors_t errors;
+    int64_t inserted = 0;
+    bool ok = run_write_batch(context, "documents", run_insert_statement, &inserted, &errors, error);
     if (ok) {
-        BSON_APPEND_INT32(reply, "n", inserted);
+        BSON_APPEND_INT32(reply, "n", (int32_t)inserted);
         write_errors_append(&errors, reply);
     }
     bson_destroy(&errors.array);
-    bson_free(ns);
     return ok;
 }
 
@@ -393,8 +406,9 @@ typedef struct update_totals {
 } update_totals_t;
 
 static bool run_update_statement(command_context_t *context, const char *ns, bson_iter_t *statement, uint32_t index,
-                                 update_totals_t *totals, bson_error_t *error)
+                                 void *totals_pointer, bson_error_t *error)
 {
+    update_totals_t *totals = totals_pointer;
     bson_t filter, hint, array_filters_document;
     bson_iter_t iter;
     update_spec_t *update = NULL;
@@ -467,36 +481,10 @@ done:
 
 static bool handle_update(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    storage_t *storage = context->store->storage;
-    bson_iter_t statements;
-    uint32_t count;
-    bool ordered;
-    char *ns = NULL;
-    write_errors_t errors = {.count = 0};
+    write_errors_t errors;
     update_totals_t totals = {0};
-
-    if (!command_namespace(context, &ns, error) || !get_batch(context, "updates", &statements, &count, error) ||
-        !command_get_bool(context, "ordered", true, &ordered, error)) {
-        bson_free(ns);
-        return false;
-    }
-    bson_init(&errors.array);
     bson_init(&totals.upserted);
-    storage_lock_shared(storage);
-    for (uint32_t index = 0; bson_iter_next(&statements); index++) {
-        bson_error_t statement_error;
-        if (!run_update_statement(context, ns, &statements, index, &totals, &statement_error)) {
-            write_errors_add(&errors, context->session, index, &statement_error);
-            if (ordered) {
-                break;
-            }
-        }
-    }
-    storage_unlock(storage);
-    bool ok = true;
-    if (command_wants_durable_write(context)) {
-        ok = oplog_sync_journal(context->session, error);
-    }
+    bool ok = run_write_batch(context, "updates", run_update_statement, &totals, &errors, error);
     if (ok) {
         BSON_APPEND_INT32(reply, "n", (int32_t)(totals.matched + totals.upserted_count));
         BSON_APPEND_INT32(reply, "nModified", (int32_t)totals.modified);
@@ -507,15 +495,15 @@ static bool handle_update(command_context_t *context, bson_t *reply, bson_error_
     }
     bson_destroy(&totals.upserted);
     bson_destroy(&errors.array);
-    bson_free(ns);
     return ok;
 }
 
 /* --- delete ------------------------------------------------------------------- */
 
 static bool run_delete_statement(command_context_t *context, const char *ns, bson_iter_t *statement, uint32_t index,
-                                 int64_t *deleted, bson_error_t *error)
+                                 void *totals, bson_error_t *error)
 {
+    int64_t *deleted = totals;
     bson_t filter, hint;
     bson_iter_t iter;
     match_expression_t *matcher = NULL;
@@ -561,41 +549,14 @@ done:
 
 static bool handle_delete(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    storage_t *storage = context->store->storage;
-    bson_iter_t statements;
-    uint32_t count;
-    bool ordered;
-    char *ns = NULL;
-    write_errors_t errors = {.count = 0};
+    write_errors_t errors;
     int64_t deleted = 0;
-
-    if (!command_namespace(context, &ns, error) || !get_batch(context, "deletes", &statements, &count, error) ||
-        !command_get_bool(context, "ordered", true, &ordered, error)) {
-        bson_free(ns);
-        return false;
-    }
-    bson_init(&errors.array);
-    storage_lock_shared(storage);
-    for (uint32_t index = 0; bson_iter_next(&statements); index++) {
-        bson_error_t statement_error;
-        if (!run_delete_statement(context, ns, &statements, index, &deleted, &statement_error)) {
-            write_errors_add(&errors, context->session, index, &statement_error);
-            if (ordered) {
-                break;
-            }
-        }
-    }
-    storage_unlock(storage);
-    bool ok = true;
-    if (deleted > 0 && command_wants_durable_write(context)) {
-        ok = oplog_sync_journal(context->session, error);
-    }
+    bool ok = run_write_batch(context, "deletes", run_delete_statement, &deleted, &errors, error);
     if (ok) {
         BSON_APPEND_INT32(reply, "n", (int32_t)deleted);
         write_errors_append(&errors, reply);
     }
     bson_destroy(&errors.array);
-    bson_free(ns);
     return ok;
 }
 
