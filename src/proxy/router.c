@@ -159,23 +159,7 @@ static void append_hello_fields(proxy_request_t *request, bool legacy_name, bson
     BSON_APPEND_INT32(body, "maxWireVersion", max_wire);
     BSON_APPEND_BOOL(body, "readOnly", false);
 
-    bson_iter_t iter, names;
-    if (bson_iter_init_find(&iter, &request->command, "compression") && BSON_ITER_HOLDS_ARRAY(&iter)) {
-        bson_t agreed;
-        uint32_t index = 0;
-        BSON_APPEND_ARRAY_BEGIN(body, "compression", &agreed);
-        bson_iter_recurse(&iter, &names);
-        while (bson_iter_next(&names)) {
-            const char *name = BSON_ITER_HOLDS_UTF8(&names) ? bson_iter_utf8(&names, NULL) : "";
-            if (strcmp(name, "snappy") == 0 || strcmp(name, "zlib") == 0 || strcmp(name, "noop") == 0) {
-                char key[16];
-                const char *key_string;
-                bson_uint32_to_string(index++, &key_string, key, sizeof key);
-                bson_append_utf8(&agreed, key_string, -1, name, -1);
-            }
-        }
-        bson_append_array_end(body, &agreed);
-    }
+    wire_negotiate_compression(&request->command, body);
     BSON_APPEND_DOUBLE(body, "ok", 1.0);
 }
 

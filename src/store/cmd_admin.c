@@ -33,32 +33,6 @@ static void append_host_and_port(const store_t *store, char *buffer, size_t size
     snprintf(buffer, size, "%s:%d", host, server_port(store->server));
 }
 
-/* The compressors both sides know, in the client's order of preference. */
-static void append_compression(const command_context_t *context, bson_t *reply)
-{
-    bson_iter_t iter, names;
-    if (!bson_iter_init_find(&iter, context->command, "compression") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
-        return;
-    }
-    bson_t agreed;
-    uint32_t index = 0;
-    BSON_APPEND_ARRAY_BEGIN(reply, "compression", &agreed);
-    bson_iter_recurse(&iter, &names);
-    while (bson_iter_next(&names)) {
-        if (!BSON_ITER_HOLDS_UTF8(&names)) {
-            continue;
-        }
-        const char *name = bson_iter_utf8(&names, NULL);
-        if (strcmp(name, "snappy") == 0 || strcmp(name, "zlib") == 0 || strcmp(name, "noop") == 0) {
-            char key[16];
-            const char *key_string;
-            bson_uint32_to_string(index++, &key_string, key, sizeof key);
-            bson_append_utf8(&agreed, key_string, -1, name, -1);
-        }
-    }
-    bson_append_array_end(reply, &agreed);
-}
-
 /* An awaitable hello (topologyVersion + maxAwaitTimeMS) whose topologyVersion is
  * current waits maxAwaitTimeMS before answering: our topology never changes. */
 static void plan_awaitable_reply(command_context_t *context)
@@ -143,7 +117,7 @@ static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t
     BSON_APPEND_INT32(reply, "minWireVersion", 0);
     BSON_APPEND_INT32(reply, "maxWireVersion", MAX_WIRE_VERSION);
     BSON_APPEND_BOOL(reply, "readOnly", false);
-    append_compression(context, reply);
+    wire_negotiate_compression(context->command, reply);
     plan_awaitable_reply(context);
     return true;
 }

@@ -199,3 +199,28 @@ bool wire_compress(const uint8_t *message, size_t length, uint8_t compressor_id,
     *out_length = output_length;
     return true;
 }
+
+void wire_negotiate_compression(const bson_t *hello, bson_t *reply)
+{
+    bson_iter_t iter, names;
+    if (!bson_iter_init_find(&iter, hello, "compression") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        return;
+    }
+    bson_t agreed;
+    uint32_t index = 0;
+    BSON_APPEND_ARRAY_BEGIN(reply, "compression", &agreed);
+    bson_iter_recurse(&iter, &names);
+    while (bson_iter_next(&names)) {
+        if (!BSON_ITER_HOLDS_UTF8(&names)) {
+            continue;
+        }
+        const char *name = bson_iter_utf8(&names, NULL);
+        if (strcmp(name, "snappy") == 0 || strcmp(name, "zlib") == 0 || strcmp(name, "noop") == 0) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(index++, &key_string, key, sizeof key);
+            bson_append_utf8(&agreed, key_string, -1, name, -1);
+        }
+    }
+    bson_append_array_end(reply, &agreed);
+}

@@ -242,6 +242,12 @@ bool wire_decompress(const uint8_t *message, size_t length, uint8_t **out_messag
                      size_t *out_length, uint8_t *out_compressor_id,
                      bson_error_t *error) TC_MUST_CHECK;
 
+/* Compression negotiation in the handshake: appends to reply the field
+ * "compression" listing, in the client's order of preference, the compressors of
+ * hello's "compression" array that this module supports (snappy, zlib, noop).
+ * Appends nothing when the client offered none. */
+void wire_negotiate_compression(const bson_t *hello, bson_t *reply);
+
 /* Wraps one complete message in OP_COMPRESSED with compressor_id (noop, snappy or
  * zlib). As mongod does, if the compressed form could exceed WIRE_MAX_MESSAGE_SIZE
  * an uncompressed copy is returned instead. Deciding which commands must never be
