@@ -2,7 +2,7 @@
 # file needs no edit here; the layout of src/ is the architecture (see README).
 #
 #   make            release build:   build/thermocline
-#   make check      installs packages, builds with ASan+UBSan, runs every test
+#   make check      installs packages, builds (release, and ASan+UBSan), runs every test
 #   make demo       installs packages, builds, and runs the demo / lab
 #   make unit       only the C unit tests (sanitized)
 
@@ -53,6 +53,7 @@ unit:
 	bash tests/run-unit.sh build/asan/tests
 
 check: deps
+	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory SANITIZE=1 BUILD=build/asan build/asan/thermocline $(UNIT_TESTS:$(BUILD)/%=build/asan/%)
 	bash tests/run-all.sh build/asan
 

@@ -6,6 +6,8 @@ set -u
 cd "$(dirname "$0")/.."
 build=${1:-build/asan}
 export THERMOCLINE_BIN="$PWD/$build/thermocline"
+# Killed test processes would leave libmongoc's /dev/shm counters behind.
+export MONGOC_DISABLE_SHM=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 

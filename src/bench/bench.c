@@ -393,6 +393,9 @@ int bench_main(int argc, char **argv)
     }
     bool json_written = false;
     mongoc_log_set_handler(log_libmongoc, NULL);
+    /* libmongoc's shared-memory counters serve only its own diagnostics tools,
+     * and a killed process leaves its segment behind in /dev/shm. */
+    setenv("MONGOC_DISABLE_SHM", "1", 0);
     mongoc_init();
     status = run(&options, json, &json_written);
     mongoc_cleanup();

@@ -89,6 +89,7 @@ static const struct {
     {TC_ERR_DUPLICATE_KEY, "DuplicateKey"},
     {TC_ERR_CHANGE_STREAM_HISTORY_LOST, "ChangeStreamHistoryLost"},
     {TC_ERR_QUERY_EXCEEDED_MEMORY_LIMIT, "QueryExceededMemoryLimitNoDiskUseAllowed"},
+    {TC_ERR_EXCEEDED_TIME_LIMIT, "ExceededTimeLimit"},
     {TC_ERR_API_STRICT_ERROR, "APIStrictError"},
     {TC_ERR_LOCATION_BSON_TOO_LARGE, "BSONObjectTooLarge"},
     {TC_ERR_UNRECOGNIZED_COMMAND_FIELD, "Location40415"},
@@ -102,6 +103,8 @@ static const struct {
     {TC_ERR_NO_MATCHING_DOCUMENT, "NoMatchingDocument"},
     {TC_ERR_INVALID_RESUME_TOKEN, "InvalidResumeToken"},
     {TC_ERR_CHANGE_STREAM_FATAL_ERROR, "ChangeStreamFatalError"},
+    {TC_ERR_SSL_HANDSHAKE_FAILED, "SSLHandshakeFailed"},
+    {TC_ERR_MECHANISM_UNAVAILABLE, "MechanismUnavailable"},
 };
 
 const char *tc_error_code_name(int32_t code)

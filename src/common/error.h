@@ -69,6 +69,7 @@ enum {
     TC_ERR_NON_NEGATIVE_VALUE = 51024, /* find's skip, limit and batchSize */
     TC_ERR_CHANGE_STREAM_HISTORY_LOST = 286,
     TC_ERR_QUERY_EXCEEDED_MEMORY_LIMIT = 292,
+    TC_ERR_EXCEEDED_TIME_LIMIT = 262, /* retryable: a bounded wait ran out */
     TC_ERR_API_STRICT_ERROR = 323,
     TC_ERR_LOCATION_BSON_TOO_LARGE = 10334,
     TC_ERR_UNRECOGNIZED_COMMAND_FIELD = 40415,
@@ -122,6 +123,12 @@ enum {
     TC_ERR_CHANGE_STREAM_EXPECTS_OBJECT = 50808,
     TC_ERR_CHANGE_STREAM_RESUME_AND_START = 50865,  /* both resumeAfter and startAfter */
     TC_ERR_BAD_RESUME_TOKEN_DATA = 40647,
+    /* Authentication and TLS (src/security, src/store/auth*). */
+    TC_ERR_SSL_HANDSHAKE_FAILED = 141,
+    TC_ERR_MECHANISM_UNAVAILABLE = 334,
+    TC_ERR_USER_ALREADY_EXISTS = 51003,               /* codeName Location51003 */
+    TC_ERR_AUTHENTICATED_AS_ANOTHER_USER = 5626701,   /* "Each client connection may only be authenticated once" */
+    TC_ERR_AUTHENTICATED_ON_ANOTHER_DATABASE = 5626702,
 };
 
 /* Fills error with a MongoDB code and a printf-style message; always returns false,

@@ -11,10 +11,20 @@
  *      │                        │       after delay_ms               │
  *      └────────────────────────┴────────────────────────────────────┘
  *
- *   any state ── EOF, error, close_after, shutdown ──▶ CLOSING, then freed once
- *   both handles are closed and no request of it is with a worker.
+ *   any state ── EOF, error, close_after, shutdown, timeout ──▶ CLOSING, then
+ *   freed once its handles are closed and no request of it is with a worker.
+ *
+ * Bytes reach the socket through a transport (transport.h: plain, or TLS found by
+ * its first byte). One deadline timer guards the states a client controls
+ * (pgbouncer's client_idle_timeout, nginx's client_body_timeout): READING with
+ * nothing buffered (idle timeout, off by default), a message or TLS handshake
+ * begun but not finished (receive timeout: it must complete, or make
+ * SERVER_PROGRESS_BYTES of progress, in time), and WRITING (send timeout: the
+ * client must take some of its reply in time). Replies the kernel could not take
+ * at once count against a server-wide bound (max_queued_reply_bytes).
  */
 #include "net/server_private.h"
+#include "net/transport.h"
 
 #include "common/log.h"
 
@@ -26,8 +36,6 @@
 
 #define LOG_COMPONENT "NETWORK"
 #define MESSAGE_HEADER_BYTES 16
-/* Every read is offered at least this much free space... */
-#define READ_CHUNK_BYTES (16 * 1024)
 /* ...and a buffer grown for a large message shrinks back to this size. */
 #define READ_BUFFER_KEEP_BYTES (64 * 1024)
 
@@ -44,6 +52,14 @@ static const char *const connection_state_names[CONNECTION_STATE_COUNT] = {
     "READING", "EXECUTING", "HOLDING", "WRITING", "CLOSING",
 };
 
+/* Which limit deadline_timer enforces; follows from state and buffers. */
+typedef enum connection_deadline {
+    DEADLINE_NONE,
+    DEADLINE_IDLE,    /* READING, nothing buffered */
+    DEADLINE_RECEIVE, /* a partial message or a TLS handshake */
+    DEADLINE_SEND,    /* WRITING */
+} connection_deadline_t;
+
 struct connection {
     server_t *server;
     connection_t *previous; /* the server's list of connections */
@@ -54,8 +70,9 @@ struct connection {
     connection_state_t state;
     uv_tcp_t tcp;
     uv_timer_t delay_timer;
+    uv_timer_t deadline_timer;
     uv_write_t write_request;
-    int open_handles;        /* tcp and delay_timer until their close callbacks ran */
+    int open_handles;        /* tcp and both timers until their close callbacks ran */
     bool reading;            /* uv_read_start is in effect */
     bool request_in_flight;  /* job is with the worker pool or the application: do not free */
     bool dispatching;        /* inside handle_on_loop: a completion must not re-enter input */
@@ -69,9 +86,30 @@ struct connection {
     worker_job_t job;
     uint8_t *job_message; /* the allocation behind job.request.message */
     server_reply_t reply; /* held or being written; data freed by on_write or free */
+    uint8_t *wire;        /* the reply as written (the same as reply.data, or TLS records) */
+    size_t queued_reply_bytes; /* this reply's share of server->queued_reply_bytes */
+    void *connection_data;     /* the application's (server_request_t.connection_data) */
+
+    const transport_vtable_t *transport;
+    void *transport_state;
+    bool handshaking;
+
+    connection_deadline_t deadline;
+    uint64_t bytes_received;    /* progress counters the deadline compares */
+    uint64_t messages_received;
+    uint64_t mark_bytes_received;
+    uint64_t mark_messages_received;
+    size_t mark_unsent_bytes;
 };
 
+/* Bytes for the peer outside the reply cycle (TLS handshake), one write each. */
+typedef struct connection_extra_write {
+    uv_write_t request;
+    uint8_t *data;
+} connection_extra_write_t;
+
 static void connection_process_input(connection_t *connection);
+static void connection_update_deadline(connection_t *connection);
 
 static void connection_set_state(connection_t *connection, connection_state_t next)
 {
@@ -93,6 +131,7 @@ static void connection_set_state(connection_t *connection, connection_state_t ne
         abort();
     }
     connection->state = next;
+    connection_update_deadline(connection);
 }
 
 static void connection_describe_peer(connection_t *connection)
@@ -132,12 +171,22 @@ static void connection_free_if_unused(connection_t *connection)
         connection->next->previous = connection->previous;
     }
     uint64_t now_open = atomic_fetch_sub(&server->current_connections, 1) - 1;
+    if (connection->transport == &transport_tls) {
+        atomic_fetch_sub(&server->tls_connections, 1);
+    }
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection %s (%llu connection%s now open)",
            connection->peer, (unsigned long long)now_open, now_open == 1 ? "" : "s");
 
+    if (connection->connection_data != NULL && server->callbacks.connection_close != NULL) {
+        server->callbacks.connection_close(server->callbacks.application, connection->connection_data);
+    }
+    if (connection->transport != NULL && connection->transport->destroy != NULL) {
+        connection->transport->destroy(connection->transport_state);
+    }
     bson_free(connection->buffer);
     bson_free(connection->job_message);
     bson_free(connection->reply.data);
+    bson_free(connection->wire);
     bson_free(connection);
     server_on_connection_freed(server);
 }
@@ -160,23 +209,25 @@ static void connection_close(connection_t *connection)
     connection->reading = false;
     uv_close((uv_handle_t *)&connection->tcp, connection_on_handle_closed);
     uv_close((uv_handle_t *)&connection->delay_timer, connection_on_handle_closed);
+    uv_close((uv_handle_t *)&connection->deadline_timer, connection_on_handle_closed);
 }
 
 static void connection_resume_reading(connection_t *connection);
 
-static void connection_on_alloc(uv_handle_t *handle, size_t suggested_size, uv_buf_t *out_buffer)
+uint8_t *connection_input_space(connection_t *connection, size_t minimum, size_t *out_available)
 {
-    connection_t *connection = handle->data;
     size_t unconsumed = connection->end - connection->start;
-    size_t goal = unconsumed + READ_CHUNK_BYTES;
+    size_t goal = unconsumed + minimum;
     if (unconsumed >= 4) {
-        /* Grow straight to the announced size; an invalid one is refused before
-         * the next read, so it never gets here with a length past the maximum. */
+        /* Grow towards the announced size as its bytes arrive, doubling, so a
+         * client that announces 48 MB and sends a byte a second holds little. An
+         * invalid length is refused before the next read, so it never gets here. */
         const uint8_t *prefix = connection->buffer + connection->start;
         uint32_t length = (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 |
                           (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24;
+        size_t doubled = 2 * unconsumed;
         if (length <= connection->server->options.max_message_bytes && length > goal) {
-            goal = length;
+            goal = length < doubled ? length : (doubled > goal ? doubled : goal);
         }
     }
     size_t wanted_capacity = goal > READ_BUFFER_KEEP_BYTES ? goal : READ_BUFFER_KEEP_BYTES;
@@ -203,8 +254,21 @@ static void connection_on_alloc(uv_handle_t *handle, size_t suggested_size, uv_b
             connection->buffer = bson_realloc(connection->buffer, connection->capacity);
         }
     }
-    *out_buffer = uv_buf_init((char *)connection->buffer + connection->end,
-                              (unsigned int)(connection->capacity - connection->end));
+    size_t available = connection->capacity - connection->end;
+    *out_available = available < UINT_MAX ? available : UINT_MAX;
+    return connection->buffer + connection->end;
+}
+
+void connection_input_added(connection_t *connection, size_t count)
+{
+    connection->end += count;
+    connection->bytes_received += count;
+}
+
+static void connection_on_alloc(uv_handle_t *handle, size_t suggested_size, uv_buf_t *out_buffer)
+{
+    connection_t *connection = handle->data;
+    connection->transport->read_buffer(connection, out_buffer);
 }
 
 static void connection_on_read(uv_stream_t *stream, ssize_t read_count, const uv_buf_t *buffer)
@@ -220,8 +284,15 @@ static void connection_on_read(uv_stream_t *stream, ssize_t read_count, const uv
         connection_close(connection);
         return;
     }
-    connection->end += (size_t)read_count;
+    if (read_count == 0) {
+        return; /* EAGAIN: nothing read */
+    }
+    if (!connection->transport->received(connection, (uint8_t *)buffer->base, (size_t)read_count)) {
+        connection_close(connection);
+        return;
+    }
     connection_process_input(connection);
+    connection_update_deadline(connection);
 }
 
 static void connection_resume_reading(connection_t *connection)
@@ -270,6 +341,9 @@ static void connection_dispatch(connection_t *connection, size_t length)
     connection->job.request.length = length;
     connection->job.request.connection_id = connection->id;
     connection->job.request.peer_address = connection->peer;
+    connection->job.request.connection_data = &connection->connection_data;
+    connection->job.request.tls = connection->transport == &transport_tls;
+    connection->messages_received++;
     connection_set_state(connection, CONNECTION_EXECUTING);
     connection_submit(connection);
 }
@@ -327,8 +401,11 @@ static void connection_on_write(uv_write_t *request, int status)
 {
     connection_t *connection = request->data;
     bool close_after = connection->reply.close_after;
-    bson_free(connection->reply.data);
-    memset(&connection->reply, 0, sizeof connection->reply);
+    atomic_fetch_sub(&connection->server->queued_reply_bytes, connection->queued_reply_bytes);
+    connection->queued_reply_bytes = 0;
+    bson_free(connection->wire);
+    connection->wire = NULL;
+    memset(&connection->reply, 0, sizeof connection->reply); /* its data was handed to the transport */
     if (connection->state == CONNECTION_CLOSING) {
         return; /* cancelled by the close; the close callbacks free the connection */
     }
@@ -349,22 +426,47 @@ static void connection_on_write(uv_write_t *request, int status)
 static void connection_write_reply(connection_t *connection)
 {
     connection_set_state(connection, CONNECTION_WRITING);
-    if (connection->reply.length > UINT_MAX) {
-        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, connection->id,
-               "reply of %zu bytes is too large to send; closing connection",
-               connection->reply.length);
+    uint8_t *wire = NULL;
+    size_t wire_length = 0;
+    uint8_t *data = connection->reply.data;
+    connection->reply.data = NULL; /* the transport owns it now */
+    if (!connection->transport->wrap_reply(connection, data, connection->reply.length, &wire, &wire_length)) {
         connection_close(connection);
         return;
     }
-    uv_buf_t buffer = uv_buf_init((char *)connection->reply.data,
-                                  (unsigned int)connection->reply.length);
+    connection->wire = wire;
+    if (wire_length > UINT_MAX) {
+        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, connection->id,
+               "reply of %zu bytes is too large to send; closing connection", wire_length);
+        connection_close(connection);
+        return;
+    }
+    uv_buf_t buffer = uv_buf_init((char *)wire, (unsigned int)wire_length);
     int result = uv_write(&connection->write_request, (uv_stream_t *)&connection->tcp, &buffer, 1,
                           connection_on_write);
     if (result != 0) {
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s",
                connection->peer, uv_strerror(result));
         connection_close(connection);
+        return;
     }
+    /* libuv wrote what the kernel took; whatever is left waits on this client and
+     * keeps the whole reply allocated until it is written. */
+    size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&connection->tcp);
+    if (unsent > 0) {
+        server_t *server = connection->server;
+        uint64_t queued = atomic_fetch_add(&server->queued_reply_bytes, wire_length) + wire_length;
+        connection->queued_reply_bytes = wire_length;
+        if (queued > server->options.max_queued_reply_bytes) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id,
+                   "closing connection to %s: replies waiting for slow clients would take %llu bytes, more than "
+                   "the %zu allowed",
+                   connection->peer, (unsigned long long)queued, server->options.max_queued_reply_bytes);
+            connection_close(connection);
+            return;
+        }
+    }
+    connection->mark_unsent_bytes = unsent;
 }
 
 static void connection_on_delay_over(uv_timer_t *timer)
@@ -448,13 +550,16 @@ void connection_accept(server_t *server)
         return;
     }
     uv_timer_init(&server->loop, &connection->delay_timer);
+    uv_timer_init(&server->loop, &connection->deadline_timer);
     connection->server = server;
     connection->state = CONNECTION_READING;
+    connection->transport = server->options.tls_mode == TLS_MODE_DISABLED ? &transport_plain : &transport_detect;
     snprintf(connection->peer, sizeof connection->peer, "unknown");
     connection->tcp.data = connection;
     connection->delay_timer.data = connection;
+    connection->deadline_timer.data = connection;
     connection->write_request.data = connection;
-    connection->open_handles = 2;
+    connection->open_handles = 3;
     connection->id = ++server->last_connection_id;
     connection->next = server->connections;
     if (server->connections != NULL) {
@@ -479,6 +584,7 @@ void connection_accept(server_t *server)
            (unsigned long long)connection->id, (unsigned long long)now_open,
            now_open == 1 ? "" : "s");
     connection_resume_reading(connection);
+    connection_update_deadline(connection);
 }
 
 void connection_close_all(server_t *server)
@@ -488,4 +594,181 @@ void connection_close_all(server_t *server)
          connection = connection->next) {
         connection_close(connection);
     }
+}
+
+/* --- limits --------------------------------------------------------------------- */
+
+static connection_deadline_t connection_current_deadline(const connection_t *connection)
+{
+    switch (connection->state) {
+    case CONNECTION_WRITING:
+        return DEADLINE_SEND;
+    case CONNECTION_READING:
+        return connection->end > connection->start || connection->handshaking ? DEADLINE_RECEIVE
+                                                                              : DEADLINE_IDLE;
+    case CONNECTION_EXECUTING:
+    case CONNECTION_HOLDING:
+        /* The server is working; only a next message the client began is its doing. */
+        return connection->end > connection->start ? DEADLINE_RECEIVE : DEADLINE_NONE;
+    default:
+        return DEADLINE_NONE;
+    }
+}
+
+static void connection_timed_out(connection_t *connection, const char *what)
+{
+    atomic_fetch_add(&connection->server->timed_out_connections, 1);
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "closing connection from %s: %s", connection->peer, what);
+    connection_close(connection);
+}
+
+static void connection_on_deadline(uv_timer_t *timer);
+
+/* Starts the period of the current deadline from here, remembering the progress
+ * made so far; a deadline whose timeout is off stops the timer. */
+static void connection_arm_deadline(connection_t *connection)
+{
+    const server_options_t *options = &connection->server->options;
+    connection_deadline_t deadline = connection->deadline;
+    uint32_t timeout_ms = deadline == DEADLINE_IDLE      ? options->idle_timeout_ms
+                          : deadline == DEADLINE_RECEIVE ? options->receive_timeout_ms
+                          : deadline == DEADLINE_SEND    ? options->send_timeout_ms
+                                                         : 0;
+    if (timeout_ms == 0 || timeout_ms == SERVER_NO_TIMEOUT) {
+        uv_timer_stop(&connection->deadline_timer);
+        return;
+    }
+    connection->mark_bytes_received = connection->bytes_received;
+    connection->mark_messages_received = connection->messages_received;
+    connection->mark_unsent_bytes = uv_stream_get_write_queue_size((uv_stream_t *)&connection->tcp);
+    uv_timer_start(&connection->deadline_timer, connection_on_deadline, timeout_ms, 0);
+}
+
+static void connection_on_deadline(uv_timer_t *timer)
+{
+    connection_t *connection = timer->data;
+    const server_options_t *options = &connection->server->options;
+    char what[160];
+    switch (connection->deadline) {
+    case DEADLINE_IDLE:
+        snprintf(what, sizeof what, "idle for %u ms (idle timeout)", (unsigned)options->idle_timeout_ms);
+        connection_timed_out(connection, what);
+        return;
+    case DEADLINE_RECEIVE:
+        if (connection->messages_received > connection->mark_messages_received ||
+            connection->bytes_received - connection->mark_bytes_received >= SERVER_PROGRESS_BYTES) {
+            break; /* slow but moving: another period */
+        }
+        snprintf(what, sizeof what, "%s not completed within %u ms (receive timeout; %llu bytes came)",
+                 connection->handshaking ? "TLS handshake" : "message", (unsigned)options->receive_timeout_ms,
+                 (unsigned long long)(connection->bytes_received - connection->mark_bytes_received));
+        connection_timed_out(connection, what);
+        return;
+    case DEADLINE_SEND: {
+        size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&connection->tcp);
+        if (unsent < connection->mark_unsent_bytes) {
+            break;
+        }
+        snprintf(what, sizeof what, "it read none of its reply in %u ms (send timeout; %zu bytes unsent)",
+                 (unsigned)options->send_timeout_ms, unsent);
+        connection_timed_out(connection, what);
+        return;
+    }
+    case DEADLINE_NONE:
+        return;
+    }
+    connection_arm_deadline(connection);
+}
+
+/* Re-arms deadline_timer when the limit that applies changed; called after every
+ * state change and read. A limit keeps running while it still applies. */
+static void connection_update_deadline(connection_t *connection)
+{
+    connection_deadline_t deadline = connection_current_deadline(connection);
+    if (deadline == connection->deadline) {
+        return;
+    }
+    connection->deadline = deadline;
+    if (connection->state == CONNECTION_CLOSING) {
+        return; /* the timer is being closed */
+    }
+    connection_arm_deadline(connection);
+}
+
+/* --- for the transports ------------------------------------------------------------ */
+
+static void connection_on_extra_write(uv_write_t *request, int status)
+{
+    connection_extra_write_t *write = (connection_extra_write_t *)request;
+    connection_t *connection = request->data;
+    bson_free(write->data);
+    bson_free(write);
+    if (status < 0 && connection->state != CONNECTION_CLOSING) {
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s", connection->peer,
+               uv_strerror(status));
+        connection_close(connection);
+    }
+}
+
+void connection_send_bytes(connection_t *connection, uint8_t *data, size_t length)
+{
+    if (connection->state == CONNECTION_CLOSING || length == 0 || length > UINT_MAX) {
+        bson_free(data);
+        return;
+    }
+    connection_extra_write_t *write = bson_malloc0(sizeof *write);
+    write->data = data;
+    write->request.data = connection;
+    uv_buf_t buffer = uv_buf_init((char *)data, (unsigned int)length);
+    int result = uv_write(&write->request, (uv_stream_t *)&connection->tcp, &buffer, 1, connection_on_extra_write);
+    if (result != 0) {
+        bson_free(data);
+        bson_free(write);
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s", connection->peer,
+               uv_strerror(result));
+        connection_close(connection);
+    }
+}
+
+void connection_set_transport(connection_t *connection, const transport_vtable_t *transport, void *state)
+{
+    if (connection->transport->destroy != NULL && connection->transport_state != state) {
+        connection->transport->destroy(connection->transport_state);
+    }
+    connection->transport = transport;
+    connection->transport_state = state;
+    if (transport == &transport_tls) {
+        atomic_fetch_add(&connection->server->tls_connections, 1);
+    }
+}
+
+void *connection_transport_state(connection_t *connection)
+{
+    return connection->transport_state;
+}
+
+void connection_set_handshaking(connection_t *connection, bool handshaking)
+{
+    connection->handshaking = handshaking;
+    connection_update_deadline(connection);
+}
+
+bool connection_is_handshaking(connection_t *connection)
+{
+    return connection->handshaking;
+}
+
+server_t *connection_server(connection_t *connection)
+{
+    return connection->server;
+}
+
+uint64_t connection_id(connection_t *connection)
+{
+    return connection->id;
+}
+
+const char *connection_peer(connection_t *connection)
+{
+    return connection->peer;
 }

@@ -14,6 +14,9 @@
 #define LOG_COMPONENT "NETWORK"
 #define DEFAULT_BIND_ADDRESS "127.0.0.1"
 #define DEFAULT_MAX_MESSAGE_BYTES 48000000u
+#define DEFAULT_RECEIVE_TIMEOUT_MS 30000u
+#define DEFAULT_SEND_TIMEOUT_MS 30000u
+#define DEFAULT_MAX_QUEUED_REPLY_BYTES (256u * 1024 * 1024)
 
 static bool server_check_options(const server_options_t *options,
                                  const server_callbacks_t *callbacks, bson_error_t *error)
@@ -39,6 +42,10 @@ static bool server_check_options(const server_options_t *options,
         return tc_error_set(error, TC_ERR_BAD_VALUE,
                             "max_message_bytes must be between 16 and %d, not %zu", INT32_MAX,
                             options->max_message_bytes);
+    }
+    if (options->tls_mode != TLS_MODE_DISABLED && options->tls_context == NULL) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "tlsMode %s needs a TLS context (a certificate and key)",
+                            tls_mode_name(options->tls_mode));
     }
     return true;
 }
@@ -221,10 +228,22 @@ server_t *server_new(const server_options_t *options, const server_callbacks_t *
     if (server->options.max_message_bytes == 0) {
         server->options.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES;
     }
+    if (server->options.receive_timeout_ms == 0) {
+        server->options.receive_timeout_ms = DEFAULT_RECEIVE_TIMEOUT_MS;
+    }
+    if (server->options.send_timeout_ms == 0) {
+        server->options.send_timeout_ms = DEFAULT_SEND_TIMEOUT_MS;
+    }
+    if (server->options.max_queued_reply_bytes == 0) {
+        server->options.max_queued_reply_bytes = DEFAULT_MAX_QUEUED_REPLY_BYTES;
+    }
     server->callbacks = *callbacks;
     pthread_mutex_init(&server->stop_lock, NULL);
     atomic_init(&server->current_connections, 0);
     atomic_init(&server->total_created, 0);
+    atomic_init(&server->tls_connections, 0);
+    atomic_init(&server->timed_out_connections, 0);
+    atomic_init(&server->queued_reply_bytes, 0);
 
     int result = uv_loop_init(&server->loop);
     if (result != 0) {
@@ -359,6 +378,9 @@ server_connection_stats_t server_connection_stats(server_t *server)
     stats.current = atomic_load(&server->current_connections);
     stats.available = stats.current < limit ? limit - stats.current : 0;
     stats.total_created = atomic_load(&server->total_created);
+    stats.tls = atomic_load(&server->tls_connections);
+    stats.timed_out = atomic_load(&server->timed_out_connections);
+    stats.queued_reply_bytes = atomic_load(&server->queued_reply_bytes);
     return stats;
 }
 
@@ -373,6 +395,7 @@ void server_destroy(server_t *server)
         TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, 0, "%s", error.message);
     }
     pthread_mutex_destroy(&server->stop_lock);
+    bson_free(server->tls_read_buffer);
     bson_free(server->bind_address);
     bson_free(server);
 }

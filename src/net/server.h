@@ -6,6 +6,7 @@
 #define TC_NET_SERVER_H
 
 #include "common/error.h"
+#include "security/tls.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,12 @@ typedef struct server_request {
     uint64_t connection_id;    /* unique for the server's lifetime, starts at 1 */
     const char *peer_address;  /* "127.0.0.1:54321" */
     uint32_t attempt;          /* 0; n when this request runs again after n run_again replies */
+    /* The application's state for this connection: NULL at first; the handler may
+     * set *connection_data and gets it back in every later request of the
+     * connection (one at a time, so no lock is needed). The server hands it to
+     * callbacks.connection_close once the connection is gone. */
+    void **connection_data;
+    bool tls;                  /* the connection speaks TLS */
 } server_request_t;
 
 /* What the handler answers. The server owns data after the call (bson_free). */
@@ -54,6 +61,10 @@ typedef struct server_callbacks {
     /* Loop mode: called on the loop thread when the server starts shutting down,
      * so the application closes the libuv handles it opened on server_loop(). */
     void (*loop_stopping)(void *application);
+    /* On the loop thread, once a connection whose connection_data was set is gone
+     * and none of its requests is in flight: frees that state. May be NULL when
+     * the handler never sets connection_data. */
+    void (*connection_close)(void *application, void *connection_data);
 } server_callbacks_t;
 
 typedef struct server_options {
@@ -62,12 +73,37 @@ typedef struct server_options {
     int max_connections;       /* past it a new connection is closed at once, logged */
     int worker_count;          /* worker threads */
     size_t max_message_bytes;  /* 48,000,000 as mongod; a larger length prefix closes */
+
+    /* TLS: with a mode other than TLS_MODE_DISABLED, tls_context (made by the
+     * application, which keeps owning it and frees it after server_destroy) serves
+     * the connections that start with a TLS handshake. */
+    tls_mode_t tls_mode;
+    tls_context_t *tls_context;
+
+    /* Limits against clients that hold resources without using them; a reply is
+     * written, and the next request read, only after the previous one, so each
+     * connection holds at most one request running, one buffered and one reply.
+     * Timeouts in milliseconds: 0 takes the default, SERVER_NO_TIMEOUT turns off. */
+    uint32_t idle_timeout_ms;     /* no byte at all while no request runs: close. Default off, as mongod */
+    uint32_t receive_timeout_ms;  /* a message (or TLS handshake) begun but not finished, with less than
+                                   * SERVER_PROGRESS_BYTES more arriving in this long: close
+                                   * (slowloris). Default 30 s */
+    uint32_t send_timeout_ms;     /* a reply of which the client took nothing in this long: close (a
+                                   * client that never reads). Default 30 s */
+    size_t max_queued_reply_bytes; /* server-wide: replies the kernel could not take at once, held for
+                                    * slow readers; a reply past it closes its connection. Default 256 MB */
 } server_options_t;
+
+#define SERVER_NO_TIMEOUT UINT32_MAX
+#define SERVER_PROGRESS_BYTES (1024 * 1024)
 
 typedef struct server_connection_stats {
     uint64_t current;
     uint64_t available;
     uint64_t total_created;
+    uint64_t tls;                  /* open connections speaking TLS */
+    uint64_t timed_out;            /* closed by the idle, receive or send timeout */
+    uint64_t queued_reply_bytes;   /* replies waiting for slow readers right now */
 } server_connection_stats_t;
 
 /* Binds and listens. Returns NULL and fills error (e.g. address in use). */

@@ -40,9 +40,16 @@ struct server {
     bool ran;
     bool stopping;
 
+    /* Loop thread only: where transport_tls has libuv put ciphertext, decrypted at
+     * once, so one buffer serves every connection. Allocated on first use. */
+    uint8_t *tls_read_buffer;
+
     /* Read from any thread by server_connection_stats(). */
     _Atomic uint64_t current_connections;
     _Atomic uint64_t total_created;
+    _Atomic uint64_t tls_connections;
+    _Atomic uint64_t timed_out_connections;
+    _Atomic uint64_t queued_reply_bytes; /* written on the loop thread only */
 };
 
 /* connection.c */

@@ -259,7 +259,7 @@ static bool append_entry(storage_session_t *session, const entry_parts_t *parts,
     oplog_t *oplog = session->storage->oplog;
     WT_CURSOR *cursor = NULL;
     bson_t entry = BSON_INITIALIZER;
-    uint64_t time;
+    uint64_t time = 0;
     bool ok = false;
 
     if (oplog == NULL) {

@@ -1,0 +1,227 @@
+/* The shared progress record of the tier workers (progress.h): one mutex, a
+ * generation counter with a condition variable for waiting workers, and a
+ * listener for the proxy's loop. */
+#include "tier/progress.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+struct tier_progress {
+    pthread_mutex_t mutex;
+    pthread_cond_t changed;
+    uint64_t generation;
+    tier_progress_listener_fn listener;
+    void *listener_context;
+    tier_namespace_progress_t *namespaces;
+    size_t namespace_count;
+    tier_worker_progress_t workers[TIER_WORKER_COUNT];
+};
+
+const char *tier_worker_name(tier_worker_t worker)
+{
+    switch (worker) {
+    case TIER_WORKER_FEEDER: return "feeder";
+    case TIER_WORKER_EVICTOR: return "evictor";
+    case TIER_WORKER_WARMER: return "warmer";
+    default: return "worker";
+    }
+}
+
+tier_progress_t *tier_progress_new(size_t namespace_count)
+{
+    tier_progress_t *progress = bson_malloc0(sizeof *progress);
+    pthread_condattr_t attributes;
+    pthread_mutex_init(&progress->mutex, NULL);
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&progress->changed, &attributes);
+    pthread_condattr_destroy(&attributes);
+    progress->namespace_count = namespace_count;
+    progress->namespaces = bson_malloc0((namespace_count + 1) * sizeof *progress->namespaces);
+    for (size_t i = 0; i < namespace_count; i++) {
+        progress->namespaces[i].warm_remaining = -1;
+    }
+    return progress;
+}
+
+void tier_progress_destroy(tier_progress_t *progress)
+{
+    if (progress == NULL) {
+        return;
+    }
+    pthread_cond_destroy(&progress->changed);
+    pthread_mutex_destroy(&progress->mutex);
+    bson_free(progress->namespaces);
+    bson_free(progress);
+}
+
+size_t tier_progress_namespace_count(const tier_progress_t *progress)
+{
+    return progress->namespace_count;
+}
+
+void tier_progress_set_listener(tier_progress_t *progress, tier_progress_listener_fn listener, void *context)
+{
+    pthread_mutex_lock(&progress->mutex);
+    progress->listener = listener;
+    progress->listener_context = context;
+    pthread_mutex_unlock(&progress->mutex);
+}
+
+tier_namespace_progress_t *tier_progress_lock_namespace(tier_progress_t *progress, size_t index)
+{
+    pthread_mutex_lock(&progress->mutex);
+    return &progress->namespaces[index];
+}
+
+tier_worker_progress_t *tier_progress_lock_worker(tier_progress_t *progress, tier_worker_t worker)
+{
+    pthread_mutex_lock(&progress->mutex);
+    return &progress->workers[worker];
+}
+
+void tier_progress_unlock(tier_progress_t *progress, bool notify)
+{
+    tier_progress_listener_fn listener = NULL;
+    void *context = NULL;
+    if (notify) {
+        progress->generation++;
+        pthread_cond_broadcast(&progress->changed);
+        listener = progress->listener;
+        context = progress->listener_context;
+    }
+    pthread_mutex_unlock(&progress->mutex);
+    if (listener != NULL) {
+        listener(context);
+    }
+}
+
+void tier_progress_set_applied(tier_progress_t *progress, uint64_t time)
+{
+    bool moved = false;
+    pthread_mutex_lock(&progress->mutex);
+    for (size_t i = 0; i < progress->namespace_count; i++) {
+        tier_namespace_progress_t *item = &progress->namespaces[i];
+        if (!item->feed_stopped && item->applied_time < time) {
+            item->applied_time = time;
+            moved = true;
+        }
+    }
+    if (progress->workers[TIER_WORKER_FEEDER].stream_time < time) {
+        progress->workers[TIER_WORKER_FEEDER].stream_time = time;
+    }
+    tier_progress_unlock(progress, moved);
+}
+
+void tier_progress_namespace(tier_progress_t *progress, size_t index, tier_namespace_progress_t *out)
+{
+    pthread_mutex_lock(&progress->mutex);
+    *out = progress->namespaces[index];
+    pthread_mutex_unlock(&progress->mutex);
+}
+
+void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_worker_progress_t *out)
+{
+    pthread_mutex_lock(&progress->mutex);
+    *out = progress->workers[worker];
+    pthread_mutex_unlock(&progress->mutex);
+}
+
+void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&progress->mutex);
+    uint64_t generation = progress->generation;
+    while (progress->generation == generation) {
+        if (pthread_cond_timedwait(&progress->changed, &progress->mutex, &deadline) != 0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&progress->mutex);
+}
+
+/* --- thermoclineStatus ------------------------------------------------------------ */
+
+static void append_time(bson_t *out, const char *key, uint64_t time)
+{
+    bson_append_timestamp(out, key, -1, (uint32_t)(time >> 32), (uint32_t)time);
+}
+
+void tier_progress_append_workers(tier_progress_t *progress, const char *key, bson_t *out)
+{
+    tier_worker_progress_t workers[TIER_WORKER_COUNT];
+    pthread_mutex_lock(&progress->mutex);
+    memcpy(workers, progress->workers, sizeof workers);
+    pthread_mutex_unlock(&progress->mutex);
+
+    bson_t all;
+    bson_append_document_begin(out, key, -1, &all);
+    for (int worker = 0; worker < TIER_WORKER_COUNT; worker++) {
+        const tier_worker_progress_t *item = &workers[worker];
+        bson_t document;
+        bson_append_document_begin(&all, tier_worker_name((tier_worker_t)worker), -1, &document);
+        BSON_APPEND_BOOL(&document, "runningHere", item->running);
+        if (item->updated_ms > 0) {
+            BSON_APPEND_DATE_TIME(&document, "lastReport", item->updated_ms);
+        }
+        if (worker == TIER_WORKER_FEEDER) {
+            append_time(&document, "appliedTime", item->stream_time);
+            BSON_APPEND_INT64(&document, "lagMillis", item->lag_ms);
+            BSON_APPEND_INT64(&document, "eventsApplied", item->events_applied);
+            BSON_APPEND_INT64(&document, "eventsSuppressed", item->events_suppressed);
+            BSON_APPEND_INT64(&document, "batches", item->batches);
+            BSON_APPEND_INT64(&document, "archiveWrites", item->archive_writes);
+            BSON_APPEND_INT64(&document, "retries", item->retries);
+            BSON_APPEND_BOOL(&document, "archiveReachable", item->archive_reachable);
+        }
+        if (item->last_error[0] != '\0') {
+            BSON_APPEND_UTF8(&document, "lastError", item->last_error);
+        }
+        bson_append_document_end(&all, &document);
+    }
+    bson_append_document_end(out, &all);
+}
+
+void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bson_t *out)
+{
+    tier_namespace_progress_t item;
+    tier_progress_namespace(progress, index, &item);
+    bson_t feeder, warmer, evictor;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "feeder", &feeder);
+    append_time(&feeder, "appliedTime", item.applied_time);
+    BSON_APPEND_UTF8(&feeder, "state", item.feed_stopped ? "stopped" : "running");
+    if (item.feed_stopped) {
+        BSON_APPEND_UTF8(&feeder, "error", item.feed_error);
+    }
+    bson_append_document_end(out, &feeder);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "warmer", &warmer);
+    BSON_APPEND_UTF8(&warmer, "state", item.warm_declared ? "declared-complete"
+                                       : item.coverage_valid ? "complete"
+                                       : item.warm_started_ms > 0 ? "warming" : "waiting");
+    BSON_APPEND_INT64(&warmer, "copied", item.warm_copied);
+    if (item.warm_remaining >= 0) {
+        BSON_APPEND_INT64(&warmer, "remainingEstimate", item.warm_remaining);
+    }
+    if (item.warm_started_ms > 0) {
+        BSON_APPEND_DATE_TIME(&warmer, "passStarted", item.warm_started_ms);
+    }
+    if (item.warm_completed_ms > 0) {
+        BSON_APPEND_DATE_TIME(&warmer, "firstPassCompleted", item.warm_completed_ms);
+    }
+    bson_append_document_end(out, &warmer);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "evictor", &evictor);
+    BSON_APPEND_INT64(&evictor, "evicted", item.evicted);
+    BSON_APPEND_INT64(&evictor, "keptChanged", item.evict_changed);
+    if (item.evict_last_pass_ms > 0) {
+        BSON_APPEND_DATE_TIME(&evictor, "lastPass", item.evict_last_pass_ms);
+    }
+    bson_append_document_end(out, &evictor);
+}

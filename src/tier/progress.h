@@ -1,0 +1,97 @@
+/* What the tier workers have done, shared between their threads and the proxy's
+ * loop thread: the feeder's applied cluster time per namespace (read-your-writes),
+ * the warmer's coverage (routing), the evictor's counts (status). One mutex
+ * guards it all; a listener (the proxy's uv_async_send) hears every change that
+ * matters to routing, and worker threads can wait for the next one. */
+#ifndef TC_TIER_PROGRESS_H
+#define TC_TIER_PROGRESS_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TIER_ERROR_TEXT_SIZE 512
+
+typedef struct tier_namespace_progress {
+    /* Feeder: every fast-tier write to the namespace with a cluster time at or
+     * below applied_time is in the archive (0: not known yet). */
+    uint64_t applied_time;
+    bool feed_stopped; /* the archive rejected a write: nothing more is applied */
+    char feed_error[TIER_ERROR_TEXT_SIZE];
+    /* Warmer. */
+    bool coverage_valid;        /* the first full pass is complete */
+    bool warm_declared;         /* coverage: complete in the config: nothing to warm */
+    int64_t warm_copied;        /* documents copied into the fast tier, this pass */
+    int64_t warm_remaining;     /* estimate; -1: not known */
+    int64_t warm_started_ms;    /* wall clock of the pass's start, 0: none */
+    int64_t warm_completed_ms;  /* wall clock of the first pass's end, 0: not yet */
+    /* Evictor. */
+    int64_t evicted;            /* documents deleted from the fast tier */
+    int64_t evict_changed;      /* candidates that changed under the evictor: kept */
+    int64_t evict_last_pass_ms; /* wall clock of the last completed pass */
+} tier_namespace_progress_t;
+
+typedef struct tier_worker_progress {
+    bool running;          /* a thread of this process runs the worker */
+    int64_t updated_ms;    /* wall clock of the last report */
+    char last_error[TIER_ERROR_TEXT_SIZE]; /* "" when the last attempt succeeded */
+    /* Feeder only. */
+    uint64_t stream_time;      /* the change stream's position (all healthy namespaces) */
+    int64_t lag_ms;            /* age of the oldest event not yet applied; 0: caught up */
+    int64_t events_applied;    /* change events replayed in the archive */
+    int64_t events_suppressed; /* the evictor's deletes and the warmer's copies, skipped */
+    int64_t batches;
+    int64_t archive_writes;    /* write operations after coalescing */
+    int64_t retries;           /* failed attempts retried with backoff */
+    bool archive_reachable;
+} tier_worker_progress_t;
+
+typedef enum tier_worker {
+    TIER_WORKER_FEEDER,
+    TIER_WORKER_EVICTOR,
+    TIER_WORKER_WARMER,
+    TIER_WORKER_COUNT,
+} tier_worker_t;
+
+const char *tier_worker_name(tier_worker_t worker); /* "feeder", "evictor", "warmer" */
+
+typedef struct tier_progress tier_progress_t;
+
+/* Called with no lock held after a change that matters to routing (applied time,
+ * a stopped feed, coverage). Must not block: uv_async_send is the intended use. */
+typedef void (*tier_progress_listener_fn)(void *context);
+
+/* For namespace_count namespaces, in the config's order. Free with
+ * tier_progress_destroy() once no thread uses it. */
+tier_progress_t *tier_progress_new(size_t namespace_count);
+void tier_progress_destroy(tier_progress_t *progress);
+
+size_t tier_progress_namespace_count(const tier_progress_t *progress);
+
+/* NULL listener: none. Set before the workers start or after they stop. */
+void tier_progress_set_listener(tier_progress_t *progress, tier_progress_listener_fn listener, void *context);
+
+/* Writers: lock, change the returned record, unlock. notify: tell the listener
+ * and the waiters (tier_progress_wait). Only one record is locked at a time. */
+tier_namespace_progress_t *tier_progress_lock_namespace(tier_progress_t *progress, size_t index);
+tier_worker_progress_t *tier_progress_lock_worker(tier_progress_t *progress, tier_worker_t worker);
+void tier_progress_unlock(tier_progress_t *progress, bool notify);
+
+/* Sets every namespace's applied_time whose feed is not stopped to time, if that
+ * moves it forward, and notifies. */
+void tier_progress_set_applied(tier_progress_t *progress, uint64_t time);
+
+/* Readers: copies, consistent at one instant. */
+void tier_progress_namespace(tier_progress_t *progress, size_t index, tier_namespace_progress_t *out);
+void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_worker_progress_t *out);
+
+/* Waits until a notifying unlock happens or timeout_ms passes. */
+void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms);
+
+/* thermoclineStatus: appends {feeder: {...}, evictor: {...}, warmer: {...}}
+ * under key, and one namespace's worker fields into out. */
+void tier_progress_append_workers(tier_progress_t *progress, const char *key, bson_t *out);
+void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bson_t *out);
+
+#endif

@@ -1,0 +1,122 @@
+/* The tier workers' thread group: pthreads, one stop flag, one condition
+ * variable every sleeper waits on so that a stop wakes them all at once. */
+#include "tier/thread_group.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#define GROUP_MAX_THREADS 8
+
+typedef struct group_thread {
+    tier_group_t *group;
+    tier_group_run_fn run;
+    void *context;
+    pthread_t thread;
+    char name[16];
+} group_thread_t;
+
+struct tier_group {
+    pthread_mutex_t mutex;
+    pthread_cond_t wake; /* signalled by tier_group_stop */
+    atomic_bool stopping;
+    group_thread_t threads[GROUP_MAX_THREADS];
+    int thread_count;
+    bool joined;
+};
+
+tier_group_t *tier_group_new(void)
+{
+    tier_group_t *group = bson_malloc0(sizeof *group);
+    pthread_condattr_t attributes;
+    pthread_mutex_init(&group->mutex, NULL);
+    /* Sleeps measure monotonic time: a wall-clock jump must not stall a worker. */
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&group->wake, &attributes);
+    pthread_condattr_destroy(&attributes);
+    atomic_init(&group->stopping, false);
+    return group;
+}
+
+static void *thread_main(void *argument)
+{
+    group_thread_t *thread = argument;
+    pthread_setname_np(pthread_self(), thread->name);
+    thread->run(thread->group, thread->context);
+    return NULL;
+}
+
+bool tier_group_start(tier_group_t *group, const char *name, tier_group_run_fn run, void *context,
+                      bson_error_t *error)
+{
+    if (group->thread_count >= GROUP_MAX_THREADS) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "cannot start worker %s: the thread group is full", name);
+    }
+    group_thread_t *thread = &group->threads[group->thread_count];
+    thread->group = group;
+    thread->run = run;
+    thread->context = context;
+    snprintf(thread->name, sizeof thread->name, "%s", name);
+    int result = pthread_create(&thread->thread, NULL, thread_main, thread);
+    if (result != 0) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "cannot start worker thread %s: %s", name, strerror(result));
+    }
+    group->thread_count++;
+    return true;
+}
+
+bool tier_group_stopping(tier_group_t *group)
+{
+    return atomic_load(&group->stopping);
+}
+
+bool tier_group_sleep(tier_group_t *group, int64_t milliseconds)
+{
+    struct timespec deadline;
+    if (milliseconds <= 0) {
+        return !tier_group_stopping(group);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += milliseconds / 1000;
+    deadline.tv_nsec += (milliseconds % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&group->mutex);
+    while (!atomic_load(&group->stopping)) {
+        if (pthread_cond_timedwait(&group->wake, &group->mutex, &deadline) == ETIMEDOUT) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&group->mutex);
+    return !tier_group_stopping(group);
+}
+
+void tier_group_stop(tier_group_t *group)
+{
+    pthread_mutex_lock(&group->mutex);
+    atomic_store(&group->stopping, true);
+    pthread_cond_broadcast(&group->wake);
+    pthread_mutex_unlock(&group->mutex);
+    if (!group->joined) {
+        for (int i = 0; i < group->thread_count; i++) {
+            pthread_join(group->threads[i].thread, NULL);
+        }
+        group->joined = true;
+    }
+}
+
+void tier_group_destroy(tier_group_t *group)
+{
+    if (group == NULL) {
+        return;
+    }
+    tier_group_stop(group);
+    pthread_cond_destroy(&group->wake);
+    pthread_mutex_destroy(&group->mutex);
+    bson_free(group);
+}

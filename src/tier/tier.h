@@ -1,0 +1,52 @@
+/* The tier workers (feeder, evictor, warmer) as the proxy and main.c see them:
+ * start the enabled ones as threads of this process, stop them, or run one alone
+ * (`thermocline feeder|evictor|warmer --config FILE`). Their progress is shared
+ * through tier/progress.h; workers of another process leave theirs in the fast
+ * tier's `thermocline` database, which the apply functions below read back. */
+#ifndef TC_TIER_TIER_H
+#define TC_TIER_TIER_H
+
+#include "common/error.h"
+#include "proxy/config.h"
+#include "tier/progress.h"
+
+/* The fast tier's collections of the workers (database TIER_DATABASE):
+ *   feeder        {_id: "stream", resumeToken, appliedTime, updatedAt}: the checkpoint;
+ *                 {_id: "stopped:<ns>", ns, resumeToken, appliedTime, error, at}: a
+ *                 namespace whose write the archive rejected
+ *   warmer        {_id: <ns>, complete, copied, remaining, cursorTime, cursorId, ...}
+ *   workerWrites  {_id: {ns, id, op: "evict"|"warm"}, state, ...}: writes of the
+ *                 evictor and the warmer that the feeder must not replay */
+#define TIER_DATABASE "thermocline"
+#define TIER_FEEDER_COLLECTION "feeder"
+#define TIER_WARMER_COLLECTION "warmer"
+#define TIER_MARKS_COLLECTION "workerWrites"
+
+typedef struct tier_workers tier_workers_t;
+
+/* Which workers tier_workers_start runs. */
+#define TIER_RUN_FEEDER (1u << TIER_WORKER_FEEDER)
+#define TIER_RUN_EVICTOR (1u << TIER_WORKER_EVICTOR)
+#define TIER_RUN_WARMER (1u << TIER_WORKER_WARMER)
+
+/* Starts the workers in `which` as threads, each with its own mongoc clients
+ * popped from one pool per tier. config and progress are borrowed and must
+ * outlive tier_workers_stop(). NULL with an error a user can act on (a URI
+ * libmongoc refuses). Free with tier_workers_stop(). */
+tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *progress, unsigned which,
+                                   bson_error_t *error) TC_MUST_CHECK;
+
+/* Stops and joins the threads (at most a few seconds: the longest blocking call
+ * is a change stream getMore or a server selection) and frees. Safe on NULL. */
+void tier_workers_stop(tier_workers_t *workers);
+
+/* Reads a document of the feeder or the warmer collection (as a worker of
+ * another process wrote it) into progress. */
+void tier_progress_apply_feeder_document(tier_progress_t *progress, const config_t *config, const bson_t *document);
+void tier_progress_apply_warmer_document(tier_progress_t *progress, const config_t *config, const bson_t *document);
+
+/* `thermocline feeder|evictor|warmer ARGS`: argv[0] names the worker; returns the
+ * exit status (0 after SIGINT/SIGTERM, 1 on failure, 2 on bad usage). */
+int tier_main(int argc, char **argv);
+
+#endif

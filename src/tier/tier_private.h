@@ -1,0 +1,128 @@
+/* Internals shared by the tier workers (feeder.c, evictor.c, warmer.c) and their
+ * helpers (tier_common.c): the context every worker thread gets, libmongoc
+ * helpers, cluster times, the worker-writes marks and the pacer. */
+#ifndef TC_TIER_TIER_PRIVATE_H
+#define TC_TIER_TIER_PRIVATE_H
+
+#include "tier/thread_group.h"
+#include "tier/tier.h"
+
+#include <mongoc/mongoc.h>
+
+/* What the worker threads of one process share; all of it outlives them. */
+typedef struct tier_context {
+    const config_t *config;
+    tier_progress_t *progress;
+    tier_group_t *group;
+    mongoc_client_pool_t *fast_pool;
+    mongoc_client_pool_t *archive_pool;
+    bool feeder_here; /* the feeder runs in this process: its progress is in memory */
+} tier_context_t;
+
+/* The worker threads' bodies (context: tier_context_t). */
+void feeder_run(tier_group_t *group, void *context);
+void evictor_run(tier_group_t *group, void *context);
+void warmer_run(tier_group_t *group, void *context);
+
+/* --- clients and commands ------------------------------------------------------- */
+
+/* A pool for uri with the workers' timeouts (server selection and connect 2 s,
+ * socket 60 s) unless the URI sets its own. Free with mongoc_client_pool_destroy(). */
+mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_error_t *error);
+
+/* Runs command on the tier's primary exactly as given. reply is always
+ * initialised (caller destroys). False on a network error or ok: 0. */
+bool tier_command(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *reply,
+                  bson_error_t *error);
+
+/* Whether error is worth retrying later as is: the tier unreachable, stepping
+ * down, or a time limit (not a write the server refused). */
+bool tier_error_is_transient(const bson_error_t *error);
+
+/* The error code, as the server sent it (0 for client-side errors). */
+int32_t tier_error_code(const bson_error_t *error);
+
+/* --- cluster times --------------------------------------------------------------- */
+
+/* A BSON Timestamp as one number (seconds << 32 | increment); 0 when key is
+ * missing or not a Timestamp. */
+uint64_t tier_time_of(const bson_t *document, const char *key);
+void tier_append_time(bson_t *out, const char *key, uint64_t time);
+
+/* The cluster time a resume token stands for: mongod's and our store's tokens
+ * start with KeyString's Timestamp type (0x82) and the time, big-endian. 0 when
+ * the token has another shape. */
+uint64_t tier_token_time(const bson_t *token);
+
+/* The fast tier's current cluster time: the operationTime of a ping. 0 when
+ * the tier keeps no oplog (not a replica set member): the workers then idle. */
+bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t *error);
+
+int64_t tier_wall_clock_ms(void);
+int64_t tier_monotonic_ms(void);
+
+/* --- namespaces ----------------------------------------------------------------- */
+
+/* Splits "db.coll" into database (copied into a buffer of PLAN-sized room) and
+ * collection (a pointer into ns). */
+void tier_split_namespace(const char *ns, char *out_database, size_t size, const char **out_collection);
+
+/* The first value at a dotted path of document (the time field); false when
+ * missing. For an array, the largest date in it (the key of a descending sort). */
+bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms);
+
+/* --- feeder progress for the evictor and the warmer -------------------------------- */
+
+/* Waits until every fast-tier write to namespace index at or before time is in
+ * the archive, as the feeder reports (in memory, or its checkpoint in the fast
+ * tier when it runs elsewhere). False after timeout_ms, when the namespace's
+ * feed is stopped, or when the group stops. */
+bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
+                       int64_t timeout_ms);
+
+/* Reads the feeder's documents from the fast tier into context->progress. */
+bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, bson_error_t *error);
+
+/* --- worker-writes marks -------------------------------------------------------------
+ * The evictor's deletes and the warmer's copies are recorded in
+ * thermocline.workerWrites so that the feeder does not replay them (I3):
+ *   evict: {state: "pending", since}   before the delete;
+ *          {state: "done", at}         the delete's own cluster time (n: 1), or the
+ *                                      mark is removed (n: 0);
+ *          {state: "recovered", since} a crash hid the outcome: the first delete of
+ *                                      the document after since was the evictor's.
+ *   warm:  {state: "pending", since}   before the insert;
+ *          {state: "done", from, to}   the insert happened in (from, to]. */
+void tier_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *kind);
+
+/* Resolves evict marks left pending older than min_age_seconds by a crashed
+ * evictor (0: all): document still in the fast tier -> the mark goes; gone ->
+ * "recovered". */
+bool tier_marks_recover(tier_context_t *context, mongoc_client_t *fast, uint32_t min_age_seconds,
+                        bson_error_t *error);
+
+/* The exact-version filter of a fast-tier document: {_id, every top-level
+ * field: {$eq: value}}. False for a document with a field name a filter would
+ * read as a path or an operator (dots, leading '$'). */
+bool tier_version_filter(const bson_t *document, bson_t *out_filter);
+
+/* --- pacing ------------------------------------------------------------------------ */
+
+/* Keeps background work on a tier to a share of its time: after each request of
+ * latency L it asks for a pause of L * (1 - share) / share, longer when L grows
+ * well past the best latency seen lately (the tier is busy with clients). */
+typedef struct tier_pacer {
+    double share;
+    double best_ms;
+    double average_ms;
+} tier_pacer_t;
+
+void tier_pacer_init(tier_pacer_t *pacer, double share);
+int64_t tier_pacer_pause_ms(tier_pacer_t *pacer, int64_t latency_ms);
+
+/* Records a worker's state for thermoclineStatus and the log. */
+void tier_report_error(tier_context_t *context, tier_worker_t worker, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+void tier_report_ok(tier_context_t *context, tier_worker_t worker);
+
+#endif

@@ -1,0 +1,176 @@
+/* Tests for src/security/roles.c: what each built-in role allows and refuses,
+ * where (its database, system collections, local and config, the cluster), and
+ * role names as mongod resolves them. */
+#include "security/roles.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define ACT(name) ROLES_ACTION(ROLES_##name)
+
+static bool allow_on_collection(const char *role, const char *role_database, const char *database,
+                                const char *collection, roles_actions_t actions)
+{
+    roles_grant_t grant = {role, role_database};
+    roles_resource_t resource = {ROLES_RESOURCE_COLLECTION, database, collection};
+    return roles_allow(&grant, 1, &resource, actions);
+}
+
+static bool allow_on_database(const char *role, const char *role_database, const char *database,
+                              roles_actions_t actions)
+{
+    roles_grant_t grant = {role, role_database};
+    roles_resource_t resource = {ROLES_RESOURCE_DATABASE, database, NULL};
+    return roles_allow(&grant, 1, &resource, actions);
+}
+
+static bool allow_on_cluster(const char *role, const char *role_database, roles_actions_t actions)
+{
+    roles_grant_t grant = {role, role_database};
+    roles_resource_t resource = {ROLES_RESOURCE_CLUSTER, NULL, NULL};
+    return roles_allow(&grant, 1, &resource, actions);
+}
+
+static void test_read(void **state)
+{
+    (void)state;
+    assert_true(allow_on_collection("read", "shop", "shop", "orders", ACT(FIND)));
+    assert_true(allow_on_collection("read", "shop", "shop", "orders", ACT(FIND) | ACT(KILL_CURSORS)));
+    assert_true(allow_on_database("read", "shop", "shop", ACT(LIST_COLLECTIONS) | ACT(DB_STATS)));
+    assert_false(allow_on_collection("read", "shop", "shop", "orders", ACT(INSERT)));
+    assert_false(allow_on_collection("read", "shop", "shop", "orders", ACT(FIND) | ACT(REMOVE)));
+    assert_false(allow_on_collection("read", "shop", "other", "orders", ACT(FIND)));   /* another database */
+    assert_false(allow_on_collection("read", "shop", "shop", "system.users", ACT(FIND)));
+    assert_true(allow_on_collection("read", "shop", "shop", "system.js", ACT(FIND)));
+    assert_false(allow_on_cluster("read", "admin", ACT(LIST_DATABASES)));
+    /* read on admin is read on admin's collections, not on everything. */
+    assert_false(allow_on_collection("read", "admin", "shop", "orders", ACT(FIND)));
+}
+
+static void test_read_write_cannot_drop_the_database(void **state)
+{
+    (void)state;
+    assert_true(allow_on_collection("readWrite", "shop", "shop", "orders",
+                                    ACT(INSERT) | ACT(UPDATE) | ACT(REMOVE) | ACT(FIND)));
+    assert_true(allow_on_collection("readWrite", "shop", "shop", "orders", ACT(DROP_COLLECTION)));
+    assert_true(allow_on_collection("readWrite", "shop", "shop", "orders", ACT(CREATE_INDEX)));
+    assert_false(allow_on_database("readWrite", "shop", "shop", ACT(DROP_DATABASE)));
+    assert_false(allow_on_database("readWrite", "shop", "shop", ACT(CREATE_USER)));
+    assert_false(allow_on_collection("readWrite", "shop", "shop", "system.profile", ACT(FIND)));
+}
+
+static void test_db_admin_manages_but_does_not_read(void **state)
+{
+    (void)state;
+    assert_true(allow_on_database("dbAdmin", "shop", "shop", ACT(DROP_DATABASE)));
+    assert_true(allow_on_collection("dbAdmin", "shop", "shop", "orders", ACT(CREATE_INDEX) | ACT(COLL_STATS)));
+    assert_false(allow_on_collection("dbAdmin", "shop", "shop", "orders", ACT(FIND)));
+    assert_false(allow_on_collection("dbAdmin", "shop", "shop", "orders", ACT(INSERT)));
+    assert_true(allow_on_collection("dbAdmin", "shop", "shop", "system.profile", ACT(FIND)));
+    assert_false(allow_on_database("dbAdmin", "shop", "shop", ACT(CREATE_USER)));
+}
+
+static void test_user_admin(void **state)
+{
+    (void)state;
+    assert_true(allow_on_database("userAdmin", "shop", "shop", ACT(CREATE_USER) | ACT(GRANT_ROLE) | ACT(VIEW_USER)));
+    assert_false(allow_on_database("userAdmin", "shop", "other", ACT(CREATE_USER)));
+    assert_false(allow_on_collection("userAdmin", "shop", "shop", "orders", ACT(FIND)));
+    assert_true(allow_on_database("dbOwner", "shop", "shop", ACT(CREATE_USER) | ACT(DROP_DATABASE)));
+    assert_true(allow_on_collection("dbOwner", "shop", "shop", "orders", ACT(FIND) | ACT(INSERT)));
+}
+
+static void test_any_database_roles_skip_local_and_config(void **state)
+{
+    (void)state;
+    assert_true(allow_on_collection("readAnyDatabase", "admin", "shop", "orders", ACT(FIND)));
+    assert_true(allow_on_collection("readAnyDatabase", "admin", "admin", "things", ACT(FIND)));
+    assert_false(allow_on_collection("readAnyDatabase", "admin", "local", "oplog.rs", ACT(FIND)));
+    assert_false(allow_on_collection("readAnyDatabase", "admin", "config", "x", ACT(FIND)));
+    assert_false(allow_on_collection("readAnyDatabase", "admin", "shop", "orders", ACT(INSERT)));
+    assert_false(allow_on_collection("readAnyDatabase", "admin", "admin", "system.users", ACT(FIND)));
+    assert_true(allow_on_cluster("readAnyDatabase", "admin", ACT(LIST_DATABASES)));
+    assert_false(allow_on_cluster("readAnyDatabase", "admin", ACT(SERVER_STATUS)));
+    assert_true(allow_on_collection("readWriteAnyDatabase", "admin", "a", "b", ACT(INSERT) | ACT(REMOVE)));
+    assert_false(allow_on_database("readWriteAnyDatabase", "admin", "a", ACT(DROP_DATABASE)));
+    assert_true(allow_on_database("dbAdminAnyDatabase", "admin", "a", ACT(DROP_DATABASE)));
+    assert_true(allow_on_database("userAdminAnyDatabase", "admin", "a", ACT(CREATE_USER)));
+    assert_true(allow_on_collection("userAdminAnyDatabase", "admin", "admin", "system.users", ACT(FIND)));
+    /* The AnyDatabase roles exist only in admin: held on another database they grant nothing. */
+    assert_false(allow_on_collection("readAnyDatabase", "shop", "shop", "orders", ACT(FIND)));
+}
+
+static void test_cluster_roles_and_root(void **state)
+{
+    (void)state;
+    assert_true(allow_on_cluster("clusterMonitor", "admin", ACT(SERVER_STATUS) | ACT(GET_PARAMETER)));
+    assert_false(allow_on_cluster("clusterMonitor", "admin", ACT(FSYNC)));
+    assert_true(allow_on_cluster("clusterAdmin", "admin", ACT(FSYNC) | ACT(SERVER_STATUS)));
+    assert_false(allow_on_collection("clusterAdmin", "admin", "shop", "orders", ACT(FIND)));
+    assert_true(allow_on_cluster("root", "admin", ACT(FSYNC) | ACT(LIST_DATABASES)));
+    assert_true(allow_on_database("root", "admin", "shop", ACT(DROP_DATABASE) | ACT(CREATE_USER)));
+    assert_true(allow_on_collection("root", "admin", "local", "oplog.rs", ACT(FIND)));
+    assert_true(allow_on_collection("root", "admin", "admin", "system.users", ACT(FIND) | ACT(INSERT)));
+    assert_false(allow_on_collection("root", "shop", "shop", "orders", ACT(FIND)));
+}
+
+static void test_roles_combine_and_unknown_roles_grant_nothing(void **state)
+{
+    (void)state;
+    roles_grant_t grants[] = {{"read", "shop"}, {"dbAdmin", "shop"}, {"nosuchrole", "shop"}};
+    roles_resource_t orders = {ROLES_RESOURCE_COLLECTION, "shop", "orders"};
+    roles_resource_t shop = {ROLES_RESOURCE_DATABASE, "shop", NULL};
+    assert_true(roles_allow(grants, 3, &orders, ACT(FIND) | ACT(CREATE_INDEX)));
+    assert_true(roles_allow(grants, 3, &shop, ACT(DROP_DATABASE) | ACT(LIST_COLLECTIONS)));
+    assert_false(roles_allow(grants, 3, &orders, ACT(FIND) | ACT(INSERT)));
+    assert_false(roles_allow(&grants[2], 1, &orders, ACT(FIND)));
+    assert_false(roles_allow(NULL, 0, &orders, ACT(FIND)));
+    assert_true(roles_allow(NULL, 0, &orders, 0)); /* nothing asked, nothing needed */
+}
+
+static void test_role_names(void **state)
+{
+    (void)state;
+    assert_true(roles_exists("read", "anything"));
+    assert_true(roles_exists("dbOwner", "shop"));
+    assert_true(roles_exists("root", "admin"));
+    assert_false(roles_exists("root", "shop"));
+    assert_false(roles_exists("readAnyDatabase", "shop"));
+    assert_false(roles_exists("Read", "shop")); /* case matters */
+    assert_false(roles_exists("", "admin"));
+    assert_string_equal(roles_action_name(ROLES_DROP_DATABASE), "dropDatabase");
+    assert_string_equal(roles_action_name(ROLES_FIND), "find");
+}
+
+static void test_any_on_database(void **state)
+{
+    (void)state;
+    roles_grant_t reader = {"read", "shop"};
+    assert_true(roles_allow_any_on_database(&reader, 1, "shop"));
+    assert_false(roles_allow_any_on_database(&reader, 1, "other"));
+    roles_grant_t any = {"readAnyDatabase", "admin"};
+    assert_true(roles_allow_any_on_database(&any, 1, "other"));
+    assert_false(roles_allow_any_on_database(&any, 1, "local"));
+    roles_grant_t monitor = {"clusterMonitor", "admin"};
+    assert_false(roles_allow_any_on_database(&monitor, 1, "admin"));
+    roles_grant_t user_admin_any = {"userAdminAnyDatabase", "admin"};
+    assert_true(roles_allow_any_on_database(&user_admin_any, 1, "admin"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_read),
+        cmocka_unit_test(test_read_write_cannot_drop_the_database),
+        cmocka_unit_test(test_db_admin_manages_but_does_not_read),
+        cmocka_unit_test(test_user_admin),
+        cmocka_unit_test(test_any_database_roles_skip_local_and_config),
+        cmocka_unit_test(test_cluster_roles_and_root),
+        cmocka_unit_test(test_roles_combine_and_unknown_roles_grant_nothing),
+        cmocka_unit_test(test_role_names),
+        cmocka_unit_test(test_any_on_database),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
