@@ -276,7 +276,7 @@ static void on_tier_reply(void *context, const uint8_t *reply, size_t length, co
     memcpy(copy, reply, length);
     bson_t body;
     bson_error_t parse_error;
-    if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_find_body(copy, length, &body, &parse_error)) {
+    if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_peek_body(copy, length, &body, &parse_error)) {
         uint8_t *cursor_id = find_int64_in_place(&body, "cursor", "id");
         if (request->getmore_proxy_id != 0) {
             bson_iter_t code;
@@ -316,7 +316,7 @@ static void route_get_more(proxy_request_t *request)
 {
     bson_error_t error;
     bson_t body;
-    if (!wire_op_msg_find_body(request->message, request->length, &body, &error)) {
+    if (!wire_op_msg_peek_body(request->message, request->length, &body, &error)) {
         finish_with_error(request, &error);
         return;
     }
@@ -444,7 +444,7 @@ static void on_fault_in_found(void *context, const uint8_t *reply, size_t length
         finish_with_error(request, error);
         return;
     }
-    if (!wire_op_msg_find_body(reply, length, &body, &parse_error) || !bson_iter_init_find(&iter, &body, "cursor") ||
+    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !bson_iter_init_find(&iter, &body, "cursor") ||
         !bson_iter_recurse(&iter, &cursor) || !bson_iter_find(&cursor, "firstBatch") ||
         !bson_iter_recurse(&cursor, &batch)) {
         tc_error_set(&parse_error, TC_ERR_OPERATION_FAILED,

@@ -40,10 +40,10 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
  * is a change stream getMore or a server selection) and frees. Safe on NULL. */
 void tier_workers_stop(tier_workers_t *workers);
 
-/* Reads a document of the feeder or the warmer collection (as a worker of
- * another process wrote it) into progress. */
-void tier_progress_apply_feeder_document(tier_progress_t *progress, const config_t *config, const bson_t *document);
-void tier_progress_apply_warmer_document(tier_progress_t *progress, const config_t *config, const bson_t *document);
+/* Reads every document of the feeder or the warmer collection (a BSON array, as
+ * workers of another process wrote them) into progress. */
+void tier_progress_apply_feeder_documents(tier_progress_t *progress, const config_t *config, const bson_t *documents);
+void tier_progress_apply_warmer_documents(tier_progress_t *progress, const config_t *config, const bson_t *documents);
 
 /* `thermocline feeder|evictor|warmer ARGS`: argv[0] names the worker; returns the
  * exit status (0 after SIGINT/SIGTERM, 1 on failure, 2 on bad usage). */

@@ -274,6 +274,37 @@ bool wire_op_msg_find_body(const uint8_t *message, size_t length, bson_t *out_bo
     return tc_error_set(error, TC_ERR_LOCATION_OP_MSG_NO_BODY, "OP_MSG messages must have a body");
 }
 
+bool wire_op_msg_peek_body(const uint8_t *message, size_t length, bson_t *out_body,
+                           bson_error_t *error)
+{
+    wire_header_t header;
+    if (!expect_op_msg(message, length, &header, error)) {
+        return false;
+    }
+    size_t position = WIRE_HEADER_SIZE + 4;
+    while (position < length) {
+        uint8_t kind = message[position++];
+        if (length - position < 4) {
+            break;
+        }
+        uint32_t section_length = (uint32_t)wire_load_int32(message + position);
+        if (section_length < 5 || section_length > length - position) {
+            break;
+        }
+        if (kind == SECTION_KIND_BODY) {
+            if (!bson_init_static(out_body, message + position, section_length)) {
+                break;
+            }
+            return true;
+        }
+        if (kind != SECTION_KIND_DOCUMENT_SEQUENCE) {
+            break;
+        }
+        position += section_length;
+    }
+    return tc_error_set(error, TC_ERR_INVALID_BSON, "malformed OP_MSG body in a reply");
+}
+
 void wire_op_msg_checksum_refresh(uint8_t *message, size_t length)
 {
     if (length < WIRE_HEADER_SIZE + 4 + CHECKSUM_SIZE ||

@@ -152,6 +152,14 @@ bool wire_op_msg_parse(const uint8_t *message, size_t length, wire_op_msg_t *out
 bool wire_op_msg_command(const wire_op_msg_t *message, bson_t *out_command,
                          bson_error_t *error) TC_MUST_CHECK;
 
+/* For the proxy: finds the body of a complete OP_MSG from a peer it trusts (a
+ * tier's reply), checking only that the body's framing lies inside the message:
+ * no deep validation, which would cost more than the forwarding itself (every
+ * string's UTF-8). libbson's iterators stay bounds-safe on what it returns.
+ * out_body borrows message. */
+bool wire_op_msg_peek_body(const uint8_t *message, size_t length, bson_t *out_body,
+                           bson_error_t *error) TC_MUST_CHECK;
+
 /* For the proxy: finds and validates the body of a complete OP_MSG without
  * validating the sequences' documents or the checksum. out_body borrows message. */
 bool wire_op_msg_find_body(const uint8_t *message, size_t length, bson_t *out_body,

@@ -1,0 +1,413 @@
+/* The store's access control, per server and per connection: the manager, each
+ * connection's session (its user and a SASL conversation under way), the SCRAM
+ * conversation behind saslStart, saslContinue and hello's
+ * speculativeAuthenticate, and what hello and connectionStatus show. Every
+ * authentication failure answers AuthenticationFailed "Authentication failed."
+ * as mongod does; the reason goes to the log (never a payload or a key). */
+#include "store/auth_private.h"
+
+#include "common/log.h"
+#include "security/base64.h"
+
+#include <string.h>
+
+#define LOG_COMPONENT "ACCESS"
+
+auth_manager_t *auth_manager_new(bool enabled)
+{
+    auth_manager_t *manager = bson_malloc0(sizeof *manager);
+    manager->enabled = enabled;
+    atomic_init(&manager->generation, 1);
+    atomic_init(&manager->users_exist, -1);
+    return manager;
+}
+
+void auth_manager_destroy(auth_manager_t *manager)
+{
+    bson_free(manager);
+}
+
+static void conversation_reset(auth_session_t *session)
+{
+    scram_server_destroy(session->conversation);
+    session->conversation = NULL;
+    bson_free(session->conversation_database);
+    session->conversation_database = NULL;
+    session->skip_empty_exchange = false;
+    session->awaiting_empty_step = false;
+    session->speculative = false;
+}
+
+void auth_session_destroy(void *state)
+{
+    auth_session_t *session = state;
+    if (session == NULL) {
+        return;
+    }
+    conversation_reset(session);
+    auth_user_cleanup(&session->user);
+    bson_free(session);
+}
+
+auth_session_t *auth_session_get(command_context_t *context)
+{
+    if (context->connection_data == NULL) {
+        return NULL; /* a command run outside any connection */
+    }
+    if (*context->connection_data == NULL) {
+        *context->connection_data = bson_malloc0(sizeof(auth_session_t));
+    }
+    return *context->connection_data;
+}
+
+static bool peer_is_loopback(const char *peer)
+{
+    return strncmp(peer, "127.", 4) == 0 || strncmp(peer, "[::1]:", 6) == 0 ||
+           strncmp(peer, "[::ffff:127.", 12) == 0;
+}
+
+bool auth_localhost_exception(command_context_t *context)
+{
+    auth_manager_t *manager = context->store->auth;
+    if (!manager->enabled || context->peer_address == NULL || !peer_is_loopback(context->peer_address)) {
+        return false;
+    }
+    int exist = atomic_load(&manager->users_exist);
+    if (exist < 0) {
+        bool any;
+        bson_error_t error;
+        if (!auth_users_any(context->session, &any, &error)) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, context->connection_id, "cannot count users: %s", error.message);
+            return false; /* unsure: no exception */
+        }
+        exist = any ? 1 : 0;
+        atomic_store(&manager->users_exist, exist);
+    }
+    return exist == 0;
+}
+
+/* --- the SASL conversation -------------------------------------------------------- */
+
+static void append_payload(bson_t *reply, const char *data, size_t length, bool as_text)
+{
+    if (as_text) {
+        char *text = base64_encode_new((const uint8_t *)data, length);
+        BSON_APPEND_UTF8(reply, "payload", text);
+        bson_free(text);
+    } else {
+        BSON_APPEND_BINARY(reply, "payload", BSON_SUBTYPE_BINARY, (const uint8_t *)data, (uint32_t)length);
+    }
+}
+
+static void append_step_reply(bson_t *reply, bool done, const char *payload, size_t length, bool as_text)
+{
+    BSON_APPEND_INT32(reply, "conversationId", 1);
+    BSON_APPEND_BOOL(reply, "done", done);
+    append_payload(reply, payload, length, as_text);
+}
+
+/* Logs why, ends the conversation, and answers as mongod: the client learns
+ * nothing but that it failed. */
+static bool conversation_failed(command_context_t *context, auth_session_t *session, const bson_error_t *reason,
+                                bson_error_t *error)
+{
+    const char *user = session->conversation != NULL ? scram_server_user(session->conversation) : NULL;
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
+           "Authentication failed: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
+           "\"%s\", remote %s, error %s: %s",
+           session->conversation != NULL ? scram_mechanism_name(scram_server_mechanism(session->conversation)) : "?",
+           session->speculative ? "true" : "false", user != NULL ? user : "",
+           session->conversation_database != NULL ? session->conversation_database : "", context->peer_address,
+           tc_error_code_name((int32_t)reason->code), reason->message);
+    conversation_reset(session);
+    return tc_error_set(error, TC_ERR_AUTHENTICATION_FAILED, AUTH_FAILED_MESSAGE);
+}
+
+bool auth_sasl_start(command_context_t *context, const char *database, const char *mechanism_name,
+                     const uint8_t *payload, size_t payload_length, bool payload_is_text, bool skip_empty_exchange,
+                     bool speculative, bson_t *reply, bson_error_t *error)
+{
+    auth_session_t *session = auth_session_get(context);
+    scram_mechanism_t mechanism;
+    bson_error_t reason;
+    char *server_first = NULL;
+    size_t server_first_length;
+    bson_t user_document;
+    bool found = false;
+    scram_credentials_t credentials;
+
+    if (session == NULL) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "authentication needs a connection");
+    }
+    if (!scram_mechanism_from_name(mechanism_name, &mechanism)) {
+        return tc_error_set(error, TC_ERR_MECHANISM_UNAVAILABLE,
+                            "Received authentication for mechanism %s which is not enabled", mechanism_name);
+    }
+    conversation_reset(session); /* a new saslStart abandons any conversation under way */
+    session->conversation = scram_server_new(mechanism, NULL);
+    session->conversation_database = bson_strdup(database);
+    session->skip_empty_exchange = skip_empty_exchange;
+    session->speculative = speculative;
+
+    if (!scram_server_receive_first(session->conversation, payload, payload_length, &reason)) {
+        return conversation_failed(context, session, &reason, error);
+    }
+    const char *user = scram_server_user(session->conversation);
+    if (!auth_users_find(context->session, user, database, &user_document, &found, &reason)) {
+        return conversation_failed(context, session, &reason, error);
+    }
+    if (!found) {
+        tc_error_set(&reason, TC_ERR_USER_NOT_FOUND, "Could not find user \"%s\" for db \"%s\"", user, database);
+        return conversation_failed(context, session, &reason, error);
+    }
+    bool has_credentials = auth_users_credentials(&user_document, mechanism, &credentials);
+    bson_destroy(&user_document);
+    if (!has_credentials) {
+        tc_error_set(&reason, TC_ERR_MECHANISM_UNAVAILABLE,
+                     "Unable to use %s based authentication for user without any %s credentials registered",
+                     mechanism_name, mechanism_name);
+        return conversation_failed(context, session, &reason, error);
+    }
+    bool built = scram_server_first_message(session->conversation, &credentials, &server_first,
+                                            &server_first_length, &reason);
+    memset(&credentials, 0, sizeof credentials);
+    if (!built) {
+        return conversation_failed(context, session, &reason, error);
+    }
+    append_step_reply(reply, false, server_first, server_first_length, payload_is_text);
+    bson_free(server_first);
+    return true;
+}
+
+/* The conversation succeeded: the connection is now user@database, as mongod's
+ * addAndAuthorizeUser allows (one user per connection; the same one again is
+ * accepted). */
+static bool conversation_succeeded(command_context_t *context, auth_session_t *session, bson_error_t *error)
+{
+    const char *user = scram_server_user(session->conversation);
+    const char *database = session->conversation_database;
+    bson_t document;
+    bool found = false;
+    bson_error_t reason;
+
+    if (session->user.name != NULL) {
+        bool same_database = strcmp(session->user.database, database) == 0;
+        if (same_database && strcmp(session->user.name, user) == 0) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, context->connection_id,
+                   "Client has attempted to reauthenticate as a single user: %s@%s", user, database);
+            conversation_reset(session);
+            return true;
+        }
+        if (same_database) {
+            tc_error_set(error, TC_ERR_AUTHENTICATED_AS_ANOTHER_USER,
+                         "Each client connection may only be authenticated once. Previously authenticated as: "
+                         "%s@%s",
+                         session->user.name, session->user.database);
+        } else {
+            tc_error_set(error, TC_ERR_AUTHENTICATED_ON_ANOTHER_DATABASE,
+                         "Client has attempted to authenticate on multiple databases.Already authenticated as: "
+                         "%s@%s",
+                         session->user.name, session->user.database);
+        }
+        conversation_reset(session);
+        return false;
+    }
+    bool read = auth_users_find(context->session, user, database, &document, &found, &reason);
+    if (!read || !found) {
+        if (read) { /* dropped since saslStart */
+            tc_error_set(&reason, TC_ERR_USER_NOT_FOUND, "Could not find user \"%s\" for db \"%s\"", user, database);
+        }
+        return conversation_failed(context, session, &reason, error);
+    }
+    bool parsed = auth_user_from_document(&document, &session->user);
+    bson_destroy(&document);
+    if (!parsed) {
+        tc_error_set(&reason, TC_ERR_AUTHENTICATION_FAILED, "the user document of %s@%s is malformed", user, database);
+        return conversation_failed(context, session, &reason, error);
+    }
+    session->generation = atomic_load(&context->store->auth->generation);
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
+           "Authentication succeeded: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
+           "\"%s\", remote %s",
+           scram_mechanism_name(scram_server_mechanism(session->conversation)), session->speculative ? "true" : "false",
+           user, database, context->peer_address);
+    conversation_reset(session);
+    return true;
+}
+
+bool auth_sasl_continue(command_context_t *context, int64_t conversation_id, const uint8_t *payload,
+                        size_t payload_length, bool payload_is_text, bson_t *reply, bson_error_t *error)
+{
+    auth_session_t *session = auth_session_get(context);
+    bson_error_t reason;
+    if (session == NULL || session->conversation == NULL) {
+        return tc_error_set(error, TC_ERR_PROTOCOL_ERROR, "No SASL session state found");
+    }
+    if (conversation_id != 1) {
+        return tc_error_set(error, TC_ERR_PROTOCOL_ERROR, "sasl: Mismatched conversation id");
+    }
+    if (session->awaiting_empty_step) {
+        if (payload_length != 0) {
+            tc_error_set(&reason, TC_ERR_AUTHENTICATION_FAILED, "Invalid SCRAM authentication step: 3");
+            return conversation_failed(context, session, &reason, error);
+        }
+        if (!conversation_succeeded(context, session, error)) {
+            return false;
+        }
+        append_step_reply(reply, true, "", 0, payload_is_text);
+        return true;
+    }
+    char *server_final = NULL;
+    size_t server_final_length;
+    if (!scram_server_receive_final(session->conversation, payload, payload_length, &server_final,
+                                    &server_final_length, &reason)) {
+        return conversation_failed(context, session, &reason, error);
+    }
+    if (!session->skip_empty_exchange) {
+        /* The client checks the server's signature, then sends an empty step. */
+        session->awaiting_empty_step = true;
+        append_step_reply(reply, false, server_final, server_final_length, payload_is_text);
+        bson_free(server_final);
+        return true;
+    }
+    bool ok = conversation_succeeded(context, session, error);
+    if (ok) {
+        append_step_reply(reply, true, server_final, server_final_length, payload_is_text);
+    }
+    bson_free(server_final);
+    return ok;
+}
+
+/* --- hello and connectionStatus -------------------------------------------------------- */
+
+/* saslSupportedMechs: "db.user": the mechanisms user has credentials for; nothing
+ * when there is no such user. */
+static void append_supported_mechanisms(command_context_t *context, const char *qualified_name, bson_t *reply)
+{
+    const char *dot = strchr(qualified_name, '.');
+    if (dot == NULL || dot == qualified_name || dot[1] == '\0') {
+        return;
+    }
+    char *database = bson_strndup(qualified_name, (size_t)(dot - qualified_name));
+    bson_t document;
+    bool found = false;
+    bson_error_t error;
+    if (auth_users_find(context->session, dot + 1, database, &document, &found, &error) && found) {
+        bson_t mechanisms;
+        uint32_t index = 0;
+        BSON_APPEND_ARRAY_BEGIN(reply, "saslSupportedMechs", &mechanisms);
+        const scram_mechanism_t all[] = {SCRAM_SHA_1, SCRAM_SHA_256};
+        for (size_t i = 0; i < 2; i++) {
+            scram_credentials_t credentials;
+            if (auth_users_credentials(&document, all[i], &credentials)) {
+                char key[16];
+                const char *key_string;
+                bson_uint32_to_string(index++, &key_string, key, sizeof key);
+                BSON_APPEND_UTF8(&mechanisms, key_string, scram_mechanism_name(all[i]));
+            }
+        }
+        bson_append_array_end(reply, &mechanisms);
+        bson_destroy(&document);
+    }
+    bson_free(database);
+}
+
+static void run_speculative_start(command_context_t *context, const bson_t *request, bson_t *reply)
+{
+    bson_iter_t iter;
+    const char *mechanism = NULL, *database = NULL;
+    const uint8_t *payload = NULL;
+    uint32_t payload_length = 0;
+    bool payload_is_text = false;
+    bool skip_empty_exchange = false;
+    if (!bson_iter_init_find(&iter, request, "saslStart")) {
+        return; /* {authenticate: 1, mechanism: "MONGODB-X509"} is not offered */
+    }
+    bson_iter_init(&iter, request);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        if (strcmp(key, "mechanism") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
+            mechanism = bson_iter_utf8(&iter, NULL);
+        } else if (strcmp(key, "db") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
+            database = bson_iter_utf8(&iter, NULL);
+        } else if (strcmp(key, "payload") == 0 && BSON_ITER_HOLDS_BINARY(&iter)) {
+            bson_subtype_t subtype;
+            bson_iter_binary(&iter, &subtype, &payload_length, &payload);
+        } else if (strcmp(key, "payload") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
+            payload = (const uint8_t *)bson_iter_utf8(&iter, &payload_length);
+            payload_is_text = true;
+        } else if (strcmp(key, "options") == 0 && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            bson_iter_t options;
+            if (bson_iter_recurse(&iter, &options) && bson_iter_find(&options, "skipEmptyExchange")) {
+                skip_empty_exchange = bson_iter_as_bool(&options);
+            }
+        }
+    }
+    if (mechanism == NULL || database == NULL || payload == NULL) {
+        return; /* mongod: treated as if there were no speculative start */
+    }
+    uint8_t *decoded = NULL;
+    size_t decoded_length = payload_length;
+    if (payload_is_text) {
+        decoded = bson_malloc(payload_length + 1);
+        if (!base64_decode((const char *)payload, payload_length, decoded, payload_length + 1, &decoded_length)) {
+            bson_free(decoded);
+            return;
+        }
+        payload = decoded;
+    }
+    bson_t step = BSON_INITIALIZER;
+    bson_error_t error;
+    if (auth_sasl_start(context, database, mechanism, payload, decoded_length, payload_is_text, skip_empty_exchange,
+                        true, &step, &error)) {
+        BSON_APPEND_DOCUMENT(reply, "speculativeAuthenticate", &step);
+    }
+    bson_destroy(&step);
+    bson_free(decoded);
+}
+
+void auth_append_hello(command_context_t *context, bson_t *reply)
+{
+    bson_iter_t iter;
+    if (bson_iter_init_find(&iter, context->command, "saslSupportedMechs") && BSON_ITER_HOLDS_UTF8(&iter)) {
+        append_supported_mechanisms(context, bson_iter_utf8(&iter, NULL), reply);
+    }
+    if (bson_iter_init_find(&iter, context->command, "speculativeAuthenticate") && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t request;
+        bson_iter_document(&iter, &length, &data);
+        if (bson_init_static(&request, data, length)) {
+            run_speculative_start(context, &request, reply);
+        }
+    }
+}
+
+void auth_append_connection_status(command_context_t *context, bson_t *reply)
+{
+    auth_session_t *session = auth_session_get(context);
+    bson_t info, users, roles;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "authInfo", &info);
+    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUsers", &users);
+    if (session != NULL && session->user.name != NULL) {
+        bson_t user;
+        BSON_APPEND_DOCUMENT_BEGIN(&users, "0", &user);
+        BSON_APPEND_UTF8(&user, "user", session->user.name);
+        BSON_APPEND_UTF8(&user, "db", session->user.database);
+        bson_append_document_end(&users, &user);
+    }
+    bson_append_array_end(&info, &users);
+    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserRoles", &roles);
+    for (size_t i = 0; session != NULL && session->user.name != NULL && i < session->user.grant_count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_t role;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        BSON_APPEND_DOCUMENT_BEGIN(&roles, key_string, &role);
+        BSON_APPEND_UTF8(&role, "role", session->user.grants[i].role);
+        BSON_APPEND_UTF8(&role, "db", session->user.grants[i].database);
+        bson_append_document_end(&roles, &role);
+    }
+    bson_append_array_end(&info, &roles);
+    bson_append_document_end(reply, &info);
+}

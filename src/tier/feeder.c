@@ -1,0 +1,1103 @@
+/* The feeder: tails the fast tier's change stream over the policy namespaces and
+ * replays every client write in the archive.
+ *
+ *   getMore ─▶ drop events already applied (restart) and the evictor's deletes
+ *              and warmer's copies (thermocline.workerWrites)
+ *           ─▶ coalesce (feeder_batch.c) ─▶ one ordered bulk write per namespace,
+ *              w: majority, retried with backoff while the archive is down
+ *           ─▶ checkpoint the batch's resume token in the fast tier
+ *           ─▶ publish the applied cluster time (read-your-writes)
+ *
+ * The checkpoint follows the archive's acknowledgement, so a crash anywhere
+ * replays at most the last batch, and every replayed write is idempotent. A
+ * write the archive rejects stops that namespace's feed only, with its own
+ * resume point ("stopped:<ns>") from which the next start retries it. */
+#include "tier/tier_private.h"
+
+#include "common/log.h"
+#include "tier/feeder_batch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LOG_COMPONENT "FEEDER"
+#define STREAM_BATCH_SIZE 1000
+#define STREAM_AWAIT_MS 300
+#define IDLE_CHECKPOINT_MS 1000
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS 5000
+#define WARM_MARK_WAIT_MS 2000
+#define EVICT_MARK_RECOVER_SECONDS 30
+#define STATS_LOG_INTERVAL_MS 10000
+
+typedef struct feeder_namespace {
+    char database[128];
+    const char *collection;
+    bool stopped;         /* the archive rejected a write: nothing more is applied */
+    bool retrying;        /* was stopped at start: applied again from its own resume point */
+    uint64_t skip_until;  /* its events at or before this time are in the archive already */
+    bson_t stopped_token; /* where it resumes after a restart */
+    uint64_t stopped_time;
+} feeder_namespace_t;
+
+typedef struct feeder {
+    tier_context_t *context;
+    mongoc_client_t *fast;
+    mongoc_client_t *archive;
+    mongoc_client_session_t *session;
+    uint32_t server_id;
+    int64_t cursor_id; /* 0: no stream open */
+    bool started;
+    bool have_token;
+    bson_t token;             /* the stream position applied through */
+    uint64_t applied_time;    /* its cluster time */
+    uint64_t start_time;      /* the checkpoint's time at start: retries are caught up past it */
+    uint64_t replay_until;    /* events at or before may have been applied before a restart */
+    bool archive_majority;    /* the archive is a replica set: w: majority */
+    feeder_namespace_t *namespaces;
+    size_t namespace_count;
+    feeder_batch_t *batch;
+    bson_t consumed_marks;    /* "recovered" marks matched in this batch, removed after it */
+    int64_t last_checkpoint_ms;
+    uint64_t checkpoint_time;
+    int64_t backoff_ms;
+    int64_t stats_since_ms;
+    int64_t stats_events;
+    int64_t stats_writes;
+} feeder_t;
+
+/* One event of a batch on its way to the archive. */
+typedef struct candidate {
+    bson_t event; /* a view into the getMore reply */
+    size_t index;
+    uint64_t time;
+    bool is_insert;
+    bool is_delete;
+    bson_value_t id; /* a view */
+    bool suppressed; /* a worker's write: not replayed */
+    bool resolved;
+} candidate_t;
+
+/* --- small helpers ---------------------------------------------------------------- */
+
+static void backoff(feeder_t *feeder)
+{
+    feeder->backoff_ms = feeder->backoff_ms == 0 ? BACKOFF_FIRST_MS : feeder->backoff_ms * 2;
+    if (feeder->backoff_ms > BACKOFF_MAX_MS) {
+        feeder->backoff_ms = BACKOFF_MAX_MS;
+    }
+    tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);
+    item->retries++;
+    tier_progress_unlock(feeder->context->progress, false);
+    tier_group_sleep(feeder->context->group, feeder->backoff_ms);
+}
+
+static bool view_field_document(const bson_t *document, const char *path, bson_t *out)
+{
+    bson_iter_t iter, found;
+    uint32_t length;
+    const uint8_t *data;
+    if (!bson_iter_init(&iter, document) || !bson_iter_find_descendant(&iter, path, &found) ||
+        !(BSON_ITER_HOLDS_DOCUMENT(&found) || BSON_ITER_HOLDS_ARRAY(&found))) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&found)) {
+        bson_iter_document(&found, &length, &data);
+    } else {
+        bson_iter_array(&found, &length, &data);
+    }
+    return bson_init_static(out, data, length);
+}
+
+static ssize_t find_namespace(feeder_t *feeder, const char *database, const char *collection)
+{
+    for (size_t i = 0; i < feeder->namespace_count; i++) {
+        if (strcmp(feeder->namespaces[i].database, database) == 0 &&
+            strcmp(feeder->namespaces[i].collection, collection) == 0) {
+            return (ssize_t)i;
+        }
+    }
+    return -1;
+}
+
+static void append_write_concern(bson_t *command, bool majority)
+{
+    bson_t concern;
+    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
+    if (majority) {
+        BSON_APPEND_UTF8(&concern, "w", "majority");
+    } else {
+        BSON_APPEND_INT32(&concern, "w", 1);
+        BSON_APPEND_BOOL(&concern, "j", true);
+    }
+    bson_append_document_end(command, &concern);
+}
+
+/* Runs a write command on the fast tier until it succeeds or the group stops. */
+static bool fast_write_until_done(feeder_t *feeder, const bson_t *command, const char *what)
+{
+    for (;;) {
+        bson_t reply;
+        bson_error_t error;
+        bool ok = tier_command(feeder->fast, TIER_DATABASE, command, &reply, &error);
+        bson_destroy(&reply);
+        if (ok) {
+            return true;
+        }
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot %s in the fast tier: %s", what, error.message);
+        if (tier_group_stopping(feeder->context->group)) {
+            return false;
+        }
+        backoff(feeder);
+    }
+}
+
+/* --- start: the checkpoint and the stopped namespaces ---------------------------------- */
+
+static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, filter = BSON_INITIALIZER, reply, batch;
+    bson_iter_t iter, field;
+    BSON_APPEND_UTF8(&command, "find", TIER_FEEDER_COLLECTION);
+    BSON_APPEND_DOCUMENT(&command, "filter", &filter);
+    BSON_APPEND_INT32(&command, "batchSize", 10000);
+    bool ok = tier_command(feeder->fast, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&command);
+    bson_destroy(&filter);
+    if (!ok || !view_field_document(&reply, "cursor.firstBatch", &batch)) {
+        bson_destroy(&reply);
+        return ok ? tc_error_set(error, TC_ERR_OPERATION_FAILED, "unexpected reply reading the checkpoint") : false;
+    }
+    bson_iter_init(&iter, &batch);
+    while (bson_iter_next(&iter)) {
+        bson_t document, token;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&document, data, length);
+        if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field) ||
+            !view_field_document(&document, "resumeToken", &token)) {
+            continue;
+        }
+        const char *id = bson_iter_utf8(&field, NULL);
+        uint64_t time = tier_time_of(&document, "appliedTime");
+        if (strcmp(id, "stream") == 0) {
+            bson_reinit(&feeder->token);
+            bson_concat(&feeder->token, &token);
+            feeder->have_token = true;
+            feeder->applied_time = time;
+            continue;
+        }
+        bson_iter_t ns_iter;
+        if (strncmp(id, "stopped:", 8) == 0 && bson_iter_init_find(&ns_iter, &document, "ns") &&
+            BSON_ITER_HOLDS_UTF8(&ns_iter)) {
+            char database[128];
+            const char *collection;
+            tier_split_namespace(bson_iter_utf8(&ns_iter, NULL), database, sizeof database, &collection);
+            ssize_t index = find_namespace(feeder, database, collection);
+            if (index >= 0) {
+                feeder_namespace_t *item = &feeder->namespaces[index];
+                item->retrying = true;
+                item->stopped_time = time;
+                bson_reinit(&item->stopped_token);
+                bson_concat(&item->stopped_token, &token);
+                TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                       "%s was stopped by a rejected write; applying it again from where it stopped",
+                       bson_iter_utf8(&ns_iter, NULL));
+            }
+        }
+    }
+    bson_destroy(&reply);
+    return true;
+}
+
+static bool start_feeder(feeder_t *feeder)
+{
+    bson_error_t error;
+    uint64_t now;
+    if (!tier_cluster_time(feeder->fast, &now, &error)) {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot reach the fast tier: %s", error.message);
+        return false;
+    }
+    if (now == 0) {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER,
+                          "the fast tier keeps no oplog (start it as a replica set member, --replSet): the feeder "
+                          "cannot see its writes and the archive receives none");
+        return false;
+    }
+    bson_t hello = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&hello, "hello", 1);
+    bool ok = tier_command(feeder->archive, "admin", &hello, &reply, &error);
+    bson_destroy(&hello);
+    if (!ok) {
+        bson_destroy(&reply);
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot reach the archive: %s", error.message);
+        return false;
+    }
+    bson_iter_t iter;
+    feeder->archive_majority = bson_iter_init_find(&iter, &reply, "setName");
+    bson_destroy(&reply);
+    if (!load_checkpoint(feeder, &error)) {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot read the checkpoint: %s", error.message);
+        return false;
+    }
+    feeder->replay_until = now;
+    feeder->start_time = feeder->applied_time;
+    for (size_t i = 0; i < feeder->namespace_count; i++) {
+        feeder_namespace_t *item = &feeder->namespaces[i];
+        item->skip_until = item->retrying ? item->stopped_time : feeder->applied_time;
+        /* The stream starts at the oldest point anything must be applied from. */
+        if (item->retrying && (!feeder->have_token || item->stopped_time < feeder->applied_time)) {
+            bson_reinit(&feeder->token);
+            bson_concat(&feeder->token, &item->stopped_token);
+            feeder->have_token = true;
+        }
+    }
+    if (feeder->have_token) {
+        tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
+    }
+    feeder->started = true;
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "feeding %zu namespace(s) to the archive (%s), %s", feeder->namespace_count,
+           feeder->archive_majority ? "w: majority" : "w: 1, j: true",
+           feeder->have_token ? "resuming from the checkpoint" : "from now: no checkpoint yet");
+    return true;
+}
+
+/* --- the change stream -------------------------------------------------------------- */
+
+static bool command_options(feeder_t *feeder, bson_t *opts, bson_error_t *error)
+{
+    bson_init(opts);
+    BSON_APPEND_INT32(opts, "serverId", (int32_t)feeder->server_id);
+    return mongoc_client_session_append(feeder->session, opts, error);
+}
+
+static void close_stream(feeder_t *feeder)
+{
+    if (feeder->cursor_id != 0) {
+        bson_t kill = BSON_INITIALIZER, cursors, opts, reply;
+        bson_error_t error;
+        BSON_APPEND_UTF8(&kill, "killCursors", "$cmd.aggregate");
+        BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &cursors);
+        BSON_APPEND_INT64(&cursors, "0", feeder->cursor_id);
+        bson_append_array_end(&kill, &cursors);
+        if (command_options(feeder, &opts, &error)) {
+            mongoc_client_command_with_opts(feeder->fast, "admin", &kill, NULL, &opts, &reply, &error);
+            bson_destroy(&reply);
+        }
+        bson_destroy(&opts);
+        bson_destroy(&kill);
+        feeder->cursor_id = 0;
+    }
+    if (feeder->session != NULL) {
+        mongoc_client_session_destroy(feeder->session);
+        feeder->session = NULL;
+    }
+}
+
+static void append_pipeline(feeder_t *feeder, bson_t *command)
+{
+    bson_t pipeline, stage, spec, match, match_spec, any, types;
+    BSON_APPEND_ARRAY_BEGIN(command, "pipeline", &pipeline);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &spec);
+    BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
+    if (feeder->have_token) {
+        BSON_APPEND_DOCUMENT(&spec, "resumeAfter", &feeder->token);
+    }
+    bson_append_document_end(&stage, &spec);
+    bson_append_document_end(&pipeline, &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "1", &match);
+    BSON_APPEND_DOCUMENT_BEGIN(&match, "$match", &match_spec);
+    BSON_APPEND_ARRAY_BEGIN(&match_spec, "$or", &any);
+    for (size_t i = 0; i < feeder->namespace_count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_t clause;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_append_document_begin(&any, key_string, -1, &clause);
+        BSON_APPEND_UTF8(&clause, "ns.db", feeder->namespaces[i].database);
+        BSON_APPEND_UTF8(&clause, "ns.coll", feeder->namespaces[i].collection);
+        bson_append_document_end(&any, &clause);
+    }
+    bson_append_array_end(&match_spec, &any);
+    bson_t operation;
+    BSON_APPEND_DOCUMENT_BEGIN(&match_spec, "operationType", &operation);
+    BSON_APPEND_ARRAY_BEGIN(&operation, "$in", &types);
+    BSON_APPEND_UTF8(&types, "0", "insert");
+    BSON_APPEND_UTF8(&types, "1", "update");
+    BSON_APPEND_UTF8(&types, "2", "replace");
+    BSON_APPEND_UTF8(&types, "3", "delete");
+    bson_append_array_end(&operation, &types);
+    bson_append_document_end(&match_spec, &operation);
+    bson_append_document_end(&match, &match_spec);
+    bson_append_document_end(&pipeline, &match);
+    bson_append_array_end(command, &pipeline);
+}
+
+/* Opens the stream; reply (initialised by the callee) holds the first batch. */
+static bool open_stream(feeder_t *feeder, bson_t *reply, bson_error_t *error)
+{
+    bson_init(reply);
+    mongoc_server_description_t *server = mongoc_client_select_server(feeder->fast, true, NULL, error);
+    if (server == NULL) {
+        return false;
+    }
+    feeder->server_id = mongoc_server_description_id(server);
+    mongoc_server_description_destroy(server);
+    feeder->session = mongoc_client_start_session(feeder->fast, NULL, error);
+    if (feeder->session == NULL) {
+        return false;
+    }
+    bson_t command = BSON_INITIALIZER, cursor, opts;
+    BSON_APPEND_INT32(&command, "aggregate", 1);
+    append_pipeline(feeder, &command);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "cursor", &cursor);
+    BSON_APPEND_INT32(&cursor, "batchSize", STREAM_BATCH_SIZE);
+    bson_append_document_end(&command, &cursor);
+    bool ok = command_options(feeder, &opts, error);
+    if (ok) {
+        bson_destroy(reply);
+        ok = mongoc_client_command_with_opts(feeder->fast, "admin", &command, NULL, &opts, reply, error);
+    }
+    bson_destroy(&opts);
+    bson_destroy(&command);
+    bson_iter_t iter, id;
+    if (ok && bson_iter_init(&iter, reply) && bson_iter_find_descendant(&iter, "cursor.id", &id)) {
+        feeder->cursor_id = bson_iter_as_int64(&id);
+    }
+    if (!ok) {
+        close_stream(feeder);
+    }
+    return ok;
+}
+
+static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, opts;
+    BSON_APPEND_INT64(&command, "getMore", feeder->cursor_id);
+    BSON_APPEND_UTF8(&command, "collection", "$cmd.aggregate");
+    BSON_APPEND_INT32(&command, "batchSize", STREAM_BATCH_SIZE);
+    BSON_APPEND_INT32(&command, "maxTimeMS", STREAM_AWAIT_MS);
+    bool ok = command_options(feeder, &opts, error);
+    if (ok) {
+        ok = mongoc_client_command_with_opts(feeder->fast, "admin", &command, NULL, &opts, reply, error);
+    } else {
+        bson_init(reply);
+    }
+    bson_destroy(&opts);
+    bson_destroy(&command);
+    bson_iter_t iter, id;
+    if (ok && bson_iter_init(&iter, reply) && bson_iter_find_descendant(&iter, "cursor.id", &id) &&
+        bson_iter_as_int64(&id) == 0) {
+        feeder->cursor_id = 0; /* the server closed it: reopen from the token */
+    }
+    return ok;
+}
+
+/* --- worker-writes marks ------------------------------------------------------------- */
+
+/* Looks the batch's inserts and deletes up in thermocline.workerWrites and marks
+ * the evictor's deletes and the warmer's copies suppressed. Waits for marks whose
+ * outcome is not written yet. False only when the group stops. */
+static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t count)
+{
+    int64_t started = tier_monotonic_ms();
+    bool warned = false;
+    for (;;) {
+        bson_t command = BSON_INITIALIZER, filter, id_condition, keys, reply, batch;
+        uint32_t key_count = 0;
+        BSON_APPEND_UTF8(&command, "find", TIER_MARKS_COLLECTION);
+        BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &id_condition);
+        BSON_APPEND_ARRAY_BEGIN(&id_condition, "$in", &keys);
+        for (size_t i = 0; i < count; i++) {
+            candidate_t *item = &candidates[i];
+            if (item->resolved) {
+                continue;
+            }
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(key_count++, &key_string, key, sizeof key);
+            tier_mark_key(&keys, key_string, feeder->context->config->namespaces[item->index].ns, &item->id,
+                          item->is_delete ? "evict" : "warm");
+        }
+        bson_append_array_end(&id_condition, &keys);
+        bson_append_document_end(&filter, &id_condition);
+        bson_append_document_end(&command, &filter);
+        BSON_APPEND_INT32(&command, "batchSize", (int32_t)key_count + 1);
+        BSON_APPEND_BOOL(&command, "singleBatch", true);
+        if (key_count == 0) {
+            bson_destroy(&command);
+            return true;
+        }
+        bson_error_t error;
+        bool ok = tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error);
+        bson_destroy(&command);
+        if (!ok || !view_field_document(&reply, "cursor.firstBatch", &batch)) {
+            bson_destroy(&reply);
+            tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot read thermocline.%s in the fast tier: %s",
+                              TIER_MARKS_COLLECTION, ok ? "unexpected reply" : error.message);
+            if (tier_group_stopping(feeder->context->group)) {
+                return false;
+            }
+            backoff(feeder);
+            continue;
+        }
+        bool waiting_evict = false, waiting_warm = false;
+        int64_t waited = tier_monotonic_ms() - started;
+        for (size_t i = 0; i < count; i++) {
+            candidate_t *item = &candidates[i];
+            if (item->resolved) {
+                continue;
+            }
+            bson_t key_holder = BSON_INITIALIZER, key;
+            tier_mark_key(&key_holder, "k", feeder->context->config->namespaces[item->index].ns, &item->id,
+                          item->is_delete ? "evict" : "warm");
+            view_field_document(&key_holder, "k", &key);
+            bson_iter_t marks, field;
+            bool found = false;
+            bson_iter_init(&marks, &batch);
+            while (!found && bson_iter_next(&marks)) {
+                bson_t mark, mark_id;
+                uint32_t length;
+                const uint8_t *data;
+                bson_iter_document(&marks, &length, &data);
+                bson_init_static(&mark, data, length);
+                if (!view_field_document(&mark, "_id", &mark_id) || !bson_equal(&mark_id, &key)) {
+                    continue;
+                }
+                found = true;
+                const char *state = "";
+                if (bson_iter_init_find(&field, &mark, "state") && BSON_ITER_HOLDS_UTF8(&field)) {
+                    state = bson_iter_utf8(&field, NULL);
+                }
+                if (strcmp(state, "pending") == 0) {
+                    if (item->is_delete) {
+                        waiting_evict = true;
+                    } else if (waited < WARM_MARK_WAIT_MS) {
+                        waiting_warm = true;
+                    } else {
+                        item->resolved = true; /* fail open: replaying a copy only costs a write */
+                    }
+                    continue;
+                }
+                item->resolved = true;
+                if (strcmp(state, "done") == 0 && item->is_delete) {
+                    item->suppressed = tier_time_of(&mark, "at") == item->time;
+                } else if (strcmp(state, "done") == 0) {
+                    item->suppressed = tier_time_of(&mark, "from") < item->time && item->time <= tier_time_of(&mark, "to");
+                } else if (strcmp(state, "recovered") == 0 && item->is_delete &&
+                           item->time > tier_time_of(&mark, "since")) {
+                    char index_key[16];
+                    const char *index_string;
+                    item->suppressed = true;
+                    bson_uint32_to_string(bson_count_keys(&feeder->consumed_marks), &index_string, index_key,
+                                          sizeof index_key);
+                    BSON_APPEND_DOCUMENT(&feeder->consumed_marks, index_string, &key);
+                }
+            }
+            if (!found) {
+                item->resolved = true;
+            }
+            bson_destroy(&key_holder);
+        }
+        bson_destroy(&reply);
+        if (!waiting_evict && !waiting_warm) {
+            return true;
+        }
+        if (waiting_evict && waited > 5000 && !warned) {
+            warned = true;
+            tier_report_error(feeder->context, TIER_WORKER_FEEDER,
+                              "waiting for the evictor to record the outcome of its delete (thermocline.%s); "
+                              "a stalled or crashed evictor holds the feed back",
+                              TIER_MARKS_COLLECTION);
+        }
+        if (waiting_evict && waited > EVICT_MARK_RECOVER_SECONDS * 1000) {
+            bson_error_t recover_error;
+            if (!tier_marks_recover(feeder->context, feeder->fast, EVICT_MARK_RECOVER_SECONDS, &recover_error)) {
+                tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot resolve a stale eviction mark: %s",
+                                  recover_error.message);
+            }
+        }
+        if (!tier_group_sleep(feeder->context->group, 10)) {
+            return false;
+        }
+    }
+}
+
+/* --- the archive ----------------------------------------------------------------------- */
+
+static const char *op_kind_name(feeder_op_kind_t kind)
+{
+    return kind == FEEDER_OP_REPLACE ? "replace" : kind == FEEDER_OP_UPDATE ? "update" : "delete";
+}
+
+/* Errors a replayed update meets when the archive already holds a later version
+ * of the document (a restart replays writes applied before it). */
+static bool superseded_by_later_write(int32_t code)
+{
+    return code == 2 || code == 10 || code == 14 || code == 28 || code == 40;
+}
+
+static void stop_namespace(feeder_t *feeder, size_t index, const feeder_op_t *op, int32_t code, const char *message)
+{
+    feeder_namespace_t *item = &feeder->namespaces[index];
+    const char *ns = feeder->context->config->namespaces[index].ns;
+    char *id_json = NULL;
+    bson_t id_holder = BSON_INITIALIZER;
+    BSON_APPEND_VALUE(&id_holder, "_id", &op->id);
+    id_json = bson_as_relaxed_extended_json(&id_holder, NULL);
+    char text[TIER_ERROR_TEXT_SIZE];
+    snprintf(text, sizeof text,
+             "the archive rejected the replay of a %s of %s in %s: %s (code %d). The feed of %s is stopped: "
+             "nothing more reaches the archive and reads that need it fail; fix the cause in the archive and "
+             "restart the feeder, which applies again from this write",
+             op_kind_name(op->kind), id_json != NULL ? id_json : "?", ns, message, code, ns);
+    item->stopped = true;
+    if (!item->retrying) {
+        bson_reinit(&item->stopped_token);
+        if (feeder->have_token) {
+            bson_concat(&item->stopped_token, &feeder->token);
+        }
+        item->stopped_time = feeder->applied_time;
+    }
+    TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, 0, "%s", text);
+
+    bson_t command = BSON_INITIALIZER, updates, statement, query, document;
+    char stopped_id[320];
+    snprintf(stopped_id, sizeof stopped_id, "stopped:%s", ns);
+    BSON_APPEND_UTF8(&command, "update", TIER_FEEDER_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_UTF8(&query, "_id", stopped_id);
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
+    BSON_APPEND_UTF8(&document, "_id", stopped_id);
+    BSON_APPEND_UTF8(&document, "ns", ns);
+    BSON_APPEND_DOCUMENT(&document, "resumeToken", &item->stopped_token);
+    tier_append_time(&document, "appliedTime", item->stopped_time);
+    BSON_APPEND_UTF8(&document, "error", text);
+    BSON_APPEND_INT32(&document, "code", code);
+    BSON_APPEND_VALUE(&document, "documentId", &op->id);
+    BSON_APPEND_DATE_TIME(&document, "at", tier_wall_clock_ms());
+    bson_append_document_end(&statement, &document);
+    BSON_APPEND_BOOL(&statement, "upsert", true);
+    bson_append_document_end(&updates, &statement);
+    bson_append_array_end(&command, &updates);
+    append_write_concern(&command, true);
+    fast_write_until_done(feeder, &command, "record the stopped namespace");
+    bson_destroy(&command);
+    bson_destroy(&id_holder);
+    bson_free(id_json);
+
+    tier_namespace_progress_t *progress = tier_progress_lock_namespace(feeder->context->progress, index);
+    progress->feed_stopped = true;
+    progress->applied_time = item->stopped_time;
+    snprintf(progress->feed_error, sizeof progress->feed_error, "%s", text);
+    tier_progress_unlock(feeder->context->progress, true);
+}
+
+typedef enum apply_result {
+    APPLY_DONE,  /* applied, or rejected and the namespace stopped */
+    APPLY_RETRY, /* the archive is unreachable or busy: try the whole batch again later */
+} apply_result_t;
+
+/* One ordered bulk write of ops[0..count) of one namespace. */
+static apply_result_t apply_namespace(feeder_t *feeder, size_t index, feeder_op_t *const *ops, size_t count)
+{
+    feeder_namespace_t *item = &feeder->namespaces[index];
+    mongoc_collection_t *collection = mongoc_client_get_collection(feeder->archive, item->database, item->collection);
+    size_t position = 0;
+    apply_result_t result = APPLY_DONE;
+    while (position < count && !item->stopped) {
+        bson_t bulk_opts = BSON_INITIALIZER, reply;
+        bson_error_t error;
+        BSON_APPEND_BOOL(&bulk_opts, "ordered", true);
+        append_write_concern(&bulk_opts, feeder->archive_majority);
+        mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(collection, &bulk_opts);
+        bson_destroy(&bulk_opts);
+        bool added = true;
+        for (size_t i = position; i < count && added; i++) {
+            const feeder_op_t *op = ops[i];
+            bson_t filter = BSON_INITIALIZER, op_opts = BSON_INITIALIZER;
+            BSON_APPEND_VALUE(&filter, "_id", &op->id);
+            /* What the fast tier accepted, the archive gets as is. */
+            BSON_APPEND_BOOL(&op_opts, "validate", false);
+            if (op->kind == FEEDER_OP_REPLACE) {
+                BSON_APPEND_BOOL(&op_opts, "upsert", true);
+                added = mongoc_bulk_operation_replace_one_with_opts(bulk, &filter, &op->document, &op_opts, &error);
+            } else if (op->kind == FEEDER_OP_UPDATE) {
+                added = mongoc_bulk_operation_update_one_with_opts(bulk, &filter, &op->document, &op_opts, &error);
+            } else {
+                bson_reinit(&op_opts);
+                added = mongoc_bulk_operation_remove_one_with_opts(bulk, &filter, &op_opts, &error);
+            }
+            bson_destroy(&filter);
+            bson_destroy(&op_opts);
+        }
+        if (!added) {
+            mongoc_bulk_operation_destroy(bulk);
+            stop_namespace(feeder, index, ops[position], 0, error.message);
+            break;
+        }
+        bool ok = mongoc_bulk_operation_execute(bulk, &reply, &error) != 0;
+        mongoc_bulk_operation_destroy(bulk);
+        bson_iter_t iter, first, field;
+        if (ok) {
+            position = count;
+        } else if (bson_iter_init_find(&iter, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&iter) &&
+                   bson_iter_recurse(&iter, &first) && bson_iter_next(&first) && BSON_ITER_HOLDS_DOCUMENT(&first)) {
+            bson_t write_error;
+            uint32_t length;
+            const uint8_t *data;
+            int32_t code = 0;
+            int64_t failed = 0;
+            const char *message = "write error";
+            bson_iter_document(&first, &length, &data);
+            bson_init_static(&write_error, data, length);
+            if (bson_iter_init_find(&field, &write_error, "index")) {
+                failed = bson_iter_as_int64(&field);
+            }
+            if (bson_iter_init_find(&field, &write_error, "code")) {
+                code = (int32_t)bson_iter_as_int64(&field);
+            }
+            if (bson_iter_init_find(&field, &write_error, "errmsg") && BSON_ITER_HOLDS_UTF8(&field)) {
+                message = bson_iter_utf8(&field, NULL);
+            }
+            size_t failed_position = position + (size_t)failed;
+            if (failed_position >= count) {
+                failed_position = count - 1;
+            }
+            const feeder_op_t *op = ops[failed_position];
+            if (op->last_time <= feeder->replay_until && op->kind == FEEDER_OP_UPDATE &&
+                superseded_by_later_write(code)) {
+                TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+                       "skipped an update replayed after a restart onto a later version (%s, code %d)", message, code);
+                position = failed_position + 1;
+            } else {
+                stop_namespace(feeder, index, op, code, message);
+            }
+        } else if (tier_error_is_transient(&error)) {
+            tier_report_error(feeder->context, TIER_WORKER_FEEDER,
+                              "the archive is unreachable or busy (%s); retrying, client writes keep landing in the "
+                              "fast tier",
+                              error.message);
+            result = APPLY_RETRY;
+        } else {
+            stop_namespace(feeder, index, ops[position], tier_error_code(&error), error.message);
+        }
+        bson_destroy(&reply);
+        if (result == APPLY_RETRY) {
+            break;
+        }
+    }
+    mongoc_collection_destroy(collection);
+    return result;
+}
+
+static apply_result_t apply_batch(feeder_t *feeder, size_t *out_writes)
+{
+    size_t count;
+    feeder_op_t *const *ops = feeder_batch_finish(feeder->batch, &count);
+    *out_writes = count;
+    for (size_t start = 0; start < count;) {
+        size_t end = start;
+        while (end < count && ops[end]->namespace_index == ops[start]->namespace_index) {
+            end++;
+        }
+        if (!feeder->namespaces[ops[start]->namespace_index].stopped &&
+            apply_namespace(feeder, ops[start]->namespace_index, ops + start, end - start) == APPLY_RETRY) {
+            return APPLY_RETRY;
+        }
+        start = end;
+    }
+    return APPLY_DONE;
+}
+
+/* --- checkpoints ---------------------------------------------------------------------- */
+
+static bool write_checkpoint(feeder_t *feeder)
+{
+    bson_t command = BSON_INITIALIZER, updates, statement, query, update, set;
+    BSON_APPEND_UTF8(&command, "update", TIER_FEEDER_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_UTF8(&query, "_id", "stream");
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_DOCUMENT(&set, "resumeToken", &feeder->token);
+    tier_append_time(&set, "appliedTime", feeder->applied_time);
+    BSON_APPEND_DATE_TIME(&set, "updatedAt", tier_wall_clock_ms());
+    bson_append_document_end(&update, &set);
+    bson_append_document_end(&statement, &update);
+    BSON_APPEND_BOOL(&statement, "upsert", true);
+    bson_append_document_end(&updates, &statement);
+    bson_append_array_end(&command, &updates);
+    append_write_concern(&command, true);
+    bool ok = fast_write_until_done(feeder, &command, "write the feeder's checkpoint");
+    bson_destroy(&command);
+    if (ok) {
+        feeder->checkpoint_time = feeder->applied_time;
+        feeder->last_checkpoint_ms = tier_monotonic_ms();
+    }
+    return ok;
+}
+
+/* Marks the feeder has matched or passed: done marks at or before the applied
+ * time, "recovered" marks consumed in this batch, warm marks left pending. */
+static void clean_marks(feeder_t *feeder)
+{
+    bson_t command = BSON_INITIALIZER, deletes, statement, query, any, clause, condition, concern, reply;
+    bson_error_t error;
+    uint32_t seconds = (uint32_t)(feeder->applied_time >> 32);
+    BSON_APPEND_UTF8(&command, "delete", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_ARRAY_BEGIN(&query, "$or", &any);
+    const char *time_fields[] = {"at", "to"};
+    for (int i = 0; i < 2; i++) {
+        bson_append_document_begin(&any, i == 0 ? "0" : "1", 1, &clause);
+        BSON_APPEND_UTF8(&clause, "state", "done");
+        bson_append_document_begin(&clause, time_fields[i], -1, &condition);
+        tier_append_time(&condition, "$lte", feeder->applied_time);
+        bson_append_document_end(&clause, &condition);
+        bson_append_document_end(&any, &clause);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "2", &clause);
+    BSON_APPEND_UTF8(&clause, "_id.op", "warm");
+    BSON_APPEND_UTF8(&clause, "state", "pending");
+    BSON_APPEND_DOCUMENT_BEGIN(&clause, "since", &condition);
+    bson_append_timestamp(&condition, "$lt", 3, seconds > 60 ? seconds - 60 : 0, 0);
+    bson_append_document_end(&clause, &condition);
+    bson_append_document_end(&any, &clause);
+    if (!bson_empty(&feeder->consumed_marks)) {
+        BSON_APPEND_DOCUMENT_BEGIN(&any, "3", &clause);
+        BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id", &condition);
+        BSON_APPEND_ARRAY(&condition, "$in", &feeder->consumed_marks);
+        bson_append_document_end(&clause, &condition);
+        bson_append_document_end(&any, &clause);
+    }
+    bson_append_array_end(&query, &any);
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_INT32(&statement, "limit", 0);
+    bson_append_document_end(&deletes, &statement);
+    bson_append_array_end(&command, &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(&command, &concern);
+    if (tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error)) {
+        bson_reinit(&feeder->consumed_marks);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
+}
+
+/* Namespaces applied again after a stop are caught up once the stream passes the
+ * point where the others were: their stopped record goes. */
+static void finish_retries(feeder_t *feeder)
+{
+    if (feeder->applied_time < feeder->start_time) {
+        return;
+    }
+    for (size_t i = 0; i < feeder->namespace_count; i++) {
+        feeder_namespace_t *item = &feeder->namespaces[i];
+        if (!item->retrying || item->stopped) {
+            continue;
+        }
+        const char *ns = feeder->context->config->namespaces[i].ns;
+        char stopped_id[320];
+        bson_t command = BSON_INITIALIZER, deletes, statement, query;
+        snprintf(stopped_id, sizeof stopped_id, "stopped:%s", ns);
+        BSON_APPEND_UTF8(&command, "delete", TIER_FEEDER_COLLECTION);
+        BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+        BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        BSON_APPEND_UTF8(&query, "_id", stopped_id);
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_INT32(&statement, "limit", 1);
+        bson_append_document_end(&deletes, &statement);
+        bson_append_array_end(&command, &deletes);
+        append_write_concern(&command, true);
+        if (fast_write_until_done(feeder, &command, "clear a stopped namespace")) {
+            item->retrying = false;
+            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s is fed again: the writes it missed are in the archive", ns);
+        }
+        bson_destroy(&command);
+    }
+}
+
+/* --- one batch ------------------------------------------------------------------------ */
+
+static int64_t event_wall_time(const bson_t *event)
+{
+    bson_iter_t iter;
+    return bson_iter_init_find(&iter, event, "wallTime") && BSON_ITER_HOLDS_DATE_TIME(&iter)
+               ? bson_iter_date_time(&iter)
+               : 0;
+}
+
+static void set_lag(feeder_t *feeder, int64_t lag_ms, bool reachable)
+{
+    tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);
+    item->lag_ms = lag_ms < 0 ? 0 : lag_ms;
+    item->archive_reachable = reachable;
+    item->updated_ms = tier_wall_clock_ms();
+    tier_progress_unlock(feeder->context->progress, false);
+}
+
+/* Collects the events to replay: those of a running namespace not yet applied. */
+static size_t collect_candidates(feeder_t *feeder, const bson_t *events, candidate_t *out, uint64_t *out_last_time,
+                                 int64_t *out_first_wall)
+{
+    bson_iter_t iter, field;
+    size_t count = 0;
+    bson_iter_init(&iter, events);
+    while (bson_iter_next(&iter)) {
+        bson_t event, ns_document;
+        uint32_t length;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            continue;
+        }
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&event, data, length);
+        uint64_t time = tier_time_of(&event, "clusterTime");
+        if (time > *out_last_time) {
+            *out_last_time = time;
+        }
+        if (*out_first_wall == 0) {
+            *out_first_wall = event_wall_time(&event);
+        }
+        if (!view_field_document(&event, "ns", &ns_document)) {
+            continue;
+        }
+        const char *database = "", *collection = "";
+        if (bson_iter_init_find(&field, &ns_document, "db") && BSON_ITER_HOLDS_UTF8(&field)) {
+            database = bson_iter_utf8(&field, NULL);
+        }
+        if (bson_iter_init_find(&field, &ns_document, "coll") && BSON_ITER_HOLDS_UTF8(&field)) {
+            collection = bson_iter_utf8(&field, NULL);
+        }
+        ssize_t index = find_namespace(feeder, database, collection);
+        if (index < 0 || feeder->namespaces[index].stopped || time <= feeder->namespaces[index].skip_until) {
+            continue;
+        }
+        candidate_t *item = &out[count];
+        memset(item, 0, sizeof *item);
+        item->event = event;
+        item->index = (size_t)index;
+        item->time = time;
+        const char *operation = "";
+        if (bson_iter_init_find(&field, &event, "operationType") && BSON_ITER_HOLDS_UTF8(&field)) {
+            operation = bson_iter_utf8(&field, NULL);
+        }
+        item->is_insert = strcmp(operation, "insert") == 0;
+        item->is_delete = strcmp(operation, "delete") == 0;
+        item->resolved = !item->is_insert && !item->is_delete;
+        bson_iter_t id_iter;
+        if (bson_iter_init(&id_iter, &event) && bson_iter_find_descendant(&id_iter, "documentKey._id", &field)) {
+            item->id = *bson_iter_value(&field);
+        } else {
+            item->resolved = true;
+        }
+        count++;
+    }
+    return count;
+}
+
+/* Applies one getMore's events and moves the checkpoint to position. False only
+ * when the group stops before the batch is applied. */
+static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *position)
+{
+    uint32_t event_count = bson_count_keys(events);
+    uint64_t last_time = tier_token_time(position);
+    int64_t first_wall = 0;
+    candidate_t *candidates = bson_malloc0((event_count + 1) * sizeof *candidates);
+    size_t count = collect_candidates(feeder, events, candidates, &last_time, &first_wall);
+    size_t suppressed = 0, writes = 0;
+    bool ok = true;
+
+    if (count > 0) {
+        ok = resolve_marks(feeder, candidates, count);
+        feeder_batch_reset(feeder->batch);
+        for (size_t i = 0; ok && i < count; i++) {
+            bson_error_t error;
+            if (candidates[i].suppressed) {
+                suppressed++;
+                continue;
+            }
+            if (!feeder_batch_add(feeder->batch, candidates[i].index, &candidates[i].event, &error)) {
+                tier_report_error(feeder->context, TIER_WORKER_FEEDER, "skipped a change event: %s", error.message);
+            }
+        }
+        while (ok) {
+            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, true);
+            if (apply_batch(feeder, &writes) == APPLY_DONE) {
+                break;
+            }
+            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, false);
+            if (tier_group_stopping(feeder->context->group)) {
+                ok = false;
+                break;
+            }
+            backoff(feeder);
+        }
+    }
+    bson_free(candidates);
+    if (!ok) {
+        return false;
+    }
+    feeder->backoff_ms = 0;
+    if (last_time > feeder->applied_time) {
+        feeder->applied_time = last_time;
+    }
+    bson_t last_event = BSON_INITIALIZER, last_id;
+    bson_iter_t last;
+    if (!bson_empty(position)) {
+        bson_reinit(&feeder->token);
+        bson_concat(&feeder->token, position);
+        feeder->have_token = true;
+    } else if (event_count > 0 && bson_iter_init(&last, events)) {
+        /* A server without postBatchResumeToken: the last event's own token. */
+        while (bson_iter_next(&last)) {
+            if (BSON_ITER_HOLDS_DOCUMENT(&last)) {
+                uint32_t length;
+                const uint8_t *data;
+                bson_iter_document(&last, &length, &data);
+                bson_init_static(&last_event, data, length);
+            }
+        }
+        if (view_field_document(&last_event, "_id", &last_id)) {
+            bson_reinit(&feeder->token);
+            bson_concat(&feeder->token, &last_id);
+            feeder->have_token = true;
+        }
+    }
+    /* An idle stream still moves: checkpoint it now and then, not at every getMore. */
+    if (feeder->have_token && feeder->applied_time > feeder->checkpoint_time &&
+        (event_count > 0 || tier_monotonic_ms() - feeder->last_checkpoint_ms >= IDLE_CHECKPOINT_MS)) {
+        if (!write_checkpoint(feeder)) {
+            return false;
+        }
+        clean_marks(feeder);
+        finish_retries(feeder);
+    }
+    tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
+    tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);
+    item->events_applied += (int64_t)(count - suppressed);
+    item->events_suppressed += (int64_t)suppressed;
+    item->archive_writes += (int64_t)writes;
+    item->batches += count > 0;
+    item->lag_ms = 0;
+    item->archive_reachable = true;
+    item->updated_ms = tier_wall_clock_ms();
+    tier_progress_unlock(feeder->context->progress, false);
+    if (count > 0) {
+        tier_report_ok(feeder->context, TIER_WORKER_FEEDER);
+    }
+    feeder->stats_events += (int64_t)count;
+    feeder->stats_writes += (int64_t)writes;
+    int64_t now = tier_monotonic_ms();
+    if (now - feeder->stats_since_ms >= STATS_LOG_INTERVAL_MS) {
+        if (feeder->stats_events > 0) {
+            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "applied %lld events as %lld archive writes in %.1f s",
+                   (long long)feeder->stats_events, (long long)feeder->stats_writes,
+                   (double)(now - feeder->stats_since_ms) / 1000.0);
+        }
+        feeder->stats_since_ms = now;
+        feeder->stats_events = feeder->stats_writes = 0;
+    }
+    return true;
+}
+
+/* The events and the position of a reply's cursor (views). */
+static void reply_batch(const bson_t *reply, bson_t *out_events, bson_t *out_position)
+{
+    if (!view_field_document(reply, "cursor.firstBatch", out_events) &&
+        !view_field_document(reply, "cursor.nextBatch", out_events)) {
+        bson_init(out_events);
+    }
+    if (!view_field_document(reply, "cursor.postBatchResumeToken", out_position)) {
+        bson_init(out_position);
+    }
+}
+
+static bool fatal_stream_error(const bson_error_t *error)
+{
+    int32_t code = tier_error_code(error);
+    return code == TC_ERR_CHANGE_STREAM_HISTORY_LOST || code == TC_ERR_CHANGE_STREAM_FATAL_ERROR ||
+           code == TC_ERR_INVALID_RESUME_TOKEN || code == TC_ERR_BAD_RESUME_TOKEN_DATA;
+}
+
+/* --- the thread --------------------------------------------------------------------- */
+
+void feeder_run(tier_group_t *group, void *argument)
+{
+    tier_context_t *context = argument;
+    feeder_t feeder = {.context = context};
+    feeder.namespace_count = context->config->namespace_count;
+    feeder.namespaces = bson_malloc0((feeder.namespace_count + 1) * sizeof *feeder.namespaces);
+    for (size_t i = 0; i < feeder.namespace_count; i++) {
+        tier_split_namespace(context->config->namespaces[i].ns, feeder.namespaces[i].database,
+                             sizeof feeder.namespaces[i].database, &feeder.namespaces[i].collection);
+        bson_init(&feeder.namespaces[i].stopped_token);
+    }
+    bson_init(&feeder.token);
+    bson_init(&feeder.consumed_marks);
+    feeder.batch = feeder_batch_new();
+    feeder.fast = mongoc_client_pool_pop(context->fast_pool);
+    feeder.archive = mongoc_client_pool_pop(context->archive_pool);
+    feeder.stats_since_ms = tier_monotonic_ms();
+    tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_FEEDER);
+    item->running = true;
+    tier_progress_unlock(context->progress, false);
+
+    while (!tier_group_stopping(group) && feeder.namespace_count > 0) {
+        bson_error_t error;
+        bson_t reply, events, position;
+        if (!feeder.started && !start_feeder(&feeder)) {
+            feeder.backoff_ms = BACKOFF_MAX_MS / 2;
+            backoff(&feeder);
+            continue;
+        }
+        bool ok = feeder.cursor_id == 0 ? open_stream(&feeder, &reply, &error) : get_more(&feeder, &reply, &error);
+        if (!ok) {
+            bson_destroy(&reply);
+            close_stream(&feeder);
+            if (fatal_stream_error(&error)) {
+                tier_report_error(context, TIER_WORKER_FEEDER,
+                                  "the fast tier's change stream cannot resume from the checkpoint (%s): writes made "
+                                  "while the feeder was away are no longer in the oplog; the archive needs a full "
+                                  "copy of these namespaces before the feeder can run",
+                                  error.message);
+                feeder.backoff_ms = BACKOFF_MAX_MS;
+            } else {
+                tier_report_error(context, TIER_WORKER_FEEDER, "the fast tier's change stream failed: %s; reopening",
+                                  error.message);
+            }
+            backoff(&feeder);
+            continue;
+        }
+        reply_batch(&reply, &events, &position);
+        if (!process_batch(&feeder, &events, &position)) {
+            bson_destroy(&reply);
+            break;
+        }
+        bson_destroy(&reply);
+    }
+    close_stream(&feeder);
+    mongoc_client_pool_push(context->archive_pool, feeder.archive);
+    mongoc_client_pool_push(context->fast_pool, feeder.fast);
+    feeder_batch_destroy(feeder.batch);
+    for (size_t i = 0; i < feeder.namespace_count; i++) {
+        bson_destroy(&feeder.namespaces[i].stopped_token);
+    }
+    bson_free(feeder.namespaces);
+    bson_destroy(&feeder.token);
+    bson_destroy(&feeder.consumed_marks);
+}

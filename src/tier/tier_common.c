@@ -1,0 +1,558 @@
+/* Helpers the three tier workers share (tier_private.h): libmongoc pools and
+ * commands, cluster times and resume tokens, waiting for the feeder, the
+ * worker-writes marks, exact-version filters and the pacer. */
+#include "tier/tier_private.h"
+
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* --- clients and commands ------------------------------------------------------- */
+
+mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name, bson_error_t *error)
+{
+    bson_error_t uri_error;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_string, &uri_error);
+    if (uri == NULL) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot use the URI %s: %s", uri_string, uri_error.message);
+        return NULL;
+    }
+    /* A worker blocked on an unreachable tier must notice a stop within seconds. */
+    if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 2000);
+    }
+    if (!mongoc_uri_has_option(uri, MONGOC_URI_CONNECTTIMEOUTMS)) {
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, 2000);
+    }
+    if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS)) {
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, 60000);
+    }
+    mongoc_client_pool_t *pool = mongoc_client_pool_new_with_error(uri, &uri_error);
+    mongoc_uri_destroy(uri);
+    if (pool == NULL) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot connect to %s: %s", uri_string, uri_error.message);
+        return NULL;
+    }
+    mongoc_client_pool_set_error_api(pool, MONGOC_ERROR_API_VERSION_2);
+    mongoc_client_pool_set_appname(pool, app_name);
+    mongoc_client_pool_max_size(pool, 8);
+    return pool;
+}
+
+bool tier_command(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *reply,
+                  bson_error_t *error)
+{
+    return mongoc_client_command_with_opts(client, database, command, NULL, NULL, reply, error);
+}
+
+int32_t tier_error_code(const bson_error_t *error)
+{
+    if (error->domain == MONGOC_ERROR_SERVER || error->domain == MONGOC_ERROR_WRITE_CONCERN ||
+        error->domain == TC_ERROR_DOMAIN) {
+        return (int32_t)error->code;
+    }
+    return 0;
+}
+
+bool tier_error_is_transient(const bson_error_t *error)
+{
+    static const int32_t retryable[] = {
+        6,     /* HostUnreachable */
+        7,     /* HostNotFound */
+        50,    /* MaxTimeMSExpired */
+        64,    /* WriteConcernFailed */
+        89,    /* NetworkTimeout */
+        91,    /* ShutdownInProgress */
+        134,   /* ReadConcernMajorityNotAvailableYet */
+        189,   /* PrimarySteppedDown */
+        262,   /* ExceededTimeLimit */
+        9001,  /* SocketException */
+        10107, /* NotWritablePrimary */
+        11600, /* InterruptedAtShutdown */
+        11601, /* Interrupted */
+        11602, /* InterruptedDueToReplStateChange */
+        13435, /* NotPrimaryNoSecondaryOk */
+        13436, /* NotPrimaryOrSecondary */
+    };
+    if (error->domain == MONGOC_ERROR_STREAM || error->domain == MONGOC_ERROR_SERVER_SELECTION ||
+        error->domain == MONGOC_ERROR_WRITE_CONCERN || error->domain == MONGOC_ERROR_CLIENT) {
+        return true;
+    }
+    int32_t code = tier_error_code(error);
+    for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++) {
+        if (code == retryable[i]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* --- cluster times --------------------------------------------------------------- */
+
+uint64_t tier_time_of(const bson_t *document, const char *key)
+{
+    bson_iter_t iter;
+    uint32_t seconds, increment;
+    if (!bson_iter_init_find(&iter, document, key) || !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
+        return 0;
+    }
+    bson_iter_timestamp(&iter, &seconds, &increment);
+    return (uint64_t)seconds << 32 | increment;
+}
+
+void tier_append_time(bson_t *out, const char *key, uint64_t time)
+{
+    bson_append_timestamp(out, key, -1, (uint32_t)(time >> 32), (uint32_t)time);
+}
+
+uint64_t tier_token_time(const bson_t *token)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, token, "_data") || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        return 0;
+    }
+    uint32_t length;
+    const char *hex = bson_iter_utf8(&iter, &length);
+    if (length < 18 || (hex[0] != '8') || (hex[1] != '2')) {
+        return 0;
+    }
+    uint64_t time = 0;
+    for (int i = 2; i < 18; i++) {
+        char digit = hex[i];
+        int value = digit >= '0' && digit <= '9'   ? digit - '0'
+                    : digit >= 'A' && digit <= 'F' ? digit - 'A' + 10
+                    : digit >= 'a' && digit <= 'f' ? digit - 'a' + 10
+                                                   : -1;
+        if (value < 0) {
+            return 0;
+        }
+        time = time << 4 | (uint64_t)value;
+    }
+    return time;
+}
+
+bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t *error)
+{
+    bson_t ping = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&ping, "ping", 1);
+    bool ok = tier_command(client, "admin", &ping, &reply, error);
+    *out_time = ok ? tier_time_of(&reply, "operationTime") : 0;
+    bson_destroy(&ping);
+    bson_destroy(&reply);
+    return ok;
+}
+
+int64_t tier_wall_clock_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+int64_t tier_monotonic_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* --- namespaces ----------------------------------------------------------------- */
+
+void tier_split_namespace(const char *ns, char *out_database, size_t size, const char **out_collection)
+{
+    const char *dot = strchr(ns, '.');
+    size_t length = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
+    if (length >= size) {
+        length = size - 1;
+    }
+    memcpy(out_database, ns, length);
+    out_database[length] = '\0';
+    *out_collection = dot != NULL ? dot + 1 : "";
+}
+
+bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms)
+{
+    bson_iter_t iter, found, element;
+    if (!bson_iter_init(&iter, document) || !bson_iter_find_descendant(&iter, path, &found)) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DATE_TIME(&found)) {
+        *out_ms = bson_iter_date_time(&found);
+        return true;
+    }
+    bool any = false;
+    if (BSON_ITER_HOLDS_ARRAY(&found) && bson_iter_recurse(&found, &element)) {
+        while (bson_iter_next(&element)) {
+            if (BSON_ITER_HOLDS_DATE_TIME(&element) && (!any || bson_iter_date_time(&element) > *out_ms)) {
+                *out_ms = bson_iter_date_time(&element);
+                any = true;
+            }
+        }
+    }
+    return any;
+}
+
+/* --- feeder progress ----------------------------------------------------------------- */
+
+static ssize_t namespace_index(const config_t *config, const char *ns)
+{
+    for (size_t i = 0; i < config->namespace_count; i++) {
+        if (strcmp(config->namespaces[i].ns, ns) == 0) {
+            return (ssize_t)i;
+        }
+    }
+    return -1;
+}
+
+void tier_progress_apply_feeder_documents(tier_progress_t *progress, const config_t *config, const bson_t *documents)
+{
+    bson_iter_t iter, field;
+    uint64_t stream_time = 0;
+    bool *stopped = bson_malloc0(config->namespace_count + 1);
+    bson_iter_init(&iter, documents);
+    while (bson_iter_next(&iter)) {
+        bson_t document;
+        uint32_t length;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            continue;
+        }
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&document, data, length);
+        if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field)) {
+            continue;
+        }
+        const char *id = bson_iter_utf8(&field, NULL);
+        if (strcmp(id, "stream") == 0) {
+            stream_time = tier_time_of(&document, "appliedTime");
+            continue;
+        }
+        const char *ns = NULL;
+        const char *message = "the archive rejected a write";
+        if (bson_iter_init_find(&field, &document, "ns") && BSON_ITER_HOLDS_UTF8(&field)) {
+            ns = bson_iter_utf8(&field, NULL);
+        }
+        if (bson_iter_init_find(&field, &document, "error") && BSON_ITER_HOLDS_UTF8(&field)) {
+            message = bson_iter_utf8(&field, NULL);
+        }
+        ssize_t index = ns != NULL ? namespace_index(config, ns) : -1;
+        if (strncmp(id, "stopped:", 8) != 0 || index < 0) {
+            continue;
+        }
+        stopped[index] = true;
+        tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
+        bool changed = !item->feed_stopped;
+        item->feed_stopped = true;
+        item->applied_time = tier_time_of(&document, "appliedTime");
+        snprintf(item->feed_error, sizeof item->feed_error, "%s", message);
+        tier_progress_unlock(progress, changed);
+    }
+    for (size_t i = 0; i < config->namespace_count; i++) {
+        if (!stopped[i]) {
+            tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, i);
+            bool changed = item->feed_stopped;
+            item->feed_stopped = false;
+            item->feed_error[0] = '\0';
+            tier_progress_unlock(progress, changed);
+        }
+    }
+    bson_free(stopped);
+    tier_progress_set_applied(progress, stream_time);
+}
+
+void tier_progress_apply_warmer_documents(tier_progress_t *progress, const config_t *config, const bson_t *documents)
+{
+    bson_iter_t iter, field;
+    bson_iter_init(&iter, documents);
+    while (bson_iter_next(&iter)) {
+        bson_t document;
+        uint32_t length;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            continue;
+        }
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&document, data, length);
+        if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field)) {
+            continue;
+        }
+        ssize_t index = namespace_index(config, bson_iter_utf8(&field, NULL));
+        if (index < 0) {
+            continue;
+        }
+        bool complete = bson_iter_init_find(&field, &document, "complete") && bson_iter_as_bool(&field);
+        tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
+        bool changed = item->coverage_valid != complete;
+        item->coverage_valid = complete;
+        if (bson_iter_init_find(&field, &document, "copied") && BSON_ITER_HOLDS_NUMBER(&field)) {
+            item->warm_copied = bson_iter_as_int64(&field);
+        }
+        if (bson_iter_init_find(&field, &document, "remaining") && BSON_ITER_HOLDS_NUMBER(&field)) {
+            item->warm_remaining = bson_iter_as_int64(&field);
+        }
+        if (bson_iter_init_find(&field, &document, "passStarted") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
+            item->warm_started_ms = bson_iter_date_time(&field);
+        }
+        if (bson_iter_init_find(&field, &document, "completedAt") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
+            item->warm_completed_ms = bson_iter_date_time(&field);
+        }
+        tier_progress_unlock(progress, changed);
+    }
+}
+
+/* Every document of a small fast-tier collection, as a BSON array (caller destroys). */
+static bool find_all(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
+                     bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, reply;
+    bson_iter_t iter, batch;
+    bson_init(out_array);
+    BSON_APPEND_UTF8(&command, "find", collection);
+    BSON_APPEND_DOCUMENT(&command, "filter", filter);
+    BSON_APPEND_INT32(&command, "batchSize", 10000);
+    BSON_APPEND_BOOL(&command, "singleBatch", true);
+    bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
+    if (ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&
+        BSON_ITER_HOLDS_ARRAY(&batch)) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t view;
+        bson_iter_array(&batch, &length, &data);
+        bson_init_static(&view, data, length);
+        bson_concat(out_array, &view);
+    }
+    bson_destroy(&command);
+    bson_destroy(&reply);
+    return ok;
+}
+
+bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER, documents;
+    bool ok = find_all(fast, TIER_FEEDER_COLLECTION, &filter, &documents, error);
+    if (ok) {
+        tier_progress_apply_feeder_documents(context->progress, context->config, &documents);
+    }
+    bson_destroy(&documents);
+    bson_destroy(&filter);
+    return ok;
+}
+
+bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
+                       int64_t timeout_ms)
+{
+    int64_t deadline = tier_monotonic_ms() + timeout_ms;
+    for (;;) {
+        bson_error_t error;
+        if (!context->feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
+            return false;
+        }
+        tier_namespace_progress_t item;
+        tier_progress_namespace(context->progress, index, &item);
+        if (item.feed_stopped) {
+            return false;
+        }
+        if (item.applied_time >= time) {
+            return true;
+        }
+        int64_t remaining = deadline - tier_monotonic_ms();
+        if (remaining <= 0 || tier_group_stopping(context->group)) {
+            return false;
+        }
+        if (context->feeder_here) {
+            tier_progress_wait(context->progress, remaining < 100 ? remaining : 100);
+        } else if (!tier_group_sleep(context->group, remaining < 50 ? remaining : 50)) {
+            return false;
+        }
+    }
+}
+
+/* --- marks ------------------------------------------------------------------------- */
+
+void tier_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *kind)
+{
+    bson_t mark_id;
+    bson_append_document_begin(out, key, -1, &mark_id);
+    BSON_APPEND_UTF8(&mark_id, "ns", ns);
+    BSON_APPEND_VALUE(&mark_id, "id", id);
+    BSON_APPEND_UTF8(&mark_id, "op", kind);
+    bson_append_document_end(out, &mark_id);
+}
+
+static bool write_mark(mongoc_client_t *fast, const bson_t *mark_id, bool remove, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, reply, concern;
+    BSON_APPEND_UTF8(&command, remove ? "delete" : "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, remove ? "deletes" : "updates", &statements);
+    BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_DOCUMENT(&query, "_id", mark_id);
+    bson_append_document_end(&statement, &query);
+    if (remove) {
+        BSON_APPEND_INT32(&statement, "limit", 1);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+        BSON_APPEND_UTF8(&set, "state", "recovered");
+        bson_append_document_end(&update, &set);
+        bson_append_document_end(&statement, &update);
+    }
+    bson_append_document_end(&statements, &statement);
+    bson_append_array_end(&command, &statements);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(&command, &concern);
+    bool ok = tier_command(fast, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&command);
+    bson_destroy(&reply);
+    return ok;
+}
+
+bool tier_marks_recover(tier_context_t *context, mongoc_client_t *fast, uint32_t min_age_seconds,
+                        bson_error_t *error)
+{
+    uint64_t now = 0;
+    if (!tier_cluster_time(fast, &now, error)) {
+        return false;
+    }
+    bson_t filter = BSON_INITIALIZER, since, marks;
+    BSON_APPEND_UTF8(&filter, "_id.op", "evict");
+    BSON_APPEND_UTF8(&filter, "state", "pending");
+    if (min_age_seconds > 0) {
+        uint32_t seconds = (uint32_t)(now >> 32);
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "since", &since);
+        bson_append_timestamp(&since, "$lte", 4, seconds > min_age_seconds ? seconds - min_age_seconds : 0, 0);
+        bson_append_document_end(&filter, &since);
+    }
+    bool ok = find_all(fast, TIER_MARKS_COLLECTION, &filter, &marks, error);
+    bson_iter_t iter, field;
+    bson_iter_init(&iter, &marks);
+    while (ok && bson_iter_next(&iter)) {
+        bson_t mark, mark_id;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&mark, data, length);
+        if (!bson_iter_init_find(&field, &mark, "_id") || !BSON_ITER_HOLDS_DOCUMENT(&field)) {
+            continue;
+        }
+        bson_iter_document(&field, &length, &data);
+        bson_init_static(&mark_id, data, length);
+        bson_iter_t ns_iter, id_iter;
+        if (!bson_iter_init_find(&ns_iter, &mark_id, "ns") || !BSON_ITER_HOLDS_UTF8(&ns_iter) ||
+            !bson_iter_init_find(&id_iter, &mark_id, "id")) {
+            continue;
+        }
+        char database[128];
+        const char *collection;
+        tier_split_namespace(bson_iter_utf8(&ns_iter, NULL), database, sizeof database, &collection);
+        bson_t find = BSON_INITIALIZER, find_filter, reply;
+        bson_iter_t first;
+        BSON_APPEND_UTF8(&find, "find", collection);
+        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &find_filter);
+        BSON_APPEND_VALUE(&find_filter, "_id", bson_iter_value(&id_iter));
+        bson_append_document_end(&find, &find_filter);
+        BSON_APPEND_INT32(&find, "limit", 1);
+        ok = tier_command(fast, database, &find, &reply, error);
+        bool present = ok && bson_iter_init(&first, &reply) &&
+                       bson_iter_find_descendant(&first, "cursor.firstBatch.0", &field);
+        bson_destroy(&find);
+        bson_destroy(&reply);
+        if (ok) {
+            TC_LOG(TC_LOG_WARNING, "EVICTOR", 0,
+                   "resolving an eviction of %s left unfinished by a crash: the document is %s",
+                   bson_iter_utf8(&ns_iter, NULL), present ? "still in the fast tier (not evicted)" : "gone (evicted)");
+            ok = write_mark(fast, &mark_id, present, error);
+        }
+    }
+    bson_destroy(&marks);
+    bson_destroy(&filter);
+    (void)context;
+    return ok;
+}
+
+bool tier_version_filter(const bson_t *document, bson_t *out_filter)
+{
+    bson_iter_t iter;
+    bson_init(out_filter);
+    if (!bson_iter_init(&iter, document)) {
+        return false;
+    }
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        if (key[0] == '$' || strchr(key, '.') != NULL) {
+            bson_reinit(out_filter);
+            return false;
+        }
+        if (strcmp(key, "_id") == 0) {
+            bson_append_iter(out_filter, key, -1, &iter);
+            continue;
+        }
+        bson_t condition;
+        bson_append_document_begin(out_filter, key, -1, &condition);
+        bson_append_iter(&condition, "$eq", 3, &iter);
+        bson_append_document_end(out_filter, &condition);
+    }
+    return true;
+}
+
+/* --- pacing ------------------------------------------------------------------------ */
+
+void tier_pacer_init(tier_pacer_t *pacer, double share)
+{
+    pacer->share = share;
+    pacer->best_ms = 0;
+    pacer->average_ms = 0;
+}
+
+int64_t tier_pacer_pause_ms(tier_pacer_t *pacer, int64_t latency_ms)
+{
+    double latency = latency_ms < 1 ? 1 : (double)latency_ms;
+    /* The best latency creeps up slowly so that one lucky request does not pin it. */
+    pacer->best_ms = pacer->best_ms == 0 || latency < pacer->best_ms ? latency : pacer->best_ms * 1.01;
+    pacer->average_ms = pacer->average_ms == 0 ? latency : pacer->average_ms * 0.8 + latency * 0.2;
+    double pause = latency * (1 - pacer->share) / pacer->share;
+    if (pacer->average_ms > 3 * pacer->best_ms) {
+        pause *= pacer->average_ms / (3 * pacer->best_ms); /* the tier is slower than usual: back off */
+    }
+    return pause > 5000 ? 5000 : (int64_t)pause;
+}
+
+/* --- reports ------------------------------------------------------------------------ */
+
+static const char *worker_component(tier_worker_t worker)
+{
+    return worker == TIER_WORKER_FEEDER ? "FEEDER" : worker == TIER_WORKER_EVICTOR ? "EVICTOR" : "WARMER";
+}
+
+void tier_report_error(tier_context_t *context, tier_worker_t worker, const char *format, ...)
+{
+    char message[TIER_ERROR_TEXT_SIZE];
+    va_list arguments;
+    va_start(arguments, format);
+    vsnprintf(message, sizeof message, format, arguments);
+    va_end(arguments);
+    tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, worker);
+    bool repeated = strcmp(item->last_error, message) == 0;
+    snprintf(item->last_error, sizeof item->last_error, "%s", message);
+    item->updated_ms = tier_wall_clock_ms();
+    tier_progress_unlock(context->progress, false);
+    if (!repeated) {
+        TC_LOG(TC_LOG_WARNING, worker_component(worker), 0, "%s", message);
+    }
+}
+
+void tier_report_ok(tier_context_t *context, tier_worker_t worker)
+{
+    tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, worker);
+    bool recovered = item->last_error[0] != '\0';
+    item->last_error[0] = '\0';
+    item->updated_ms = tier_wall_clock_ms();
+    tier_progress_unlock(context->progress, false);
+    if (recovered) {
+        TC_LOG(TC_LOG_INFO, worker_component(worker), 0, "working again");
+    }
+}
