@@ -1,8 +1,10 @@
 /* The one executable: `thermocline <subcommand> [flags]`. Each subcommand lives
  * in its own module; this file only dispatches and reports bad usage (exit 2). */
 #include "bench/bench.h"
+#include "lab/lab.h"
 #include "proxy/proxy.h"
 #include "store/store.h"
+#include "tier/tier.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +20,10 @@ static void print_usage(FILE *stream)
             "  proxy     run the tiering proxy in front of an archive and a fast tier\n"
             "  store     run a MongoDB-compatible server on WiredTiger\n"
             "  bench     YCSB-style load generator for a MongoDB-compatible server\n"
+            "  lab       archive, fast tier and proxy on this machine: every workload direct and tiered\n"
+            "  feeder    run the feeder alone (fast tier's change stream -> archive)\n"
+            "  evictor   run the evictor alone (old documents out of the fast tier)\n"
+            "  warmer    run the warmer alone (the recent window into the fast tier)\n"
             "  version   print the version\n"
             "\n"
             "`thermocline <command> --help` describes each command's options.\n");
@@ -38,6 +44,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "bench") == 0) {
         return bench_main(argc - 1, argv + 1);
+    }
+    if (strcmp(command, "lab") == 0) {
+        return lab_main(argc - 1, argv + 1);
+    }
+    if (strcmp(command, "feeder") == 0 || strcmp(command, "evictor") == 0 || strcmp(command, "warmer") == 0) {
+        return tier_main(argc - 1, argv + 1);
     }
     if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
         printf("thermocline %s\n", THERMOCLINE_VERSION);

@@ -81,6 +81,7 @@ static bool detect_received(connection_t *connection, uint8_t *data, size_t coun
     server_t *server = connection_server(connection);
     state->count += count;
     if (state->header[0] == TLS_RECORD_HANDSHAKE && state->count < DETECT_BYTES) {
+        connection_set_handshaking(connection, true); /* the receive timeout applies while we wait */
         return true; /* could be TLS: wait for a header's worth */
     }
     detect_state_t decided = *state; /* the switch below frees state */
@@ -104,6 +105,7 @@ static bool detect_received(connection_t *connection, uint8_t *data, size_t coun
         return false;
     }
     connection_set_transport(connection, &transport_plain, NULL);
+    connection_set_handshaking(connection, false);
     size_t available;
     uint8_t *space = connection_input_space(connection, decided.count, &available);
     memcpy(space, decided.header, decided.count);

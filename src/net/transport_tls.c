@@ -66,8 +66,8 @@ static bool tls_received(connection_t *connection, uint8_t *data, size_t count)
     return true;
 failed:
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection),
-           "Error receiving request from client %s: %s. Ending connection from remote", connection_peer(connection),
-           error.message);
+           "Error receiving request from client %s: %s: %s. Ending connection from remote",
+           connection_peer(connection), tc_error_code_name((int32_t)error.code), error.message);
     return false;
 }
 

@@ -1,6 +1,8 @@
 /* `thermocline proxy --config FILE`: loads the config, opens a connection pool
- * to each tier, serves clients on one event loop (router.c) and answers
- * thermoclineStatus. Everything here runs on that loop's thread. */
+ * to each tier, starts the tier workers (src/tier) as threads, serves clients on
+ * one event loop (router.c) and answers thermoclineStatus. Everything here runs
+ * on that loop's thread; the workers' progress reaches it through an async
+ * handle, or by polling the fast tier when they run in another process. */
 #include "proxy/proxy.h"
 #include "proxy/proxy_private.h"
 
@@ -15,6 +17,8 @@
 #define LOG_COMPONENT "PROXY"
 #define HOUSEKEEPING_INTERVAL_MS 1000
 #define BACKEND_POOL_SIZE 64
+#define POLL_INTERVAL_MS 100      /* while reads wait for a feeder of another process */
+#define POLL_IDLE_INTERVAL_MS 1000
 
 const char *proxy_tier_name(proxy_tier_t tier)
 {
@@ -47,13 +51,13 @@ namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns)
 
 plan_coverage_t proxy_coverage(const proxy_t *proxy, const namespace_state_t *state)
 {
-    /* Until the warmer proves a full pass, only a declared coverage is valid
-     * (both tiers started empty: the fast tier has every write). The evictor
-     * keeps documents newer than now - maxAge; the slack covers clock skew and
-     * an eviction pass in progress. */
+    /* Valid once the warmer has copied the whole window (or when declared: both
+     * tiers started empty, so the fast tier has every write). The evictor keeps
+     * documents newer than now - maxAge; the slack covers clock skew and an
+     * eviction pass in progress. */
     plan_coverage_t coverage = {.valid = false};
     (void)proxy;
-    if (state->config->coverage == CONFIG_COVERAGE_COMPLETE) {
+    if (state->config->coverage == CONFIG_COVERAGE_COMPLETE || state->progress.coverage_valid) {
         coverage.valid = true;
         coverage.horizon_ms = proxy_wall_clock_ms() - state->config->max_age_ms + state->config->safety_slack_ms;
     }
@@ -119,11 +123,102 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
         }
         bson_append_document_end(&item, &reasons);
         BSON_APPEND_INT64(&item, "faultedIn", (int64_t)state->fault_ins);
+        bson_append_timestamp(&item, "lastFastWriteTime", -1, (uint32_t)(state->last_write_time >> 32),
+                              (uint32_t)state->last_write_time);
+        BSON_APPEND_INT64(&item, "readsWaitedForFeeder", (int64_t)state->reads_waited);
+        BSON_APPEND_INT64(&item, "readsFailedWaitingForFeeder", (int64_t)state->reads_wait_failed);
+        tier_progress_append_namespace(proxy->progress, state->index, &item);
         bson_append_document_end(&namespaces, &item);
     }
     bson_append_document_end(reply, &namespaces);
+    BSON_APPEND_INT64(reply, "readsWaitingForFeeder", (int64_t)proxy->wait_count);
+    tier_progress_append_workers(proxy->progress, "workers", reply);
     append_tier_status(proxy, reply);
 }
+
+/* --- the tier workers' progress ---------------------------------------------------- */
+
+void proxy_refresh_progress(proxy_t *proxy)
+{
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        tier_progress_namespace(proxy->progress, proxy->namespaces[i].index, &proxy->namespaces[i].progress);
+    }
+    router_resume_waits(proxy);
+}
+
+/* Called on a worker thread: only wakes the loop. */
+static void on_worker_progress(void *context)
+{
+    proxy_t *proxy = context;
+    uv_async_send(&proxy->progress_async);
+}
+
+static void on_progress_async(uv_async_t *handle)
+{
+    proxy_refresh_progress(handle->data);
+}
+
+/* Workers of another process leave their progress in the fast tier. */
+static void on_poll_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_t *proxy = context;
+    bson_t body, documents;
+    bson_iter_t iter, batch;
+    bson_error_t parse_error;
+    proxy->polls_in_flight--;
+    if (error != NULL || !wire_op_msg_find_body(reply, length, &body, &parse_error) ||
+        !bson_iter_init(&iter, &body) || !bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) ||
+        !BSON_ITER_HOLDS_ARRAY(&batch)) {
+        return;
+    }
+    uint32_t array_length;
+    const uint8_t *data;
+    bson_iter_t ns_iter;
+    bson_iter_array(&batch, &array_length, &data);
+    bson_init_static(&documents, data, array_length);
+    if (bson_iter_init(&ns_iter, &body) && bson_iter_find_descendant(&ns_iter, "cursor.ns", &iter) &&
+        BSON_ITER_HOLDS_UTF8(&iter) && strcmp(bson_iter_utf8(&iter, NULL), TIER_DATABASE "." TIER_WARMER_COLLECTION) == 0) {
+        tier_progress_apply_warmer_documents(proxy->progress, proxy->config, &documents);
+    } else {
+        tier_progress_apply_feeder_documents(proxy->progress, proxy->config, &documents);
+    }
+    proxy_refresh_progress(proxy);
+}
+
+static void poll_collection(proxy_t *proxy, const char *collection)
+{
+    bson_t find = BSON_INITIALIZER;
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    BSON_APPEND_UTF8(&find, "find", collection);
+    BSON_APPEND_INT32(&find, "batchSize", 10000);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    BSON_APPEND_UTF8(&find, "$db", TIER_DATABASE);
+    if (wire_op_msg_build(0, 0, 0, &find, NULL, 0, &message, &length, &error)) {
+        proxy->polls_in_flight++;
+        backend_pool_send(proxy->tiers[PROXY_TIER_FAST], message, length, on_poll_reply, proxy);
+        bson_free(message);
+    }
+    bson_destroy(&find);
+}
+
+static void on_poll_timer(uv_timer_t *timer)
+{
+    proxy_t *proxy = timer->data;
+    int64_t now = proxy_now_ms();
+    if (proxy->polls_in_flight > 0 || (proxy->wait_count == 0 && now - proxy->last_poll_ms < POLL_IDLE_INTERVAL_MS)) {
+        return;
+    }
+    proxy->last_poll_ms = now;
+    if ((proxy->workers_here & TIER_RUN_FEEDER) == 0) {
+        poll_collection(proxy, TIER_FEEDER_COLLECTION);
+    }
+    if ((proxy->workers_here & TIER_RUN_WARMER) == 0) {
+        poll_collection(proxy, TIER_WARMER_COLLECTION);
+    }
+}
+
 
 /* --- housekeeping and shutdown ---------------------------------------------------- */
 
@@ -139,6 +234,23 @@ static void on_loop_stopping(void *application)
     if (proxy->housekeeping_started) {
         uv_close((uv_handle_t *)&proxy->housekeeping_timer, NULL);
         proxy->housekeeping_started = false;
+    }
+    /* Workers first: their last report must not reach a closed async handle. */
+    tier_workers_stop(proxy->workers);
+    proxy->workers = NULL;
+    tier_progress_set_listener(proxy->progress, NULL, NULL);
+    router_cancel_waits(proxy);
+    if (proxy->progress_async_started) {
+        uv_close((uv_handle_t *)&proxy->progress_async, NULL);
+        proxy->progress_async_started = false;
+    }
+    if (proxy->poll_timer_started) {
+        uv_close((uv_handle_t *)&proxy->poll_timer, NULL);
+        proxy->poll_timer_started = false;
+    }
+    if (proxy->wait_timer_started) {
+        uv_close((uv_handle_t *)&proxy->wait_timer, NULL);
+        proxy->wait_timer_started = false;
     }
     for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
         backend_pool_close(proxy->tiers[tier]);
@@ -191,7 +303,13 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     for (size_t i = 0; i < proxy.namespace_count; i++) {
         proxy.namespaces[i].config = &proxy.config->namespaces[i];
         proxy.namespaces[i].policy.time_field = proxy.config->namespaces[i].time_field;
+        proxy.namespaces[i].index = i;
+        proxy.namespaces[i].progress.warm_remaining = -1;
     }
+    proxy.progress = tier_progress_new(proxy.namespace_count);
+    proxy.workers_here = (proxy.config->feeder_enabled ? TIER_RUN_FEEDER : 0) |
+                         (proxy.config->evictor_enabled ? TIER_RUN_EVICTOR : 0) |
+                         (proxy.config->warmer_enabled ? TIER_RUN_WARMER : 0);
 
     server_options_t server_options = {
         .bind_address = proxy.config->listen.host,
@@ -223,6 +341,25 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     proxy.housekeeping_started = true;
     probe_tiers(&proxy);
 
+    uv_timer_init(proxy.loop, &proxy.wait_timer);
+    proxy.wait_timer.data = &proxy;
+    proxy.wait_timer_started = true;
+    uv_async_init(proxy.loop, &proxy.progress_async, on_progress_async);
+    proxy.progress_async.data = &proxy;
+    proxy.progress_async_started = true;
+    tier_progress_set_listener(proxy.progress, on_worker_progress, &proxy);
+    if (proxy.namespace_count > 0 && (proxy.workers_here & (TIER_RUN_FEEDER | TIER_RUN_WARMER)) !=
+                                         (TIER_RUN_FEEDER | TIER_RUN_WARMER)) {
+        uv_timer_init(proxy.loop, &proxy.poll_timer);
+        proxy.poll_timer.data = &proxy;
+        uv_timer_start(&proxy.poll_timer, on_poll_timer, 0, POLL_INTERVAL_MS);
+        proxy.poll_timer_started = true;
+    }
+    if (proxy.namespace_count > 0 && proxy.workers_here != 0) {
+        proxy.workers = tier_workers_start(proxy.config, proxy.progress, proxy.workers_here, error);
+        TC_CHECK(proxy.workers != NULL);
+    }
+
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "thermocline proxy on %s:%d: archive %s, fast %s, %zu namespace(s) with a policy",
            proxy.config->listen.host, server_port(proxy.server), proxy.config->archive_uri, proxy.config->fast_uri,
            proxy.namespace_count);
@@ -237,6 +374,8 @@ done:
         backend_pool_destroy(proxy.tiers[tier]);
     }
     cursor_map_destroy(proxy.cursors);
+    tier_workers_stop(proxy.workers);
+    tier_progress_destroy(proxy.progress);
     bson_free(proxy.namespaces);
     config_destroy(proxy.config);
     return ok;

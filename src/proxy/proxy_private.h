@@ -9,6 +9,8 @@
 #include "proxy/backend.h"
 #include "proxy/config.h"
 #include "proxy/planner.h"
+#include "tier/progress.h"
+#include "tier/tier.h"
 
 typedef enum proxy_tier {
     PROXY_TIER_ARCHIVE,
@@ -25,6 +27,15 @@ typedef struct namespace_state {
     uint64_t route_counts[PLAN_ROUTE_PROXY + 1];
     uint64_t reason_counts[PLAN_REASON_MALFORMED + 1];
     uint64_t fault_ins;         /* documents copied from the archive before a write */
+    size_t index;               /* in the config, and in the tier workers' progress */
+    /* Read-your-writes: the latest operationTime of an acknowledged fast-tier write
+     * to the namespace, and what the tier workers last reported (copied on the
+     * loop thread by proxy_refresh_progress). */
+    uint64_t last_write_time;
+    uint64_t last_delete_time;  /* the same for deletes only (see router.c) */
+    tier_namespace_progress_t progress;
+    uint64_t reads_waited;      /* reads held until the feeder caught up */
+    uint64_t reads_wait_failed; /* ... that failed after readYourWritesWait */
 } namespace_state_t;
 
 /* --- cursor_map.c ------------------------------------------------------------
@@ -66,6 +77,24 @@ typedef struct proxy {
     bson_oid_t process_id;     /* topologyVersion.processId of our hello */
     uint64_t requests;         /* client requests handled */
     uint64_t requests_failed;  /* answered with a tier-unreachable error */
+    /* The tier workers: threads of this process (workers_here), and their
+     * progress, which reaches the loop through progress_async; workers of
+     * another process are polled from the fast tier (poll_timer). */
+    tier_progress_t *progress;
+    tier_workers_t *workers;
+    unsigned workers_here;
+    uv_async_t progress_async;
+    bool progress_async_started;
+    uv_timer_t poll_timer;
+    bool poll_timer_started;
+    int polls_in_flight;
+    int64_t last_poll_ms;
+    /* Reads waiting for the feeder (router.c), oldest first. */
+    struct read_wait *waits_head;
+    struct read_wait *waits_tail;
+    size_t wait_count;
+    uv_timer_t wait_timer;
+    bool wait_timer_started;
 } proxy_t;
 
 /* The namespace's state, or NULL when it has no policy. */
@@ -74,11 +103,23 @@ namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns);
 /* The coverage the planner uses for state, now. */
 plan_coverage_t proxy_coverage(const proxy_t *proxy, const namespace_state_t *state);
 
+/* Copies the tier workers' progress into every namespace_state_t and lets the
+ * waiting reads that may now run go (router_resume_waits). */
+void proxy_refresh_progress(proxy_t *proxy);
+
 /* Appends thermoclineStatus's fields to reply. */
 void proxy_append_status(proxy_t *proxy, bson_t *reply);
 
 /* router.c: the server's handle_on_loop callback. */
 void router_handle(void *application, server_pending_t *pending, const server_request_t *request);
+
+/* router.c: reads waiting for the feeder (read-your-writes across tiers). resume
+ * sends those whose namespace the feeder has caught up on, or fails those whose
+ * feed stopped; expire fails those past readYourWritesWait; cancel fails them all
+ * (shutdown). */
+void router_resume_waits(proxy_t *proxy);
+void router_expire_waits(proxy_t *proxy);
+void router_cancel_waits(proxy_t *proxy);
 
 int64_t proxy_now_ms(void);
 int64_t proxy_wall_clock_ms(void);

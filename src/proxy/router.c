@@ -5,6 +5,11 @@
  *          ─▶ plan (planner.c) ─▶ [fault-in: archive find ─▶ fast insert]
  *                              ─▶ forward to the tier ─▶ patch cursor ids ─▶ reply
  *
+ * Whatever reads the archive (a read routed there, the archive half of a point
+ * read, a fault-in's find) first waits in proxy->waits until the feeder has
+ * applied every fast-tier write to the namespace acknowledged before it
+ * (read-your-writes across tiers), at most readYourWritesWait.
+ *
  * A command routed to one tier is forwarded as the client's own bytes (only the
  * requestID and, for getMore, the cursor id change), and its reply comes back the
  * same way, with the tier's cursor id replaced by the proxy's. */
@@ -41,14 +46,28 @@ typedef struct proxy_request {
     proxy_tier_t tier;
     int64_t getmore_proxy_id; /* getMore: the client's cursor id */
     bool opens_cursor;        /* the reply may carry a new cursor to map */
+    bool pinned; /* the documents it faults in are pinned against the evictor */
+    /* PLAN_ROUTE_FAST_THEN_ARCHIVE: the fast tier's documents and the ids it lacked. */
+    bool has_point_state;
+    bson_t point_fast_documents;
+    bson_t point_missing_ids;
 } proxy_request_t;
 
 /* --- replies built here ------------------------------------------------------- */
 
+static void unpin_fault_in(proxy_request_t *request);
+
 static void request_free(proxy_request_t *request)
 {
+    if (request->pinned) {
+        unpin_fault_in(request);
+    }
     if (request->has_decision) {
         plan_decision_cleanup(&request->decision);
+    }
+    if (request->has_point_state) {
+        bson_destroy(&request->point_fast_documents);
+        bson_destroy(&request->point_missing_ids);
     }
     bson_destroy(&request->command);
     bson_free(request->message);
@@ -261,6 +280,34 @@ static void count_route(proxy_request_t *request, plan_route_t route)
     }
 }
 
+/* A write acknowledged by the fast tier: reads of the namespace sent to the
+ * archive from now on wait until the feeder has applied it. Also a failed
+ * write's operationTime: an ordered insert may have written a part. Deletes are
+ * also kept apart: they are all that a fault-in or the archive half of a point
+ * read must wait for (see after_feeder_caught_up). */
+static void note_fast_write(proxy_request_t *request, const bson_t *body)
+{
+    bson_iter_t iter;
+    uint32_t seconds, increment;
+    if (request->namespace_state == NULL || !request->has_decision || request->decision.kind != PLAN_KIND_WRITE ||
+        !bson_iter_init_find(&iter, body, "operationTime") || !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
+        return;
+    }
+    bson_iter_timestamp(&iter, &seconds, &increment);
+    uint64_t time = (uint64_t)seconds << 32 | increment;
+    if (time > request->namespace_state->last_write_time) {
+        request->namespace_state->last_write_time = time;
+    }
+    bson_iter_t remove;
+    bool is_delete = strcmp(request->command_name, "delete") == 0 ||
+                     ((strcmp(request->command_name, "findAndModify") == 0 ||
+                       strcmp(request->command_name, "findandmodify") == 0) &&
+                      bson_iter_init_find(&remove, &request->command, "remove") && bson_iter_as_bool(&remove));
+    if (is_delete && time > request->namespace_state->last_delete_time) {
+        request->namespace_state->last_delete_time = time;
+    }
+}
+
 static void on_tier_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
     proxy_request_t *request = context;
@@ -277,6 +324,9 @@ static void on_tier_reply(void *context, const uint8_t *reply, size_t length, co
     bson_t body;
     bson_error_t parse_error;
     if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_peek_body(copy, length, &body, &parse_error)) {
+        if (request->tier == PROXY_TIER_FAST) {
+            note_fast_write(request, &body);
+        }
         uint8_t *cursor_id = find_int64_in_place(&body, "cursor", "id");
         if (request->getmore_proxy_id != 0) {
             bson_iter_t code;
@@ -558,6 +608,594 @@ static void start_fault_in(proxy_request_t *request)
     bson_free(encoded);
 }
 
+/* --- read-your-writes across tiers ----------------------------------------------------
+ * A read the archive answers waits here until the feeder has applied every write to
+ * its namespace that the fast tier acknowledged before the read arrived (the
+ * operationTime of those replies, note_fast_write), bounded by readYourWritesWait.
+ * The feeder's progress arrives on the loop through proxy_refresh_progress. */
+
+typedef void (*wait_resume_fn)(proxy_request_t *request);
+
+typedef struct read_wait {
+    struct read_wait *next;
+    proxy_request_t *request;
+    bool for_pin; /* waits for an eviction to end, not for the feeder */
+    bool deletes_only;
+    namespace_state_t *blocking; /* the namespace the feeder is behind on */
+    int64_t deadline_ms;
+    int64_t started_ms;
+    wait_resume_fn resume;
+} read_wait_t;
+
+typedef enum feed_state {
+    FEED_CAUGHT_UP,
+    FEED_BEHIND,
+    FEED_STOPPED, /* the namespace's feed stopped with writes not in the archive */
+} feed_state_t;
+
+static feed_state_t namespace_feed_state(const namespace_state_t *state, bool deletes_only)
+{
+    uint64_t required = deletes_only ? state->last_delete_time : state->last_write_time;
+    if (required == 0 || state->progress.applied_time >= required) {
+        return FEED_CAUGHT_UP;
+    }
+    return state->progress.feed_stopped ? FEED_STOPPED : FEED_BEHIND;
+}
+
+/* The request's namespace, or every namespace for a pipeline that reads others. */
+static feed_state_t request_feed_state(proxy_request_t *request, bool deletes_only, namespace_state_t **out_blocking)
+{
+    proxy_t *proxy = request->proxy;
+    feed_state_t worst = FEED_CAUGHT_UP;
+    *out_blocking = NULL;
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        namespace_state_t *state = &proxy->namespaces[i];
+        if (state != request->namespace_state && !(request->has_decision && request->decision.reads_other_namespaces)) {
+            continue;
+        }
+        feed_state_t feed = namespace_feed_state(state, deletes_only);
+        if (feed > worst) {
+            worst = feed;
+            *out_blocking = state;
+        }
+    }
+    return worst;
+}
+
+static void fail_stopped_feed(proxy_request_t *request, const namespace_state_t *blocking)
+{
+    bson_error_t error;
+    tc_error_set(&error, TC_ERR_OPERATION_FAILED,
+                 "cannot read %s from the archive: writes acknowledged before this read are not in the archive, "
+                 "because the feeder stopped: %s",
+                 blocking->config->ns, blocking->progress.feed_error);
+    finish_with_error(request, &error);
+}
+
+static void fail_wait_expired(proxy_request_t *request, const namespace_state_t *blocking, int64_t waited_ms)
+{
+    bson_error_t error;
+    tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                 "read-your-writes: the feeder has not yet applied to the archive the writes to %s acknowledged "
+                 "before this read (waited %lld ms, readYourWritesWait); retry the read",
+                 blocking->config->ns, (long long)waited_ms);
+    finish_with_error(request, &error);
+}
+
+static void on_wait_deadline(uv_timer_t *timer)
+{
+    router_expire_waits(timer->data);
+}
+
+static void arm_wait_timer(proxy_t *proxy)
+{
+    int64_t earliest = INT64_MAX;
+    for (read_wait_t *wait = proxy->waits_head; wait != NULL; wait = wait->next) {
+        earliest = wait->deadline_ms < earliest ? wait->deadline_ms : earliest;
+    }
+    if (earliest == INT64_MAX) {
+        uv_timer_stop(&proxy->wait_timer);
+        return;
+    }
+    int64_t delay = earliest - proxy_now_ms();
+    uv_timer_start(&proxy->wait_timer, on_wait_deadline, delay < 0 ? 0 : (uint64_t)delay, 0);
+}
+
+/* --- pins: the documents a write faults in stay until it has run ---------------------- */
+
+static void pin_list(proxy_request_t *request, const bson_t *ids, bool pin, bool *out_failed, uint32_t *out_done,
+                     uint32_t limit)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, ids);
+    while (bson_iter_next(&iter) && *out_done < limit) {
+        size_t index = request->namespace_state->index;
+        if (!pin) {
+            tier_progress_unpin(request->proxy->progress, index, bson_iter_value(&iter));
+        } else if (!tier_progress_pin(request->proxy->progress, index, bson_iter_value(&iter))) {
+            *out_failed = true;
+            return;
+        }
+        (*out_done)++;
+    }
+}
+
+/* Pins (pin) or unpins the first limit ids the write faults in, then its namespace
+ * when it faults in by filter; *out_done counts what was done. */
+static bool change_pins(proxy_request_t *request, bool pin, uint32_t limit, uint32_t *out_done)
+{
+    plan_decision_t *decision = &request->decision;
+    bool failed = false;
+    *out_done = 0;
+    pin_list(request, &decision->fault_in_ids, pin, &failed, out_done, limit);
+    if (!failed) {
+        pin_list(request, &decision->unique_id_checks, pin, &failed, out_done, limit);
+    }
+    if (!failed && decision->fault_in_filter_count > 0 && *out_done < limit) {
+        if (!pin) {
+            tier_progress_unpin(request->proxy->progress, request->namespace_state->index, NULL);
+        } else if (!tier_progress_pin(request->proxy->progress, request->namespace_state->index, NULL)) {
+            failed = true;
+        }
+        *out_done += failed ? 0 : 1;
+    }
+    return !failed;
+}
+
+static bool pin_fault_in(proxy_request_t *request)
+{
+    uint32_t done, undone;
+    if (request->namespace_state == NULL) {
+        return true;
+    }
+    if (!change_pins(request, true, UINT32_MAX, &done)) {
+        change_pins(request, false, done, &undone);
+        return false;
+    }
+    request->pinned = true;
+    return true;
+}
+
+static void unpin_fault_in(proxy_request_t *request)
+{
+    uint32_t done;
+    change_pins(request, false, UINT32_MAX, &done);
+    request->pinned = false;
+}
+
+static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking,
+                       wait_resume_fn resume);
+
+/* Runs resume once the feeder has applied the writes to the request's namespace
+ * acknowledged so far: all of them for a read the archive answers; only the
+ * deletes (deletes_only) before copying archive documents into the fast tier (a
+ * fault-in) or reading the ids the fast tier lacks (a point read). Those need no
+ * more: a document the fast tier lacks was never written there since the archive
+ * got it, or was evicted once the archive held its last version, or was deleted. */
+static void after_feeder_caught_up(proxy_request_t *request, bool deletes_only, wait_resume_fn resume)
+{
+    proxy_t *proxy = request->proxy;
+    namespace_state_t *blocking;
+    feed_state_t feed = request_feed_state(request, deletes_only, &blocking);
+    if (feed == FEED_CAUGHT_UP) {
+        resume(request);
+        return;
+    }
+    if (feed == FEED_STOPPED) {
+        fail_stopped_feed(request, blocking);
+        return;
+    }
+    if (proxy->config->read_your_writes_wait_ms <= 0) {
+        blocking->reads_wait_failed++;
+        fail_wait_expired(request, blocking, 0);
+        return;
+    }
+    queue_wait(request, false, deletes_only, blocking, resume);
+}
+
+static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking,
+                       wait_resume_fn resume)
+{
+    proxy_t *proxy = request->proxy;
+    read_wait_t *wait = bson_malloc0(sizeof *wait);
+    wait->request = request;
+    wait->for_pin = for_pin;
+    wait->deletes_only = deletes_only;
+    wait->blocking = blocking;
+    wait->resume = resume;
+    wait->started_ms = proxy_now_ms();
+    wait->deadline_ms = wait->started_ms + proxy->config->read_your_writes_wait_ms;
+    if (proxy->waits_tail != NULL) {
+        proxy->waits_tail->next = wait;
+    } else {
+        proxy->waits_head = wait;
+    }
+    proxy->waits_tail = wait;
+    proxy->wait_count++;
+    if (!for_pin) {
+        blocking->reads_waited++;
+    }
+    arm_wait_timer(proxy);
+}
+
+/* Takes the waits for which keep() is false out of the queue, in order, and hands
+ * each to done(). done may queue new waits: they are not visited this time. */
+static void sweep_waits(proxy_t *proxy, bool (*keep)(read_wait_t *wait, int64_t now),
+                        void (*done)(read_wait_t *wait, int64_t now))
+{
+    int64_t now = proxy_now_ms();
+    read_wait_t *list = proxy->waits_head;
+    read_wait_t *kept_head = NULL, *kept_tail = NULL, *leaving_head = NULL, *leaving_tail = NULL;
+    proxy->waits_head = proxy->waits_tail = NULL;
+    while (list != NULL) {
+        read_wait_t *wait = list;
+        list = list->next;
+        wait->next = NULL;
+        read_wait_t **head = keep(wait, now) ? &kept_head : &leaving_head;
+        read_wait_t **tail = head == &kept_head ? &kept_tail : &leaving_tail;
+        if (*tail != NULL) {
+            (*tail)->next = wait;
+        } else {
+            *head = wait;
+        }
+        *tail = wait;
+    }
+    proxy->waits_head = kept_head;
+    proxy->waits_tail = kept_tail;
+    while (leaving_head != NULL) {
+        read_wait_t *wait = leaving_head;
+        leaving_head = wait->next;
+        proxy->wait_count--;
+        done(wait, now);
+        bson_free(wait);
+    }
+    if (proxy->wait_timer_started) {
+        arm_wait_timer(proxy);
+    }
+}
+
+static bool keep_while_behind(read_wait_t *wait, int64_t now)
+{
+    namespace_state_t *blocking;
+    (void)now;
+    if (wait->for_pin) {
+        return !pin_fault_in(wait->request); /* pins as it succeeds */
+    }
+    return request_feed_state(wait->request, wait->deletes_only, &blocking) == FEED_BEHIND;
+}
+
+static void resume_or_fail(read_wait_t *wait, int64_t now)
+{
+    namespace_state_t *blocking;
+    (void)now;
+    if (!wait->for_pin && request_feed_state(wait->request, wait->deletes_only, &blocking) == FEED_STOPPED) {
+        fail_stopped_feed(wait->request, blocking);
+    } else {
+        wait->resume(wait->request);
+    }
+}
+
+static bool keep_until_deadline(read_wait_t *wait, int64_t now)
+{
+    return now < wait->deadline_ms;
+}
+
+static void expire(read_wait_t *wait, int64_t now)
+{
+    if (wait->for_pin) {
+        bson_error_t error;
+        tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                     "a document this write needs was being evicted from the fast tier for over %lld ms; retry the "
+                     "write",
+                     (long long)(now - wait->started_ms));
+        finish_with_error(wait->request, &error);
+        return;
+    }
+    wait->blocking->reads_wait_failed++;
+    fail_wait_expired(wait->request, wait->blocking, now - wait->started_ms);
+}
+
+static bool keep_none(read_wait_t *wait, int64_t now)
+{
+    (void)wait, (void)now;
+    return false;
+}
+
+static void cancel(read_wait_t *wait, int64_t now)
+{
+    bson_error_t error;
+    (void)now;
+    tc_error_set(&error, TC_ERR_INTERRUPTED, "the proxy is shutting down");
+    finish_with_error(wait->request, &error);
+}
+
+void router_resume_waits(proxy_t *proxy)
+{
+    sweep_waits(proxy, keep_while_behind, resume_or_fail);
+}
+
+void router_expire_waits(proxy_t *proxy)
+{
+    sweep_waits(proxy, keep_until_deadline, expire);
+}
+
+void router_cancel_waits(proxy_t *proxy)
+{
+    sweep_waits(proxy, keep_none, cancel);
+}
+
+static void forward_to_archive(proxy_request_t *request)
+{
+    forward(request, PROXY_TIER_ARCHIVE);
+}
+
+/* --- point reads: the fast tier first, the archive for the ids it lacks ------------------
+ * The fast tier holds the newest version of every document it holds (every write
+ * lands there), so its answer stands for the ids it returns; the archive answers for
+ * the others once the feeder has caught up. The two answers merge in _id order. */
+
+static bool projection_hides_id(const bson_t *command)
+{
+    bson_iter_t iter, field;
+    return bson_iter_init_find(&iter, command, "projection") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+           bson_iter_recurse(&iter, &field) && bson_iter_find(&field, "_id") &&
+           (BSON_ITER_HOLDS_BOOL(&field) || BSON_ITER_HOLDS_NUMBER(&field)) && !bson_iter_as_bool(&field);
+}
+
+/* A find for ids (a BSON array) with the client's projection, sort and read concern,
+ * answered in one batch. */
+static bool build_point_find(proxy_request_t *request, const bson_t *filter, uint32_t id_count, uint8_t **out_message,
+                             size_t *out_length, bson_error_t *error)
+{
+    static const char *const copied[] = {"projection", "sort", "readConcern", "maxTimeMS", "comment", "$db"};
+    bson_t find = BSON_INITIALIZER;
+    bson_iter_t iter;
+    const char *dot = strchr(request->ns, '.');
+    BSON_APPEND_UTF8(&find, "find", dot != NULL ? dot + 1 : request->ns);
+    BSON_APPEND_DOCUMENT(&find, "filter", filter);
+    for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++) {
+        if (bson_iter_init_find(&iter, &request->command, copied[i])) {
+            bson_append_iter(&find, copied[i], -1, &iter);
+        }
+    }
+    BSON_APPEND_INT64(&find, "batchSize", (int64_t)id_count + 1);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    bool ok = wire_op_msg_build(0, 0, 0, &find, NULL, 0, out_message, out_length, error);
+    bson_destroy(&find);
+    return ok;
+}
+
+/* The reply's firstBatch (a view), or false for a reply that is not ok: 1. */
+static bool point_reply_batch(const uint8_t *reply, size_t length, bson_t *out_body, bson_t *out_batch)
+{
+    bson_iter_t iter, batch;
+    bson_error_t error;
+    uint32_t batch_length;
+    const uint8_t *data;
+    if (!wire_op_msg_peek_body(reply, length, out_body, &error) || !bson_iter_init_find(&iter, out_body, "ok") ||
+        bson_iter_as_double(&iter) != 1.0 || !bson_iter_init(&iter, out_body) ||
+        !bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) || !BSON_ITER_HOLDS_ARRAY(&batch)) {
+        return false;
+    }
+    bson_iter_array(&batch, &batch_length, &data);
+    return bson_init_static(out_batch, data, batch_length);
+}
+
+/* Relays a tier's reply (an error) as it is. */
+static void relay_reply(proxy_request_t *request, const uint8_t *reply, size_t length)
+{
+    uint8_t *copy = bson_malloc(length);
+    memcpy(copy, reply, length);
+    finish_with_message(request, copy, length);
+}
+
+/* Raw bytes, not a bson_t: qsort moves these, and a static bson_t points into itself. */
+typedef struct point_document {
+    const uint8_t *data;
+    uint32_t length;
+    bson_value_t id;
+} point_document_t;
+
+static int compare_point_ascending(const void *left, const void *right)
+{
+    return order_compare_values(&((const point_document_t *)left)->id, &((const point_document_t *)right)->id);
+}
+
+static int compare_point_descending(const void *left, const void *right)
+{
+    return -compare_point_ascending(left, right);
+}
+
+static size_t collect_points(const bson_t *array, point_document_t *out, size_t count)
+{
+    bson_iter_t iter, id;
+    bson_iter_init(&iter, array);
+    while (bson_iter_next(&iter)) {
+        uint32_t length;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            continue;
+        }
+        bson_t document;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&document, data, length);
+        out[count].data = data;
+        out[count].length = length;
+        out[count].id.value_type = BSON_TYPE_NULL;
+        if (bson_iter_init_find(&id, &document, "_id")) {
+            out[count].id = *bson_iter_value(&id);
+        }
+        count++;
+    }
+    return count;
+}
+
+/* Answers with the fast tier's documents and the archive's (NULL: none), in _id
+ * order (descending for sort {_id: -1}), cut to the limit, in one batch. */
+static void finish_point_read(proxy_request_t *request, const bson_t *archive_documents)
+{
+    size_t capacity = bson_count_keys(&request->point_fast_documents) +
+                      (archive_documents != NULL ? bson_count_keys(archive_documents) : 0);
+    point_document_t *points = bson_malloc0((capacity + 1) * sizeof *points);
+    size_t count = collect_points(&request->point_fast_documents, points, 0);
+    if (archive_documents != NULL) {
+        count = collect_points(archive_documents, points, count);
+    }
+    bool descending = false;
+    int64_t limit = 0;
+    bson_iter_t iter, field;
+    if (bson_iter_init_find(&iter, &request->command, "sort") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+        bson_iter_recurse(&iter, &field) && bson_iter_next(&field)) {
+        descending = bson_iter_as_double(&field) < 0;
+    }
+    if (bson_iter_init_find(&iter, &request->command, "limit") &&
+        (BSON_ITER_HOLDS_NUMBER(&iter) || BSON_ITER_HOLDS_DECIMAL128(&iter))) {
+        limit = (int64_t)bson_iter_as_double(&iter);
+    }
+    qsort(points, count, sizeof *points, descending ? compare_point_descending : compare_point_ascending);
+    if (limit > 0 && (size_t)limit < count) {
+        count = (size_t)limit;
+    }
+    bson_t body = BSON_INITIALIZER, cursor, batch;
+    BSON_APPEND_DOCUMENT_BEGIN(&body, "cursor", &cursor);
+    BSON_APPEND_ARRAY_BEGIN(&cursor, "firstBatch", &batch);
+    for (size_t i = 0; i < count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_t document;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_init_static(&document, points[i].data, points[i].length);
+        bson_append_document(&batch, key_string, -1, &document);
+    }
+    bson_append_array_end(&cursor, &batch);
+    BSON_APPEND_INT64(&cursor, "id", 0);
+    BSON_APPEND_UTF8(&cursor, "ns", request->ns);
+    bson_append_document_end(&body, &cursor);
+    BSON_APPEND_DOUBLE(&body, "ok", 1.0);
+    bson_free(points);
+    finish_with_document(request, &body, 0);
+    bson_destroy(&body);
+}
+
+static void on_point_archive_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    bson_t body, batch;
+    if (error != NULL) {
+        request->proxy->requests_failed++;
+        finish_with_error(request, error);
+        return;
+    }
+    if (!point_reply_batch(reply, length, &body, &batch)) {
+        relay_reply(request, reply, length);
+        return;
+    }
+    finish_point_read(request, &batch);
+}
+
+static void send_point_archive(proxy_request_t *request)
+{
+    bson_t filter = BSON_INITIALIZER, condition;
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &condition);
+    BSON_APPEND_ARRAY(&condition, "$in", &request->point_missing_ids);
+    bson_append_document_end(&filter, &condition);
+    bool built = build_point_find(request, &filter, bson_count_keys(&request->point_missing_ids), &message, &length,
+                                  &error);
+    bson_destroy(&filter);
+    if (!built) {
+        finish_with_error(request, &error);
+        return;
+    }
+    request->tier = PROXY_TIER_ARCHIVE;
+    backend_pool_send(request->proxy->tiers[PROXY_TIER_ARCHIVE], message, length, on_point_archive_reply, request);
+    bson_free(message);
+}
+
+static void on_point_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    bson_t body, batch;
+    if (error != NULL) {
+        request->proxy->requests_failed++;
+        finish_with_error(request, error);
+        return;
+    }
+    if (!point_reply_batch(reply, length, &body, &batch)) {
+        relay_reply(request, reply, length);
+        return;
+    }
+    bson_concat(&request->point_fast_documents, &batch);
+    size_t found_count = bson_count_keys(&batch);
+    point_document_t *found = bson_malloc0((found_count + 1) * sizeof *found);
+    found_count = collect_points(&batch, found, 0);
+    uint32_t missing = 0;
+    bson_iter_t ids, earlier;
+    bson_iter_init(&ids, &request->decision.point_ids);
+    while (bson_iter_next(&ids)) {
+        const bson_value_t *id = bson_iter_value(&ids);
+        bool present = false;
+        for (size_t i = 0; i < found_count && !present; i++) {
+            present = order_compare_values(&found[i].id, id) == 0;
+        }
+        bson_iter_init(&earlier, &request->point_missing_ids);
+        while (!present && bson_iter_next(&earlier)) {
+            present = order_compare_values(bson_iter_value(&earlier), id) == 0;
+        }
+        if (!present) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(missing++, &key_string, key, sizeof key);
+            BSON_APPEND_VALUE(&request->point_missing_ids, key_string, id);
+        }
+    }
+    bson_free(found);
+    if (missing == 0) {
+        finish_point_read(request, NULL);
+        return;
+    }
+    after_feeder_caught_up(request, true, send_point_archive);
+}
+
+static void route_point_read(proxy_request_t *request)
+{
+    bson_iter_t iter, filter_iter;
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    if (request->decision.is_explain || projection_hides_id(&request->command)) {
+        after_feeder_caught_up(request, false, forward_to_archive);
+        return;
+    }
+    request->has_point_state = true;
+    bson_init(&request->point_fast_documents);
+    bson_init(&request->point_missing_ids);
+    bson_t filter;
+    uint32_t filter_length;
+    const uint8_t *data;
+    if (!bson_iter_init_find(&iter, &request->command, "filter") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        after_feeder_caught_up(request, false, forward_to_archive);
+        return;
+    }
+    filter_iter = iter;
+    bson_iter_document(&filter_iter, &filter_length, &data);
+    bson_init_static(&filter, data, filter_length);
+    if (!build_point_find(request, &filter, request->decision.point_id_count, &message, &length, &error)) {
+        finish_with_error(request, &error);
+        return;
+    }
+    request->tier = PROXY_TIER_FAST;
+    backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], message, length, on_point_fast_reply, request);
+    bson_free(message);
+}
+
+static void fault_in_after_deletes(proxy_request_t *request)
+{
+    after_feeder_caught_up(request, true, start_fault_in);
+}
+
 /* --- planning ------------------------------------------------------------------------ */
 
 static void route_planned(proxy_request_t *request)
@@ -610,15 +1248,20 @@ static void route_planned(proxy_request_t *request)
         }
         if (decision->kind == PLAN_KIND_WRITE && !decision->is_explain &&
             (decision->needs_fault_in || decision->unique_id_check_count > 0)) {
-            start_fault_in(request);
+            /* The documents stay in the fast tier until the write has run (no
+             * eviction in between), and the archive must show earlier deletes
+             * first: a copy of a document deleted since would bring it back (I6). */
+            if (!pin_fault_in(request)) {
+                queue_wait(request, true, false, request->namespace_state, fault_in_after_deletes);
+                return;
+            }
+            fault_in_after_deletes(request);
             return;
         }
         forward(request, PROXY_TIER_FAST);
         return;
     case PLAN_ROUTE_FAST_THEN_ARCHIVE:
-        /* The archive holds every document; until read-your-writes across tiers
-         * lands with the feeder, a point read is answered there. */
-        forward(request, PROXY_TIER_ARCHIVE);
+        route_point_read(request);
         return;
     case PLAN_ROUTE_ARCHIVE:
         if (decision->in_transaction) {
@@ -627,6 +1270,10 @@ static void route_planned(proxy_request_t *request)
                          "transactions on the fast tier only",
                          request->ns, decision->reason_text);
             finish_with_error(request, &error);
+            return;
+        }
+        if (decision->kind == PLAN_KIND_READ) {
+            after_feeder_caught_up(request, false, forward_to_archive);
             return;
         }
         forward(request, PROXY_TIER_ARCHIVE);

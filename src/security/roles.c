@@ -33,7 +33,6 @@
     (A(SERVER_STATUS) | A(HOST_INFO) | A(GET_CMD_LINE_OPTS) | A(GET_LOG) | A(GET_PARAMETER) |             \
      A(LIST_DATABASES) | A(INPROG) | A(TOP))
 #define CLUSTER_ADMIN_ACTIONS (CLUSTER_MONITOR_ACTIONS | A(SET_PARAMETER) | A(FSYNC) | A(KILLOP))
-#define ALL_ACTIONS (ROLES_ACTION(ROLES_ACTION_COUNT) - 1)
 
 typedef enum pattern_kind {
     PATTERN_NONE,              /* ends a role's list */
@@ -82,7 +81,7 @@ static const role_definition_t builtin_roles[] = {
       {PATTERN_ADMIN_COLLECTION, "system.users", USERS_COLLECTION_ACTIONS}}},
     {"clusterMonitor", true, {{PATTERN_CLUSTER, NULL, CLUSTER_MONITOR_ACTIONS}}},
     {"clusterAdmin", true, {{PATTERN_CLUSTER, NULL, CLUSTER_ADMIN_ACTIONS}}},
-    {"root", true, {{PATTERN_ANY_RESOURCE, NULL, ALL_ACTIONS}}},
+    {"root", true, {{PATTERN_ANY_RESOURCE, NULL, ROLES_ALL_ACTIONS}}},
 };
 
 static const char *const action_names[ROLES_ACTION_COUNT] = {
@@ -157,6 +156,9 @@ static bool is_system_collection(const char *collection)
 static bool pattern_matches(const privilege_t *privilege, const char *role_database,
                             const roles_resource_t *resource)
 {
+    if (resource->kind == ROLES_RESOURCE_ANY_DATABASE) {
+        return privilege->kind == PATTERN_ANY_DATABASE || privilege->kind == PATTERN_ANY_RESOURCE;
+    }
     bool in_role_database = resource->kind != ROLES_RESOURCE_CLUSTER &&
                             strcmp(resource->database, role_database) == 0;
     bool normal = resource->kind == ROLES_RESOURCE_DATABASE ||

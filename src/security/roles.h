@@ -64,11 +64,14 @@ typedef enum roles_action {
 /* A set of actions: bit (1 << action). */
 typedef uint64_t roles_actions_t;
 #define ROLES_ACTION(action) ((roles_actions_t)1 << (action))
+/* Every action: on the cluster, only root holds them all. */
+#define ROLES_ALL_ACTIONS (ROLES_ACTION(ROLES_ACTION_COUNT) - 1)
 
 typedef enum roles_resource_kind {
     ROLES_RESOURCE_CLUSTER,    /* server-wide actions (serverStatus, listDatabases) */
     ROLES_RESOURCE_DATABASE,   /* database-level actions (dropDatabase, createUser) */
     ROLES_RESOURCE_COLLECTION, /* one namespace (find on db.coll) */
+    ROLES_RESOURCE_ANY_DATABASE, /* every database at once (usersInfo with forAllDBs) */
 } roles_resource_kind_t;
 
 typedef struct roles_resource {

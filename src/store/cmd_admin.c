@@ -2,6 +2,7 @@
  * compression negotiation), ping, buildInfo, getParameter, hostInfo, whatsmyuri,
  * endSessions and the small commands mongosh and the drivers send on connect;
  * serverStatus (the sections operators watch) and fsync (a checkpoint). */
+#include "store/auth.h"
 #include "store/commands.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
@@ -118,6 +119,7 @@ static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t
     BSON_APPEND_INT32(reply, "maxWireVersion", MAX_WIRE_VERSION);
     BSON_APPEND_BOOL(reply, "readOnly", false);
     wire_negotiate_compression(context->command, reply);
+    auth_append_hello(context, reply);
     plan_awaitable_reply(context);
     return true;
 }
@@ -291,14 +293,8 @@ static bool handle_get_log(command_context_t *context, bson_t *reply, bson_error
 
 static bool handle_connection_status(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    (void)context, (void)error;
-    bson_t info, users, roles;
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "authInfo", &info);
-    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUsers", &users);
-    bson_append_array_end(&info, &users);
-    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserRoles", &roles);
-    bson_append_array_end(&info, &roles);
-    bson_append_document_end(reply, &info);
+    (void)error;
+    auth_append_connection_status(context, reply);
     return true;
 }
 
@@ -336,11 +332,13 @@ static void append_memory(bson_t *reply)
     bson_append_document_end(reply, &memory);
 }
 
-/* Not a mongod section: the emulated volume under --read-iops (slow_disk.h). */
-static void append_thermocline(bson_t *reply)
+/* Not a mongod section: the emulated volume under --read-iops (slow_disk.h) and
+ * the network limits (server.h). */
+static void append_thermocline(const store_t *store, bson_t *reply)
 {
     slow_disk_stats_t disk = slow_disk_stats();
-    bson_t thermocline, read_iops;
+    server_connection_stats_t connections = server_connection_stats(store->server);
+    bson_t thermocline, read_iops, network;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "thermocline", &thermocline);
     BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "readIops", &read_iops);
     BSON_APPEND_INT64(&read_iops, "cap", (int64_t)disk.cap);
@@ -350,6 +348,12 @@ static void append_thermocline(bson_t *reply)
     BSON_APPEND_INT64(&read_iops, "throttledReads", (int64_t)disk.throttled_reads);
     BSON_APPEND_INT64(&read_iops, "throttledWaitMicros", (int64_t)disk.throttled_wait_micros);
     bson_append_document_end(&thermocline, &read_iops);
+    /* The network layer's limits (server.h): what they refused, what waits. */
+    BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "network", &network);
+    BSON_APPEND_INT64(&network, "tlsConnections", (int64_t)connections.tls);
+    BSON_APPEND_INT64(&network, "timedOut", (int64_t)connections.timed_out);
+    BSON_APPEND_INT64(&network, "queuedReplyBytes", (int64_t)connections.queued_reply_bytes);
+    bson_append_document_end(&thermocline, &network);
     bson_append_document_end(reply, &thermocline);
 }
 
@@ -407,7 +411,7 @@ static bool handle_server_status(command_context_t *context, bson_t *reply, bson
         bson_append_document_end(reply, &engine);
     }
     if (section_wanted(context, "thermocline")) {
-        append_thermocline(reply);
+        append_thermocline(store, reply);
     }
     if (section_wanted(context, "wiredTiger")) {
         bson_t wired_tiger;

@@ -25,6 +25,7 @@ typedef struct store {
         atomic_llong insert, query, update, delete_, getmore, command;
     } opcounters;
     op_latency_t latencies;   /* serverStatus.opLatencies */
+    struct auth_manager *auth; /* access control (auth.h) */
 } store_t;
 
 /* Everything a handler needs about the command it runs. */
@@ -40,6 +41,8 @@ typedef struct command_context {
     uint32_t attempt;         /* 0, or how many times this request was run again */
     uint32_t rerun_after_ms;  /* set to run the request again after this long instead of
                                * replying (a change stream's awaitData getMore) */
+    void **connection_data;   /* the connection's state (server_request_t.connection_data);
+                               * NULL for a command run outside a connection */
 } command_context_t;
 
 /* A handler appends its reply fields (not "ok") to reply and returns true, or

@@ -3,6 +3,7 @@
  * the reply in the request's own format (and compressor). Also the small helpers
  * every handler uses to read command fields the way mongod validates them. */
 #include "store/dispatch.h"
+#include "store/auth.h"
 #include "store/oplog.h"
 #include "query/value_format.h"
 #include "common/log.h"
@@ -12,7 +13,7 @@
 #include <string.h>
 
 static const command_definition_t *const command_tables[] = {
-    admin_commands, catalog_commands, write_commands, read_commands, aggregate_commands,
+    admin_commands, catalog_commands, write_commands, read_commands, aggregate_commands, auth_commands,
 };
 
 static const command_definition_t *find_command(const char *name)
@@ -234,6 +235,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         .connection_id = connection_id,
         .peer_address = peer_address,
         .attempt = control->attempt,
+        .connection_data = control->connection_data,
     };
     bool ok = false;
 
@@ -257,6 +259,9 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         tc_error_set(&error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context.name);
         goto done;
     }
+    if (!auth_check_command(&context, &error)) {
+        goto done;
+    }
     if (context.attempt == 0) {
         count_operation(store, context.name); /* a request run again counts once */
     }
@@ -273,6 +278,9 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         return;
     }
     op_latency_record(&store->latencies, context.name, op_latency_now_micros() - started_micros);
+    if (ok) {
+        auth_filter_reply(&context, reply);
+    }
 done:
     if (ok) {
         BSON_APPEND_DOUBLE(reply, "ok", 1.0);
@@ -322,7 +330,7 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
     bson_t reply = BSON_INITIALIZER;
     bool legacy = false;
     bool more_to_come = false;
-    dispatch_control_t control = {.attempt = request->attempt};
+    dispatch_control_t control = {.attempt = request->attempt, .connection_data = request->connection_data};
     uint8_t *encoded = NULL;
     size_t encoded_length = 0;
 

@@ -16,6 +16,8 @@ typedef struct dispatch_control {
                         * run_again, wait this long before running it again */
     bool run_again;    /* out: reply nothing yet, run the command again (a change
                         * stream's getMore waiting for events); reply is empty */
+    void **connection_data; /* in: the connection's state slot
+                             * (server_request_t.connection_data), or NULL */
 } dispatch_control_t;
 
 /* Runs one command document (with $db) and fills reply with its fields and ok

@@ -4,6 +4,7 @@
 #include "store/store.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "store/auth.h"
 #include "store/dispatch.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
@@ -61,6 +62,13 @@ static void worker_handle(void *application, void *worker_state, const server_re
     dispatch_message(store, worker_state, request, reply);
 }
 
+/* A connection is gone: free its authentication state (auth.h). */
+static void connection_close(void *application, void *connection_data)
+{
+    (void)application;
+    auth_session_destroy(connection_data);
+}
+
 /* --- janitor ------------------------------------------------------------------------ */
 
 typedef struct janitor {
@@ -93,6 +101,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     store_t store = {.options = *options};
     janitor_t janitor = {.store = &store};
     oplog_t *oplog = NULL;
+    tls_context_t *tls_context = NULL;
     bool janitor_started = false;
     bool ok = false;
 
@@ -116,6 +125,16 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
     }
     store.cursors = cursor_table_new();
+    store.auth = auth_manager_new(options->auth);
+    if (options->tls_mode != TLS_MODE_DISABLED) {
+        tls_server_options_t tls_options = {
+            .certificate_key_file = options->tls_certificate_key_file,
+            .ca_file = options->tls_ca_file,
+            .allow_connections_without_certificates = options->tls_allow_connections_without_certificates,
+        };
+        tls_context = tls_context_new_server(&tls_options, error);
+        TC_CHECK(tls_context != NULL);
+    }
     if (options->replica_set != NULL) {
         /* A replica set member keeps an oplog: change streams, operationTime. */
         oplog = oplog_open(store.storage,
@@ -130,12 +149,19 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         .max_connections = options->max_connections,
         .worker_count = options->worker_count,
         .max_message_bytes = WIRE_MAX_MESSAGE_SIZE,
+        .tls_mode = options->tls_mode,
+        .tls_context = tls_context,
+        .idle_timeout_ms = options->idle_timeout_ms,
+        .receive_timeout_ms = options->receive_timeout_ms,
+        .send_timeout_ms = options->send_timeout_ms,
+        .max_queued_reply_bytes = (size_t)options->max_queued_reply_bytes,
     };
     server_callbacks_t callbacks = {
         .application = &store,
         .worker_start = worker_start,
         .worker_stop = worker_stop,
         .handle = worker_handle,
+        .connection_close = connection_close,
     };
     store.server = server_new(&server_options, &callbacks, error);
     TC_CHECK(store.server != NULL);
@@ -150,6 +176,11 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     TC_LOG(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on %s:%d, dbpath %s%s%s",
            options->bind_address, server_port(store.server), options->dbpath,
            options->replica_set ? ", replica set " : "", options->replica_set ? options->replica_set : "");
+    TC_LOG(TC_LOG_INFO, "ACCESS", 0, "%s; tlsMode %s",
+           options->auth ? "access control enabled (--auth)"
+                         : "access control is not enabled: read and write access to data and configuration is "
+                           "unrestricted",
+           tls_mode_name(options->tls_mode));
     TC_CHECK(server_run(store.server, error));
     TC_LOG(TC_LOG_INFO, "STORAGE", 0, "shutting down");
     ok = true;
@@ -164,6 +195,8 @@ done:
     pthread_mutex_destroy(&janitor.mutex);
     pthread_cond_destroy(&janitor.wakeup);
     server_destroy(store.server);
+    tls_context_destroy(tls_context);
+    auth_manager_destroy(store.auth);
     cursor_table_destroy(store.cursors);
     oplog_close(oplog);
     storage_close(store.storage);
@@ -190,6 +223,21 @@ static void print_usage(FILE *stream)
             "                         free disk, 990MB to 50GB, as mongod's --oplogSize)\n"
             "  --max-conns N          refuse connections past N (default 65536)\n"
             "  --workers N            worker threads (default 4, or twice the cores)\n"
+            "  --auth                 require authentication (SCRAM-SHA-1, SCRAM-SHA-256) and\n"
+            "                         check every command against the user's roles\n"
+            "  --tlsMode MODE         disabled (default), allowTLS, preferTLS or requireTLS\n"
+            "  --tlsCertificateKeyFile FILE  PEM with the server's certificate and key\n"
+            "  --tlsCAFile FILE       PEM with the CAs of client certificates (asked for\n"
+            "                         and required unless the next flag is given)\n"
+            "  --tlsAllowConnectionsWithoutCertificates  accept clients without one\n"
+            "  --idle-timeout DUR     close a connection silent this long, e.g. 10m\n"
+            "                         (default: never, as mongod)\n"
+            "  --receive-timeout DUR  close a client that leaves a message (or TLS\n"
+            "                         handshake) unfinished this long (default 30s)\n"
+            "  --send-timeout DUR     close a client that reads nothing of a reply\n"
+            "                         this long (default 30s)\n"
+            "  --max-queued-replies SIZE  replies waiting for slow readers, server-wide;\n"
+            "                         a reply past it closes its connection (default 256MB)\n"
             "  --verbose              log every failed command\n"
             "  --help                 this text\n");
 }
@@ -210,7 +258,9 @@ static bool parse_positive(const char *text, const char *flag, int64_t maximum, 
 int store_main(int argc, char **argv)
 {
     enum { OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS,
-           OPT_WORKERS, OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE };
+           OPT_WORKERS, OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE,
+           OPT_TLS_CA_FILE, OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT,
+           OPT_SEND_TIMEOUT, OPT_MAX_QUEUED_REPLIES };
     static const struct option long_options[] = {
         {"port", required_argument, NULL, OPT_PORT},
         {"dbpath", required_argument, NULL, OPT_DBPATH},
@@ -225,6 +275,18 @@ int store_main(int argc, char **argv)
         {"max-conns", required_argument, NULL, OPT_MAXCONNS},
         {"workers", required_argument, NULL, OPT_WORKERS},
         {"verbose", no_argument, NULL, OPT_VERBOSE},
+        {"auth", no_argument, NULL, OPT_AUTH},
+        {"tlsMode", required_argument, NULL, OPT_TLS_MODE},
+        {"sslMode", required_argument, NULL, OPT_TLS_MODE},
+        {"tlsCertificateKeyFile", required_argument, NULL, OPT_TLS_CERTIFICATE_KEY_FILE},
+        {"sslPEMKeyFile", required_argument, NULL, OPT_TLS_CERTIFICATE_KEY_FILE},
+        {"tlsCAFile", required_argument, NULL, OPT_TLS_CA_FILE},
+        {"sslCAFile", required_argument, NULL, OPT_TLS_CA_FILE},
+        {"tlsAllowConnectionsWithoutCertificates", no_argument, NULL, OPT_TLS_ALLOW_WITHOUT_CERTIFICATES},
+        {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+        {"receive-timeout", required_argument, NULL, OPT_RECEIVE_TIMEOUT},
+        {"send-timeout", required_argument, NULL, OPT_SEND_TIMEOUT},
+        {"max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED_REPLIES},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -309,6 +371,57 @@ int store_main(int argc, char **argv)
         case OPT_VERBOSE:
             tc_log_set_level(TC_LOG_DEBUG);
             break;
+        case OPT_AUTH:
+            options.auth = true;
+            break;
+        case OPT_TLS_MODE:
+            if (!tls_mode_from_name(optarg, &options.tls_mode)) {
+                fprintf(stderr,
+                        "thermocline store: --tlsMode takes disabled, allowTLS, preferTLS or requireTLS, not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case OPT_TLS_CERTIFICATE_KEY_FILE:
+            options.tls_certificate_key_file = optarg;
+            break;
+        case OPT_TLS_CA_FILE:
+            options.tls_ca_file = optarg;
+            break;
+        case OPT_TLS_ALLOW_WITHOUT_CERTIFICATES:
+            options.tls_allow_connections_without_certificates = true;
+            break;
+        case OPT_IDLE_TIMEOUT:
+        case OPT_RECEIVE_TIMEOUT:
+        case OPT_SEND_TIMEOUT: {
+            const char *flag = option == OPT_IDLE_TIMEOUT      ? "--idle-timeout"
+                               : option == OPT_RECEIVE_TIMEOUT ? "--receive-timeout"
+                                                               : "--send-timeout";
+            int64_t milliseconds;
+            if (!units_parse_duration_ms(optarg, &milliseconds, &error)) {
+                fprintf(stderr, "thermocline store: %s: %s\n", flag, error.message);
+                return 2;
+            }
+            if (milliseconds < 1 || milliseconds >= (int64_t)SERVER_NO_TIMEOUT) {
+                fprintf(stderr, "thermocline store: %s must be at least 1ms and under 49 days, not '%s'\n", flag,
+                        optarg);
+                return 2;
+            }
+            *(option == OPT_IDLE_TIMEOUT      ? &options.idle_timeout_ms
+              : option == OPT_RECEIVE_TIMEOUT ? &options.receive_timeout_ms
+                                              : &options.send_timeout_ms) = (uint32_t)milliseconds;
+            break;
+        }
+        case OPT_MAX_QUEUED_REPLIES:
+            if (!units_parse_size(optarg, &options.max_queued_reply_bytes, &error)) {
+                fprintf(stderr, "thermocline store: --max-queued-replies: %s\n", error.message);
+                return 2;
+            }
+            if (options.max_queued_reply_bytes < 1024 * 1024) {
+                fprintf(stderr, "thermocline store: --max-queued-replies must be at least 1MB\n");
+                return 2;
+            }
+            break;
         case OPT_HELP:
             print_usage(stdout);
             return 0;
@@ -323,6 +436,16 @@ int store_main(int argc, char **argv)
     }
     if (options.dbpath == NULL) {
         fprintf(stderr, "thermocline store: --dbpath is required (see --help)\n");
+        return 2;
+    }
+    if (options.tls_mode != TLS_MODE_DISABLED && options.tls_certificate_key_file == NULL) {
+        fprintf(stderr, "thermocline store: need tlsCertificateKeyFile or certificateSelector when TLS is enabled\n");
+        return 2;
+    }
+    if (options.tls_mode == TLS_MODE_DISABLED &&
+        (options.tls_certificate_key_file != NULL || options.tls_ca_file != NULL)) {
+        fprintf(stderr, "thermocline store: --tlsCertificateKeyFile and --tlsCAFile need --tlsMode other than "
+                        "disabled\n");
         return 2;
     }
     if (!store_run(&options, &error)) {

@@ -4,6 +4,7 @@
 #define TC_STORE_STORE_H
 
 #include "common/error.h"
+#include "security/tls.h"
 
 #include <stdint.h>
 
@@ -18,6 +19,17 @@ typedef struct store_options {
     uint64_t oplog_bytes;      /* --oplog-size (MB), with --replSet; 0: mongod's default */
     int max_connections;       /* --max-conns, default 65536 */
     int worker_count;          /* default: 2 x cores, at least 4 */
+    /* Access control and TLS, named as mongod's flags. */
+    bool auth;                 /* --auth */
+    tls_mode_t tls_mode;       /* --tlsMode, default disabled */
+    const char *tls_certificate_key_file; /* --tlsCertificateKeyFile */
+    const char *tls_ca_file;   /* --tlsCAFile */
+    bool tls_allow_connections_without_certificates; /* --tlsAllowConnectionsWithoutCertificates */
+    /* Limits on clients (server.h): 0 takes the network layer's default. */
+    uint32_t idle_timeout_ms;    /* --idle-timeout, default off */
+    uint32_t receive_timeout_ms; /* --receive-timeout, default 30s */
+    uint32_t send_timeout_ms;    /* --send-timeout, default 30s */
+    uint64_t max_queued_reply_bytes; /* --max-queued-replies, default 256MB */
 } store_options_t;
 
 void store_options_init(store_options_t *options);

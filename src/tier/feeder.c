@@ -889,7 +889,8 @@ static size_t collect_candidates(feeder_t *feeder, const bson_t *events, candida
         }
         candidate_t *item = &out[count];
         memset(item, 0, sizeof *item);
-        item->event = event;
+        /* A static bson_t points into itself: initialise it in place, never copy it. */
+        bson_init_static(&item->event, data, length);
         item->index = (size_t)index;
         item->time = time;
         const char *operation = "";
@@ -978,6 +979,8 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
             feeder->have_token = true;
         }
     }
+    /* The archive has it all now: reads may go (the checkpoint only saves a replay). */
+    tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
     /* An idle stream still moves: checkpoint it now and then, not at every getMore. */
     if (feeder->have_token && feeder->applied_time > feeder->checkpoint_time &&
         (event_count > 0 || tier_monotonic_ms() - feeder->last_checkpoint_ms >= IDLE_CHECKPOINT_MS)) {
@@ -987,7 +990,6 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
         clean_marks(feeder);
         finish_retries(feeder);
     }
-    tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
     tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);
     item->events_applied += (int64_t)(count - suppressed);
     item->events_suppressed += (int64_t)suppressed;

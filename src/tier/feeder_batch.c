@@ -13,7 +13,7 @@ typedef struct batch_document {
     size_t namespace_index;
     bson_value_t id;
     uint64_t hash;
-    feeder_op_t *ops;
+    feeder_op_t **ops; /* each allocated alone: a bson_t must not move once it grew */
     size_t op_count;
     size_t op_capacity;
 } batch_document_t;
@@ -118,7 +118,8 @@ static void op_cleanup(feeder_op_t *op)
 static void clear_ops(batch_document_t *document)
 {
     for (size_t i = 0; i < document->op_count; i++) {
-        op_cleanup(&document->ops[i]);
+        op_cleanup(document->ops[i]);
+        bson_free(document->ops[i]);
     }
     document->op_count = 0;
 }
@@ -129,8 +130,8 @@ static feeder_op_t *push_op(batch_document_t *document, feeder_op_kind_t kind, u
         document->op_capacity = document->op_capacity == 0 ? 2 : document->op_capacity * 2;
         document->ops = bson_realloc(document->ops, document->op_capacity * sizeof *document->ops);
     }
-    feeder_op_t *op = &document->ops[document->op_count++];
-    memset(op, 0, sizeof *op);
+    feeder_op_t *op = bson_malloc0(sizeof *op);
+    document->ops[document->op_count++] = op;
     op->kind = kind;
     op->namespace_index = document->namespace_index;
     op->id = document->id; /* a view: the document owns the copy */
@@ -145,10 +146,10 @@ static feeder_op_t *push_op(batch_document_t *document, feeder_op_kind_t kind, u
 /* A delete or a full document: everything before it is superseded. */
 static void set_final_state(batch_document_t *document, feeder_op_kind_t kind, const bson_t *full, uint64_t time)
 {
-    uint64_t first_time = document->op_count > 0 ? document->ops[0].first_time : time;
+    uint64_t first_time = document->op_count > 0 ? document->ops[0]->first_time : time;
     uint32_t events = 1;
     for (size_t i = 0; i < document->op_count; i++) {
-        events += document->ops[i].events;
+        events += document->ops[i]->events;
     }
     clear_ops(document);
     feeder_op_t *op = push_op(document, kind, time);
@@ -287,7 +288,7 @@ static bool apply_to_full(feeder_op_t *op, const bson_t *update)
 static void add_update(batch_document_t *document, const bson_t *update, bool is_truncation, bool new_event,
                        uint64_t time)
 {
-    feeder_op_t *last = document->op_count > 0 ? &document->ops[document->op_count - 1] : NULL;
+    feeder_op_t *last = document->op_count > 0 ? document->ops[document->op_count - 1] : NULL;
     if (last != NULL && last->kind == FEEDER_OP_REPLACE && apply_to_full(last, update)) {
         last->last_time = time;
         last->events += new_event ? 1 : 0;
@@ -546,7 +547,7 @@ feeder_op_t *const *feeder_batch_finish(feeder_batch_t *batch, size_t *out_count
     for (size_t i = 0; i < batch->document_count; i++) {
         batch_document_t *document = &batch->documents[i];
         for (size_t round = 0; round < document->op_count; round++) {
-            feeder_op_t *op = &document->ops[round];
+            feeder_op_t *op = document->ops[round];
             op->id = document->id;
             if (op->kind == FEEDER_OP_UPDATE && !op->is_truncation) {
                 bson_reinit(&op->document);

@@ -3,9 +3,23 @@
  * listener for the proxy's loop. */
 #include "tier/progress.h"
 
+#include "query/order.h"
+
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+
+typedef struct pin {
+    size_t index;
+    bool whole_namespace;
+    bson_value_t id; /* owned unless whole_namespace */
+    int count;
+} pin_t;
+
+typedef struct eviction {
+    bool active;
+    bson_value_t id; /* a view, valid while active */
+} eviction_t;
 
 struct tier_progress {
     pthread_mutex_t mutex;
@@ -16,6 +30,10 @@ struct tier_progress {
     tier_namespace_progress_t *namespaces;
     size_t namespace_count;
     tier_worker_progress_t workers[TIER_WORKER_COUNT];
+    pin_t *pins;
+    size_t pin_count;
+    size_t pin_capacity;
+    eviction_t *evictions; /* one per namespace */
 };
 
 const char *tier_worker_name(tier_worker_t worker)
@@ -42,6 +60,7 @@ tier_progress_t *tier_progress_new(size_t namespace_count)
     for (size_t i = 0; i < namespace_count; i++) {
         progress->namespaces[i].warm_remaining = -1;
     }
+    progress->evictions = bson_malloc0((namespace_count + 1) * sizeof *progress->evictions);
     return progress;
 }
 
@@ -52,6 +71,13 @@ void tier_progress_destroy(tier_progress_t *progress)
     }
     pthread_cond_destroy(&progress->changed);
     pthread_mutex_destroy(&progress->mutex);
+    for (size_t i = 0; i < progress->pin_count; i++) {
+        if (!progress->pins[i].whole_namespace) {
+            bson_value_destroy(&progress->pins[i].id);
+        }
+    }
+    bson_free(progress->pins);
+    bson_free(progress->evictions);
     bson_free(progress->namespaces);
     bson_free(progress);
 }
@@ -146,6 +172,79 @@ void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms)
         }
     }
     pthread_mutex_unlock(&progress->mutex);
+}
+
+/* --- pins ---------------------------------------------------------------------------- */
+
+static pin_t *find_pin(tier_progress_t *progress, size_t index, const bson_value_t *id)
+{
+    for (size_t i = 0; i < progress->pin_count; i++) {
+        pin_t *pin = &progress->pins[i];
+        if (pin->index == index && pin->whole_namespace == (id == NULL) &&
+            (id == NULL || order_compare_values(&pin->id, id) == 0)) {
+            return pin;
+        }
+    }
+    return NULL;
+}
+
+bool tier_progress_pin(tier_progress_t *progress, size_t index, const bson_value_t *id)
+{
+    pthread_mutex_lock(&progress->mutex);
+    eviction_t *eviction = &progress->evictions[index];
+    if (eviction->active && (id == NULL || order_compare_values(&eviction->id, id) == 0)) {
+        pthread_mutex_unlock(&progress->mutex);
+        return false;
+    }
+    pin_t *pin = find_pin(progress, index, id);
+    if (pin == NULL) {
+        if (progress->pin_count == progress->pin_capacity) {
+            progress->pin_capacity = progress->pin_capacity == 0 ? 16 : progress->pin_capacity * 2;
+            progress->pins = bson_realloc(progress->pins, progress->pin_capacity * sizeof *progress->pins);
+        }
+        pin = &progress->pins[progress->pin_count++];
+        memset(pin, 0, sizeof *pin);
+        pin->index = index;
+        pin->whole_namespace = id == NULL;
+        if (id != NULL) {
+            bson_value_copy(id, &pin->id);
+        }
+    }
+    pin->count++;
+    pthread_mutex_unlock(&progress->mutex);
+    return true;
+}
+
+void tier_progress_unpin(tier_progress_t *progress, size_t index, const bson_value_t *id)
+{
+    pthread_mutex_lock(&progress->mutex);
+    pin_t *pin = find_pin(progress, index, id);
+    if (pin != NULL && --pin->count == 0) {
+        if (!pin->whole_namespace) {
+            bson_value_destroy(&pin->id);
+        }
+        *pin = progress->pins[--progress->pin_count];
+    }
+    pthread_mutex_unlock(&progress->mutex);
+}
+
+bool tier_progress_begin_eviction(tier_progress_t *progress, size_t index, const bson_value_t *id)
+{
+    pthread_mutex_lock(&progress->mutex);
+    bool pinned = find_pin(progress, index, NULL) != NULL || find_pin(progress, index, id) != NULL;
+    if (!pinned) {
+        progress->evictions[index].active = true;
+        progress->evictions[index].id = *id;
+    }
+    pthread_mutex_unlock(&progress->mutex);
+    return !pinned;
+}
+
+void tier_progress_end_eviction(tier_progress_t *progress, size_t index)
+{
+    pthread_mutex_lock(&progress->mutex);
+    progress->evictions[index].active = false;
+    tier_progress_unlock(progress, true);
 }
 
 /* --- thermoclineStatus ------------------------------------------------------------ */

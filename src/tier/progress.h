@@ -89,6 +89,25 @@ void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_
 /* Waits until a notifying unlock happens or timeout_ms passes. */
 void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms);
 
+/* --- pins: the proxy's writes against the evictor, in this process -------------
+ * A write that faults documents in needs them to stay in the fast tier until it
+ * runs. The router pins their _id values (or, for a write chosen by a filter, the
+ * whole namespace) from before the fault-in until the write's reply; the evictor
+ * deletes a document only between tier_progress_begin_eviction (refused while it
+ * is pinned) and tier_progress_end_eviction, and a pin is refused during that.
+ * An evictor of another process does not see these pins (see README.md). */
+
+/* Pins id in namespace index (id NULL: the whole namespace). False, pinning
+ * nothing, while an eviction of that document (of any, for NULL) is under way:
+ * try again after the next notification. Each pin needs one unpin. */
+bool tier_progress_pin(tier_progress_t *progress, size_t index, const bson_value_t *id);
+void tier_progress_unpin(tier_progress_t *progress, size_t index, const bson_value_t *id);
+
+/* False while the document or its namespace is pinned. */
+bool tier_progress_begin_eviction(tier_progress_t *progress, size_t index, const bson_value_t *id);
+/* Ends it and notifies (a pin may be waiting). */
+void tier_progress_end_eviction(tier_progress_t *progress, size_t index);
+
 /* thermoclineStatus: appends {feeder: {...}, evictor: {...}, warmer: {...}}
  * under key, and one namespace's worker fields into out. */
 void tier_progress_append_workers(tier_progress_t *progress, const char *key, bson_t *out);

@@ -139,10 +139,12 @@ def read_reply(sock):
     return WireReply(request_id, response_to, opcode, document, header + rest)
 
 
-def wire_command(port, document, timeout=10.0, request_id=1):
-    """Sends one OP_MSG command on a new connection and returns the reply
-    document (raises if the server closed without answering)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+def wire_command(port, document, timeout=10.0, request_id=1, ssl_context=None):
+    """Sends one OP_MSG command on a new connection (over TLS with ssl_context,
+    an ssl.SSLContext) and returns the reply document (raises if the server
+    closed without answering)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as plain:
+        sock = ssl_context.wrap_socket(plain, server_hostname="localhost") if ssl_context else plain
         sock.sendall(op_msg(document, request_id))
         reply = read_reply(sock)
     if reply is None:
@@ -157,15 +159,23 @@ def wire_command(port, document, timeout=10.0, request_id=1):
 class StoreProcess:
     """One `thermocline store`: started on a free port with its own dbpath,
     stderr captured to a file per run, stoppable with SIGTERM (checked) or
-    killable with SIGKILL and restartable on the same dbpath and port."""
+    killable with SIGKILL and restartable on the same dbpath and port. With
+    replica_set, a one-member replica set (--replSet): an oplog, change streams,
+    operationTime in replies."""
 
-    def __init__(self, work_dir, port=None, extra_args=(), binary=None):
+    def __init__(self, work_dir, port=None, extra_args=(), binary=None, replica_set=None,
+                 ssl_context=None):
+        """ssl_context: an ssl.SSLContext to check readiness with, for a store
+        started with --tlsMode requireTLS."""
         self.work_dir = Path(work_dir)
+        self.ssl_context = ssl_context
         self.dbpath = self.work_dir / "db"
         self.dbpath.mkdir(parents=True, exist_ok=True)
         self.binary = Path(binary) if binary else thermocline_binary()
         self.port = port or find_free_port()
         self.extra_args = list(extra_args)
+        if replica_set:
+            self.extra_args += ["--replSet", replica_set]
         self.process = None
         self.run_count = 0
         self.log_paths = []
@@ -219,7 +229,8 @@ class StoreProcess:
                 pytest.fail("store exited with status %s during startup; log tail:\n%s"
                             % (self.process.returncode, self.log_tail()), pytrace=False)
             try:
-                reply = wire_command(self.port, {"ping": 1, "$db": "admin"}, timeout=2.0)
+                reply = wire_command(self.port, {"ping": 1, "$db": "admin"}, timeout=2.0,
+                                     ssl_context=self.ssl_context)
                 if reply.get("ok") == 1:
                     return
                 last_problem = "ping answered %r" % (reply,)
@@ -410,6 +421,18 @@ def tiers(tmp_path):
     """An archive store and a fast-tier store, stopped and checked after the test."""
     archive = StoreProcess(tmp_path / "archive").start()
     fast = StoreProcess(tmp_path / "fast").start()
+    yield archive, fast
+    for store_process in (fast, archive):
+        if store_process.is_alive():
+            store_process.stop()
+
+
+@pytest.fixture
+def replicated_tiers(tmp_path):
+    """The same two tiers as one-member replica sets (rs0 the archive, rs1 the
+    fast tier): what the tier workers need (the fast tier's change stream)."""
+    archive = StoreProcess(tmp_path / "archive", replica_set="rs0").start()
+    fast = StoreProcess(tmp_path / "fast", replica_set="rs1").start()
     yield archive, fast
     for store_process in (fast, archive):
         if store_process.is_alive():

@@ -1,0 +1,466 @@
+/* `thermocline lab`: flags and sizes (the faithful default, --quick, --tiny),
+ * the order of the runs, and the report at the end. The runs live in run.c,
+ * the processes in process.c, the table and JSON in report.c, plots in plot.c. */
+#include "lab/lab.h"
+#include "lab/lab_private.h"
+
+#include "common/units.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LAB_DEFAULT_SEED 1
+
+static void print_usage(FILE *stream)
+{
+    fprintf(stream,
+            "usage: thermocline lab [--quick] [--json FILE] [--output DIR] [--keep]\n"
+            "\n"
+            "Starts a memory-starved archive store (data about 40x its WiredTiger cache, reads\n"
+            "capped as a cloud volume's), an empty fast-tier store and the proxy with its tier\n"
+            "workers; loads the archive; runs the store, readheavy, concentrated and uniform\n"
+            "workloads straight against the archive and through the proxy, each from the same\n"
+            "data with the same seed, then the store workload from an empty fast tier; prints\n"
+            "the comparison, writes SVG plots and stops everything it started.\n"
+            "\n"
+            "  --quick              smaller data and shorter runs: under 5 minutes\n"
+            "  --json FILE          also write every figure of the table as JSON to FILE\n"
+            "  --output DIR         plots, logs, bench reports and lab.json (default lab-results)\n"
+            "  --keep               keep each run's data directories under DIR/work.*\n"
+            "  --help               this text\n"
+            "\n"
+            "Sizes (the default is the faithful run, about 45 minutes):\n"
+            "  --tiny               a seconds-long lab for tests\n"
+            "  --records N          documents loaded (faithful 600000, quick 300000)\n"
+            "  --cache-size SIZE    the archive's WiredTiger cache (faithful 16MB, quick 8MB)\n"
+            "  --read-iops N        the archive's read cap, 0 for none (default 3000)\n"
+            "  --threads N          bench clients (default 64)\n"
+            "  --warmup D           unmeasured time before each run (faithful 30s, quick 4s)\n"
+            "  --duration D         measured time of each run (faithful 180s, quick 12s)\n"
+            "  --empty-duration D   the empty start's measured time (faithful 540s, quick 36s)\n"
+            "  --seed N             bench's seed, the same for every run (default %d)\n"
+            "\n"
+            "Exit status: 0 when every run succeeded, 1 when one failed, 2 on bad usage,\n"
+            "130 after Ctrl-C (128 + the signal).\n",
+            LAB_DEFAULT_SEED);
+}
+
+static void preset_faithful(lab_settings_t *settings)
+{
+    settings->preset = "faithful";
+    settings->record_count = 600000;
+    settings->archive_cache_bytes = 16 * 1024 * 1024;
+    settings->fast_cache_bytes = (uint64_t)1024 * 1024 * 1024;
+    settings->archive_oplog_mb = 256;
+    settings->fast_oplog_mb = 2048;
+    settings->warmup_ms = 30000;
+    settings->duration_ms = 180000;
+    settings->empty_start_ms = 540000;
+    settings->warm_wait_ms = 600000;
+    settings->drain_wait_ms = 120000;
+    settings->stop_wait_ms = 60000;
+}
+
+static void preset_quick(lab_settings_t *settings)
+{
+    settings->preset = "quick";
+    settings->record_count = 300000;
+    settings->archive_cache_bytes = 8 * 1024 * 1024;
+    settings->fast_cache_bytes = 512 * 1024 * 1024;
+    settings->archive_oplog_mb = 64;
+    settings->fast_oplog_mb = 512;
+    settings->warmup_ms = 4000;
+    settings->duration_ms = 12000;
+    settings->empty_start_ms = 36000;
+    settings->warm_wait_ms = 30000;
+    settings->drain_wait_ms = 15000;
+    settings->stop_wait_ms = 20000;
+}
+
+static void preset_tiny(lab_settings_t *settings)
+{
+    settings->preset = "tiny";
+    settings->record_count = 10000;
+    settings->archive_cache_bytes = 4 * 1024 * 1024;
+    settings->fast_cache_bytes = 64 * 1024 * 1024;
+    settings->archive_oplog_mb = 16;
+    settings->fast_oplog_mb = 64;
+    settings->thread_count = 8;
+    settings->load_thread_count = 4;
+    settings->warmup_ms = 0;
+    settings->duration_ms = 2000;
+    settings->empty_start_ms = 2000;
+    settings->warm_wait_ms = 10000;
+    settings->drain_wait_ms = 5000;
+    settings->stop_wait_ms = 10000;
+}
+
+static bool parse_whole(const char *text, const char *flag, int64_t minimum, int64_t maximum, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || errno != 0 || value < minimum || value > maximum) {
+        fprintf(stderr, "thermocline lab: %s takes a whole number from %lld to %lld, not '%s'\n", flag,
+                (long long)minimum, (long long)maximum, text);
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
+static bool parse_duration(const char *text, const char *flag, bool allow_zero, int64_t *out_ms)
+{
+    bson_error_t error;
+    if (!units_parse_duration_ms(text, out_ms, &error)) {
+        fprintf(stderr, "thermocline lab: %s: %s\n", flag, error.message);
+        return false;
+    }
+    if (*out_ms < 0 || (*out_ms == 0 && !allow_zero) || (*out_ms > 0 && *out_ms < 1000)) {
+        fprintf(stderr, "thermocline lab: %s must be %s, not '%s'\n", flag,
+                allow_zero ? "0s or at least 1s" : "at least 1s", text);
+        return false;
+    }
+    return true;
+}
+
+/* Flags given on the command line, applied over the preset. */
+typedef struct lab_overrides {
+    int64_t records, read_iops, threads, seed, warmup_ms, duration_ms, empty_ms;
+    uint64_t cache_bytes;
+    bool has_records, has_read_iops, has_threads, has_seed, has_warmup, has_duration, has_empty, has_cache;
+} lab_overrides_t;
+
+/* Returns 0 to go on, -1 after --help, 2 after bad usage (its line on stderr). */
+static int parse_options(int argc, char **argv, lab_settings_t *settings)
+{
+    enum { OPT_QUICK = 256, OPT_TINY, OPT_JSON, OPT_OUTPUT, OPT_KEEP, OPT_RECORDS, OPT_CACHE, OPT_IOPS, OPT_THREADS,
+           OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_HELP };
+    static const struct option long_options[] = {
+        {"quick", no_argument, NULL, OPT_QUICK},
+        {"tiny", no_argument, NULL, OPT_TINY},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"keep", no_argument, NULL, OPT_KEEP},
+        {"records", required_argument, NULL, OPT_RECORDS},
+        {"cache-size", required_argument, NULL, OPT_CACHE},
+        {"read-iops", required_argument, NULL, OPT_IOPS},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"warmup", required_argument, NULL, OPT_WARMUP},
+        {"duration", required_argument, NULL, OPT_DURATION},
+        {"empty-duration", required_argument, NULL, OPT_EMPTY},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    lab_overrides_t overrides;
+    const char *size_preset = NULL;
+    bson_error_t error;
+    memset(&overrides, 0, sizeof overrides);
+    memset(settings, 0, sizeof *settings);
+    settings->output_dir = "lab-results";
+    opterr = 0;
+    optind = 1;
+    int option;
+    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+        switch (option) {
+        case OPT_QUICK:
+        case OPT_TINY:
+            if (size_preset != NULL && strcmp(size_preset, option == OPT_QUICK ? "quick" : "tiny") != 0) {
+                fprintf(stderr, "thermocline lab: --quick and --tiny exclude each other\n");
+                return 2;
+            }
+            size_preset = option == OPT_QUICK ? "quick" : "tiny";
+            break;
+        case OPT_JSON:
+            settings->json_path = optarg;
+            break;
+        case OPT_OUTPUT:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "thermocline lab: --output needs a directory\n");
+                return 2;
+            }
+            settings->output_dir = optarg;
+            break;
+        case OPT_KEEP:
+            settings->keep = true;
+            break;
+        case OPT_RECORDS:
+            if (!parse_whole(optarg, "--records", 100, INT64_C(1) << 36, &overrides.records)) {
+                return 2;
+            }
+            overrides.has_records = true;
+            break;
+        case OPT_CACHE:
+            if (!units_parse_size(optarg, &overrides.cache_bytes, &error) || overrides.cache_bytes < 1024 * 1024) {
+                fprintf(stderr, "thermocline lab: --cache-size takes a size of at least 1MB (16MB, 1GB), not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            overrides.has_cache = true;
+            break;
+        case OPT_IOPS:
+            if (!parse_whole(optarg, "--read-iops", 0, 10000000, &overrides.read_iops)) {
+                return 2;
+            }
+            overrides.has_read_iops = true;
+            break;
+        case OPT_THREADS:
+            if (!parse_whole(optarg, "--threads", 1, 256, &overrides.threads)) {
+                return 2;
+            }
+            overrides.has_threads = true;
+            break;
+        case OPT_WARMUP:
+            if (!parse_duration(optarg, "--warmup", true, &overrides.warmup_ms)) {
+                return 2;
+            }
+            overrides.has_warmup = true;
+            break;
+        case OPT_DURATION:
+            if (!parse_duration(optarg, "--duration", false, &overrides.duration_ms)) {
+                return 2;
+            }
+            overrides.has_duration = true;
+            break;
+        case OPT_EMPTY:
+            if (!parse_duration(optarg, "--empty-duration", false, &overrides.empty_ms)) {
+                return 2;
+            }
+            overrides.has_empty = true;
+            break;
+        case OPT_SEED:
+            if (!parse_whole(optarg, "--seed", 0, INT64_MAX, &overrides.seed)) {
+                return 2;
+            }
+            overrides.has_seed = true;
+            break;
+        case OPT_HELP:
+            print_usage(stdout);
+            return -1;
+        default:
+            fprintf(stderr, "thermocline lab: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thermocline lab: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+
+    /* The PoC's client and volume: 64 YCSB threads, 3,000 reads/s. */
+    settings->thread_count = 64;
+    settings->load_thread_count = 8;
+    settings->read_iops = 3000;
+    settings->seed = LAB_DEFAULT_SEED;
+    if (size_preset == NULL) {
+        preset_faithful(settings);
+    } else if (strcmp(size_preset, "quick") == 0) {
+        preset_quick(settings);
+    } else {
+        preset_tiny(settings);
+    }
+    if (overrides.has_records) settings->record_count = overrides.records;
+    if (overrides.has_cache) settings->archive_cache_bytes = overrides.cache_bytes;
+    if (overrides.has_read_iops) settings->read_iops = overrides.read_iops;
+    if (overrides.has_threads) settings->thread_count = (int)overrides.threads;
+    if (overrides.has_seed) settings->seed = (uint64_t)overrides.seed;
+    if (overrides.has_warmup) settings->warmup_ms = overrides.warmup_ms;
+    if (overrides.has_duration) settings->duration_ms = overrides.duration_ms;
+    if (overrides.has_empty) settings->empty_start_ms = overrides.empty_ms;
+    /* mongod serves each connection on its own thread; so does the archive here,
+     * so a read that waits for the disk does not hold up one that hits the cache. */
+    settings->archive_workers = settings->thread_count < 4 ? 4 : settings->thread_count;
+
+    if (settings->json_path != NULL) {
+        FILE *probe = fopen(settings->json_path, "w");
+        if (probe == NULL) {
+            fprintf(stderr, "thermocline lab: cannot write --json %s: %s\n", settings->json_path, strerror(errno));
+            return 2;
+        }
+        fclose(probe);
+    }
+    return 0;
+}
+
+void lab_note(lab_t *lab, const char *format, ...)
+{
+    char text[LAB_NOTE_SIZE];
+    va_list arguments;
+    va_start(arguments, format);
+    vsnprintf(text, sizeof text, format, arguments);
+    va_end(arguments);
+    for (int i = 0; i < lab->note_count; i++) {
+        if (strcmp(lab->notes[i], text) == 0) {
+            return;
+        }
+    }
+    if (lab->note_count < LAB_NOTE_COUNT) {
+        memcpy(lab->notes[lab->note_count++], text, sizeof text);
+    }
+}
+
+static void log_libmongoc(mongoc_log_level_t level, const char *domain, const char *message, void *context)
+{
+    (void)context;
+    if (level <= MONGOC_LOG_LEVEL_WARNING) {
+        fprintf(stderr, "thermocline lab: libmongoc %s %s: %s\n", mongoc_log_level_str(level), domain, message);
+    }
+}
+
+static bool prepare_directories(lab_t *lab, bson_error_t *error)
+{
+    const char *output = lab->settings.output_dir;
+    if (strlen(output) > LAB_DIRECTORY_SIZE - 64) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "--output %s is too long a path", output);
+    }
+    snprintf(lab->logs_dir, sizeof lab->logs_dir, "%s/logs", output);
+    snprintf(lab->runs_dir, sizeof lab->runs_dir, "%s/runs", output);
+    if (!lab_make_directory(output, error) || !lab_make_directory(lab->logs_dir, error) ||
+        !lab_make_directory(lab->runs_dir, error)) {
+        return false;
+    }
+    snprintf(lab->work_dir, sizeof lab->work_dir, "%s/work.XXXXXX", output);
+    if (mkdtemp(lab->work_dir) == NULL) {
+        int saved = errno;
+        lab->work_dir[0] = '\0';
+        return tc_error_set(error, TC_ERR_OPERATION_FAILED, "cannot create a work directory in %s: %s", output,
+                            strerror(saved));
+    }
+    return true;
+}
+
+static void print_plan(const lab_t *lab)
+{
+    const lab_settings_t *settings = &lab->settings;
+    char records[32];
+    int64_t per_run_ms = settings->warmup_ms + settings->duration_ms;
+    /* Runs, plus about 8 s of set-up each, the load (~12,000 documents/s here) and the empty start. */
+    int64_t estimate_s = (LAB_WORKLOAD_COUNT * 2 * (per_run_ms + 8000) + settings->empty_start_ms + 8000) / 1000 +
+                         settings->record_count / 12000;
+    fprintf(stderr,
+            "thermocline lab (%s): %s documents, archive cache %llu MB, reads capped at %lld/s, %d threads;\n"
+            "%d workloads direct and tiered, %lld s each after %lld s of warm-up, then a %lld s empty start: "
+            "about %lld min\n"
+            "output: %s (logs in %s)\n\n",
+            settings->preset, lab_grouped((double)settings->record_count, records, sizeof records),
+            (unsigned long long)(settings->archive_cache_bytes / (1024 * 1024)), (long long)settings->read_iops,
+            settings->thread_count, LAB_WORKLOAD_COUNT, (long long)(settings->duration_ms / 1000),
+            (long long)(settings->warmup_ms / 1000), (long long)(settings->empty_start_ms / 1000),
+            (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir);
+}
+
+/* The load, then each workload direct and tiered, then the empty start. False
+ * when the load failed or the lab was interrupted; a failed run is recorded in
+ * its row and the others still run. */
+static bool run_all(lab_t *lab, bool *out_all_ok, bson_error_t *error)
+{
+    *out_all_ok = true;
+    if (!lab_load(lab, error)) {
+        return false;
+    }
+    for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
+        if (!lab_run(lab, lab->workloads[i], LAB_MODE_DIRECT, &lab->direct[i])) {
+            *out_all_ok = false;
+        }
+        if (lab_interrupted()) {
+            return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+        }
+        if (!lab_run(lab, lab->workloads[i], LAB_MODE_TIERED, &lab->tiered[i])) {
+            *out_all_ok = false;
+        }
+        if (lab_interrupted()) {
+            return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+        }
+    }
+    if (!lab_run(lab, "store", LAB_MODE_EMPTY_START, &lab->empty_start)) {
+        *out_all_ok = false;
+    }
+    if (lab_interrupted()) {
+        return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+    }
+    return true;
+}
+
+static bool write_results(lab_t *lab, bson_error_t *error)
+{
+    char path[PATH_MAX];
+    lab_report_table(stdout, lab);
+    fflush(stdout);
+    snprintf(path, sizeof path, "%s/lab.json", lab->settings.output_dir);
+    if (!lab_report_json(lab, path, error)) {
+        return false;
+    }
+    if (lab->settings.json_path != NULL && !lab_report_json(lab, lab->settings.json_path, error)) {
+        return false;
+    }
+    printf("\nwritten:\n  %s\n", lab->settings.json_path != NULL ? lab->settings.json_path : path);
+    bool ok = lab_report_plots(lab, stdout, error);
+    fflush(stdout);
+    return ok;
+}
+
+int lab_main(int argc, char **argv)
+{
+    lab_t *lab = bson_malloc0(sizeof *lab);
+    bson_error_t error = {0};
+    int status = parse_options(argc, argv, &lab->settings);
+    if (status != 0) {
+        bson_free(lab);
+        return status < 0 ? 0 : status;
+    }
+    static const char *const workloads[LAB_WORKLOAD_COUNT] = {"store", "readheavy", "concentrated", "uniform"};
+    memcpy(lab->workloads, workloads, sizeof workloads);
+    lab->stderr_is_terminal = isatty(STDERR_FILENO);
+    lab_signals_install();
+    /* libmongoc's shared-memory counters serve only its own tools, and a killed
+     * process leaves its segment behind; the children inherit this too. */
+    setenv("MONGOC_DISABLE_SHM", "1", 0);
+    mongoc_log_set_handler(log_libmongoc, NULL);
+    mongoc_init();
+
+    status = 1;
+    bool all_ok = false;
+    if (!prepare_directories(lab, &error)) {
+        fprintf(stderr, "thermocline lab: %s\n", error.message);
+        goto done;
+    }
+    print_plan(lab);
+    if (!run_all(lab, &all_ok, &error)) {
+        if (!lab_interrupted()) {
+            fprintf(stderr, "thermocline lab: %s\n", error.message);
+        }
+        goto done;
+    }
+    if (!write_results(lab, &error)) {
+        fprintf(stderr, "thermocline lab: %s\n", error.message);
+        goto done;
+    }
+    status = all_ok ? 0 : 1;
+done:
+    lab_stop_all(lab);
+    if (lab_interrupted()) {
+        fprintf(stderr, "\nthermocline lab: interrupted by %s; every process it started is stopped\n",
+                strsignal(lab_interrupt_signal()));
+        status = 128 + lab_interrupt_signal();
+    }
+    if (lab->work_dir[0] != '\0') {
+        if (lab->settings.keep) {
+            fprintf(stderr, "thermocline lab: data kept in %s\n", lab->work_dir);
+        } else {
+            lab_remove_tree(lab->work_dir);
+        }
+    }
+    for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
+        lab_run_cleanup(&lab->direct[i]);
+        lab_run_cleanup(&lab->tiered[i]);
+    }
+    lab_run_cleanup(&lab->empty_start);
+    bson_free(lab);
+    mongoc_cleanup();
+    return status;
+}

@@ -1,0 +1,304 @@
+/* Shared by the files of src/lab: the settings of one lab, the processes it
+ * starts, the figures of one run, and each file's entry points (process.c,
+ * probe.c, run.c, report.c, plot.c). Not for use outside src/lab. */
+#ifndef TC_LAB_LAB_PRIVATE_H
+#define TC_LAB_LAB_PRIVATE_H
+
+#include "common/error.h"
+
+#include <limits.h>
+#include <mongoc/mongoc.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* The namespace and policy of the tiered runs: bench's collection, and a window
+ * of 33 days, the newest 9% of a year of orders (see README.md). */
+#define LAB_DATABASE "ycsb"
+#define LAB_COLLECTION "usertable"
+#define LAB_NAMESPACE LAB_DATABASE "." LAB_COLLECTION
+#define LAB_TIME_FIELD "createdAt"
+#define LAB_MAX_AGE "33d"
+
+#define LAB_WORKLOAD_COUNT 4
+#define LAB_NOTE_COUNT 16
+#define LAB_NOTE_SIZE 512
+/* Directories the lab makes; --output is refused if longer, so every file path
+ * built under them fits in PATH_MAX. */
+#define LAB_DIRECTORY_SIZE 1024
+
+typedef struct lab_settings {
+    const char *preset;           /* "faithful", "quick" or "tiny" */
+    int64_t record_count;         /* documents loaded into the archive */
+    uint64_t archive_cache_bytes; /* the archive's WiredTiger cache: data is ~40x this */
+    uint64_t fast_cache_bytes;    /* the fast tier's: holds the window with room to spare */
+    int64_t read_iops;            /* the archive's emulated read cap */
+    int64_t archive_oplog_mb;
+    int64_t fast_oplog_mb;
+    int archive_workers;          /* a thread per client connection, as mongod */
+    int thread_count;             /* bench clients */
+    int load_thread_count;
+    int64_t warmup_ms;
+    int64_t duration_ms;
+    int64_t empty_start_ms;
+    int64_t warm_wait_ms;         /* how long a tiered run waits for the warmer's first pass */
+    int64_t drain_wait_ms;        /* how long after a tiered run it waits for the feeder */
+    int64_t stop_wait_ms;         /* SIGTERM to SIGKILL */
+    uint64_t seed;
+    const char *output_dir;
+    const char *json_path;        /* NULL: only <output>/lab.json */
+    bool keep;                    /* keep the data directories */
+} lab_settings_t;
+
+/* One child process: this executable, run again with a subcommand. */
+typedef struct lab_process {
+    pid_t pid;        /* 0: not running */
+    char name[32];    /* "archive", "fast", "proxy", "bench" */
+    char log_path[PATH_MAX];
+    int wait_status;  /* from waitpid, once it has exited */
+    bool exited;
+} lab_process_t;
+
+typedef struct lab_latency {
+    double p50_ms, p95_ms, p99_ms, p999_ms, max_ms;
+} lab_latency_t;
+
+typedef enum lab_mode {
+    LAB_MODE_DIRECT,      /* bench against the archive */
+    LAB_MODE_TIERED,      /* through the proxy, after the warmer's first pass */
+    LAB_MODE_EMPTY_START, /* through the proxy, from an empty fast tier, no warm-up */
+} lab_mode_t;
+
+/* What one run measured. */
+typedef struct lab_run {
+    bool attempted;
+    bool ok;
+    char failure[LAB_NOTE_SIZE]; /* why it failed, when !ok */
+    /* From bench's JSON. */
+    double ops_per_second; /* every operation */
+    double read_ops_per_second, update_ops_per_second, insert_ops_per_second;
+    int64_t operations, errors, not_found;
+    lab_latency_t read, update;
+    int64_t started_at_ms; /* wall clock of the measured window */
+    double measured_seconds;
+    int second_count;
+    double *ops_series; /* operations per second of the measured window; owned */
+    /* From the archive's serverStatus over the measured window. */
+    double archive_pages_read_per_second;
+    double archive_disk_reads_per_second;
+    /* Through the proxy: what the workers said. -1: not reported. */
+    bool warmer_reported;
+    bool fast_tier_warm;
+    double warm_wait_seconds;
+    int64_t documents_warmed;
+    bool feeder_reported;
+    int64_t feeder_lag_ms_at_end;
+    double feeder_drain_seconds; /* after bench stopped; -1 if it did not drain in time */
+    bson_t proxy_namespace_status; /* thermoclineStatus for the namespace at the end; empty if none */
+} lab_run_t;
+
+/* Everything one `thermocline lab` owns: settings, paths, children, results.
+ * Passed to every function instead of globals. */
+typedef struct lab {
+    lab_settings_t settings;
+    char work_dir[LAB_DIRECTORY_SIZE];     /* data directories, removed at the end unless --keep */
+    char snapshot_dir[LAB_DIRECTORY_SIZE + 16]; /* the archive as loaded; every run starts from a copy */
+    char logs_dir[LAB_DIRECTORY_SIZE];
+    char runs_dir[LAB_DIRECTORY_SIZE];
+    lab_process_t archive, fast, proxy, bench;
+    int64_t documents;           /* in the archive after the load */
+    int64_t data_bytes;          /* BSON size of the collection */
+    int64_t storage_bytes;       /* on disk: collection plus indexes */
+    const char *workloads[LAB_WORKLOAD_COUNT];
+    lab_run_t direct[LAB_WORKLOAD_COUNT];
+    lab_run_t tiered[LAB_WORKLOAD_COUNT];
+    lab_run_t empty_start;
+    char notes[LAB_NOTE_COUNT][LAB_NOTE_SIZE];
+    int note_count;
+    bool stderr_is_terminal;
+} lab_t;
+
+/* Adds a line to the report's notes, once (a repeated text is dropped). */
+void lab_note(lab_t *lab, const char *format, ...) __attribute__((format(printf, 2, 3)));
+
+/* --- process.c: signals, children, files, ports ----------------------------------- */
+
+/* SIGINT, SIGTERM and SIGHUP set a flag that every wait of the lab checks;
+ * SIGPIPE is ignored. */
+void lab_signals_install(void);
+bool lab_interrupted(void);
+int lab_interrupt_signal(void); /* the last one received, 0 if none */
+
+/* Sleeps up to milliseconds; false if a signal asked the lab to stop. */
+bool lab_sleep_ms(int64_t milliseconds);
+
+int64_t lab_wall_ms(void);
+int64_t lab_monotonic_ms(void);
+
+/* Starts /proc/self/exe with argv ("thermocline", the subcommand, its flags) in its own process group (Ctrl-C reaches the lab, which stops its children
+ * in order) with SIGTERM as its parent-death signal (a lab killed outright leaves
+ * nothing running). stdout, and stderr unless stderr_to_terminal, go to log_path. */
+bool lab_process_start(lab_process_t *process, const char *name, char *const argv[], const char *log_path,
+                       bool stderr_to_terminal, bson_error_t *error) TC_MUST_CHECK;
+
+/* Whether it is still running; reaps it when it has exited. */
+bool lab_process_running(lab_process_t *process);
+
+/* SIGTERM, then SIGKILL after timeout_ms (or at once on a second Ctrl-C); reaps.
+ * Does nothing for a process that is not running. */
+void lab_process_stop(lab_process_t *process, int64_t timeout_ms);
+
+/* Whether it exited by itself with status 0. */
+bool lab_process_succeeded(const lab_process_t *process);
+
+/* "exited with status 1", "was killed by signal 9". */
+void lab_process_describe_exit(const lab_process_t *process, char *out, size_t size);
+
+/* A loopback port nothing listens on right now. 0 on failure. */
+int lab_free_port(void);
+
+/* Whether something accepts TCP connections on 127.0.0.1:port. */
+bool lab_port_open(int port);
+
+/* mkdir -p. */
+bool lab_make_directory(const char *path, bson_error_t *error) TC_MUST_CHECK;
+
+/* Copies the directory tree from into to (created), regular files and directories. */
+bool lab_copy_tree(const char *from, const char *to, bson_error_t *error) TC_MUST_CHECK;
+
+/* rm -rf; quiet when path does not exist. */
+void lab_remove_tree(const char *path);
+
+/* Writes text to path, replacing it. */
+bool lab_write_file(const char *path, const char *text, bson_error_t *error) TC_MUST_CHECK;
+
+/* Reads the whole file; free with bson_free(). NULL with error. */
+char *lab_read_file(const char *path, size_t *out_length, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- probe.c: what the lab asks its servers over the wire -------------------------- */
+
+/* A single-threaded client for 127.0.0.1:port (directConnection, timeouts of a
+ * few seconds). Free with mongoc_client_destroy(). */
+mongoc_client_t *lab_client_new(int port, bson_error_t *error) TC_MUST_CHECK;
+
+/* Waits until process answers ping on port (it listens and serves), failing
+ * early if it exits or the lab is interrupted. */
+bool lab_wait_ready(lab_process_t *process, int port, int64_t timeout_ms, bson_error_t *error) TC_MUST_CHECK;
+
+/* One reading of the archive's cumulative read counters. */
+typedef struct lab_counters {
+    int64_t at_ms;      /* wall clock, midway through the serverStatus call */
+    int64_t pages_read; /* wiredTiger.cache."pages read into cache" */
+    int64_t disk_reads; /* thermocline.readIops.reads: data-file reads */
+} lab_counters_t;
+
+bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+/* The collection's count, BSON size and on-disk size (collection and indexes). */
+bool lab_collection_sizes(mongoc_client_t *client, int64_t *out_count, int64_t *out_data_bytes,
+                          int64_t *out_storage_bytes, bson_error_t *error) TC_MUST_CHECK;
+
+/* Creates the collection with an ascending index on the time field. */
+bool lab_create_time_index(mongoc_client_t *client, bson_error_t *error) TC_MUST_CHECK;
+
+/* thermoclineStatus through the proxy: the whole reply (always initialised;
+ * the caller destroys it). */
+bool lab_proxy_status(mongoc_client_t *client, bson_t *out_reply, bson_error_t *error) TC_MUST_CHECK;
+
+/* What the workers reported in a thermoclineStatus reply, for the namespace. */
+typedef struct lab_worker_view {
+    bool namespace_found;
+    bson_t namespace_status;  /* a copy of namespaces[LAB_NAMESPACE]; empty when not found */
+    bool coverage_valid;      /* coverageHorizon is a date */
+    bool warmer_reported;     /* the namespace has a warmer section */
+    char warmer_state[32];
+    int64_t warmer_copied;    /* -1: not reported */
+    bool feeder_reported;     /* some feeder section reports lagMillis */
+    int64_t feeder_lag_ms;
+} lab_worker_view_t;
+
+/* Fills view from reply; free with lab_worker_view_cleanup(). */
+void lab_worker_view_init(lab_worker_view_t *view, const bson_t *reply);
+void lab_worker_view_cleanup(lab_worker_view_t *view);
+
+/* --- run.c: the load and the runs ---------------------------------------------------- */
+
+/* Starts the archive, creates the collection and its time index, loads
+ * record_count documents with `bench --workload load` (its progress bar on
+ * stderr), measures the collection and stops the archive cleanly: its data
+ * directory is the snapshot every run copies. */
+bool lab_load(lab_t *lab, bson_error_t *error) TC_MUST_CHECK;
+
+/* One run of workload in mode, from a fresh copy of the snapshot; fills run.
+ * False when it could not be run (run->failure says why) or the lab was
+ * interrupted. Stops everything it started before returning. */
+bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run) TC_MUST_CHECK;
+
+/* Stops every child still running, newest first. */
+void lab_stop_all(lab_t *lab);
+
+void lab_run_cleanup(lab_run_t *run);
+
+/* --- report.c: reading bench's JSON, the table, the lab's JSON ---------------------- */
+
+/* Reads bench's --json report into run's figures and series. */
+bool lab_read_bench_report(const char *path, lab_run_t *run, bson_error_t *error) TC_MUST_CHECK;
+
+/* The value of a cumulative counter at at_ms, linearly between the samples
+ * around it (the first or last sample outside them). samples in time order. */
+double lab_counter_at(const lab_counters_t *samples, size_t count, int64_t at_ms, bool disk_reads);
+
+/* The empty start against the direct reference: the first second at which the
+ * trailing window-second average reaches reference (-1: never), and the
+ * averages of the first and last part_seconds. */
+typedef struct lab_catch_up {
+    int passed_after_seconds;
+    int part_seconds;
+    double first_part_ops_per_second;
+    double last_part_ops_per_second;
+} lab_catch_up_t;
+
+void lab_catch_up_compute(const double *series, int count, double reference, int window_seconds,
+                          lab_catch_up_t *out);
+
+/* The comparison table and notes, as printed at the end. */
+void lab_report_table(FILE *stream, const lab_t *lab);
+
+/* Every figure of the table, per workload and mode, as JSON. */
+bool lab_report_json(const lab_t *lab, const char *path, bson_error_t *error) TC_MUST_CHECK;
+
+/* "1,234,567" into out. */
+const char *lab_grouped(double value, char *out, size_t size);
+
+/* --- plot.c: SVG charts ------------------------------------------------------------- */
+
+typedef struct lab_plot_line {
+    const char *label;
+    const char *color;
+    const double *values; /* y at x = 1 .. count */
+    int count;
+    double width;
+    bool dashed;
+} lab_plot_line_t;
+
+/* A line chart with linear axes from 0. */
+bool lab_plot_lines(const char *path, const char *title, const char *x_label, const char *y_label,
+                    const lab_plot_line_t *lines, size_t line_count, bson_error_t *error) TC_MUST_CHECK;
+
+typedef struct lab_plot_bars {
+    const char *label;
+    const char *color;
+    const double *values; /* one per category; negative or NaN: missing */
+} lab_plot_bars_t;
+
+/* Grouped bars, one group per category; a log-scale y axis when log_scale. */
+bool lab_plot_bars(const char *path, const char *title, const char *y_label, bool log_scale,
+                   const char *const *categories, size_t category_count, const lab_plot_bars_t *groups,
+                   size_t group_count, bson_error_t *error) TC_MUST_CHECK;
+
+/* Writes every plot of the lab into the output directory; the paths written are
+ * listed on stream. */
+bool lab_report_plots(const lab_t *lab, FILE *stream, bson_error_t *error) TC_MUST_CHECK;
+
+#endif

@@ -1,0 +1,568 @@
+/* The lab's processes at work: the load that makes the archive's snapshot, and
+ * one run (direct, tiered, or the empty start), each from a fresh copy of that
+ * snapshot, with the archive's counters sampled every second while bench runs. */
+#include "lab/lab_private.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+#define LAB_START_TIMEOUT_MS 60000
+#define LAB_SAMPLE_INTERVAL_MS 1000
+#define LAB_STATUS_POLL_MS 200
+#define LAB_ARGUMENT_MAX 40
+
+/* argv for a child, each string owned. */
+typedef struct argument_list {
+    char *items[LAB_ARGUMENT_MAX + 1];
+    int count;
+} argument_list_t;
+
+static void argument_add(argument_list_t *list, const char *format, ...) __attribute__((format(printf, 2, 3)));
+
+static void argument_add(argument_list_t *list, const char *format, ...)
+{
+    if (list->count == LAB_ARGUMENT_MAX) {
+        return; /* the lists below are far shorter; a longer one would fail visibly in the child */
+    }
+    va_list arguments;
+    va_start(arguments, format);
+    list->items[list->count++] = bson_strdupv_printf(format, arguments);
+    va_end(arguments);
+    list->items[list->count] = NULL;
+}
+
+static void argument_list_cleanup(argument_list_t *list)
+{
+    for (int i = 0; i < list->count; i++) {
+        bson_free(list->items[i]);
+    }
+    list->count = 0;
+}
+
+/* "16MB" when it is a whole number of megabytes, else bytes. */
+static void format_size(uint64_t bytes, char *out, size_t size)
+{
+    if (bytes % (1024 * 1024) == 0) {
+        snprintf(out, size, "%" PRIu64 "MB", bytes / (1024 * 1024));
+    } else {
+        snprintf(out, size, "%" PRIu64, bytes);
+    }
+}
+
+static void reset_processes(lab_t *lab)
+{
+    memset(&lab->archive, 0, sizeof lab->archive);
+    memset(&lab->fast, 0, sizeof lab->fast);
+    memset(&lab->proxy, 0, sizeof lab->proxy);
+    memset(&lab->bench, 0, sizeof lab->bench);
+}
+
+void lab_stop_all(lab_t *lab)
+{
+    lab_process_t *newest_first[] = {&lab->bench, &lab->proxy, &lab->fast, &lab->archive};
+    for (size_t i = 0; i < sizeof newest_first / sizeof newest_first[0]; i++) {
+        lab_process_stop(newest_first[i], lab->settings.stop_wait_ms);
+    }
+}
+
+/* After a stop: a server that did not exit cleanly is worth a note (a crash, a
+ * sanitizer report, a shutdown that needed SIGKILL). */
+static void note_unclean_exits(lab_t *lab, const char *run_name)
+{
+    lab_process_t *servers[] = {&lab->proxy, &lab->fast, &lab->archive};
+    for (size_t i = 0; i < sizeof servers / sizeof servers[0]; i++) {
+        lab_process_t *process = servers[i];
+        if (process->exited && !lab_process_succeeded(process)) {
+            char how[128];
+            lab_process_describe_exit(process, how, sizeof how);
+            lab_note(lab, "%s: the %s %s when stopped: see %s", run_name, process->name, how, process->log_path);
+        }
+    }
+}
+
+static bool start_store(lab_t *lab, lab_process_t *process, const char *name, const char *dbpath, int port,
+                        bool is_archive, const char *log_path, bson_error_t *error)
+{
+    const lab_settings_t *settings = &lab->settings;
+    argument_list_t arguments = {.count = 0};
+    char cache[32];
+    format_size(is_archive ? settings->archive_cache_bytes : settings->fast_cache_bytes, cache, sizeof cache);
+    argument_add(&arguments, "thermocline");
+    argument_add(&arguments, "store");
+    argument_add(&arguments, "--port");
+    argument_add(&arguments, "%d", port);
+    argument_add(&arguments, "--dbpath");
+    argument_add(&arguments, "%s", dbpath);
+    argument_add(&arguments, "--replSet");
+    argument_add(&arguments, "%s", is_archive ? "rs0" : "rs1");
+    argument_add(&arguments, "--cache-size");
+    argument_add(&arguments, "%s", cache);
+    argument_add(&arguments, "--oplog-size");
+    argument_add(&arguments, "%" PRId64, is_archive ? settings->archive_oplog_mb : settings->fast_oplog_mb);
+    if (is_archive) {
+        argument_add(&arguments, "--read-iops");
+        argument_add(&arguments, "%" PRId64, settings->read_iops);
+        argument_add(&arguments, "--workers");
+        argument_add(&arguments, "%d", settings->archive_workers);
+    }
+    bool ok = lab_process_start(process, name, arguments.items, log_path, false, error) &&
+              lab_wait_ready(process, port, LAB_START_TIMEOUT_MS, error);
+    argument_list_cleanup(&arguments);
+    return ok;
+}
+
+static bool start_proxy(lab_t *lab, const char *run_dir, const char *run_name, int proxy_port, int archive_port,
+                        int fast_port, bson_error_t *error)
+{
+    char config_path[PATH_MAX], log_path[PATH_MAX];
+    char *config = bson_strdup_printf("# Written by thermocline lab for the run %s.\n"
+                                      "listen: 127.0.0.1:%d\n"
+                                      "archive: mongodb://127.0.0.1:%d/?replicaSet=rs0\n"
+                                      "fast: mongodb://127.0.0.1:%d/?replicaSet=rs1\n"
+                                      "namespaces:\n"
+                                      "  - ns: " LAB_NAMESPACE "\n"
+                                      "    timeField: " LAB_TIME_FIELD "\n"
+                                      "    maxAge: " LAB_MAX_AGE "\n",
+                                      run_name, proxy_port, archive_port, fast_port);
+    snprintf(config_path, sizeof config_path, "%s/proxy.yaml", run_dir);
+    snprintf(log_path, sizeof log_path, "%s/%s-proxy.log", lab->logs_dir, run_name);
+    bool ok = lab_write_file(config_path, config, error);
+    bson_free(config);
+    if (ok) {
+        char *arguments[] = {"thermocline", "proxy", "--config", config_path, NULL};
+        ok = lab_process_start(&lab->proxy, "proxy", arguments, log_path, false, error) &&
+             lab_wait_ready(&lab->proxy, proxy_port, LAB_START_TIMEOUT_MS, error);
+    }
+    return ok;
+}
+
+static bool start_bench(lab_t *lab, const char *workload, const char *uri, int64_t warmup_ms, int64_t duration_ms,
+                        const char *json_path, const char *log_path, bson_error_t *error)
+{
+    const lab_settings_t *settings = &lab->settings;
+    argument_list_t arguments = {.count = 0};
+    argument_add(&arguments, "thermocline");
+    argument_add(&arguments, "bench");
+    argument_add(&arguments, "--uri");
+    argument_add(&arguments, "%s", uri);
+    argument_add(&arguments, "--workload");
+    argument_add(&arguments, "%s", workload);
+    argument_add(&arguments, "--seed");
+    argument_add(&arguments, "%" PRIu64, settings->seed);
+    argument_add(&arguments, "--json");
+    argument_add(&arguments, "%s", json_path);
+    bool is_load = strcmp(workload, "load") == 0;
+    argument_add(&arguments, "--threads");
+    argument_add(&arguments, "%d", is_load ? settings->load_thread_count : settings->thread_count);
+    if (is_load) {
+        argument_add(&arguments, "--records");
+        argument_add(&arguments, "%" PRId64, settings->record_count);
+    } else {
+        argument_add(&arguments, "--warmup");
+        argument_add(&arguments, "%" PRId64 "ms", warmup_ms);
+        argument_add(&arguments, "--duration");
+        argument_add(&arguments, "%" PRId64 "ms", duration_ms);
+    }
+    /* The load's progress bar goes to the terminal; a run's table to its log. */
+    bool ok = lab_process_start(&lab->bench, "bench", arguments.items, log_path, is_load, error);
+    argument_list_cleanup(&arguments);
+    return ok;
+}
+
+/* A server of this run that is no longer running. */
+static lab_process_t *dead_server(lab_t *lab)
+{
+    lab_process_t *servers[] = {&lab->archive, &lab->fast, &lab->proxy};
+    for (size_t i = 0; i < sizeof servers / sizeof servers[0]; i++) {
+        if (servers[i]->name[0] != '\0' && !lab_process_running(servers[i])) {
+            return servers[i];
+        }
+    }
+    return NULL;
+}
+
+static bool fail_dead_server(lab_process_t *process, const char *run_name, bson_error_t *error)
+{
+    char how[128];
+    lab_process_describe_exit(process, how, sizeof how);
+    return tc_error_set(error, TC_ERR_OPERATION_FAILED, "the %s %s during %s: see %s", process->name, how, run_name,
+                        process->log_path);
+}
+
+typedef struct sample_list {
+    lab_counters_t *items;
+    size_t count, capacity;
+} sample_list_t;
+
+static void sample_take(sample_list_t *samples, mongoc_client_t *archive)
+{
+    lab_counters_t reading;
+    bson_error_t error;
+    if (archive == NULL || !lab_read_counters(archive, &reading, &error)) {
+        return; /* a missed sample only widens the interpolation */
+    }
+    if (samples->count == samples->capacity) {
+        samples->capacity = samples->capacity == 0 ? 64 : samples->capacity * 2;
+        samples->items = bson_realloc(samples->items, samples->capacity * sizeof *samples->items);
+    }
+    samples->items[samples->count++] = reading;
+}
+
+static void show_progress(const lab_t *lab, const char *label, int64_t elapsed_ms, int64_t total_ms)
+{
+    if (lab->stderr_is_terminal) {
+        fprintf(stderr, "\r  %-24s %4lld/%lld s ", label, (long long)(elapsed_ms / 1000),
+                (long long)((total_ms + 999) / 1000));
+        fflush(stderr);
+    }
+}
+
+static void clear_progress(const lab_t *lab)
+{
+    if (lab->stderr_is_terminal) {
+        fprintf(stderr, "\r%60s\r", "");
+        fflush(stderr);
+    }
+}
+
+/* Waits for bench to exit, sampling the archive every second and watching the
+ * servers; fails if one dies or the lab is interrupted (bench is left to the
+ * caller's stop). */
+static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int64_t expected_ms,
+                        mongoc_client_t *archive, sample_list_t *samples, bson_error_t *error)
+{
+    int64_t started = lab_monotonic_ms();
+    int64_t next_sample = started + LAB_SAMPLE_INTERVAL_MS;
+    bool ok = true;
+    while (lab_process_running(&lab->bench)) {
+        lab_process_t *dead = dead_server(lab);
+        if (dead != NULL) {
+            ok = fail_dead_server(dead, run_name, error);
+            break;
+        }
+        int64_t now = lab_monotonic_ms();
+        if (now >= next_sample) {
+            sample_take(samples, archive);
+            next_sample += LAB_SAMPLE_INTERVAL_MS;
+            show_progress(lab, label, now - started, expected_ms);
+        }
+        if (!lab_sleep_ms(50)) {
+            ok = tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+            break;
+        }
+    }
+    clear_progress(lab);
+    return ok;
+}
+
+static bool bench_finished_well(lab_t *lab, bson_error_t *error)
+{
+    if (lab_process_succeeded(&lab->bench)) {
+        return true;
+    }
+    char how[128];
+    lab_process_describe_exit(&lab->bench, how, sizeof how);
+    return tc_error_set(error, TC_ERR_OPERATION_FAILED, "bench %s: see %s", how, lab->bench.log_path);
+}
+
+/* --- the load ----------------------------------------------------------------------- */
+
+bool lab_load(lab_t *lab, bson_error_t *error)
+{
+    char log_path[PATH_MAX], bench_log[PATH_MAX], json_path[PATH_MAX];
+    mongoc_client_t *client = NULL;
+    bool ok = false;
+    int port = lab_free_port();
+
+    reset_processes(lab);
+    snprintf(lab->snapshot_dir, sizeof lab->snapshot_dir, "%s/loaded", lab->work_dir);
+    snprintf(log_path, sizeof log_path, "%s/load-archive.log", lab->logs_dir);
+    snprintf(bench_log, sizeof bench_log, "%s/load-bench.log", lab->logs_dir);
+    snprintf(json_path, sizeof json_path, "%s/load.json", lab->runs_dir);
+    TC_CHECK(lab_make_directory(lab->snapshot_dir, error));
+    TC_CHECK(start_store(lab, &lab->archive, "archive", lab->snapshot_dir, port, true, log_path, error));
+    client = lab_client_new(port, error);
+    TC_CHECK(client != NULL);
+    /* The time index exists before the load, so the snapshot every run starts
+     * from has it: an operator tiering by createdAt has it, and the warmer's
+     * range scans of the window need it. */
+    TC_CHECK(lab_create_time_index(client, error));
+
+    char uri[128];
+    snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", port);
+    fprintf(stderr, "loading %s documents into the archive (bench --workload load)\n",
+            lab_grouped((double)lab->settings.record_count, (char[32]){0}, 32));
+    TC_CHECK(start_bench(lab, "load", uri, 0, 0, json_path, bench_log, error));
+    while (lab_process_running(&lab->bench)) {
+        lab_process_t *dead = dead_server(lab);
+        if (dead != NULL) {
+            TC_CHECK(fail_dead_server(dead, "the load", error));
+        }
+        if (!lab_sleep_ms(100)) {
+            tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+            goto done;
+        }
+    }
+    TC_CHECK(bench_finished_well(lab, error));
+    TC_CHECK(lab_collection_sizes(client, &lab->documents, &lab->data_bytes, &lab->storage_bytes, error));
+    mongoc_client_destroy(client);
+    client = NULL;
+
+    /* A clean shutdown checkpoints everything: the directory is then a snapshot. */
+    lab_process_stop(&lab->archive, lab->settings.stop_wait_ms * 4);
+    if (!lab_process_succeeded(&lab->archive)) {
+        char how[128];
+        lab_process_describe_exit(&lab->archive, how, sizeof how);
+        tc_error_set(error, TC_ERR_OPERATION_FAILED, "the archive %s at the end of the load: see %s", how, log_path);
+        goto done;
+    }
+    ok = true;
+done:
+    mongoc_client_destroy(client);
+    lab_stop_all(lab);
+    return ok;
+}
+
+/* --- one run ------------------------------------------------------------------------ */
+
+static const char *mode_name(lab_mode_t mode)
+{
+    return mode == LAB_MODE_DIRECT ? "direct" : mode == LAB_MODE_TIERED ? "tiered" : "empty start";
+}
+
+/* Waits for the warmer's first pass, as the proxy reports it. A proxy that
+ * reports no warmer (the workers not built in, or disabled) is noted and the
+ * run goes on: its figures are then those of an unwarmed fast tier. */
+static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, const char *run_name, lab_run_t *run,
+                            bson_error_t *error)
+{
+    int64_t started = lab_monotonic_ms();
+    for (;;) {
+        bson_t reply;
+        lab_worker_view_t view;
+        if (!lab_proxy_status(proxy, &reply, error)) {
+            bson_destroy(&reply);
+            return false;
+        }
+        lab_worker_view_init(&view, &reply);
+        bson_destroy(&reply);
+        bool warm = view.coverage_valid || strcmp(view.warmer_state, "complete") == 0 ||
+                    strcmp(view.warmer_state, "declared-complete") == 0;
+        bool reported = view.warmer_reported;
+        int64_t copied = view.warmer_copied;
+        char state[sizeof view.warmer_state];
+        snprintf(state, sizeof state, "%s", view.warmer_state[0] != '\0' ? view.warmer_state : "unknown");
+        lab_worker_view_cleanup(&view);
+
+        int64_t elapsed = lab_monotonic_ms() - started;
+        run->warmer_reported = reported;
+        run->warm_wait_seconds = (double)elapsed / 1000.0;
+        run->documents_warmed = copied;
+        if (warm) {
+            run->fast_tier_warm = true;
+            return true;
+        }
+        if (!reported) {
+            lab_note(lab, "the proxy reports no warmer (thermoclineStatus has no warmer section): the tiered runs "
+                          "started from an empty fast tier, not a warmed one, so they show the proxy's cost, not "
+                          "the fast tier's gain");
+            return true;
+        }
+        if (elapsed >= lab->settings.warm_wait_ms) {
+            lab_note(lab, "%s: the warmer had not finished its first pass after %lld s (state %s, %lld documents "
+                          "copied); the run went on with a partly warm fast tier",
+                     run_name, (long long)(elapsed / 1000), state, (long long)copied);
+            return true;
+        }
+        if (lab->stderr_is_terminal) {
+            fprintf(stderr, "\r  waiting for the warmer: %lld documents copied, %lld s ", (long long)copied,
+                    (long long)(elapsed / 1000));
+            fflush(stderr);
+        }
+        if (!lab_sleep_ms(LAB_STATUS_POLL_MS)) {
+            clear_progress(lab);
+            return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+        }
+    }
+}
+
+/* After bench through the proxy: how far behind the feeder was, how long it took
+ * to catch up (the archive's share of the work that the run's figures may not
+ * include), and the proxy's final word on the namespace. */
+static bool after_proxied_run(lab_t *lab, mongoc_client_t *proxy, const char *run_name, lab_run_t *run,
+                              bson_error_t *error)
+{
+    int64_t started = lab_monotonic_ms();
+    bool first = true;
+    run->feeder_drain_seconds = -1;
+    for (;;) {
+        bson_t reply;
+        lab_worker_view_t view;
+        if (!lab_proxy_status(proxy, &reply, error)) {
+            bson_destroy(&reply);
+            return false;
+        }
+        lab_worker_view_init(&view, &reply);
+        bson_destroy(&reply);
+        if (first) {
+            run->feeder_reported = view.feeder_reported;
+            run->feeder_lag_ms_at_end = view.feeder_lag_ms;
+            first = false;
+        }
+        bool drained = view.feeder_reported && view.feeder_lag_ms == 0;
+        bool give_up = !view.feeder_reported || lab_monotonic_ms() - started >= lab->settings.drain_wait_ms;
+        if (drained || give_up) {
+            if (drained) {
+                run->feeder_drain_seconds = (double)(lab_monotonic_ms() - started) / 1000.0;
+            }
+            if (view.warmer_copied >= 0) {
+                run->documents_warmed = view.warmer_copied;
+            }
+            bson_destroy(&run->proxy_namespace_status);
+            bson_copy_to(&view.namespace_status, &run->proxy_namespace_status);
+            lab_worker_view_cleanup(&view);
+            break;
+        }
+        lab_worker_view_cleanup(&view);
+        if (!lab_sleep_ms(LAB_STATUS_POLL_MS)) {
+            return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+        }
+    }
+    if (!run->feeder_reported) {
+        lab_note(lab, "the proxy reports no feeder: writes through the proxy stayed in the fast tier, so in the "
+                      "tiered runs the archive did none of their work and the tiered figures flatter tiering");
+    } else if (run->feeder_drain_seconds < 0) {
+        lab_note(lab, "%s: the feeder was still %lld ms behind %lld s after the run: the archive had not yet done "
+                      "all of the run's writes when it was measured",
+                 run_name, (long long)run->feeder_lag_ms_at_end, (long long)(lab->settings.drain_wait_ms / 1000));
+    }
+    return true;
+}
+
+void lab_run_cleanup(lab_run_t *run)
+{
+    bson_free(run->ops_series);
+    run->ops_series = NULL;
+    if (run->attempted) {
+        bson_destroy(&run->proxy_namespace_status);
+    }
+}
+
+bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run)
+{
+    const lab_settings_t *settings = &lab->settings;
+    bson_error_t error = {0};
+    char run_name[64], label[64], run_dir[LAB_DIRECTORY_SIZE + 128], archive_dir[PATH_MAX], fast_dir[PATH_MAX];
+    char log_path[PATH_MAX], json_path[PATH_MAX], uri[128];
+    mongoc_client_t *archive_client = NULL, *proxy_client = NULL;
+    sample_list_t samples = {0};
+    bool ok = false;
+    int archive_port = lab_free_port(), fast_port = lab_free_port(), proxy_port = lab_free_port();
+    int64_t warmup_ms = mode == LAB_MODE_EMPTY_START ? 0 : settings->warmup_ms;
+    int64_t duration_ms = mode == LAB_MODE_EMPTY_START ? settings->empty_start_ms : settings->duration_ms;
+
+    memset(run, 0, sizeof *run);
+    run->attempted = true;
+    run->documents_warmed = -1;
+    run->feeder_lag_ms_at_end = -1;
+    run->feeder_drain_seconds = -1;
+    bson_init(&run->proxy_namespace_status);
+    reset_processes(lab);
+    if (mode == LAB_MODE_EMPTY_START) {
+        snprintf(run_name, sizeof run_name, "empty-start");
+        snprintf(label, sizeof label, "empty start");
+    } else {
+        snprintf(run_name, sizeof run_name, "%s-%s", workload, mode_name(mode));
+        snprintf(label, sizeof label, "%s %s", workload, mode_name(mode));
+    }
+    snprintf(run_dir, sizeof run_dir, "%s/%s", lab->work_dir, run_name);
+    snprintf(archive_dir, sizeof archive_dir, "%s/archive", run_dir);
+    snprintf(fast_dir, sizeof fast_dir, "%s/fast", run_dir);
+    snprintf(json_path, sizeof json_path, "%s/%s.json", lab->runs_dir, run_name);
+    fprintf(stderr, "%s: %s%s\n", label,
+            mode == LAB_MODE_DIRECT ? "bench against the archive" : "bench through the proxy",
+            mode == LAB_MODE_EMPTY_START ? ", fast tier empty at the start" : "");
+
+    if (archive_port == 0 || fast_port == 0 || proxy_port == 0) {
+        tc_error_set(&error, TC_ERR_OPERATION_FAILED, "no free loopback port");
+        goto done;
+    }
+    /* Every run starts from the loaded snapshot: the same documents, the same
+     * _id range for bench's key choice, and a cold archive cache (the warm-up,
+     * equal on both sides, is what warms it). */
+    lab_remove_tree(run_dir);
+    TC_CHECK(lab_copy_tree(lab->snapshot_dir, archive_dir, &error));
+    snprintf(log_path, sizeof log_path, "%s/%s-archive.log", lab->logs_dir, run_name);
+    TC_CHECK(start_store(lab, &lab->archive, "archive", archive_dir, archive_port, true, log_path, &error));
+    if (mode == LAB_MODE_DIRECT) {
+        snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", archive_port);
+    } else {
+        TC_CHECK(lab_make_directory(fast_dir, &error));
+        snprintf(log_path, sizeof log_path, "%s/%s-fast.log", lab->logs_dir, run_name);
+        TC_CHECK(start_store(lab, &lab->fast, "fast", fast_dir, fast_port, false, log_path, &error));
+        TC_CHECK(start_proxy(lab, run_dir, run_name, proxy_port, archive_port, fast_port, &error));
+        proxy_client = lab_client_new(proxy_port, &error);
+        TC_CHECK(proxy_client != NULL);
+        if (mode == LAB_MODE_TIERED) {
+            TC_CHECK(wait_for_warmer(lab, proxy_client, run_name, run, &error));
+            clear_progress(lab);
+        }
+        snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/", proxy_port);
+    }
+    archive_client = lab_client_new(archive_port, &error);
+    TC_CHECK(archive_client != NULL);
+
+    sample_take(&samples, archive_client);
+    snprintf(log_path, sizeof log_path, "%s/%s-bench.log", lab->logs_dir, run_name);
+    TC_CHECK(start_bench(lab, workload, uri, warmup_ms, duration_ms, json_path, log_path, &error));
+    TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, archive_client, &samples, &error));
+    sample_take(&samples, archive_client);
+    TC_CHECK(bench_finished_well(lab, &error));
+    TC_CHECK(lab_read_bench_report(json_path, run, &error));
+
+    if (samples.count >= 2) {
+        int64_t from = run->started_at_ms, to = run->started_at_ms + (int64_t)(run->measured_seconds * 1000.0);
+        double seconds = (double)(to - from) / 1000.0;
+        if (seconds > 0) {
+            run->archive_pages_read_per_second =
+                (lab_counter_at(samples.items, samples.count, to, false) -
+                 lab_counter_at(samples.items, samples.count, from, false)) / seconds;
+            run->archive_disk_reads_per_second =
+                (lab_counter_at(samples.items, samples.count, to, true) -
+                 lab_counter_at(samples.items, samples.count, from, true)) / seconds;
+        }
+    } else {
+        lab_note(lab, "%s: too few serverStatus samples of the archive to measure its page reads", run_name);
+    }
+    if (mode != LAB_MODE_DIRECT) {
+        TC_CHECK(after_proxied_run(lab, proxy_client, run_name, run, &error));
+    }
+    ok = true;
+done:
+    clear_progress(lab);
+    if (!ok) {
+        snprintf(run->failure, sizeof run->failure, "%s", error.message);
+        if (!lab_interrupted()) {
+            fprintf(stderr, "  %s failed: %s\n", label, error.message);
+        }
+    }
+    mongoc_client_destroy(archive_client);
+    mongoc_client_destroy(proxy_client);
+    lab_stop_all(lab);
+    if (!lab_interrupted()) {
+        note_unclean_exits(lab, run_name);
+    }
+    bson_free(samples.items);
+    if (!settings->keep) {
+        lab_remove_tree(run_dir);
+    }
+    run->ok = ok;
+    if (ok) {
+        char ops[32];
+        fprintf(stderr, "  %s ops/s, read p95 %.1f ms, update p99 %.1f ms, archive %s pages read/s\n",
+                lab_grouped(run->ops_per_second, ops, sizeof ops), run->read.p95_ms, run->update.p99_ms,
+                lab_grouped(run->archive_pages_read_per_second, (char[32]){0}, 32));
+    }
+    return ok;
+}

@@ -1,0 +1,336 @@
+/* The evictor: every evictorPeriod, per namespace, deletes from the fast tier the
+ * documents whose time field is older than now - maxAge, in batches:
+ *
+ *   read candidates (fast tier, operationTime T)
+ *   ─▶ wait until the feeder has applied every write up to T: the archive then
+ *      holds each candidate's version, without reading the archive (I2)
+ *   ─▶ mark {ns, _id, "evict", pending} in thermocline.workerWrites
+ *   ─▶ delete each with its exact-version filter (a concurrent update wins)
+ *   ─▶ mark done at the delete's own cluster time (the feeder skips exactly that
+ *      delete event: I3), or remove the mark when nothing was deleted
+ *
+ * Only the fast tier is touched; a per-second cap keeps client traffic first. */
+#include "tier/tier_private.h"
+
+#include "common/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LOG_COMPONENT "EVICTOR"
+#define EVICT_BATCH 100
+#define EVICT_MAX_PER_SECOND 2000
+#define APPLIED_WAIT_MS 5000
+#define BATCHES_PER_PASS 50
+
+typedef struct evictor {
+    tier_context_t *context;
+    mongoc_client_t *fast;
+    int64_t *next_due_ms;
+} evictor_t;
+
+static bool write_command(evictor_t *evictor, const char *database, bson_t *command, bson_t *reply,
+                          bson_error_t *error)
+{
+    bson_t concern;
+    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(command, &concern);
+    return tier_command(evictor->fast, database, command, reply, error);
+}
+
+/* Inserts pending marks for documents; *out_refused[i] is true for a document
+ * whose earlier mark the feeder has not consumed yet (kept this round). */
+static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t *ids, size_t count,
+                         uint64_t since, bool *out_refused, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, documents, reply;
+    BSON_APPEND_UTF8(&command, "insert", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);
+    for (size_t i = 0; i < count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_t mark;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_append_document_begin(&documents, key_string, -1, &mark);
+        tier_mark_key(&mark, "_id", ns, &ids[i], "evict");
+        BSON_APPEND_UTF8(&mark, "state", "pending");
+        tier_append_time(&mark, "since", since);
+        bson_append_document_end(&documents, &mark);
+    }
+    bson_append_array_end(&command, &documents);
+    BSON_APPEND_BOOL(&command, "ordered", false);
+    bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
+    bson_iter_t iter, errors, field;
+    if (!ok && bson_iter_init_find(&iter, &reply, "writeErrors") && bson_iter_recurse(&iter, &errors)) {
+        ok = true;
+        while (bson_iter_next(&errors)) {
+            bson_iter_t item;
+            int64_t index = -1, code = 0;
+            if (!bson_iter_recurse(&errors, &item)) {
+                continue;
+            }
+            while (bson_iter_next(&item)) {
+                if (strcmp(bson_iter_key(&item), "index") == 0) {
+                    index = bson_iter_as_int64(&item);
+                } else if (strcmp(bson_iter_key(&item), "code") == 0) {
+                    code = bson_iter_as_int64(&item);
+                }
+            }
+            if (code != TC_ERR_DUPLICATE_KEY || index < 0 || (size_t)index >= count) {
+                ok = false;
+            } else {
+                out_refused[index] = true;
+            }
+        }
+        (void)field;
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* The mark's outcome: done at the delete's time, or gone when nothing was deleted. */
+static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t at,
+                         bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, reply;
+    BSON_APPEND_UTF8(&command, deleted ? "update" : "delete", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, deleted ? "updates" : "deletes", &statements);
+    BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    tier_mark_key(&query, "_id", ns, id, "evict");
+    bson_append_document_end(&statement, &query);
+    if (deleted) {
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+        BSON_APPEND_UTF8(&set, "state", "done");
+        tier_append_time(&set, "at", at);
+        bson_append_document_end(&update, &set);
+        bson_append_document_end(&statement, &update);
+    } else {
+        BSON_APPEND_INT32(&statement, "limit", 1);
+    }
+    bson_append_document_end(&statements, &statement);
+    bson_append_array_end(&command, &statements);
+    bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* Deletes one candidate if it is still exactly that version; *out_time is the
+ * delete's cluster time. */
+static bool delete_version(evictor_t *evictor, const char *database, const char *collection, const bson_t *filter,
+                           bool *out_deleted, uint64_t *out_time, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, deletes, statement, reply;
+    BSON_APPEND_UTF8(&command, "delete", collection);
+    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+    BSON_APPEND_DOCUMENT(&statement, "q", filter);
+    BSON_APPEND_INT32(&statement, "limit", 1);
+    bson_append_document_end(&deletes, &statement);
+    bson_append_array_end(&command, &deletes);
+    bool ok = write_command(evictor, database, &command, &reply, error);
+    bson_iter_t iter;
+    *out_deleted = ok && bson_iter_init_find(&iter, &reply, "n") && bson_iter_as_int64(&iter) == 1;
+    *out_time = tier_time_of(&reply, "operationTime");
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* One batch: returns the number of candidates found (-1 on an error or a wait
+ * that ran out: the pass ends). */
+static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
+{
+    tier_context_t *context = evictor->context;
+    const config_namespace_t *policy = &context->config->namespaces[index];
+    char database[128];
+    const char *collection;
+    bson_error_t error;
+    tier_split_namespace(policy->ns, database, sizeof database, &collection);
+
+    bson_t find = BSON_INITIALIZER, filter, condition, reply, batch;
+    bson_iter_t iter, found;
+    BSON_APPEND_UTF8(&find, "find", collection);
+    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+    bson_append_document_begin(&filter, policy->time_field, -1, &condition);
+    BSON_APPEND_DATE_TIME(&condition, "$lt", cutoff_ms);
+    bson_append_document_end(&filter, &condition);
+    bson_append_document_end(&find, &filter);
+    BSON_APPEND_INT32(&find, "limit", EVICT_BATCH);
+    BSON_APPEND_INT32(&find, "batchSize", EVICT_BATCH);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    bool ok = tier_command(evictor->fast, database, &find, &reply, &error);
+    bson_destroy(&find);
+    if (!ok || !bson_iter_init(&iter, &reply) || !bson_iter_find_descendant(&iter, "cursor.firstBatch", &found) ||
+        !BSON_ITER_HOLDS_ARRAY(&found)) {
+        tier_report_error(context, TIER_WORKER_EVICTOR, "cannot read eviction candidates of %s: %s", policy->ns,
+                          ok ? "unexpected reply" : error.message);
+        bson_destroy(&reply);
+        return -1;
+    }
+    uint64_t read_time = tier_time_of(&reply, "operationTime");
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_array(&found, &length, &data);
+    bson_init_static(&batch, data, length);
+    size_t count = bson_count_keys(&batch);
+    if (count == 0) {
+        bson_destroy(&reply);
+        return 0;
+    }
+    if (read_time == 0) {
+        tier_report_error(context, TIER_WORKER_EVICTOR,
+                          "the fast tier keeps no oplog (start it with --replSet): nothing is evicted, since the "
+                          "feeder cannot prove the archive holds these documents");
+        bson_destroy(&reply);
+        return -1;
+    }
+    if (!tier_wait_applied(context, evictor->fast, index, read_time, APPLIED_WAIT_MS)) {
+        if (!tier_group_stopping(context->group)) {
+            tier_report_error(context, TIER_WORKER_EVICTOR,
+                              "%s: the feeder has not applied the fast tier's writes up to the candidates' read "
+                              "(stopped, lagging or not running): nothing is evicted until it has",
+                              policy->ns);
+        }
+        bson_destroy(&reply);
+        return -1;
+    }
+
+    bson_t *documents = bson_malloc0(count * sizeof *documents);
+    bson_value_t *ids = bson_malloc0(count * sizeof *ids);
+    bool *refused = bson_malloc0(count * sizeof *refused);
+    size_t kept = 0;
+    bson_iter_recurse(&found, &iter);
+    while (bson_iter_next(&iter) && kept < count) {
+        bson_iter_t id_iter;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&documents[kept], data, length);
+        if (bson_iter_init_find(&id_iter, &documents[kept], "_id")) {
+            ids[kept] = *bson_iter_value(&id_iter);
+            kept++;
+        }
+    }
+    int64_t evicted = 0, changed = 0;
+    ok = insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
+    for (size_t i = 0; ok && i < kept; i++) {
+        bson_t version;
+        bool deleted = false;
+        uint64_t at = 0;
+        if (refused[i]) {
+            continue;
+        }
+        if (!tier_version_filter(&documents[i], &version)) {
+            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, &error);
+            bson_destroy(&version);
+            continue;
+        }
+        /* A write of this process that faulted the document in runs first. */
+        if (!tier_progress_begin_eviction(context->progress, index, &ids[i])) {
+            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, &error);
+            bson_destroy(&version);
+            changed++;
+            continue;
+        }
+        ok = delete_version(evictor, database, collection, &version, &deleted, &at, &error);
+        tier_progress_end_eviction(context->progress, index);
+        bson_destroy(&version);
+        if (!ok) {
+            /* The mark stays pending: the feeder waits, and a restart resolves it. */
+            break;
+        }
+        ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, at, &error);
+        evicted += deleted;
+        changed += !deleted;
+    }
+    if (!ok) {
+        tier_report_error(context, TIER_WORKER_EVICTOR, "eviction in %s failed: %s", policy->ns, error.message);
+    } else {
+        tier_report_ok(context, TIER_WORKER_EVICTOR);
+    }
+    tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, index);
+    item->evicted += evicted;
+    item->evict_changed += changed;
+    tier_progress_unlock(context->progress, false);
+    bson_free(refused);
+    bson_free(ids);
+    bson_free(documents);
+    bson_destroy(&reply);
+    return ok ? (int64_t)count : -1;
+}
+
+static void evict_namespace(evictor_t *evictor, size_t index)
+{
+    tier_context_t *context = evictor->context;
+    const config_namespace_t *policy = &context->config->namespaces[index];
+    int64_t cutoff_ms = tier_wall_clock_ms() - policy->max_age_ms;
+    int64_t total = 0;
+    for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
+        int64_t started = tier_monotonic_ms();
+        int64_t found = evict_batch(evictor, index, cutoff_ms);
+        if (found <= 0) {
+            break;
+        }
+        total += found;
+        /* At most EVICT_MAX_PER_SECOND: client traffic comes first. */
+        int64_t budget_ms = found * 1000 / EVICT_MAX_PER_SECOND;
+        int64_t spent = tier_monotonic_ms() - started;
+        if (spent < budget_ms && !tier_group_sleep(context->group, budget_ms - spent)) {
+            break;
+        }
+        if (found < EVICT_BATCH) {
+            break;
+        }
+    }
+    tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, index);
+    item->evict_last_pass_ms = tier_wall_clock_ms();
+    tier_progress_unlock(context->progress, false);
+    if (total > 0) {
+        TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, 0, "%s: looked at %lld documents older than the window", policy->ns,
+               (long long)total);
+    }
+}
+
+void evictor_run(tier_group_t *group, void *argument)
+{
+    tier_context_t *context = argument;
+    evictor_t evictor = {.context = context};
+    size_t count = context->config->namespace_count;
+    evictor.fast = mongoc_client_pool_pop(context->fast_pool);
+    evictor.next_due_ms = bson_malloc0((count + 1) * sizeof *evictor.next_due_ms);
+    tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_EVICTOR);
+    item->running = true;
+    tier_progress_unlock(context->progress, false);
+
+    /* Evictions a crash interrupted: settled before any new one starts. */
+    bool recovered = false;
+    while (!tier_group_stopping(group) && count > 0) {
+        bson_error_t error;
+        if (!recovered) {
+            recovered = tier_marks_recover(context, evictor.fast, 0, &error);
+            if (!recovered) {
+                tier_report_error(context, TIER_WORKER_EVICTOR, "cannot check unfinished evictions: %s",
+                                  error.message);
+                tier_group_sleep(group, 1000);
+                continue;
+            }
+        }
+        int64_t now = tier_monotonic_ms();
+        int64_t next = now + 1000;
+        for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
+            if (now >= evictor.next_due_ms[i]) {
+                evict_namespace(&evictor, i);
+                evictor.next_due_ms[i] = tier_monotonic_ms() + context->config->namespaces[i].evictor_period_ms;
+            }
+            if (evictor.next_due_ms[i] < next) {
+                next = evictor.next_due_ms[i];
+            }
+        }
+        tier_group_sleep(group, next - tier_monotonic_ms());
+    }
+    bson_free(evictor.next_due_ms);
+    mongoc_client_pool_push(context->fast_pool, evictor.fast);
+}

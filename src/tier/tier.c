@@ -1,0 +1,179 @@
+/* Starting and stopping the tier workers (tier.h): one libmongoc pool per tier,
+ * one thread per worker in a thread group; and `thermocline feeder|evictor|warmer`,
+ * which runs one worker alone until SIGINT or SIGTERM. */
+#include "tier/tier_private.h"
+
+#include "common/log.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LOG_COMPONENT "TIER"
+
+struct tier_workers {
+    tier_context_t context;
+    tier_group_t *group;
+};
+
+/* libmongoc's own messages: warnings and errors into our log, the rest dropped
+ * (its default handler prints its debug chatter to stderr). */
+static void log_from_mongoc(mongoc_log_level_t level, const char *domain, const char *message, void *context)
+{
+    (void)context;
+    if (level <= MONGOC_LOG_LEVEL_WARNING) {
+        TC_LOG(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0, "%s: %s", domain,
+               message);
+    }
+}
+
+tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *progress, unsigned which,
+                                   bson_error_t *error)
+{
+    static const struct {
+        tier_worker_t worker;
+        const char *thread_name;
+        tier_group_run_fn run;
+    } workers[] = {
+        {TIER_WORKER_FEEDER, "tc-feeder", feeder_run},
+        {TIER_WORKER_EVICTOR, "tc-evictor", evictor_run},
+        {TIER_WORKER_WARMER, "tc-warmer", warmer_run},
+    };
+    mongoc_init();
+    mongoc_log_set_handler(log_from_mongoc, NULL);
+    tier_workers_t *started = bson_malloc0(sizeof *started);
+    started->group = tier_group_new();
+    started->context.config = config;
+    started->context.progress = progress;
+    started->context.group = started->group;
+    started->context.feeder_here = (which & TIER_RUN_FEEDER) != 0;
+    started->context.fast_pool = tier_pool_new(config->fast_uri, "thermocline-workers", error);
+    if (started->context.fast_pool == NULL) {
+        goto fail;
+    }
+    started->context.archive_pool = tier_pool_new(config->archive_uri, "thermocline-workers", error);
+    if (started->context.archive_pool == NULL) {
+        goto fail;
+    }
+    for (size_t i = 0; i < sizeof workers / sizeof workers[0]; i++) {
+        if ((which & (1u << workers[i].worker)) != 0 &&
+            !tier_group_start(started->group, workers[i].thread_name, workers[i].run, &started->context, error)) {
+            goto fail;
+        }
+    }
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "tier workers running here:%s%s%s", (which & TIER_RUN_FEEDER) ? " feeder" : "",
+           (which & TIER_RUN_EVICTOR) ? " evictor" : "", (which & TIER_RUN_WARMER) ? " warmer" : "");
+    return started;
+fail:
+    tier_workers_stop(started);
+    return NULL;
+}
+
+void tier_workers_stop(tier_workers_t *workers)
+{
+    if (workers == NULL) {
+        return;
+    }
+    tier_group_destroy(workers->group);
+    if (workers->context.archive_pool != NULL) {
+        mongoc_client_pool_destroy(workers->context.archive_pool);
+    }
+    if (workers->context.fast_pool != NULL) {
+        mongoc_client_pool_destroy(workers->context.fast_pool);
+    }
+    bson_free(workers);
+}
+
+/* --- `thermocline feeder|evictor|warmer` -------------------------------------------------- */
+
+static void print_usage(FILE *stream, const char *worker)
+{
+    fprintf(stream,
+            "usage: thermocline %s --config FILE [--verbose]\n"
+            "\n"
+            "Runs the %s alone, with the proxy's config file; the proxy's config then disables\n"
+            "it there (%sEnabled: false). Stops on SIGINT or SIGTERM.\n"
+            "\n"
+            "  --config FILE   the proxy's YAML config (archive, fast, namespaces...)\n"
+            "  --verbose       log more\n"
+            "  --help          this text\n",
+            worker, worker, worker);
+}
+
+int tier_main(int argc, char **argv)
+{
+    enum { OPT_CONFIG = 256, OPT_VERBOSE, OPT_HELP };
+    static const struct option long_options[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"verbose", no_argument, NULL, OPT_VERBOSE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *worker = argv[0];
+    const char *config_path = NULL;
+    unsigned which = strcmp(worker, "feeder") == 0    ? TIER_RUN_FEEDER
+                     : strcmp(worker, "evictor") == 0 ? TIER_RUN_EVICTOR
+                     : strcmp(worker, "warmer") == 0  ? TIER_RUN_WARMER
+                                                      : 0;
+    int option;
+    if (which == 0) {
+        fprintf(stderr, "thermocline: unknown worker '%s'\n", worker);
+        return 2;
+    }
+    opterr = 0;
+    optind = 1;
+    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+        switch (option) {
+        case OPT_CONFIG:
+            config_path = optarg;
+            break;
+        case OPT_VERBOSE:
+            tc_log_set_level(TC_LOG_DEBUG);
+            break;
+        case OPT_HELP:
+            print_usage(stdout, worker);
+            return 0;
+        default:
+            fprintf(stderr, "thermocline %s: unknown or incomplete option '%s' (see --help)\n", worker,
+                    argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "thermocline %s: unexpected argument '%s' (see --help)\n", worker, argv[optind]);
+        return 2;
+    }
+    if (config_path == NULL) {
+        fprintf(stderr, "thermocline %s: --config FILE is required (see --help)\n", worker);
+        return 2;
+    }
+    bson_error_t error;
+    config_t *config = config_load_file(config_path, &error);
+    if (config == NULL) {
+        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        return 1;
+    }
+    /* The worker threads inherit the blocked signals; this thread waits for them. */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    tier_progress_t *progress = tier_progress_new(config->namespace_count);
+    tier_workers_t *workers = tier_workers_start(config, progress, which, &error);
+    int status = 0;
+    if (workers == NULL) {
+        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        status = 1;
+    } else {
+        int received = 0;
+        sigwait(&signals, &received);
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s stopping (signal %d)", worker, received);
+        tier_workers_stop(workers);
+    }
+    tier_progress_destroy(progress);
+    config_destroy(config);
+    mongoc_cleanup();
+    return status;
+}

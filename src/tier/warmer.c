@@ -1,0 +1,889 @@
+/* The warmer: copies the recent window of each namespace from the archive into
+ * the fast tier, newest first, once; then the namespace's coverage horizon is
+ * valid and range reads inside it go to the fast tier. One batch:
+ *
+ *   T0 = the fast tier's cluster time; wait until the feeder applied up to T0,
+ *        so every delete acknowledged before T0 is already in the archive
+ *   read the next documents of the window from the archive (time desc, _id desc)
+ *   mark {ns, _id, "warm", pending} in thermocline.workerWrites
+ *   insert them into the fast tier: insert only, never replace, so a document
+ *        the fast tier already holds (newer: I6) refuses the copy (DuplicateKey)
+ *   mark done with (T0, T1]: the feeder does not copy them back to the archive
+ *   read the fast tier's deletes of these _id in (T0, T1]: a copy that landed
+ *        after a client deleted the document is deleted again (I6)
+ *   persist the position (thermocline.warmer): a restart resumes there
+ *
+ * The pace follows the archive's latency (tier_pacer_t): warming never lengthens
+ * the tail of the client reads and fault-ins that must go there. */
+#include "tier/tier_private.h"
+
+#include "common/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LOG_COMPONENT "WARMER"
+#define BATCH_FIRST 200
+#define BATCH_MIN 20
+#define BATCH_MAX 1000
+#define TARGET_LATENCY_MS 50
+#define ARCHIVE_SHARE 0.5
+#define APPLIED_WAIT_MS 5000
+#define DELETE_CHECK_WAIT_MS 10000
+#define PROGRESS_LOG_MS 5000
+
+typedef struct warm_namespace {
+    bool loaded;
+    bool complete;
+    bool has_cursor;
+    int64_t cursor_time_ms;
+    bson_value_t cursor_id; /* owned when has_cursor */
+    int64_t copied;
+    int64_t total_estimate; /* -1: unknown */
+    int64_t started_ms;
+    int64_t completed_ms;
+    int64_t next_due_ms;
+    int64_t last_log_ms;
+    int64_t copied_at_last_log;
+    int32_t batch_size;
+} warm_namespace_t;
+
+typedef struct warmer {
+    tier_context_t *context;
+    mongoc_client_t *fast;
+    mongoc_client_t *archive;
+    warm_namespace_t *namespaces;
+    tier_pacer_t pacer;
+} warmer_t;
+
+typedef enum batch_result {
+    BATCH_COPIED,  /* work done; go on after the pacer's pause */
+    BATCH_BLOCKED, /* nothing possible now (feeder behind, tier down): wait a period */
+    BATCH_DONE,    /* the pass is complete */
+} batch_result_t;
+
+static bool view_array(const bson_t *reply, const char *path, bson_t *out)
+{
+    bson_iter_t iter, found;
+    uint32_t length;
+    const uint8_t *data;
+    if (!bson_iter_init(&iter, reply) || !bson_iter_find_descendant(&iter, path, &found) ||
+        !BSON_ITER_HOLDS_ARRAY(&found)) {
+        return false;
+    }
+    bson_iter_array(&found, &length, &data);
+    return bson_init_static(out, data, length);
+}
+
+static void append_write_concern_w1(bson_t *command)
+{
+    bson_t concern;
+    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(command, &concern);
+}
+
+/* --- state in thermocline.warmer ----------------------------------------------------- */
+
+static void publish(warmer_t *warmer, size_t index, bool notify)
+{
+    warm_namespace_t *state = &warmer->namespaces[index];
+    tier_namespace_progress_t *item = tier_progress_lock_namespace(warmer->context->progress, index);
+    item->coverage_valid = state->complete;
+    item->warm_copied = state->copied;
+    item->warm_remaining = state->total_estimate < 0 ? -1
+                           : state->complete          ? 0
+                           : state->total_estimate > state->copied ? state->total_estimate - state->copied
+                                                                   : 0;
+    item->warm_started_ms = state->started_ms;
+    item->warm_completed_ms = state->completed_ms;
+    tier_progress_unlock(warmer->context->progress, notify);
+}
+
+static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
+{
+    warm_namespace_t *state = &warmer->namespaces[index];
+    const char *ns = warmer->context->config->namespaces[index].ns;
+    bson_t command = BSON_INITIALIZER, updates, statement, query, document, reply;
+    BSON_APPEND_UTF8(&command, "update", TIER_WARMER_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_UTF8(&query, "_id", ns);
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
+    BSON_APPEND_UTF8(&document, "_id", ns);
+    BSON_APPEND_BOOL(&document, "complete", state->complete);
+    BSON_APPEND_INT64(&document, "copied", state->copied);
+    BSON_APPEND_INT64(&document, "remaining",
+                      state->total_estimate < 0 ? -1
+                      : state->total_estimate > state->copied ? state->total_estimate - state->copied
+                                                             : 0);
+    BSON_APPEND_INT64(&document, "totalEstimate", state->total_estimate);
+    BSON_APPEND_DATE_TIME(&document, "passStarted", state->started_ms);
+    if (state->has_cursor) {
+        BSON_APPEND_DATE_TIME(&document, "cursorTime", state->cursor_time_ms);
+        BSON_APPEND_VALUE(&document, "cursorId", &state->cursor_id);
+    }
+    if (state->completed_ms > 0) {
+        BSON_APPEND_DATE_TIME(&document, "completedAt", state->completed_ms);
+    }
+    bson_append_document_end(&statement, &document);
+    BSON_APPEND_BOOL(&statement, "upsert", true);
+    bson_append_document_end(&updates, &statement);
+    bson_append_array_end(&command, &updates);
+    append_write_concern_w1(&command);
+    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+static void set_cursor(warm_namespace_t *state, int64_t time_ms, const bson_value_t *id)
+{
+    if (state->has_cursor) {
+        bson_value_destroy(&state->cursor_id);
+    }
+    state->has_cursor = true;
+    state->cursor_time_ms = time_ms;
+    bson_value_copy(id, &state->cursor_id);
+}
+
+static bool load_states(warmer_t *warmer, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, filter = BSON_INITIALIZER, reply, batch;
+    bson_iter_t iter, field;
+    BSON_APPEND_UTF8(&command, "find", TIER_WARMER_COLLECTION);
+    BSON_APPEND_DOCUMENT(&command, "filter", &filter);
+    BSON_APPEND_INT32(&command, "batchSize", 10000);
+    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&command);
+    bson_destroy(&filter);
+    if (ok && view_array(&reply, "cursor.firstBatch", &batch)) {
+        bson_iter_init(&iter, &batch);
+        while (bson_iter_next(&iter)) {
+            bson_t document;
+            uint32_t length;
+            const uint8_t *data;
+            bson_iter_document(&iter, &length, &data);
+            bson_init_static(&document, data, length);
+            if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field)) {
+                continue;
+            }
+            const config_namespace_t *policy = config_find_namespace(warmer->context->config,
+                                                                      bson_iter_utf8(&field, NULL));
+            if (policy == NULL) {
+                continue;
+            }
+            warm_namespace_t *state = &warmer->namespaces[policy - warmer->context->config->namespaces];
+            state->complete = bson_iter_init_find(&field, &document, "complete") && bson_iter_as_bool(&field);
+            if (bson_iter_init_find(&field, &document, "copied") && BSON_ITER_HOLDS_NUMBER(&field)) {
+                state->copied = bson_iter_as_int64(&field);
+            }
+            if (bson_iter_init_find(&field, &document, "totalEstimate") && BSON_ITER_HOLDS_NUMBER(&field)) {
+                state->total_estimate = bson_iter_as_int64(&field);
+            }
+            if (bson_iter_init_find(&field, &document, "passStarted") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
+                state->started_ms = bson_iter_date_time(&field);
+            }
+            if (bson_iter_init_find(&field, &document, "completedAt") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
+                state->completed_ms = bson_iter_date_time(&field);
+            }
+            bson_iter_t id_iter;
+            if (bson_iter_init_find(&field, &document, "cursorTime") && BSON_ITER_HOLDS_DATE_TIME(&field) &&
+                bson_iter_init_find(&id_iter, &document, "cursorId")) {
+                set_cursor(state, bson_iter_date_time(&field), bson_iter_value(&id_iter));
+            }
+        }
+    }
+    bson_destroy(&reply);
+    return ok;
+}
+
+/* --- one batch ------------------------------------------------------------------------ */
+
+/* Appends to out (a BSON array with *count elements) the archive documents of a
+ * find; false on an error. */
+static bool archive_find(warmer_t *warmer, const char *database, const char *collection, const bson_t *filter,
+                         const bson_t *sort, int32_t limit, bson_t *out, uint32_t *count, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, reply, batch;
+    BSON_APPEND_UTF8(&command, "find", collection);
+    BSON_APPEND_DOCUMENT(&command, "filter", filter);
+    BSON_APPEND_DOCUMENT(&command, "sort", sort);
+    BSON_APPEND_INT32(&command, "limit", limit);
+    BSON_APPEND_INT32(&command, "batchSize", limit);
+    BSON_APPEND_BOOL(&command, "singleBatch", true);
+    bool ok = tier_command(warmer->archive, database, &command, &reply, error);
+    if (ok && view_array(&reply, "cursor.firstBatch", &batch)) {
+        bson_iter_t iter;
+        bson_iter_init(&iter, &batch);
+        while (bson_iter_next(&iter)) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string((*count)++, &key_string, key, sizeof key);
+            bson_append_iter(out, key_string, -1, &iter);
+        }
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* The next documents of the window after the cursor, newest first: first those
+ * sharing the cursor's time (by _id), then older ones. */
+static bool read_next(warmer_t *warmer, size_t index, int64_t lower_ms, bson_t *out, uint32_t *count,
+                      bson_error_t *error)
+{
+    warm_namespace_t *state = &warmer->namespaces[index];
+    const config_namespace_t *policy = &warmer->context->config->namespaces[index];
+    char database[128];
+    const char *collection;
+    tier_split_namespace(policy->ns, database, sizeof database, &collection);
+    bson_init(out);
+    *count = 0;
+    bool ok = true;
+    if (state->has_cursor && state->cursor_time_ms >= lower_ms) {
+        bson_t filter = BSON_INITIALIZER, id_condition, sort = BSON_INITIALIZER;
+        BSON_APPEND_DATE_TIME(&filter, policy->time_field, state->cursor_time_ms);
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &id_condition);
+        BSON_APPEND_VALUE(&id_condition, "$lt", &state->cursor_id);
+        bson_append_document_end(&filter, &id_condition);
+        BSON_APPEND_INT32(&sort, "_id", -1);
+        ok = archive_find(warmer, database, collection, &filter, &sort, state->batch_size, out, count, error);
+        bson_destroy(&filter);
+        bson_destroy(&sort);
+    }
+    if (ok && (int32_t)*count < state->batch_size) {
+        bson_t filter = BSON_INITIALIZER, condition, sort = BSON_INITIALIZER;
+        bson_append_document_begin(&filter, policy->time_field, -1, &condition);
+        BSON_APPEND_DATE_TIME(&condition, "$gte", lower_ms);
+        if (state->has_cursor) {
+            BSON_APPEND_DATE_TIME(&condition, "$lt", state->cursor_time_ms);
+        }
+        bson_append_document_end(&filter, &condition);
+        bson_append_int32(&sort, policy->time_field, -1, -1);
+        BSON_APPEND_INT32(&sort, "_id", -1);
+        ok = archive_find(warmer, database, collection, &filter, &sort, state->batch_size - (int32_t)*count, out,
+                          count, error);
+        bson_destroy(&filter);
+        bson_destroy(&sort);
+    }
+    return ok;
+}
+
+static void append_mark_keys(bson_t *array, const char *ns, const bson_value_t *ids, const bool *selected, size_t count)
+{
+    uint32_t next = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (selected == NULL || selected[i]) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(next++, &key_string, key, sizeof key);
+            tier_mark_key(array, key_string, ns, &ids[i], "warm");
+        }
+    }
+}
+
+/* Marks: pending for every id before the insert. */
+static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, size_t count, uint64_t since,
+                                bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, updates, reply;
+    BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+    for (size_t i = 0; i < count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_t statement, query, document;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_append_document_begin(&updates, key_string, -1, &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        tier_mark_key(&query, "_id", ns, &ids[i], "warm");
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
+        BSON_APPEND_UTF8(&document, "state", "pending");
+        tier_append_time(&document, "since", since);
+        bson_append_document_end(&statement, &document);
+        BSON_APPEND_BOOL(&statement, "upsert", true);
+        bson_append_document_end(&updates, &statement);
+    }
+    bson_append_array_end(&command, &updates);
+    BSON_APPEND_BOOL(&command, "ordered", false);
+    append_write_concern_w1(&command);
+    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* Marks after the insert: done with (from, to] for the copies that landed, gone
+ * for the refused ones. */
+static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, const bool *inserted, size_t count,
+                         uint64_t from, uint64_t to, bson_error_t *error)
+{
+    bool *refused = bson_malloc0(count + 1);
+    size_t inserted_count = 0;
+    for (size_t i = 0; i < count; i++) {
+        refused[i] = !inserted[i];
+        inserted_count += inserted[i];
+    }
+    bool ok = true;
+    bson_t reply;
+    if (inserted_count > 0) {
+        bson_t command = BSON_INITIALIZER, updates, statement, query, condition, keys, update, set;
+        BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+        BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+        BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &condition);
+        BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);
+        append_mark_keys(&keys, ns, ids, inserted, count);
+        bson_append_array_end(&condition, &keys);
+        bson_append_document_end(&query, &condition);
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+        BSON_APPEND_UTF8(&set, "state", "done");
+        tier_append_time(&set, "from", from);
+        tier_append_time(&set, "to", to);
+        bson_append_document_end(&update, &set);
+        bson_append_document_end(&statement, &update);
+        BSON_APPEND_BOOL(&statement, "multi", true);
+        bson_append_document_end(&updates, &statement);
+        bson_append_array_end(&command, &updates);
+        append_write_concern_w1(&command);
+        ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
+        bson_destroy(&reply);
+        bson_destroy(&command);
+    }
+    if (ok && inserted_count < count) {
+        bson_t command = BSON_INITIALIZER, deletes, statement, query, condition, keys;
+        BSON_APPEND_UTF8(&command, "delete", TIER_MARKS_COLLECTION);
+        BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+        BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &condition);
+        BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);
+        append_mark_keys(&keys, ns, ids, refused, count);
+        bson_append_array_end(&condition, &keys);
+        bson_append_document_end(&query, &condition);
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_INT32(&statement, "limit", 0);
+        bson_append_document_end(&deletes, &statement);
+        bson_append_array_end(&command, &deletes);
+        append_write_concern_w1(&command);
+        ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
+        bson_destroy(&reply);
+        bson_destroy(&command);
+    }
+    bson_free(refused);
+    return ok;
+}
+
+/* Inserts documents (a BSON array) into the fast tier; inserted[i] tells which
+ * landed, *out_time is the insert's cluster time. DuplicateKey is the expected
+ * refusal: the fast tier holds that document already (newer or equal). */
+static bool insert_copies(warmer_t *warmer, const char *database, const char *collection, const bson_t *documents,
+                          size_t count, bool *inserted, uint64_t *out_time, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, reply;
+    bson_iter_t iter, errors, item;
+    BSON_APPEND_UTF8(&command, "insert", collection);
+    BSON_APPEND_ARRAY(&command, "documents", documents);
+    BSON_APPEND_BOOL(&command, "ordered", false);
+    append_write_concern_w1(&command);
+    for (size_t i = 0; i < count; i++) {
+        inserted[i] = true;
+    }
+    bool ok = tier_command(warmer->fast, database, &command, &reply, error);
+    if (bson_iter_init_find(&iter, &reply, "writeErrors") && bson_iter_recurse(&iter, &errors)) {
+        ok = true;
+        while (bson_iter_next(&errors)) {
+            int64_t index = -1, code = 0;
+            if (!bson_iter_recurse(&errors, &item)) {
+                continue;
+            }
+            while (bson_iter_next(&item)) {
+                if (strcmp(bson_iter_key(&item), "index") == 0) {
+                    index = bson_iter_as_int64(&item);
+                } else if (strcmp(bson_iter_key(&item), "code") == 0) {
+                    code = bson_iter_as_int64(&item);
+                }
+            }
+            if (index >= 0 && (size_t)index < count) {
+                inserted[index] = false;
+            }
+            if (code != TC_ERR_DUPLICATE_KEY) {
+                TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "the fast tier refused a copy of %s.%s (code %lld)", database,
+                       collection, (long long)code);
+            }
+        }
+    }
+    *out_time = tier_time_of(&reply, "operationTime");
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* The _id values of the fast tier's deletes in (from, to] among ids (a BSON
+ * array), appended to out_deleted (a BSON array). */
+static bool deletes_since(warmer_t *warmer, const char *database, const char *collection, const bson_t *ids,
+                          uint64_t from, uint64_t to, bson_t *out_deleted, bson_error_t *error)
+{
+    mongoc_client_session_t *session = mongoc_client_start_session(warmer->fast, NULL, error);
+    if (session == NULL) {
+        return false;
+    }
+    bson_t command = BSON_INITIALIZER, pipeline, stage, spec, match, match_spec, id_condition, cursor, opts, reply;
+    BSON_APPEND_UTF8(&command, "aggregate", collection);
+    BSON_APPEND_ARRAY_BEGIN(&command, "pipeline", &pipeline);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &spec);
+    tier_append_time(&spec, "startAtOperationTime", from);
+    bson_append_document_end(&stage, &spec);
+    bson_append_document_end(&pipeline, &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "1", &match);
+    BSON_APPEND_DOCUMENT_BEGIN(&match, "$match", &match_spec);
+    BSON_APPEND_UTF8(&match_spec, "operationType", "delete");
+    BSON_APPEND_DOCUMENT_BEGIN(&match_spec, "documentKey._id", &id_condition);
+    BSON_APPEND_ARRAY(&id_condition, "$in", ids);
+    bson_append_document_end(&match_spec, &id_condition);
+    bson_append_document_end(&match, &match_spec);
+    bson_append_document_end(&pipeline, &match);
+    bson_append_array_end(&command, &pipeline);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "cursor", &cursor);
+    bson_append_document_end(&command, &cursor);
+    bson_init(&opts);
+    bool ok = mongoc_client_session_append(session, &opts, error) &&
+              mongoc_client_command_with_opts(warmer->fast, database, &command, NULL, &opts, &reply, error);
+    if (!ok) {
+        bson_init(&reply);
+    }
+    bson_destroy(&command);
+    int64_t deadline = tier_monotonic_ms() + DELETE_CHECK_WAIT_MS;
+    int64_t cursor_id = 0;
+    uint32_t found = 0;
+    while (ok) {
+        bson_t batch, token;
+        bson_iter_t iter, field;
+        if (bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.id", &field)) {
+            cursor_id = bson_iter_as_int64(&field);
+        }
+        if (view_array(&reply, "cursor.firstBatch", &batch) || view_array(&reply, "cursor.nextBatch", &batch)) {
+            bson_iter_init(&iter, &batch);
+            while (bson_iter_next(&iter)) {
+                bson_iter_t event, id;
+                if (bson_iter_recurse(&iter, &event) && bson_iter_find_descendant(&event, "documentKey._id", &id)) {
+                    char key[16];
+                    const char *key_string;
+                    bson_uint32_to_string(found++, &key_string, key, sizeof key);
+                    bson_append_iter(out_deleted, key_string, -1, &id);
+                }
+            }
+        }
+        uint64_t position = 0;
+        if (bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.postBatchResumeToken", &field) &&
+            BSON_ITER_HOLDS_DOCUMENT(&field)) {
+            uint32_t length;
+            const uint8_t *data;
+            bson_iter_document(&field, &length, &data);
+            bson_init_static(&token, data, length);
+            position = tier_token_time(&token);
+        }
+        if (position >= to) {
+            break;
+        }
+        if (cursor_id == 0 || tier_monotonic_ms() > deadline || tier_group_stopping(warmer->context->group)) {
+            ok = tc_error_set(error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                              "the fast tier's change stream did not reach the copy's time within %d ms",
+                              DELETE_CHECK_WAIT_MS);
+            break;
+        }
+        bson_t get_more = BSON_INITIALIZER;
+        BSON_APPEND_INT64(&get_more, "getMore", cursor_id);
+        BSON_APPEND_UTF8(&get_more, "collection", collection);
+        BSON_APPEND_INT32(&get_more, "maxTimeMS", 200);
+        bson_destroy(&reply);
+        ok = mongoc_client_command_with_opts(warmer->fast, database, &get_more, NULL, &opts, &reply, error);
+        bson_destroy(&get_more);
+    }
+    bson_destroy(&reply);
+    if (cursor_id != 0) {
+        bson_t kill = BSON_INITIALIZER, cursors;
+        bson_error_t ignored;
+        BSON_APPEND_UTF8(&kill, "killCursors", collection);
+        BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &cursors);
+        BSON_APPEND_INT64(&cursors, "0", cursor_id);
+        bson_append_array_end(&kill, &cursors);
+        mongoc_client_command_with_opts(warmer->fast, database, &kill, NULL, &opts, &reply, &ignored);
+        bson_destroy(&reply);
+        bson_destroy(&kill);
+    }
+    bson_destroy(&opts);
+    mongoc_client_session_destroy(session);
+    return ok;
+}
+
+static bool same_value(const bson_value_t *left, const bson_value_t *right)
+{
+    bson_t left_holder = BSON_INITIALIZER, right_holder = BSON_INITIALIZER;
+    BSON_APPEND_VALUE(&left_holder, "v", left);
+    BSON_APPEND_VALUE(&right_holder, "v", right);
+    bool equal = bson_equal(&left_holder, &right_holder);
+    bson_destroy(&left_holder);
+    bson_destroy(&right_holder);
+    return equal;
+}
+
+/* Whether the archive holds a document with _id id. */
+static bool archive_holds(warmer_t *warmer, const char *database, const char *collection, const bson_value_t *id,
+                          bool *out_holds)
+{
+    bson_t command = BSON_INITIALIZER, filter, reply;
+    bson_error_t error;
+    bson_iter_t iter, first;
+    BSON_APPEND_UTF8(&command, "find", collection);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
+    BSON_APPEND_VALUE(&filter, "_id", id);
+    bson_append_document_end(&command, &filter);
+    BSON_APPEND_INT32(&command, "limit", 1);
+    bool ok = tier_command(warmer->archive, database, &command, &reply, &error);
+    *out_holds = ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch.0", &first);
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* Deletes again the copies of documents a client deleted while they were copied.
+ * A delete seen in (T0, T1] may also be the evictor's (of an earlier copy, the
+ * window having moved meanwhile): once the feeder has applied up to T1, a client's
+ * delete is in the archive and an eviction is not, so the archive tells them apart. */
+static void undo_resurrections(warmer_t *warmer, size_t index, const char *database, const char *collection,
+                               const bson_t *documents, const bson_t *deleted, uint64_t end_time)
+{
+    if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, APPLIED_WAIT_MS)) {
+        tier_report_error(warmer->context, TIER_WORKER_WARMER,
+                          "%s.%s: a document was deleted while it was copied, and the feeder has not applied the "
+                          "delete yet: the copy stays until the evictor removes it",
+                          database, collection);
+        return;
+    }
+    bson_iter_t iter, deleted_iter, id;
+    bson_iter_init(&iter, documents);
+    while (bson_iter_next(&iter)) {
+        bson_t document, version, command = BSON_INITIALIZER, deletes, statement, reply;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&document, data, length);
+        if (!bson_iter_init_find(&id, &document, "_id")) {
+            continue;
+        }
+        bool was_deleted = false;
+        bson_iter_init(&deleted_iter, deleted);
+        while (!was_deleted && bson_iter_next(&deleted_iter)) {
+            was_deleted = same_value(bson_iter_value(&deleted_iter), bson_iter_value(&id));
+        }
+        bool held = true;
+        if (!was_deleted || !archive_holds(warmer, database, collection, bson_iter_value(&id), &held) || held) {
+            bson_destroy(&command);
+            continue;
+        }
+        if (!tier_version_filter(&document, &version)) {
+            bson_destroy(&version);
+            bson_destroy(&command);
+            continue;
+        }
+        /* Not marked: the feeder replays this delete too, a no-op in the archive. */
+        BSON_APPEND_UTF8(&command, "delete", collection);
+        BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+        BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+        BSON_APPEND_DOCUMENT(&statement, "q", &version);
+        BSON_APPEND_INT32(&statement, "limit", 1);
+        bson_append_document_end(&deletes, &statement);
+        bson_append_array_end(&command, &deletes);
+        bson_error_t error;
+        bool ok = tier_command(warmer->fast, database, &command, &reply, &error);
+        bson_iter_t n;
+        if (ok && bson_iter_init_find(&n, &reply, "n") && bson_iter_as_int64(&n) == 1) {
+            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+                   "%s.%s: a document was deleted while the warmer copied it; the copy is deleted again", database,
+                   collection);
+        }
+        bson_destroy(&reply);
+        bson_destroy(&command);
+        bson_destroy(&version);
+    }
+}
+
+static void count_window(warmer_t *warmer, size_t index, int64_t lower_ms)
+{
+    const config_namespace_t *policy = &warmer->context->config->namespaces[index];
+    char database[128];
+    const char *collection;
+    tier_split_namespace(policy->ns, database, sizeof database, &collection);
+    bson_t command = BSON_INITIALIZER, query, condition, reply;
+    bson_error_t error;
+    BSON_APPEND_UTF8(&command, "count", collection);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "query", &query);
+    bson_append_document_begin(&query, policy->time_field, -1, &condition);
+    BSON_APPEND_DATE_TIME(&condition, "$gte", lower_ms);
+    bson_append_document_end(&query, &condition);
+    bson_append_document_end(&command, &query);
+    BSON_APPEND_INT32(&command, "maxTimeMS", 10000);
+    bson_iter_t iter;
+    warmer->namespaces[index].total_estimate =
+        tier_command(warmer->archive, database, &command, &reply, &error) && bson_iter_init_find(&iter, &reply, "n")
+            ? bson_iter_as_int64(&iter)
+            : -1;
+    bson_destroy(&reply);
+    bson_destroy(&command);
+}
+
+static void log_progress(warmer_t *warmer, size_t index, bool force)
+{
+    warm_namespace_t *state = &warmer->namespaces[index];
+    int64_t now = tier_monotonic_ms();
+    if (!force && now - state->last_log_ms < PROGRESS_LOG_MS) {
+        return;
+    }
+    double seconds = state->last_log_ms > 0 ? (double)(now - state->last_log_ms) / 1000.0 : 0;
+    double rate = seconds > 0 ? (double)(state->copied - state->copied_at_last_log) / seconds : 0;
+    if (state->total_estimate >= 0) {
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: copied %lld of about %lld documents of the window (%.0f/s)",
+               warmer->context->config->namespaces[index].ns, (long long)state->copied,
+               (long long)state->total_estimate, rate);
+    } else {
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: copied %lld documents of the window (%.0f/s)",
+               warmer->context->config->namespaces[index].ns, (long long)state->copied, rate);
+    }
+    state->last_log_ms = now;
+    state->copied_at_last_log = state->copied;
+}
+
+static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pause_ms)
+{
+    tier_context_t *context = warmer->context;
+    const config_namespace_t *policy = &context->config->namespaces[index];
+    warm_namespace_t *state = &warmer->namespaces[index];
+    char database[128];
+    const char *collection;
+    bson_error_t error;
+    uint64_t start_time = 0;
+    tier_split_namespace(policy->ns, database, sizeof database, &collection);
+
+    if (!tier_cluster_time(warmer->fast, &start_time, &error)) {
+        tier_report_error(context, TIER_WORKER_WARMER, "cannot reach the fast tier: %s", error.message);
+        return BATCH_BLOCKED;
+    }
+    if (start_time == 0) {
+        tier_report_error(context, TIER_WORKER_WARMER,
+                          "the fast tier keeps no oplog (start it with --replSet): nothing is warmed, since a copy "
+                          "could not be checked against deletes made meanwhile");
+        return BATCH_BLOCKED;
+    }
+    int64_t lower_ms = tier_wall_clock_ms() - policy->max_age_ms + policy->safety_slack_ms;
+    if (state->started_ms == 0) {
+        state->started_ms = tier_wall_clock_ms();
+        count_window(warmer, index, lower_ms);
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: warming the window (about %lld documents), newest first",
+               policy->ns, (long long)state->total_estimate);
+        state->last_log_ms = tier_monotonic_ms();
+        publish(warmer, index, false);
+    }
+    /* Every delete acknowledged before T0 is in the archive before we read it. */
+    if (!tier_wait_applied(context, warmer->fast, index, start_time, APPLIED_WAIT_MS)) {
+        if (!tier_group_stopping(context->group)) {
+            tier_report_error(context, TIER_WORKER_WARMER,
+                              "%s: waiting for the feeder (stopped, lagging or not running) before copying more",
+                              policy->ns);
+        }
+        return BATCH_BLOCKED;
+    }
+
+    bson_t documents;
+    uint32_t count = 0;
+    int64_t read_started = tier_monotonic_ms();
+    /* The window as of now, not as of before the wait. */
+    lower_ms = tier_wall_clock_ms() - policy->max_age_ms + policy->safety_slack_ms;
+    if (!read_next(warmer, index, lower_ms, &documents, &count, &error)) {
+        tier_report_error(context, TIER_WORKER_WARMER, "cannot read %s from the archive: %s", policy->ns, error.message);
+        bson_destroy(&documents);
+        return BATCH_BLOCKED;
+    }
+    int64_t latency = tier_monotonic_ms() - read_started;
+    *out_pause_ms = tier_pacer_pause_ms(&warmer->pacer, latency);
+    /* Bigger batches while the archive answers quickly, smaller when it strains. */
+    if (latency < TARGET_LATENCY_MS && state->batch_size < BATCH_MAX) {
+        state->batch_size = state->batch_size * 5 / 4 + 1;
+    } else if (latency > 2 * TARGET_LATENCY_MS && state->batch_size > BATCH_MIN) {
+        state->batch_size /= 2;
+    }
+    if (state->batch_size > BATCH_MAX) {
+        state->batch_size = BATCH_MAX;
+    }
+    if (state->batch_size < BATCH_MIN) {
+        state->batch_size = BATCH_MIN;
+    }
+
+    if (count == 0) {
+        state->complete = true;
+        state->completed_ms = tier_wall_clock_ms();
+        bson_destroy(&documents);
+        if (!save_state(warmer, index, &error)) {
+            state->complete = false;
+            state->completed_ms = 0;
+            tier_report_error(context, TIER_WORKER_WARMER, "cannot record the end of %s's pass: %s", policy->ns,
+                              error.message);
+            return BATCH_BLOCKED;
+        }
+        publish(warmer, index, true);
+        log_progress(warmer, index, true);
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+               "%s: the window is warm; range reads from now - maxAge + safetySlack on go to the fast tier",
+               policy->ns);
+        return BATCH_DONE;
+    }
+
+    bson_value_t *ids = bson_malloc0(count * sizeof *ids);
+    bool *inserted = bson_malloc0(count * sizeof *inserted);
+    bson_t id_array = BSON_INITIALIZER;
+    bson_iter_t iter, id;
+    size_t index_in_batch = 0;
+    int64_t last_time = 0;
+    bson_iter_init(&iter, &documents);
+    while (bson_iter_next(&iter)) {
+        bson_t document;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&document, data, length);
+        if (bson_iter_init_find(&id, &document, "_id")) {
+            ids[index_in_batch] = *bson_iter_value(&id);
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string((uint32_t)index_in_batch, &key_string, key, sizeof key);
+            BSON_APPEND_VALUE(&id_array, key_string, &ids[index_in_batch]);
+            index_in_batch++;
+            int64_t time_ms;
+            if (tier_time_value(&document, policy->time_field, &time_ms)) {
+                last_time = time_ms;
+            }
+        }
+    }
+    if (index_in_batch == 0) {
+        bson_free(inserted);
+        bson_free(ids);
+        bson_destroy(&id_array);
+        bson_destroy(&documents);
+        return BATCH_BLOCKED;
+    }
+    bson_value_t last_id = ids[index_in_batch - 1];
+
+    uint64_t end_time = 0;
+    bson_t deleted = BSON_INITIALIZER;
+    bool ok = write_pending_marks(warmer, policy->ns, ids, index_in_batch, start_time, &error) &&
+              insert_copies(warmer, database, collection, &documents, index_in_batch, inserted, &end_time, &error);
+    size_t copied = 0;
+    for (size_t i = 0; ok && i < index_in_batch; i++) {
+        copied += inserted[i];
+    }
+    if (ok) {
+        ok = finish_marks(warmer, policy->ns, ids, inserted, index_in_batch, start_time, end_time, &error);
+    }
+    if (ok && copied > 0) {
+        ok = deletes_since(warmer, database, collection, &id_array, start_time, end_time, &deleted, &error);
+        if (ok && !bson_empty(&deleted)) {
+            undo_resurrections(warmer, index, database, collection, &documents, &deleted, end_time);
+        }
+    }
+    if (ok) {
+        set_cursor(state, last_time, &last_id);
+        state->copied += (int64_t)copied;
+        ok = save_state(warmer, index, &error);
+    }
+    bson_destroy(&deleted);
+    bson_destroy(&id_array);
+    bson_free(inserted);
+    bson_free(ids);
+    bson_destroy(&documents);
+    if (!ok) {
+        tier_report_error(context, TIER_WORKER_WARMER, "warming %s failed: %s; retrying", policy->ns, error.message);
+        return BATCH_BLOCKED;
+    }
+    tier_report_ok(context, TIER_WORKER_WARMER);
+    publish(warmer, index, false);
+    log_progress(warmer, index, false);
+    return BATCH_COPIED;
+}
+
+void warmer_run(tier_group_t *group, void *argument)
+{
+    tier_context_t *context = argument;
+    size_t count = context->config->namespace_count;
+    warmer_t warmer = {.context = context};
+    warmer.namespaces = bson_malloc0((count + 1) * sizeof *warmer.namespaces);
+    for (size_t i = 0; i < count; i++) {
+        warmer.namespaces[i].total_estimate = -1;
+        warmer.namespaces[i].batch_size = BATCH_FIRST;
+    }
+    tier_pacer_init(&warmer.pacer, ARCHIVE_SHARE);
+    warmer.fast = mongoc_client_pool_pop(context->fast_pool);
+    warmer.archive = mongoc_client_pool_pop(context->archive_pool);
+    tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_WARMER);
+    item->running = true;
+    tier_progress_unlock(context->progress, false);
+
+    bool loaded = false;
+    while (!tier_group_stopping(group) && count > 0) {
+        bson_error_t error;
+        if (!loaded) {
+            loaded = load_states(&warmer, &error);
+            if (!loaded) {
+                tier_report_error(context, TIER_WORKER_WARMER, "cannot read the warmer's position: %s", error.message);
+                tier_group_sleep(group, 1000);
+                continue;
+            }
+            for (size_t i = 0; i < count; i++) {
+                if (context->config->namespaces[i].coverage == CONFIG_COVERAGE_COMPLETE) {
+                    tier_namespace_progress_t *declared = tier_progress_lock_namespace(context->progress, i);
+                    declared->warm_declared = true;
+                    tier_progress_unlock(context->progress, false);
+                } else {
+                    publish(&warmer, i, warmer.namespaces[i].complete);
+                }
+            }
+        }
+        int64_t now = tier_monotonic_ms();
+        int64_t pause = 1000;
+        bool worked = false;
+        for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
+            warm_namespace_t *state = &warmer.namespaces[i];
+            if (context->config->namespaces[i].coverage == CONFIG_COVERAGE_COMPLETE || state->complete ||
+                now < state->next_due_ms) {
+                continue;
+            }
+            int64_t batch_pause = 0;
+            batch_result_t result = warm_batch(&warmer, i, &batch_pause);
+            if (result == BATCH_BLOCKED) {
+                state->next_due_ms = tier_monotonic_ms() + context->config->namespaces[i].warmer_period_ms;
+            } else {
+                worked = true;
+                pause = batch_pause < pause ? batch_pause : pause;
+            }
+        }
+        if (!worked) {
+            pause = 200;
+        }
+        tier_group_sleep(group, pause);
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (warmer.namespaces[i].has_cursor) {
+            bson_value_destroy(&warmer.namespaces[i].cursor_id);
+        }
+    }
+    bson_free(warmer.namespaces);
+    mongoc_client_pool_push(context->archive_pool, warmer.archive);
+    mongoc_client_pool_push(context->fast_pool, warmer.fast);
+}

@@ -1,0 +1,252 @@
+"""Clients that hold resources without using them, against the store's limits
+(--receive-timeout, --send-timeout, --idle-timeout, --max-queued-replies): a
+slowloris sending a byte at a time, a client that never reads its replies,
+thousands of idle connections. Each time a good client keeps working, the
+server's memory stays bounded, and the bad clients are closed and logged."""
+
+import socket
+import struct
+import threading
+import time
+
+import bson
+import pytest
+from pymongo import MongoClient
+
+from conftest import StoreProcess, op_msg, read_reply
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def start_store(tmp_path, request):
+    """start_store(*flags): a store with those limit flags, stopped (and its log
+    shown on failure) after the test."""
+    started = []
+
+    def start(*flags):
+        process = StoreProcess(tmp_path / ("store%d" % len(started)), extra_args=list(flags))
+        started.append(process)
+        return process.start()
+
+    yield start
+    call_report = getattr(request.node, "report_call", None)
+    for process in started:
+        if call_report is not None and call_report.failed:
+            print("---- store log tail (%s) ----\n%s" % (process.log_path, process.log_tail()))
+        process.stop()
+
+
+def good_client(store):
+    return MongoClient(store.uri, serverSelectionTimeoutMS=10000, socketTimeoutMS=20000)
+
+
+class GoodClientProbe:
+    """A well-behaved client that keeps writing and reading in a thread and
+    records its slowest round trip."""
+
+    def __init__(self, store):
+        self.client = good_client(store)
+        self.client.probe.c.drop()
+        self.stop = threading.Event()
+        self.operations = 0
+        self.slowest = 0.0
+        self.error = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                self.client.probe.c.insert_one({"n": self.operations})
+                assert self.client.probe.c.find_one({"n": self.operations}) is not None
+                self.slowest = max(self.slowest, time.monotonic() - started)
+                self.operations += 1
+                time.sleep(0.02)
+        except Exception as error:  # reported by finish()
+            self.error = error
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(20)
+        self.client.close()
+        assert self.error is None, "the good client failed: %r" % (self.error,)
+        assert self.operations > 10, "the good client did only %d operations" % self.operations
+        assert self.slowest < 2.0, "the good client waited %.2f s for one round trip" % self.slowest
+
+
+def closed_by_server(sock, timeout):
+    """True once the server closed sock (EOF or reset) within timeout seconds."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if sock.recv(65536) == b"":
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def server_status(store):
+    client = good_client(store)
+    try:
+        return client.admin.command("serverStatus")
+    finally:
+        client.close()
+
+
+def test_slowloris_is_closed_while_a_good_client_works(start_store):
+    limited_store = start_store("--receive-timeout", "2s")
+    probe = GoodClientProbe(limited_store)
+    baseline = limited_store.rss_kib()
+    # Twenty clients each announce a 40 MB message and then send a byte every
+    # half second: they would pin 800 MB if buffers followed the announced size.
+    body = struct.pack("<I", 0) + b"\x00" + bson.encode({"insert": "c", "$db": "slow"})
+    header = struct.pack("<iiii", 40 * MIB, 1, 0, 2013)
+    slow = []
+    for _ in range(20):
+        sock = socket.create_connection(("127.0.0.1", limited_store.port), timeout=5)
+        sock.sendall(header + body[:8])
+        slow.append(sock)
+    started = time.monotonic()
+    open_ones = list(slow)
+    sent = 8
+    while open_ones and time.monotonic() - started < 15:
+        time.sleep(0.5)
+        for sock in list(open_ones):
+            try:
+                sock.sendall(body[sent:sent + 1] or b"x")
+            except (BrokenPipeError, ConnectionResetError):
+                open_ones.remove(sock)
+        sent += 1
+        assert limited_store.rss_kib() - baseline < 100 * 1024
+    elapsed = time.monotonic() - started
+    for sock in slow:
+        assert closed_by_server(sock, 5)
+        sock.close()
+    assert elapsed < 10, "slow clients were still open after %.1f s" % elapsed
+    probe.finish()
+    log = limited_store.log_text()
+    assert "message not completed within 2000 ms (receive timeout" in log
+    assert server_status(limited_store)["thermocline"]["network"]["timedOut"] >= 20
+
+
+def test_client_that_never_reads_is_closed(start_store):
+    limited_store = start_store("--send-timeout", "2s")
+    setup = good_client(limited_store)
+    blob = "x" * MIB
+    setup.big.docs.insert_many([{"_id": i, "blob": blob} for i in range(12)])
+    setup.close()
+    probe = GoodClientProbe(limited_store)
+    baseline = limited_store.rss_kib()
+    # Each asks for 12 MB and reads nothing; a small receive buffer makes the
+    # server's writes stall at once.
+    stalled = []
+    for _ in range(4):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", limited_store.port))
+        for request_id in range(1, 4):  # pipelined: only one runs while the reply waits
+            sock.sendall(op_msg({"find": "docs", "batchSize": 100, "$db": "big"}, request_id))
+        stalled.append(sock)
+    time.sleep(1)
+    during = limited_store.rss_kib() - baseline
+    assert during < 200 * 1024, "RSS grew by %d KiB with 4 stalled readers" % during
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        network = server_status(limited_store)["thermocline"]["network"]
+        if network["timedOut"] >= 4:
+            break
+        time.sleep(0.5)
+    assert network["timedOut"] >= 4, network
+    assert network["queuedReplyBytes"] == 0
+    for sock in stalled:
+        sock.close()
+    probe.finish()
+    assert "it read none of its reply in 2000 ms (send timeout" in limited_store.log_text()
+
+
+def test_queued_replies_are_bounded_server_wide(start_store):
+    limited_store = start_store("--max-queued-replies", "16MB", "--send-timeout", "30s")
+    setup = good_client(limited_store)
+    blob = "y" * MIB
+    setup.big.docs.insert_many([{"_id": i, "blob": blob} for i in range(6)])
+    setup.close()
+    probe = GoodClientProbe(limited_store)
+    stalled = []
+    for _ in range(8):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", limited_store.port))
+        sock.sendall(op_msg({"find": "docs", "batchSize": 100, "$db": "big"}))
+        stalled.append(sock)
+        time.sleep(0.2)
+    # About 6 MB each, 16 MB allowed: the third and later do not fit and are
+    # closed now, not 30 s later.
+    closed = sum(1 for sock in stalled if closed_by_server(sock, 3))
+    assert closed >= 5, "only %d of 8 non-reading clients were closed" % closed
+    network = server_status(limited_store)["thermocline"]["network"]
+    assert network["queuedReplyBytes"] <= 16 * MIB
+    for sock in stalled:
+        sock.close()
+    probe.finish()
+    assert "replies waiting for slow clients would take" in limited_store.log_text()
+
+
+def test_two_thousand_idle_connections(start_store):
+    limited_store = start_store()
+    probe = GoodClientProbe(limited_store)
+    baseline = limited_store.rss_kib()
+    idle = []
+    for index in range(2000):
+        sock = socket.create_connection(("127.0.0.1", limited_store.port), timeout=10)
+        if index % 2 == 0:
+            # Half of them did a handshake first, then went quiet.
+            sock.sendall(op_msg({"hello": 1, "$db": "admin"}))
+        idle.append(sock)
+    time.sleep(1)
+    status = server_status(limited_store)
+    assert status["connections"]["current"] >= 2000
+    grown = limited_store.rss_kib() - baseline
+    assert grown < 150 * 1024, "2000 idle connections took %d KiB" % grown
+    for sock in idle:
+        sock.close()
+    probe.finish()
+    deadline = time.monotonic() + 10
+    while server_status(limited_store)["connections"]["current"] > 10 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server_status(limited_store)["connections"]["current"] <= 10  # only the status clients' own
+
+
+def test_idle_timeout_closes_silent_connections(start_store):
+    limited_store = start_store("--idle-timeout", "1s")
+    silent = [socket.create_connection(("127.0.0.1", limited_store.port), timeout=5) for _ in range(200)]
+    started = time.monotonic()
+    for sock in silent:
+        assert closed_by_server(sock, 5)
+        sock.close()
+    assert time.monotonic() - started < 5
+    # A client that talks more often than the timeout stays.
+    talkative = socket.create_connection(("127.0.0.1", limited_store.port), timeout=5)
+    for request_id in range(1, 6):
+        talkative.sendall(op_msg({"ping": 1, "$db": "admin"}, request_id))
+        reply = read_reply(talkative)
+        assert reply is not None and reply.document["ok"] == 1
+        time.sleep(0.5)
+    talkative.close()
+    assert "idle for 1000 ms (idle timeout)" in limited_store.log_text()
+
+
+def test_limit_flags_are_checked(tmp_path):
+    import subprocess
+    binary = StoreProcess(tmp_path).binary
+    for arguments, message in ((["--idle-timeout", "10"], "--idle-timeout"),
+                               (["--receive-timeout", "0s"], "--receive-timeout must be at least 1ms"),
+                               (["--send-timeout", "soon"], "--send-timeout"),
+                               (["--max-queued-replies", "1KB"], "--max-queued-replies must be at least 1MB")):
+        completed = subprocess.run([str(binary), "store", "--dbpath", str(tmp_path / "db")] + arguments,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        assert completed.returncode == 2, (arguments, completed.stderr)
+        assert message in completed.stderr.decode(), (arguments, completed.stderr)
