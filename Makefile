@@ -55,6 +55,8 @@ unit:
 check: deps
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory SANITIZE=1 BUILD=build/asan build/asan/thermocline $(UNIT_TESTS:$(BUILD)/%=build/asan/%)
+	$(MAKE) --no-print-directory fuzz
+	bash tests/fuzz/run.sh 5
 	bash tests/run-all.sh build/asan
 
 demo: deps all

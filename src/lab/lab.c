@@ -35,13 +35,13 @@ static void print_usage(FILE *stream)
             "\n"
             "Sizes (the default is the faithful run, about 45 minutes):\n"
             "  --tiny               a seconds-long lab for tests\n"
-            "  --records N          documents loaded (faithful 600000, quick 300000)\n"
-            "  --cache-size SIZE    the archive's WiredTiger cache (faithful 16MB, quick 8MB)\n"
+            "  --records N          documents loaded (faithful 600000, quick 200000)\n"
+            "  --cache-size SIZE    the archive's WiredTiger cache (faithful 16MB, quick 6MB)\n"
             "  --read-iops N        the archive's read cap, 0 for none (default 3000)\n"
             "  --threads N          bench clients (default 64)\n"
-            "  --warmup D           unmeasured time before each run (faithful 30s, quick 4s)\n"
-            "  --duration D         measured time of each run (faithful 180s, quick 12s)\n"
-            "  --empty-duration D   the empty start's measured time (faithful 540s, quick 36s)\n"
+            "  --warmup D           unmeasured time before each run (faithful 30s, quick 3s)\n"
+            "  --duration D         measured time of each run (faithful 180s, quick 10s)\n"
+            "  --empty-duration D   the empty start's measured time (faithful 540s, quick 30s)\n"
             "  --seed N             bench's seed, the same for every run (default %d)\n"
             "\n"
             "Exit status: 0 when every run succeeded, 1 when one failed, 2 on bad usage,\n"
@@ -68,23 +68,23 @@ static void preset_faithful(lab_settings_t *settings)
 static void preset_quick(lab_settings_t *settings)
 {
     settings->preset = "quick";
-    settings->record_count = 300000;
-    settings->archive_cache_bytes = 8 * 1024 * 1024;
+    settings->record_count = 200000;
+    settings->archive_cache_bytes = 6 * 1024 * 1024;
     settings->fast_cache_bytes = 512 * 1024 * 1024;
     settings->archive_oplog_mb = 64;
     settings->fast_oplog_mb = 512;
-    settings->warmup_ms = 4000;
-    settings->duration_ms = 12000;
-    settings->empty_start_ms = 36000;
-    settings->warm_wait_ms = 30000;
-    settings->drain_wait_ms = 15000;
+    settings->warmup_ms = 3000;
+    settings->duration_ms = 10000;
+    settings->empty_start_ms = 30000;
+    settings->warm_wait_ms = 40000;
+    settings->drain_wait_ms = 10000;
     settings->stop_wait_ms = 20000;
 }
 
 static void preset_tiny(lab_settings_t *settings)
 {
     settings->preset = "tiny";
-    settings->record_count = 10000;
+    settings->record_count = 5000;
     settings->archive_cache_bytes = 4 * 1024 * 1024;
     settings->fast_cache_bytes = 64 * 1024 * 1024;
     settings->archive_oplog_mb = 16;
@@ -92,7 +92,7 @@ static void preset_tiny(lab_settings_t *settings)
     settings->thread_count = 8;
     settings->load_thread_count = 4;
     settings->warmup_ms = 0;
-    settings->duration_ms = 2000;
+    settings->duration_ms = 1000;
     settings->empty_start_ms = 2000;
     settings->warm_wait_ms = 10000;
     settings->drain_wait_ms = 5000;
@@ -354,14 +354,21 @@ static void print_plan(const lab_t *lab)
             (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir);
 }
 
-/* The load, then each workload direct and tiered, then the empty start. False
- * when the load failed or the lab was interrupted; a failed run is recorded in
- * its row and the others still run. */
+/* The load, the fast tier's warm-up, each workload direct and tiered, then the
+ * empty start. False when the load failed or the lab was interrupted; a failed
+ * run is recorded in its row and the others still run. */
 static bool run_all(lab_t *lab, bool *out_all_ok, bson_error_t *error)
 {
     *out_all_ok = true;
     if (!lab_load(lab, error)) {
         return false;
+    }
+    bson_error_t warm_error;
+    if (!lab_warm_fast_tier(lab, &warm_error)) {
+        *out_all_ok = false; /* noted; the tiered runs then start from an empty fast tier */
+    }
+    if (lab_interrupted()) {
+        return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
     }
     for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
         if (!lab_run(lab, lab->workloads[i], LAB_MODE_DIRECT, &lab->direct[i])) {

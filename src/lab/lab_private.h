@@ -79,6 +79,7 @@ typedef struct lab_run {
     double ops_per_second; /* every operation */
     double read_ops_per_second, update_ops_per_second, insert_ops_per_second;
     int64_t operations, errors, not_found;
+    char first_error[LAB_NOTE_SIZE / 2]; /* bench's first error message, "" if none */
     lab_latency_t read, update;
     int64_t started_at_ms; /* wall clock of the measured window */
     double measured_seconds;
@@ -98,12 +99,25 @@ typedef struct lab_run {
     bson_t proxy_namespace_status; /* thermoclineStatus for the namespace at the end; empty if none */
 } lab_run_t;
 
+/* The fast tier warmed once, before the tiered runs, which each start from a
+ * copy of it. */
+typedef struct lab_warm_up {
+    bool attempted;
+    bool ok;              /* the fast tier stopped cleanly: its copy is usable */
+    char failure[LAB_NOTE_SIZE];
+    bool warmer_reported; /* the proxy runs a warmer */
+    bool complete;        /* its first pass finished within warm_wait_ms */
+    double seconds;       /* how long that took (or how long the lab waited) */
+    int64_t documents;    /* copied; -1 if not reported */
+} lab_warm_up_t;
+
 /* Everything one `thermocline lab` owns: settings, paths, children, results.
  * Passed to every function instead of globals. */
 typedef struct lab {
     lab_settings_t settings;
     char work_dir[LAB_DIRECTORY_SIZE];     /* data directories, removed at the end unless --keep */
     char snapshot_dir[LAB_DIRECTORY_SIZE + 16]; /* the archive as loaded; every run starts from a copy */
+    char fast_snapshot_dir[LAB_DIRECTORY_SIZE + 16]; /* the fast tier after the warm-up */
     char logs_dir[LAB_DIRECTORY_SIZE];
     char runs_dir[LAB_DIRECTORY_SIZE];
     lab_process_t archive, fast, proxy, bench;
@@ -114,6 +128,7 @@ typedef struct lab {
     lab_run_t direct[LAB_WORKLOAD_COUNT];
     lab_run_t tiered[LAB_WORKLOAD_COUNT];
     lab_run_t empty_start;
+    lab_warm_up_t warm_up;
     char notes[LAB_NOTE_COUNT][LAB_NOTE_SIZE];
     int note_count;
     bool stderr_is_terminal;
@@ -188,7 +203,7 @@ bool lab_wait_ready(lab_process_t *process, int port, int64_t timeout_ms, bson_e
 
 /* One reading of the archive's cumulative read counters. */
 typedef struct lab_counters {
-    int64_t at_ms;      /* wall clock, midway through the serverStatus call */
+    int64_t at_ms;      /* wall clock: serverStatus's localTime (midway through the call if absent) */
     int64_t pages_read; /* wiredTiger.cache."pages read into cache" */
     int64_t disk_reads; /* thermocline.readIops.reads: data-file reads */
 } lab_counters_t;
@@ -229,6 +244,12 @@ void lab_worker_view_cleanup(lab_worker_view_t *view);
  * stderr), measures the collection and stops the archive cleanly: its data
  * directory is the snapshot every run copies. */
 bool lab_load(lab_t *lab, bson_error_t *error) TC_MUST_CHECK;
+
+/* Starts the archive (a copy of the snapshot), an empty fast tier and the proxy,
+ * waits up to warm_wait_ms for the warmer's first pass, and stops them cleanly:
+ * the fast tier's directory is then the snapshot the tiered runs copy. Fills
+ * lab->warm_up and notes what the warmer did; false if it could not run. */
+bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error) TC_MUST_CHECK;
 
 /* One run of workload in mode, from a fresh copy of the snapshot; fills run.
  * False when it could not be run (run->failure says why) or the lab was

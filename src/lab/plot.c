@@ -241,7 +241,9 @@ bool lab_plot_bars(const char *path, const char *title, const char *y_label, boo
             fprintf(file, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
                     left + bar * (double)g, top, bar * 0.92, base - top, groups[g].color);
             write_escaped(file, groups[g].label);
-            fprintf(file, " %s: %.3g</title></rect>\n", categories[c], value);
+            fputc(' ', file);
+            write_escaped(file, categories[c]);
+            fprintf(file, ": %.3g</title></rect>\n", value);
         }
         write_text(file, PLOT_LEFT + slot * ((double)c + 0.5), base + 18, "middle", "", categories[c]);
     }

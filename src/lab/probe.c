@@ -103,7 +103,13 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
     if (!ok) {
         tc_error_set(error, TC_ERR_OPERATION_FAILED, "serverStatus on the archive failed: %s", command_error.message);
     } else {
-        out->at_ms = before + (after - before) / 2;
+        /* The server's own clock at the moment it read the counters: a busy
+         * archive may queue the command for seconds, so the client's clock
+         * would misplace the sample. */
+        bson_iter_t local_time;
+        out->at_ms = bson_iter_init_find(&local_time, &reply, "localTime") && BSON_ITER_HOLDS_DATE_TIME(&local_time)
+                         ? bson_iter_date_time(&local_time)
+                         : before + (after - before) / 2;
         out->pages_read = number_at(&reply, pages_path, 3);
         out->disk_reads = number_at(&reply, reads_path, 3);
         if (out->pages_read < 0) {

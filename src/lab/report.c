@@ -43,6 +43,11 @@ static double read_operation(const bson_t *operations, const char *name, lab_lat
         return 0.0;
     }
     run->errors += (int64_t)number_of(&operation, "errors");
+    bson_iter_t first_error;
+    if (run->first_error[0] == '\0' && bson_iter_init_find(&first_error, &operation, "first_error") &&
+        BSON_ITER_HOLDS_UTF8(&first_error)) {
+        snprintf(run->first_error, sizeof run->first_error, "%s %s", name, bson_iter_utf8(&first_error, NULL));
+    }
     run->not_found += (int64_t)number_of(&operation, "not_found");
     if (latency != NULL && find_child(&operation, "latency_us", &percentiles)) {
         latency->p50_ms = number_of(&percentiles, "p50") / 1000.0;
@@ -312,6 +317,15 @@ void lab_report_table(FILE *stream, const lab_t *lab)
             cache_mb > 0 ? data_mb / cache_mb : 0.0, cache_mb, lab_grouped((double)settings->read_iops, iops, sizeof iops),
             settings->thread_count, (double)settings->duration_ms / 1000.0, (double)settings->warmup_ms / 1000.0,
             (unsigned long long)settings->seed);
+    const lab_warm_up_t *warm_up = &lab->warm_up;
+    if (warm_up->ok && warm_up->complete) {
+        char copied[32];
+        fprintf(stream, "fast tier: warmed once by the proxy's warmer (%s documents in %.1f s); every tiered run "
+                        "starts from a copy\n\n",
+                lab_grouped((double)warm_up->documents, copied, sizeof copied), warm_up->seconds);
+    } else if (warm_up->attempted) {
+        fprintf(stream, "fast tier: NOT warmed before the tiered runs (see the notes)\n\n");
+    }
     fprintf(stream, "%-13s %-14s %9s %12s %12s %14s %18s\n", "workload", "run", "ops/s", "read p95 ms", "read p99 ms",
             "update p99 ms", "archive pages/s");
     for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
@@ -373,6 +387,9 @@ static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bo
         BSON_APPEND_INT64(&child, "operations", run->operations);
         BSON_APPEND_INT64(&child, "errors", run->errors);
         BSON_APPEND_INT64(&child, "not_found", run->not_found);
+        if (run->first_error[0] != '\0') {
+            BSON_APPEND_UTF8(&child, "first_error", run->first_error);
+        }
         BSON_APPEND_DOUBLE(&child, "measured_seconds", run->measured_seconds);
         append_latency(&child, "read_latency_ms", &run->read);
         append_latency(&child, "update_latency_ms", &run->update);
@@ -473,6 +490,21 @@ static void append_empty_start(bson_t *report, const lab_t *lab)
     bson_append_document_end(report, &child);
 }
 
+static void append_warm_up(bson_t *report, const lab_warm_up_t *warm_up)
+{
+    bson_t child;
+    BSON_APPEND_DOCUMENT_BEGIN(report, "warm_up", &child);
+    BSON_APPEND_BOOL(&child, "ok", warm_up->ok);
+    if (warm_up->attempted && !warm_up->ok) {
+        BSON_APPEND_UTF8(&child, "failure", warm_up->failure);
+    }
+    BSON_APPEND_BOOL(&child, "warmer_reported", warm_up->warmer_reported);
+    BSON_APPEND_BOOL(&child, "complete", warm_up->complete);
+    BSON_APPEND_DOUBLE(&child, "seconds", warm_up->seconds);
+    append_number_or_null(&child, "documents_warmed", (double)warm_up->documents, warm_up->documents >= 0);
+    bson_append_document_end(report, &child);
+}
+
 bool lab_report_json(const lab_t *lab, const char *path, bson_error_t *error)
 {
     bson_t report = BSON_INITIALIZER, workloads, notes;
@@ -488,6 +520,7 @@ bool lab_report_json(const lab_t *lab, const char *path, bson_error_t *error)
         bson_append_document_end(&workloads, &workload);
     }
     bson_append_document_end(&report, &workloads);
+    append_warm_up(&report, &lab->warm_up);
     append_empty_start(&report, lab);
     BSON_APPEND_ARRAY_BEGIN(&report, "notes", &notes);
     for (int i = 0; i < lab->note_count; i++) {

@@ -331,10 +331,19 @@ static const char *mode_name(lab_mode_t mode)
     return mode == LAB_MODE_DIRECT ? "direct" : mode == LAB_MODE_TIERED ? "tiered" : "empty start";
 }
 
-/* Waits for the warmer's first pass, as the proxy reports it. A proxy that
- * reports no warmer (the workers not built in, or disabled) is noted and the
- * run goes on: its figures are then those of an unwarmed fast tier. */
-static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, const char *run_name, lab_run_t *run,
+/* What the warmer said by the end of a wait. */
+typedef struct warm_state {
+    bool reported; /* the proxy has a warmer section for the namespace */
+    bool complete; /* its first pass is done: the coverage horizon is valid */
+    char state[32];
+    int64_t copied;
+    double seconds;
+} warm_state_t;
+
+/* Polls thermoclineStatus until the warmer reports its first pass complete, the
+ * proxy shows it runs no warmer, or timeout_ms passes (0: one look). False only
+ * on a failed status command or an interruption. */
+static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, int64_t timeout_ms, warm_state_t *out,
                             bson_error_t *error)
 {
     int64_t started = lab_monotonic_ms();
@@ -347,36 +356,21 @@ static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, const char *run_
         }
         lab_worker_view_init(&view, &reply);
         bson_destroy(&reply);
-        bool warm = view.coverage_valid || strcmp(view.warmer_state, "complete") == 0 ||
-                    strcmp(view.warmer_state, "declared-complete") == 0;
-        bool reported = view.warmer_reported;
-        int64_t copied = view.warmer_copied;
-        char state[sizeof view.warmer_state];
-        snprintf(state, sizeof state, "%s", view.warmer_state[0] != '\0' ? view.warmer_state : "unknown");
+        out->complete = view.coverage_valid || strcmp(view.warmer_state, "complete") == 0 ||
+                        strcmp(view.warmer_state, "declared-complete") == 0;
+        out->reported = view.warmer_reported;
+        out->copied = view.warmer_copied;
+        snprintf(out->state, sizeof out->state, "%s", view.warmer_state[0] != '\0' ? view.warmer_state : "unknown");
         lab_worker_view_cleanup(&view);
 
         int64_t elapsed = lab_monotonic_ms() - started;
-        run->warmer_reported = reported;
-        run->warm_wait_seconds = (double)elapsed / 1000.0;
-        run->documents_warmed = copied;
-        if (warm) {
-            run->fast_tier_warm = true;
-            return true;
-        }
-        if (!reported) {
-            lab_note(lab, "the proxy reports no warmer (thermoclineStatus has no warmer section): the tiered runs "
-                          "started from an empty fast tier, not a warmed one, so they show the proxy's cost, not "
-                          "the fast tier's gain");
-            return true;
-        }
-        if (elapsed >= lab->settings.warm_wait_ms) {
-            lab_note(lab, "%s: the warmer had not finished its first pass after %lld s (state %s, %lld documents "
-                          "copied); the run went on with a partly warm fast tier",
-                     run_name, (long long)(elapsed / 1000), state, (long long)copied);
+        out->seconds = (double)elapsed / 1000.0;
+        if (out->complete || !out->reported || elapsed >= timeout_ms) {
+            clear_progress(lab);
             return true;
         }
         if (lab->stderr_is_terminal) {
-            fprintf(stderr, "\r  waiting for the warmer: %lld documents copied, %lld s ", (long long)copied,
+            fprintf(stderr, "\r  waiting for the warmer: %lld documents copied, %lld s ", (long long)out->copied,
                     (long long)(elapsed / 1000));
             fflush(stderr);
         }
@@ -440,6 +434,90 @@ static bool after_proxied_run(lab_t *lab, mongoc_client_t *proxy, const char *ru
     return true;
 }
 
+/* --- the warm-up of the fast tier ---------------------------------------------------- */
+
+bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
+{
+    const lab_settings_t *settings = &lab->settings;
+    lab_warm_up_t *warm_up = &lab->warm_up;
+    char run_dir[LAB_DIRECTORY_SIZE + 128], archive_dir[PATH_MAX], log_path[PATH_MAX];
+    mongoc_client_t *proxy_client = NULL;
+    warm_state_t warm = {0};
+    bool ok = false;
+    int archive_port = lab_free_port(), fast_port = lab_free_port(), proxy_port = lab_free_port();
+
+    memset(warm_up, 0, sizeof *warm_up);
+    warm_up->attempted = true;
+    warm_up->documents = -1;
+    reset_processes(lab);
+    snprintf(run_dir, sizeof run_dir, "%s/warm-up", lab->work_dir);
+    snprintf(archive_dir, sizeof archive_dir, "%s/archive", run_dir);
+    snprintf(lab->fast_snapshot_dir, sizeof lab->fast_snapshot_dir, "%s/fast-warmed", lab->work_dir);
+    fprintf(stderr, "warm-up: the proxy's warmer copies the recent window into an empty fast tier\n");
+    if (archive_port == 0 || fast_port == 0 || proxy_port == 0) {
+        tc_error_set(error, TC_ERR_OPERATION_FAILED, "no free loopback port");
+        goto done;
+    }
+    lab_remove_tree(run_dir);
+    lab_remove_tree(lab->fast_snapshot_dir);
+    TC_CHECK(lab_copy_tree(lab->snapshot_dir, archive_dir, error));
+    TC_CHECK(lab_make_directory(lab->fast_snapshot_dir, error));
+    snprintf(log_path, sizeof log_path, "%s/warm-up-archive.log", lab->logs_dir);
+    TC_CHECK(start_store(lab, &lab->archive, "archive", archive_dir, archive_port, true, log_path, error));
+    snprintf(log_path, sizeof log_path, "%s/warm-up-fast.log", lab->logs_dir);
+    TC_CHECK(start_store(lab, &lab->fast, "fast", lab->fast_snapshot_dir, fast_port, false, log_path, error));
+    TC_CHECK(start_proxy(lab, run_dir, "warm-up", proxy_port, archive_port, fast_port, error));
+    proxy_client = lab_client_new(proxy_port, error);
+    TC_CHECK(proxy_client != NULL);
+    TC_CHECK(wait_for_warmer(lab, proxy_client, settings->warm_wait_ms, &warm, error));
+    warm_up->warmer_reported = warm.reported;
+    warm_up->complete = warm.complete;
+    warm_up->seconds = warm.seconds;
+    warm_up->documents = warm.copied;
+    mongoc_client_destroy(proxy_client);
+    proxy_client = NULL;
+
+    /* A clean stop checkpoints the fast tier: its directory is then the
+     * snapshot each tiered run copies. */
+    lab_stop_all(lab);
+    if (!lab_process_succeeded(&lab->fast)) {
+        char how[128];
+        lab_process_describe_exit(&lab->fast, how, sizeof how);
+        tc_error_set(error, TC_ERR_OPERATION_FAILED, "the fast tier %s at the end of the warm-up: see %s/warm-up-fast.log",
+                     how, lab->logs_dir);
+        goto done;
+    }
+    ok = true;
+done:
+    mongoc_client_destroy(proxy_client);
+    lab_stop_all(lab);
+    if (!lab_interrupted()) {
+        note_unclean_exits(lab, "warm-up");
+    }
+    if (!settings->keep) {
+        lab_remove_tree(run_dir);
+    }
+    warm_up->ok = ok;
+    if (!ok) {
+        snprintf(warm_up->failure, sizeof warm_up->failure, "%s", error->message);
+        if (!lab_interrupted()) {
+            lab_note(lab, "the warm-up failed (%s): the tiered runs started from an empty fast tier", error->message);
+        }
+    } else if (!warm.reported) {
+        lab_note(lab, "the proxy reports no warmer (thermoclineStatus has no warmer section): the tiered runs started "
+                      "from an empty fast tier, so they show the proxy's cost, not the fast tier's gain");
+    } else if (!warm.complete) {
+        lab_note(lab, "the warmer had not finished its first pass after %.0f s (state %s, %lld documents copied): "
+                      "the tiered runs started from this partly warm fast tier",
+                 warm.seconds, warm.state, (long long)warm.copied);
+    } else {
+        char documents[32];
+        fprintf(stderr, "  the warmer copied %s documents in %.1f s\n",
+                lab_grouped((double)warm.copied, documents, sizeof documents), warm.seconds);
+    }
+    return ok;
+}
+
 void lab_run_cleanup(lab_run_t *run)
 {
     bson_free(run->ops_series);
@@ -498,15 +576,33 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run)
     if (mode == LAB_MODE_DIRECT) {
         snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", archive_port);
     } else {
-        TC_CHECK(lab_make_directory(fast_dir, &error));
+        /* Tiered runs start from the fast tier the warm-up left (the same for
+         * each); the empty start, and tiered runs without one, from nothing. */
+        if (mode == LAB_MODE_TIERED && lab->warm_up.ok) {
+            TC_CHECK(lab_copy_tree(lab->fast_snapshot_dir, fast_dir, &error));
+        } else {
+            TC_CHECK(lab_make_directory(fast_dir, &error));
+        }
         snprintf(log_path, sizeof log_path, "%s/%s-fast.log", lab->logs_dir, run_name);
         TC_CHECK(start_store(lab, &lab->fast, "fast", fast_dir, fast_port, false, log_path, &error));
         TC_CHECK(start_proxy(lab, run_dir, run_name, proxy_port, archive_port, fast_port, &error));
         proxy_client = lab_client_new(proxy_port, &error);
         TC_CHECK(proxy_client != NULL);
         if (mode == LAB_MODE_TIERED) {
-            TC_CHECK(wait_for_warmer(lab, proxy_client, run_name, run, &error));
-            clear_progress(lab);
+            /* A warmer that finished in the warm-up finds its pass done on
+             * restart; one that did not is not waited for again. */
+            warm_state_t warm;
+            TC_CHECK(wait_for_warmer(lab, proxy_client, lab->warm_up.complete ? settings->warm_wait_ms : 0, &warm,
+                                     &error));
+            run->warmer_reported = warm.reported;
+            run->fast_tier_warm = warm.complete;
+            run->warm_wait_seconds = warm.seconds;
+            run->documents_warmed = warm.copied;
+            if (lab->warm_up.complete && !warm.complete) {
+                lab_note(lab, "%s: the warmer did not report the restored fast tier's first pass complete within "
+                              "%lld s (state %s): the run went on with what the fast tier held",
+                         run_name, (long long)(settings->warm_wait_ms / 1000), warm.state);
+            }
         }
         snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/", proxy_port);
     }
@@ -521,6 +617,12 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run)
     TC_CHECK(bench_finished_well(lab, &error));
     TC_CHECK(lab_read_bench_report(json_path, run, &error));
 
+    if (run->errors > 0) {
+        char operations[32];
+        lab_note(lab, "%s: %lld operations failed besides the %s that succeeded; the first: %s", run_name,
+                 (long long)run->errors, lab_grouped((double)run->operations, operations, sizeof operations),
+                 run->first_error);
+    }
     if (samples.count >= 2) {
         int64_t from = run->started_at_ms, to = run->started_at_ms + (int64_t)(run->measured_seconds * 1000.0);
         double seconds = (double)(to - from) / 1000.0;

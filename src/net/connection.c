@@ -36,7 +36,7 @@
 
 #define LOG_COMPONENT "NETWORK"
 #define MESSAGE_HEADER_BYTES 16
-/* ...and a buffer grown for a large message shrinks back to this size. */
+/* A buffer grown for a large message shrinks back to this size. */
 #define READ_BUFFER_KEEP_BYTES (64 * 1024)
 
 typedef enum connection_state {

@@ -355,6 +355,16 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         uv_timer_start(&proxy.poll_timer, on_poll_timer, 0, POLL_INTERVAL_MS);
         proxy.poll_timer_started = true;
     }
+    if (proxy.namespace_count > 0) {
+        /* Before the first client: the feeder, wherever it runs, starts no later. */
+        bson_error_t start_error;
+        if (!tier_feeder_ensure_start(proxy.config, &start_error)) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                   "cannot record the feeder's start point in the fast tier (%s): writes accepted before the "
+                   "feeder first runs would not reach the archive",
+                   start_error.message);
+        }
+    }
     if (proxy.namespace_count > 0 && proxy.workers_here != 0) {
         proxy.workers = tier_workers_start(proxy.config, proxy.progress, proxy.workers_here, error);
         TC_CHECK(proxy.workers != NULL);

@@ -183,7 +183,7 @@ scram_server_t *scram_server_new(scram_mechanism_t mechanism, const char *server
     if (server_nonce != NULL) {
         server->server_nonce = bson_strdup(server_nonce);
     } else {
-        uint8_t random_bytes[SERVER_NONCE_RANDOM_BYTES];
+        uint8_t random_bytes[SERVER_NONCE_RANDOM_BYTES] = {0};
         if (RAND_bytes(random_bytes, sizeof random_bytes) != 1) {
             /* Without randomness no conversation may start: fail every step. */
             server->state = SCRAM_FAILED;

@@ -27,8 +27,10 @@ bool auth_check_command(command_context_t *context, bson_error_t *error) TC_MUST
 
 /* After a handler succeeded (dispatch.c): trims a reply to what the user may see
  * (listDatabases of a user without the listDatabases action lists only the
- * databases it has privileges on, as mongod's authorizedDatabases). */
-void auth_filter_reply(command_context_t *context, bson_t *reply);
+ * databases it has privileges on, as mongod's authorizedDatabases), and notices
+ * writes to admin.system.users made without the user commands (a root's insert,
+ * drop or dropDatabase), so sessions read their users again. */
+void auth_after_command(command_context_t *context, bson_t *reply);
 
 /* hello: answers saslSupportedMechs and runs a speculativeAuthenticate
  * saslStart, adding their fields to reply (a failure only leaves them out). */

@@ -89,6 +89,10 @@ bool auth_users_replace(command_context_t *context, const char *user, const char
 bool auth_users_delete(command_context_t *context, const char *user, const char *database, int64_t *out_count,
                        bson_error_t *error) TC_MUST_CHECK;
 
+/* Every session reads its user again before its next command; the localhost
+ * exception counts users again. */
+void auth_users_changed(command_context_t *context);
+
 /* Whether any user exists (the localhost exception ends with the first). */
 bool auth_users_any(storage_session_t *session, bool *out_any, bson_error_t *error) TC_MUST_CHECK;
 
@@ -104,11 +108,5 @@ void auth_users_append_credentials(bson_t *out, const char *key, const scram_cre
 /* Fills user from a user document (copies). false: malformed. */
 bool auth_user_from_document(const bson_t *document, auth_user_t *out_user);
 void auth_user_cleanup(auth_user_t *user);
-
-/* --- auth_rules.c ------------------------------------------------------------------- */
-
-/* mongod's wording of a refusal: "not authorized on db to execute command { ... }",
- * with passwords and SASL payloads shown as "xxx". */
-bool auth_refuse(command_context_t *context, bson_error_t *error);
 
 #endif

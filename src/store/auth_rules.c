@@ -547,6 +547,10 @@ static bool collect(const rule_input_t *input, const char *name, requirements_t 
 
 /* --- the check ----------------------------------------------------------------------- */
 
+/* mongod's wording of a refusal: "not authorized on db to execute command { ... }",
+ * with passwords and SASL payloads shown as "xxx". Always returns false. */
+static bool auth_refuse(command_context_t *context, bson_error_t *error);
+
 /* A user changed since the session read it: read it again; a dropped user leaves
  * the connection unauthenticated, as mongod's session refresh does. */
 static void refresh_user(command_context_t *context, auth_session_t *session)
@@ -619,7 +623,7 @@ bool auth_check_command(command_context_t *context, bson_error_t *error)
     return allowed || auth_refuse(context, error);
 }
 
-bool auth_refuse(command_context_t *context, bson_error_t *error)
+static bool auth_refuse(command_context_t *context, bson_error_t *error)
 {
     /* mongod shows the command, its secrets redacted. */
     bson_t shown = BSON_INITIALIZER;
@@ -645,9 +649,32 @@ bool auth_refuse(command_context_t *context, bson_error_t *error)
     return false;
 }
 
-void auth_filter_reply(command_context_t *context, bson_t *reply)
+/* A command that may have changed admin.system.users other than through the
+ * user commands. */
+static bool touches_users_collection(const command_context_t *context)
+{
+    static const char *const writes[] = {"insert", "update", "delete", "findAndModify", "findandmodify", "drop"};
+    if (strcmp(context->database, "admin") != 0) {
+        return false;
+    }
+    if (strcmp(context->name, "dropDatabase") == 0 || strcmp(context->name, "renameCollection") == 0) {
+        return true;
+    }
+    const char *collection = first_string(context->command);
+    for (size_t i = 0; collection != NULL && i < sizeof writes / sizeof writes[0]; i++) {
+        if (strcmp(context->name, writes[i]) == 0) {
+            return strcmp(collection, "system.users") == 0;
+        }
+    }
+    return false;
+}
+
+void auth_after_command(command_context_t *context, bson_t *reply)
 {
     auth_manager_t *manager = context->store->auth;
+    if (manager != NULL && touches_users_collection(context)) {
+        auth_users_changed(context);
+    }
     if (manager == NULL || !manager->enabled || strcmp(context->name, "listDatabases") != 0) {
         return;
     }

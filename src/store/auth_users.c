@@ -107,9 +107,12 @@ bool auth_users_any(storage_session_t *session, bool *out_any, bson_error_t *err
     return auth_users_scan(session, any_visit, out_any, error);
 }
 
-static void users_changed(command_context_t *context)
+void auth_users_changed(command_context_t *context)
 {
     auth_manager_t *manager = context->store->auth;
+    if (manager == NULL) {
+        return;
+    }
     atomic_fetch_add(&manager->generation, 1);
     atomic_store(&manager->users_exist, -1);
 }
@@ -149,7 +152,7 @@ bool auth_users_insert(command_context_t *context, const bson_t *document, bson_
                      bson_iter_utf8(&user, NULL), bson_iter_utf8(&database, NULL));
     }
     if (ok) {
-        users_changed(context);
+        auth_users_changed(context);
     }
     return ok;
 }
@@ -215,7 +218,7 @@ static bool rewrite_users(command_context_t *context, const char *user, const ch
     }
     storage_unlock(storage);
     if (ok && *out_count > 0) {
-        users_changed(context);
+        auth_users_changed(context);
     }
     return ok;
 }

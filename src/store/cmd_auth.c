@@ -247,9 +247,8 @@ static bool parse_user_request(const command_context_t *context, user_request_t 
 }
 
 /* Credentials for each wanted mechanism from the password (never kept). */
-static bool make_credentials(const command_context_t *context, const user_request_t *request,
-                             const bool mechanisms[2], scram_credentials_t *out, size_t *out_count,
-                             bson_error_t *error)
+static bool make_credentials(const user_request_t *request, const bool mechanisms[2], scram_credentials_t *out,
+                             size_t *out_count, bson_error_t *error)
 {
     *out_count = 0;
     for (int m = SCRAM_SHA_1; m <= SCRAM_SHA_256; m++) {
@@ -275,7 +274,6 @@ static bool make_credentials(const command_context_t *context, const user_reques
         }
         (*out_count)++;
     }
-    (void)context;
     return true;
 }
 
@@ -349,7 +347,7 @@ static bool handle_create_user(command_context_t *context, bson_t *reply, bson_e
         request->mechanisms[SCRAM_SHA_256] = true;
     }
     if (request->password != NULL) {
-        TC_CHECK(make_credentials(context, request, request->mechanisms, credentials, &credential_count, error));
+        TC_CHECK(make_credentials(request, request->mechanisms, credentials, &credential_count, error));
     }
     uint8_t user_id[16];
     if (RAND_bytes(user_id, sizeof user_id) != 1) {
@@ -368,36 +366,6 @@ done:
     bson_destroy(&document);
     bson_free(request);
     return ok;
-}
-
-/* The roles of a stored user document. */
-static size_t read_roles(const bson_t *document, roles_grant_t *out, size_t capacity)
-{
-    bson_iter_t iter, roles, fields;
-    size_t count = 0;
-    if (!bson_iter_init_find(&iter, document, "roles") || !BSON_ITER_HOLDS_ARRAY(&iter) ||
-        !bson_iter_recurse(&iter, &roles)) {
-        return 0;
-    }
-    while (bson_iter_next(&roles) && count < capacity) {
-        const char *role = NULL, *database = NULL;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&roles) || !bson_iter_recurse(&roles, &fields)) {
-            continue;
-        }
-        while (bson_iter_next(&fields)) {
-            if (strcmp(bson_iter_key(&fields), "role") == 0 && BSON_ITER_HOLDS_UTF8(&fields)) {
-                role = bson_iter_utf8(&fields, NULL);
-            } else if (strcmp(bson_iter_key(&fields), "db") == 0 && BSON_ITER_HOLDS_UTF8(&fields)) {
-                database = bson_iter_utf8(&fields, NULL);
-            }
-        }
-        if (role != NULL && database != NULL) {
-            out[count].role = role;
-            out[count].database = database;
-            count++;
-        }
-    }
-    return count;
 }
 
 static bool user_id_of(const bson_t *document, uint8_t out[16])
@@ -424,7 +392,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     bool found = false;
     scram_credentials_t credentials[2];
     size_t credential_count = 0;
-    roles_grant_t *stored_roles = NULL;
+    auth_user_t stored = {0};
     bool ok = false;
 
     if (!auth_users_find(context->session, request->name, context->database, &current, &found, error)) {
@@ -450,7 +418,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
             wanted[0] = request->mechanisms_given ? request->mechanisms[0] : true;
             wanted[1] = request->mechanisms_given ? request->mechanisms[1] : true;
         }
-        TC_CHECK(make_credentials(context, request, wanted, credentials, &credential_count, error));
+        TC_CHECK(make_credentials(request, wanted, credentials, &credential_count, error));
     } else if (request->mechanisms_given) {
         if ((request->mechanisms[0] && !had[0]) || (request->mechanisms[1] && !had[1])) {
             tc_error_set(error, TC_ERR_BAD_VALUE, "mechanisms field must be a subset of previously set mechanisms");
@@ -466,10 +434,9 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     }
     const roles_grant_t *roles = request->roles;
     size_t role_count = request->role_count;
-    if (!request->roles_given) {
-        stored_roles = bson_malloc(MAX_USER_ROLES * sizeof *stored_roles);
-        role_count = read_roles(&current, stored_roles, MAX_USER_ROLES);
-        roles = stored_roles;
+    if (!request->roles_given && auth_user_from_document(&current, &stored)) {
+        roles = stored.grants;
+        role_count = stored.grant_count;
     }
     bson_t custom_data;
     const bson_t *custom = NULL;
@@ -501,7 +468,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     ok = true;
 done:
     OPENSSL_cleanse(credentials, sizeof credentials);
-    bson_free(stored_roles);
+    auth_user_cleanup(&stored);
     bson_destroy(&current);
     bson_destroy(&document);
     return ok;
@@ -534,6 +501,7 @@ static bool change_roles(command_context_t *context, bool grant, bson_error_t *e
     roles_grant_t *changed = bson_malloc(MAX_USER_ROLES * sizeof *changed);
     bson_t current;
     bool found = false;
+    auth_user_t stored = {0};
     bool ok = false;
     TC_CHECK(parse_user_request(context, request, error));
     if (!request->roles_given) {
@@ -547,7 +515,11 @@ static bool change_roles(command_context_t *context, bool grant, bson_error_t *e
                      context->database);
         goto done;
     }
-    size_t count = read_roles(&current, changed, MAX_USER_ROLES);
+    size_t count = 0;
+    if (auth_user_from_document(&current, &stored)) {
+        count = stored.grant_count < MAX_USER_ROLES ? stored.grant_count : MAX_USER_ROLES;
+        memcpy(changed, stored.grants, count * sizeof *changed);
+    }
     for (size_t i = 0; i < request->role_count; i++) {
         size_t at = count;
         for (size_t j = 0; j < count; j++) {
@@ -571,6 +543,7 @@ static bool change_roles(command_context_t *context, bool grant, bson_error_t *e
     ok = rewrite_user(context, request, error);
     bson_destroy(&current);
 done:
+    auth_user_cleanup(&stored);
     bson_free(changed);
     bson_free(request);
     return ok;

@@ -279,7 +279,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     }
     op_latency_record(&store->latencies, context.name, op_latency_now_micros() - started_micros);
     if (ok) {
-        auth_filter_reply(&context, reply);
+        auth_after_command(&context, reply);
     }
 done:
     if (ok) {

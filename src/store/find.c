@@ -994,7 +994,9 @@ static bool fill_blocking_sort(find_plan_t *plan, storage_session_t *session, co
         plan->sorted[plan->sorted_count].record_id = record_id;
         plan->sorted_count++;
     }
-    qsort(plan->sorted, plan->sorted_count, sizeof(sorted_result_t), compare_sorted_results);
+    if (plan->sorted_count > 1) {
+        qsort(plan->sorted, plan->sorted_count, sizeof(sorted_result_t), compare_sorted_results);
+    }
     plan->sorted_ready = true;
     return true;
 }

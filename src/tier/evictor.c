@@ -6,8 +6,9 @@
  *      holds each candidate's version, without reading the archive (I2)
  *   ─▶ mark {ns, _id, "evict", pending} in thermocline.workerWrites
  *   ─▶ delete each with its exact-version filter (a concurrent update wins)
- *   ─▶ mark done at the delete's own cluster time (the feeder skips exactly that
- *      delete event: I3), or remove the mark when nothing was deleted
+ *   ─▶ mark done with the delete's time range (the feeder skips the one delete
+ *      event of that document in it: I3), or remove the mark when nothing was
+ *      deleted
  *
  * Only the fast tier is touched; a per-second cap keeps client traffic first. */
 #include "tier/tier_private.h"
@@ -90,9 +91,11 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
     return ok;
 }
 
-/* The mark's outcome: done at the delete's time, or gone when nothing was deleted. */
-static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t at,
-                         bson_error_t *error)
+/* The mark's outcome: done, the delete having happened in (since, at] (at: the
+ * delete's operationTime, at or after its oplog entry), or gone when nothing was
+ * deleted. */
+static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t since,
+                         uint64_t at, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, reply;
     BSON_APPEND_UTF8(&command, deleted ? "update" : "delete", TIER_MARKS_COLLECTION);
@@ -105,7 +108,8 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
         BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
         BSON_APPEND_UTF8(&set, "state", "done");
-        tier_append_time(&set, "at", at);
+        tier_append_time(&set, "from", since);
+        tier_append_time(&set, "to", at);
         bson_append_document_end(&update, &set);
         bson_append_document_end(&statement, &update);
     } else {
@@ -224,13 +228,13 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
             continue;
         }
         if (!tier_version_filter(&documents[i], &version)) {
-            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, &error);
+            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, &error);
             bson_destroy(&version);
             continue;
         }
         /* A write of this process that faulted the document in runs first. */
         if (!tier_progress_begin_eviction(context->progress, index, &ids[i])) {
-            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, &error);
+            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, &error);
             bson_destroy(&version);
             changed++;
             continue;
@@ -242,7 +246,7 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
             /* The mark stays pending: the feeder waits, and a restart resolves it. */
             break;
         }
-        ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, at, &error);
+        ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, read_time, at, &error);
         evicted += deleted;
         changed += !deleted;
     }

@@ -17,7 +17,9 @@
 #include "common/log.h"
 #include "tier/feeder_batch.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LOG_COMPONENT "FEEDER"
@@ -50,6 +52,7 @@ typedef struct feeder {
     bool started;
     bool have_token;
     bson_t token;             /* the stream position applied through */
+    uint64_t start_at;        /* no token yet: where the proxy recorded the start (0: now) */
     uint64_t applied_time;    /* its cluster time */
     uint64_t start_time;      /* the checkpoint's time at start: retries are caught up past it */
     uint64_t replay_until;    /* events at or before may have been applied before a restart */
@@ -64,6 +67,10 @@ typedef struct feeder {
     int64_t stats_since_ms;
     int64_t stats_events;
     int64_t stats_writes;
+    /* Test hook: THERMOCLINE_TEST_KILL_AFTER_APPLY=N makes the process SIGKILL itself
+     * after the Nth batch the archive acknowledged, before its checkpoint: the crash
+     * the checkpoint's order must survive (tests/integration/test_tier_faults.py). */
+    long kill_after_batches;
 } feeder_t;
 
 /* One event of a batch on its way to the archive. */
@@ -175,12 +182,19 @@ static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
         const uint8_t *data;
         bson_iter_document(&iter, &length, &data);
         bson_init_static(&document, data, length);
-        if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field) ||
-            !view_field_document(&document, "resumeToken", &token)) {
+        if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field)) {
             continue;
         }
         const char *id = bson_iter_utf8(&field, NULL);
         uint64_t time = tier_time_of(&document, "appliedTime");
+        if (!view_field_document(&document, "resumeToken", &token)) {
+            /* The start the proxy recorded before its first client (tier_feeder_ensure_start). */
+            if (strcmp(id, "stream") == 0) {
+                feeder->start_at = tier_time_of(&document, "startAtOperationTime");
+                feeder->applied_time = time;
+            }
+            continue;
+        }
         if (strcmp(id, "stream") == 0) {
             bson_reinit(&feeder->token);
             bson_concat(&feeder->token, &token);
@@ -253,13 +267,15 @@ static bool start_feeder(feeder_t *feeder)
             feeder->have_token = true;
         }
     }
-    if (feeder->have_token) {
+    if (feeder->have_token || feeder->start_at != 0) {
         tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
     }
     feeder->started = true;
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "feeding %zu namespace(s) to the archive (%s), %s", feeder->namespace_count,
            feeder->archive_majority ? "w: majority" : "w: 1, j: true",
-           feeder->have_token ? "resuming from the checkpoint" : "from now: no checkpoint yet");
+           feeder->have_token   ? "resuming from the checkpoint"
+           : feeder->start_at ? "from the start the proxy recorded"
+                              : "from now: no checkpoint yet");
     return true;
 }
 
@@ -304,6 +320,8 @@ static void append_pipeline(feeder_t *feeder, bson_t *command)
     BSON_APPEND_BOOL(&spec, "allChangesForCluster", true);
     if (feeder->have_token) {
         BSON_APPEND_DOCUMENT(&spec, "resumeAfter", &feeder->token);
+    } else if (feeder->start_at != 0) {
+        tier_append_time(&spec, "startAtOperationTime", feeder->start_at);
     }
     bson_append_document_end(&stage, &spec);
     bson_append_document_end(&pipeline, &stage);
@@ -397,6 +415,25 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
 
 /* --- worker-writes marks ------------------------------------------------------------- */
 
+static bool mark_consumed(const bson_t *consumed, const bson_t *key)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, consumed);
+    while (bson_iter_next(&iter)) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t item;
+        if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            bson_iter_document(&iter, &length, &data);
+            bson_init_static(&item, data, length);
+            if (bson_equal(&item, key)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 /* Looks the batch's inserts and deletes up in thermocline.workerWrites and marks
  * the evictor's deletes and the warmer's copies suppressed. Waits for marks whose
  * outcome is not written yet. False only when the group stops. */
@@ -483,18 +520,22 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                     continue;
                 }
                 item->resolved = true;
-                if (strcmp(state, "done") == 0 && item->is_delete) {
-                    item->suppressed = tier_time_of(&mark, "at") == item->time;
-                } else if (strcmp(state, "done") == 0) {
-                    item->suppressed = tier_time_of(&mark, "from") < item->time && item->time <= tier_time_of(&mark, "to");
-                } else if (strcmp(state, "recovered") == 0 && item->is_delete &&
-                           item->time > tier_time_of(&mark, "since")) {
+                bool in_range = false;
+                if (strcmp(state, "done") == 0) {
+                    in_range = tier_time_of(&mark, "from") < item->time && item->time <= tier_time_of(&mark, "to");
+                } else if (strcmp(state, "recovered") == 0 && item->is_delete) {
+                    in_range = item->time > tier_time_of(&mark, "since");
+                }
+                /* An eviction mark stands for one delete: the first in its range. */
+                if (in_range && item->is_delete && !mark_consumed(&feeder->consumed_marks, &key)) {
                     char index_key[16];
                     const char *index_string;
-                    item->suppressed = true;
                     bson_uint32_to_string(bson_count_keys(&feeder->consumed_marks), &index_string, index_key,
                                           sizeof index_key);
                     BSON_APPEND_DOCUMENT(&feeder->consumed_marks, index_string, &key);
+                    item->suppressed = true;
+                } else if (in_range && item->is_insert) {
+                    item->suppressed = true;
                 }
             }
             if (!found) {
@@ -841,11 +882,14 @@ static int64_t event_wall_time(const bson_t *event)
                : 0;
 }
 
-static void set_lag(feeder_t *feeder, int64_t lag_ms, bool reachable)
+/* reachable: 1 yes, 0 no, -1 not known (an attempt is under way). */
+static void set_lag(feeder_t *feeder, int64_t lag_ms, int reachable)
 {
     tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);
     item->lag_ms = lag_ms < 0 ? 0 : lag_ms;
-    item->archive_reachable = reachable;
+    if (reachable >= 0) {
+        item->archive_reachable = reachable == 1;
+    }
     item->updated_ms = tier_wall_clock_ms();
     tier_progress_unlock(feeder->context->progress, false);
 }
@@ -937,11 +981,11 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
             }
         }
         while (ok) {
-            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, true);
+            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, -1);
             if (apply_batch(feeder, &writes) == APPLY_DONE) {
                 break;
             }
-            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, false);
+            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, 0);
             if (tier_group_stopping(feeder->context->group)) {
                 ok = false;
                 break;
@@ -952,6 +996,11 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     bson_free(candidates);
     if (!ok) {
         return false;
+    }
+    if (count > 0 && feeder->kill_after_batches > 0 && --feeder->kill_after_batches == 0) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "THERMOCLINE_TEST_KILL_AFTER_APPLY: killing the process before the "
+                                                 "checkpoint");
+        raise(SIGKILL);
     }
     feeder->backoff_ms = 0;
     if (last_time > feeder->applied_time) {
@@ -1055,6 +1104,8 @@ void feeder_run(tier_group_t *group, void *argument)
     feeder.fast = mongoc_client_pool_pop(context->fast_pool);
     feeder.archive = mongoc_client_pool_pop(context->archive_pool);
     feeder.stats_since_ms = tier_monotonic_ms();
+    const char *kill_after = getenv("THERMOCLINE_TEST_KILL_AFTER_APPLY");
+    feeder.kill_after_batches = kill_after != NULL ? strtol(kill_after, NULL, 10) : 0;
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_FEEDER);
     item->running = true;
     tier_progress_unlock(context->progress, false);

@@ -28,6 +28,55 @@ static void log_from_mongoc(mongoc_log_level_t level, const char *domain, const 
     }
 }
 
+static void libmongoc_init(void)
+{
+    mongoc_init();
+    mongoc_log_set_handler(log_from_mongoc, NULL);
+}
+
+bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
+{
+    libmongoc_init();
+    mongoc_client_pool_t *pool = tier_pool_new(config->fast_uri, "thermocline-proxy", error);
+    if (pool == NULL) {
+        return false;
+    }
+    mongoc_client_t *client = mongoc_client_pool_pop(pool);
+    uint64_t now = 0;
+    bool ok = tier_cluster_time(client, &now, error);
+    if (ok && now != 0) {
+        bson_t command = BSON_INITIALIZER, documents, document, concern, reply;
+        BSON_APPEND_UTF8(&command, "insert", TIER_FEEDER_COLLECTION);
+        BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);
+        BSON_APPEND_DOCUMENT_BEGIN(&documents, "0", &document);
+        BSON_APPEND_UTF8(&document, "_id", "stream");
+        tier_append_time(&document, "startAtOperationTime", now);
+        tier_append_time(&document, "appliedTime", now);
+        BSON_APPEND_DATE_TIME(&document, "updatedAt", tier_wall_clock_ms());
+        bson_append_document_end(&documents, &document);
+        bson_append_array_end(&command, &documents);
+        BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
+        BSON_APPEND_UTF8(&concern, "w", "majority");
+        bson_append_document_end(&command, &concern);
+        bson_iter_t iter;
+        ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
+        /* A checkpoint already there refuses the insert: the feeder has a start. */
+        if (ok && bson_iter_init_find(&iter, &reply, "writeErrors")) {
+            bson_iter_t errors, first;
+            ok = bson_iter_recurse(&iter, &errors) && bson_iter_next(&errors) && bson_iter_recurse(&errors, &first) &&
+                 bson_iter_find(&first, "code") && bson_iter_as_int64(&first) == TC_ERR_DUPLICATE_KEY;
+            if (!ok) {
+                tc_error_set(error, TC_ERR_OPERATION_FAILED, "cannot record the feeder's start in the fast tier");
+            }
+        }
+        bson_destroy(&reply);
+        bson_destroy(&command);
+    }
+    mongoc_client_pool_push(pool, client);
+    mongoc_client_pool_destroy(pool);
+    return ok;
+}
+
 tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *progress, unsigned which,
                                    bson_error_t *error)
 {
@@ -40,8 +89,7 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
         {TIER_WORKER_EVICTOR, "tc-evictor", evictor_run},
         {TIER_WORKER_WARMER, "tc-warmer", warmer_run},
     };
-    mongoc_init();
-    mongoc_log_set_handler(log_from_mongoc, NULL);
+    libmongoc_init();
     tier_workers_t *started = bson_malloc0(sizeof *started);
     started->group = tier_group_new();
     started->context.config = config;

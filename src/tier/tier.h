@@ -40,6 +40,13 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
  * is a change stream getMore or a server selection) and frees. Safe on NULL. */
 void tier_workers_stop(tier_workers_t *workers);
 
+/* Records where the feeder starts when it has never run: the fast tier's cluster
+ * time now. The proxy calls it before it accepts a client, so no write through it
+ * precedes the feeder's start, whichever process runs the feeder and whenever.
+ * Does nothing when a checkpoint exists or the fast tier keeps no oplog. Blocks
+ * (about a second at most when the fast tier is down: then false with the error). */
+bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error) TC_MUST_CHECK;
+
 /* Reads every document of the feeder or the warmer collection (a BSON array, as
  * workers of another process wrote them) into progress. */
 void tier_progress_apply_feeder_documents(tier_progress_t *progress, const config_t *config, const bson_t *documents);

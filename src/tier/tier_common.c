@@ -22,10 +22,10 @@ mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name
     }
     /* A worker blocked on an unreachable tier must notice a stop within seconds. */
     if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
-        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 2000);
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 1000);
     }
     if (!mongoc_uri_has_option(uri, MONGOC_URI_CONNECTTIMEOUTMS)) {
-        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, 2000);
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, 1000);
     }
     if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS)) {
         mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, 60000);

@@ -26,7 +26,7 @@ void warmer_run(tier_group_t *group, void *context);
 
 /* --- clients and commands ------------------------------------------------------- */
 
-/* A pool for uri with the workers' timeouts (server selection and connect 2 s,
+/* A pool for uri with the workers' timeouts (server selection and connect 1 s,
  * socket 60 s) unless the URI sets its own. Free with mongoc_client_pool_destroy(). */
 mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_error_t *error);
 
@@ -87,8 +87,9 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
  * The evictor's deletes and the warmer's copies are recorded in
  * thermocline.workerWrites so that the feeder does not replay them (I3):
  *   evict: {state: "pending", since}   before the delete;
- *          {state: "done", at}         the delete's own cluster time (n: 1), or the
- *                                      mark is removed (n: 0);
+ *          {state: "done", from, to}   the delete (n: 1) happened in (from, to]: to is
+ *                                      its reply's operationTime, which is not always
+ *                                      the entry's own time; or the mark is removed (n: 0);
  *          {state: "recovered", since} a crash hid the outcome: the first delete of
  *                                      the document after since was the evictor's.
  *   warm:  {state: "pending", since}   before the insert;

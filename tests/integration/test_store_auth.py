@@ -503,3 +503,30 @@ def test_mongosh_authenticates(auth_store, tmp_path):
                                 "--authenticationDatabase", "admin", "--eval", "db.t.findOne()"], tmp_path)
     assert code != 0
     assert "Authentication failed" in output
+
+
+def test_direct_writes_to_system_users_take_effect(auth_store):
+    root = create_root(auth_store)
+    root.app.command("createUser", "temp", pwd="temp-pw", roles=["readWrite"])
+    temp = connect(auth_store, "temp", "temp-pw", source="app")
+    temp.app.c.insert_one({})
+    # A root may edit admin.system.users as a collection, as in mongod.
+    root.admin["system.users"].update_one({"_id": "app.temp"}, {"$set": {"roles": [{"role": "read", "db": "app"}]}})
+    with pytest.raises(OperationFailure) as caught:
+        temp.app.c.insert_one({})
+    assert caught.value.code == 13
+    assert temp.app.c.count_documents({}) == 1
+    root.admin["system.users"].delete_one({"_id": "app.temp"})
+    with pytest.raises(OperationFailure) as caught:
+        temp.app.c.find_one()
+    assert caught.value.code == 13
+    assert caught.value.details["errmsg"] == "command find requires authentication"
+    # readAnyDatabase reads every database, not the users collection.
+    root.app.command("createUser", "reader", pwd="reader-pw", roles=[{"role": "readAnyDatabase", "db": "admin"}])
+    reader = connect(auth_store, "reader", "reader-pw", source="app")
+    assert reader.app.c.count_documents({}) == 1
+    with pytest.raises(OperationFailure) as caught:
+        reader.admin["system.users"].find_one()
+    assert caught.value.code == 13
+    for client in (root, temp, reader):
+        client.close()

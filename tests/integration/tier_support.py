@@ -5,6 +5,7 @@ accessors, and waits for the feeder and the warmer."""
 import time
 
 import bson
+import pytest
 from pymongo import MongoClient
 
 from conftest import ProxyProcess, wait_until
@@ -33,8 +34,28 @@ def tier_config(archive, fast, ns=NS, max_age="4s", slack="500ms", evictor_perio
     return "\n".join(lines) + "\n"
 
 
+STARTED = []
+
+
+def track(process):
+    """Remembers a process a test started, so that a failing test cannot leave it
+    running (see stop_leftovers)."""
+    STARTED.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def stop_leftovers():
+    """Autouse in the modules that import it: kills what a failed test left."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.is_alive():
+            process.kill9()
+
+
 def start_proxy(work_dir, archive, fast, **config):
-    return ProxyProcess(work_dir, tier_config(archive, fast, **config)).start()
+    return track(ProxyProcess(work_dir, tier_config(archive, fast, **config))).start()
 
 
 def client_for(process):

@@ -130,6 +130,26 @@ static void test_roles_combine_and_unknown_roles_grant_nothing(void **state)
     assert_true(roles_allow(NULL, 0, &orders, 0)); /* nothing asked, nothing needed */
 }
 
+/* usersInfo {forAllDBs: true} asks for viewUser on every database at once: only
+ * the AnyDatabase roles and root hold it. */
+static void test_every_database_at_once(void **state)
+{
+    (void)state;
+    roles_resource_t every = {ROLES_RESOURCE_ANY_DATABASE, NULL, NULL};
+    roles_grant_t user_admin_any = {"userAdminAnyDatabase", "admin"};
+    roles_grant_t user_admin_on_admin = {"userAdmin", "admin"};
+    roles_grant_t root = {"root", "admin"};
+    assert_true(roles_allow(&user_admin_any, 1, &every, ACT(VIEW_USER)));
+    assert_true(roles_allow(&root, 1, &every, ACT(VIEW_USER)));
+    assert_false(roles_allow(&user_admin_on_admin, 1, &every, ACT(VIEW_USER)));
+    assert_false(roles_allow(&user_admin_any, 1, &every, ACT(FIND)));
+    /* Every action on the cluster: root alone (commands nobody classified). */
+    roles_resource_t cluster = {ROLES_RESOURCE_CLUSTER, NULL, NULL};
+    roles_grant_t cluster_admin = {"clusterAdmin", "admin"};
+    assert_true(roles_allow(&root, 1, &cluster, ROLES_ALL_ACTIONS));
+    assert_false(roles_allow(&cluster_admin, 1, &cluster, ROLES_ALL_ACTIONS));
+}
+
 static void test_role_names(void **state)
 {
     (void)state;
@@ -169,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_any_database_roles_skip_local_and_config),
         cmocka_unit_test(test_cluster_roles_and_root),
         cmocka_unit_test(test_roles_combine_and_unknown_roles_grant_nothing),
+        cmocka_unit_test(test_every_database_at_once),
         cmocka_unit_test(test_role_names),
         cmocka_unit_test(test_any_on_database),
     };

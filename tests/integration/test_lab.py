@@ -1,0 +1,183 @@
+"""Integration tests for `thermocline lab`: a tiny lab end to end (exit 0, the
+comparison table, every figure in the JSON, valid SVG plots, no process and no
+data directory left behind), and Ctrl-C in the middle of a tiered run (SIGINT
+stops the lab and everything it started)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+from conftest import SANITIZER_MARKERS, thermocline_binary, wait_until
+
+# conftest's per-test limit is 60 s; the lab must end before it, with room for
+# the checks, and a lab still running when the test fails is killed.
+LAB_TIMEOUT_SECONDS = 52
+
+WORKLOADS = ("store", "readheavy", "concentrated", "uniform")
+TABLE_FIGURES = ("ops_per_second", "read_p95_ms", "read_p99_ms", "update_p99_ms",
+                 "archive_pages_read_per_second")
+SVG_NAMESPACE = "{http://www.w3.org/2000/svg}"
+
+
+def processes_mentioning(marker):
+    """Pids of live processes whose command line contains marker (the lab's
+    output directory appears in every child's: --dbpath, --config, --json)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command_line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # it ended while we looked
+        if marker in command_line:
+            found.append((int(entry.name), command_line))
+    return found
+
+
+def start_lab(output, *extra):
+    return subprocess.Popen([str(thermocline_binary()), "lab", "--tiny", "--output", str(output), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop_if_running(process):
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def assert_nothing_left(output):
+    assert wait_until(lambda: not processes_mentioning(str(output)), timeout=2), processes_mentioning(str(output))
+    assert list(output.glob("work.*")) == [], "the data directories were not removed"
+
+
+def assert_no_sanitizer_report(output, lab_stderr):
+    """Neither the lab nor any process it started tripped a sanitizer."""
+    texts = {"the lab's stderr": lab_stderr}
+    texts.update((str(log), log.read_text(errors="replace")) for log in (output / "logs").glob("*.log"))
+    for where, text in texts.items():
+        for marker in SANITIZER_MARKERS:
+            assert marker not in text, "%s in %s:\n%s" % (marker, where, text[text.index(marker) - 200:][:3000])
+
+
+def assert_valid_svg(path):
+    assert path.is_file(), path
+    root = ElementTree.parse(path).getroot()
+    assert root.tag == SVG_NAMESPACE + "svg"
+    assert float(root.get("width")) > 0 and float(root.get("height")) > 0
+    drawn = [element for element in root.iter() if element.tag in
+             (SVG_NAMESPACE + "rect", SVG_NAMESPACE + "polyline")]
+    assert len(drawn) > 2, "%s draws nothing" % path
+    return root
+
+
+def test_tiny_lab_end_to_end(tmp_path):
+    output = tmp_path / "results"
+    json_path = tmp_path / "figures.json"
+    lab = start_lab(output, "--json", str(json_path))
+    try:
+        stdout, stderr = lab.communicate(timeout=LAB_TIMEOUT_SECONDS)
+    finally:
+        stop_if_running(lab)
+    assert_no_sanitizer_report(output, stderr)
+    assert lab.returncode == 0, "stdout:\n%s\nstderr:\n%s" % (stdout, stderr[-4000:])
+    assert_nothing_left(output)
+
+    # The progress shown on stderr: the load's bar and one line per run.
+    assert "100%" in stderr
+    assert "store tiered: bench through the proxy" in stderr
+
+    # The table on stdout: a direct, a tiered and a ratio row per workload.
+    lines = stdout.splitlines()
+    header = next(line for line in lines if line.startswith("workload"))
+    for column in ("ops/s", "read p95 ms", "read p99 ms", "update p99 ms", "archive pages/s"):
+        assert column in header
+    for workload in WORKLOADS:
+        row = next(index for index, line in enumerate(lines) if line.split()[:2] == [workload, "direct"])
+        assert lines[row + 1].split()[0] == "tiered"
+        assert lines[row + 2].split()[0] == "tiered/direct"
+        assert lines[row + 2].split()[1].endswith("x")
+    assert "empty start:" in stdout
+
+    report = json.loads(json_path.read_text())
+    assert report == json.loads((output / "lab.json").read_text())
+    assert report["preset"] == "tiny"
+    settings = report["settings"]
+    assert settings["namespace"] == "ycsb.usertable" and settings["time_field"] == "createdAt"
+    assert settings["documents"] == settings["records"] == 5000
+    assert settings["read_iops"] == 3000
+    assert set(report["workloads"]) == set(WORKLOADS)
+    for workload, modes in report["workloads"].items():
+        for mode in ("direct", "tiered"):
+            run = modes[mode]
+            assert run["ok"] is True, (workload, mode, run)
+            for figure in TABLE_FIGURES:
+                assert isinstance(run[figure], float), (workload, mode, figure)
+            assert run["ops_per_second"] > 0
+            assert 0 < run["read_p95_ms"] <= run["read_p99_ms"]
+            assert run["update_p99_ms"] > 0
+            # The emulated volume never reads faster than its cap (plus the
+            # 1/20 s it may bank while idle).
+            assert 0 <= run["archive_disk_reads_per_second"] <= settings["read_iops"] * 1.1
+            assert run["operations"] > 0 and run["errors"] >= 0
+        for figure in TABLE_FIGURES:
+            ratio = modes["tiered_over_direct"][figure]
+            direct, tiered = modes["direct"][figure], modes["tiered"][figure]
+            if direct > 0:
+                assert abs(ratio - tiered / direct) < 1e-9 * max(1.0, ratio)
+        tiered = modes["tiered"]
+        assert "routes" in tiered["proxy_status"], tiered["proxy_status"]
+        for key in ("warmer_reported", "fast_tier_warm_at_start", "feeder_reported"):
+            assert isinstance(tiered[key], bool)
+
+    empty_start = report["empty_start"]
+    assert empty_start["run"]["ok"] is True
+    assert empty_start["ops_per_second"] > 0
+    assert empty_start["direct_ops_per_second"] == report["workloads"]["store"]["direct"]["ops_per_second"]
+    assert len(empty_start["ops_per_second_series"]) == 2
+    assert all(isinstance(note, str) for note in report["notes"])
+
+    for name in ["throughput", "empty-start"] + ["latency-%s" % workload for workload in WORKLOADS]:
+        assert_valid_svg(output / ("%s.svg" % name))
+        assert str(output / ("%s.svg" % name)) in stdout
+    throughput_bars = [element for element in assert_valid_svg(output / "throughput.svg").iter()
+                       if element.tag == SVG_NAMESPACE + "rect" and element.find(SVG_NAMESPACE + "title") is not None]
+    assert len(throughput_bars) == 2 * len(WORKLOADS)  # direct and tiered for each
+
+    # Every run left its bench report and its processes' logs.
+    for workload in WORKLOADS:
+        for mode in ("direct", "tiered"):
+            assert (output / "runs" / ("%s-%s.json" % (workload, mode))).is_file()
+        assert (output / "logs" / ("%s-tiered-proxy.log" % workload)).is_file()
+
+
+def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
+    output = tmp_path / "results"
+    lab = start_lab(output)
+    try:
+        # Wait until bench runs through the proxy: archive, fast tier, proxy and
+        # bench are all up.
+        tiered_bench = wait_until(
+            lambda: any("store-tiered.json" in line for _, line in processes_mentioning(str(output)))
+            or lab.poll() is not None, timeout=40)
+        assert tiered_bench and lab.poll() is None, "the lab ended before its first tiered run"
+        time.sleep(0.3)
+        children = [(pid, line) for pid, line in processes_mentioning(str(output)) if pid != lab.pid]
+        assert len(children) >= 3, children  # archive, fast tier, proxy (and bench, unless it just ended)
+        lab.send_signal(signal.SIGINT)
+        stdout, stderr = lab.communicate(timeout=20)
+    finally:
+        stop_if_running(lab)
+    assert lab.returncode == 130, stderr[-3000:]
+    assert_no_sanitizer_report(output, stderr)
+    assert "interrupted" in stderr
+    assert "workload" not in stdout  # no table from a lab that did not finish
+    assert_nothing_left(output)

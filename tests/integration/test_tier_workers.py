@@ -1,0 +1,286 @@
+"""The tier workers inside `thermocline proxy` (feeder, evictor, warmer), with two
+replica-set stores as tiers and pymongo through the proxy: each worker's job,
+read-your-writes across tiers, and the races the design brief names (update or
+delete during warm, eviction of a document being updated, insert of an _id only
+the archive holds), each checked against the invariants I1-I7."""
+import datetime
+import random
+import threading
+import time
+
+import bson
+import pymongo
+import pytest
+from pymongo import MongoClient
+
+from conftest import StoreProcess, wait_until
+from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
+from tier_support import (NS, client_for, namespace_status, raw_documents, start_proxy, status, track, wait_equal,
+                          wait_feeder, wait_warm)
+
+
+def utc_now():
+    now = datetime.datetime.utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def ago(seconds):
+    return utc_now() - datetime.timedelta(seconds=seconds)
+
+
+# --- the feeder ------------------------------------------------------------------------
+
+def test_feeder_replays_every_kind_of_write(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    with client_for(proxy) as client:
+        orders = client.shop.orders
+        orders.insert_many([{"_id": i, "createdAt": utc_now(), "n": i, "tags": [1, 2, 3, 4], "sub": {"a": 1}}
+                            for i in range(50)])
+        orders.update_one({"_id": 1}, {"$set": {"sub.b": 2, "new": True}, "$unset": {"n": ""}})
+        orders.update_one({"_id": 2}, {"$pop": {"tags": 1}})             # a truncated array
+        orders.update_one({"_id": 3}, {"$pull": {"tags": {"$in": [2, 3]}}})
+        orders.update_one({"_id": 4}, {"$push": {"tags": {"$each": [9], "$position": 0}}})
+        orders.update_many({"n": {"$gte": 40}}, {"$inc": {"n": 100}})
+        orders.replace_one({"_id": 5}, {"createdAt": utc_now(), "replaced": "yes"})
+        orders.delete_one({"_id": 6})
+        orders.delete_many({"n": {"$lt": 10, "$gte": 7}})
+        for _ in range(30):                                               # a hot document
+            orders.update_one({"_id": 20}, {"$inc": {"n": 1}})
+        # Field names with dots (MongoDB 5.0+) travel unchanged.
+        reply = client.shop.command({"insert": "orders", "documents": [{"_id": "text", "createdAt": utc_now(),
+                                                                        "a.b": 1, "sub": {"$weird": 2}}]})
+        assert reply["n"] == 1, reply
+    wait_feeder(proxy)
+    fast_documents, archived = wait_equal(fast, archive)
+    assert archived == fast_documents  # field order included (I1)
+    assert len(archived) == 50 - 1 - 3 + 1
+    feeder = status(proxy)["workers"]["feeder"]
+    assert feeder["runningHere"] is True and feeder["archiveReachable"] is True
+    assert feeder["eventsApplied"] >= 90
+    assert feeder["archiveWrites"] < feeder["eventsApplied"]  # coalesced
+    proxy.stop()
+
+
+def test_read_your_writes_across_tiers(replicated_tiers, tmp_path):
+    """A read the archive answers sees every write acknowledged before it (I5)."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    with client_for(proxy) as client:
+        orders = client.shop.orders
+        for i in range(40):
+            orders.insert_one({"_id": i, "createdAt": ago(10), "n": i})
+            orders.update_one({"_id": i}, {"$set": {"seen": True}})
+            # Counting by a non-time field goes to the archive: it must see both writes.
+            assert orders.count_documents({"seen": True}) == i + 1
+            if i % 3 == 0:
+                orders.delete_one({"_id": i})
+                assert orders.count_documents({"_id": i}) == 0
+                assert orders.find_one({"_id": i}) is None  # the point read's archive half
+                orders.insert_one({"_id": i, "createdAt": ago(10), "n": i, "seen": True})
+    item = namespace_status(proxy)
+    assert item["readsFailedWaitingForFeeder"] == 0
+    proxy.stop()
+
+
+def test_read_waits_at_most_read_your_writes_wait(replicated_tiers, tmp_path):
+    """Without a feeder anywhere the archive never catches up: the read fails after
+    readYourWritesWait with a retryable error, instead of answering stale data."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete",
+                        top={"feederEnabled": "false", "readYourWritesWait": "400ms"})
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": 1, "createdAt": utc_now(), "n": 1})
+        started = time.monotonic()
+        with pytest.raises(pymongo.errors.OperationFailure) as raised:
+            client.shop.orders.count_documents({"n": 1})
+        waited = time.monotonic() - started
+        assert raised.value.code == 262  # ExceededTimeLimit: drivers retry reads on it
+        assert "read-your-writes" in str(raised.value) and "shop.orders" in str(raised.value)
+        assert 0.3 < waited < 5  # pymongo retries once: two waits at most
+        # Other namespaces, and reads the fast tier answers, do not wait.
+        client.shop.other.insert_one({"x": 1})
+        assert client.shop.other.count_documents({}) == 1
+        assert client.shop.orders.count_documents({"createdAt": {"$gte": ago(60)}}) == 1
+    assert namespace_status(proxy)["readsFailedWaitingForFeeder"] >= 1
+    proxy.stop()
+
+
+# --- the evictor ------------------------------------------------------------------------
+
+def test_evictions_never_reach_the_archive(replicated_tiers, tmp_path):
+    """I3: the evictor's deletes stay in the fast tier; I2: only what the archive holds leaves."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete")
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(1.5), "n": i} for i in range(300)])
+        client.shop.orders.insert_many([{"_id": 1000 + i, "createdAt": ago(-60), "n": i} for i in range(20)])
+    expected = raw_documents(fast)
+    assert len(expected) == 320
+
+    def fast_count():
+        with client_for(fast) as client:
+            return client.shop.orders.count_documents({})
+    assert wait_until(lambda: fast_count() == 20, 20, 0.2), "old documents were not evicted"
+    wait_feeder(proxy)
+    time.sleep(0.5)
+    assert raw_documents(archive) == expected
+    item = namespace_status(proxy)
+    assert item["evictor"]["evicted"] == 300
+    assert status(proxy)["workers"]["feeder"]["eventsSuppressed"] >= 300
+    with client_for(fast) as client:
+        assert client.thermocline.workerWrites.count_documents({"state": "pending"}) == 0
+    with client_for(proxy) as client:  # still readable, from the archive
+        assert client.shop.orders.find_one({"_id": 7})["n"] == 7
+        assert client.shop.orders.count_documents({}) == 320
+    proxy.stop()
+
+
+def test_eviction_of_documents_being_updated(replicated_tiers, tmp_path):
+    """Documents cross the eviction cut-off while clients update them (some moving
+    their time back into the window): every update lands, none is lost with an
+    eviction, and the fast tier ends with exactly the window."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle")).start()
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", slack="200ms",
+                        evictor_period="100ms", coverage="complete")
+    rng = random.Random(5)
+    documents = [{"_id": i, "createdAt": ago(1.8), "n": 0} for i in range(150)]
+    with client_for(proxy) as client, client_for(oracle) as oracle_client:
+        client.shop.orders.insert_many(documents)
+        oracle_client.shop.orders.insert_many(documents)
+        deadline = time.monotonic() + 4
+        updates = 0
+        while time.monotonic() < deadline:
+            identifier = rng.randrange(150)
+            change = {"$inc": {"n": 1}}
+            if rng.random() < 0.2:
+                change["$set"] = {"createdAt": utc_now()}
+            results = [target.shop.orders.update_one({"_id": identifier}, change).matched_count
+                       for target in (oracle_client, client)]
+            assert results == [1, 1], "update of %d matched %r" % (identifier, results)
+            updates += 1
+    wait_feeder(proxy)
+    time.sleep(2.5)  # everything is older than maxAge now unless just refreshed
+    wait_feeder(proxy)
+    truth = raw_documents(oracle)
+    assert raw_documents(archive) == truth
+    window = ago(2)
+    with client_for(fast) as client:
+        held = list(client.shop.orders.find())
+    by_id = {document["_id"]: document for document in (bson.decode(raw) for raw in truth)}
+    assert all(bson.encode(by_id[document["_id"]]) == bson.encode(document) for document in held)
+    assert all(document["createdAt"] >= window - datetime.timedelta(seconds=1) for document in held)
+    assert updates > 50
+    proxy.stop()
+    oracle.stop()
+
+
+# --- the warmer -------------------------------------------------------------------------
+
+def fill_archive(archive, count, window_seconds, oracle=None):
+    """count documents, half inside the last window_seconds (newest first matters)."""
+    rng = random.Random(count)
+    documents = []
+    for i in range(count):
+        age = rng.uniform(0, window_seconds * 0.8) if i % 2 == 0 else rng.uniform(window_seconds * 1.2,
+                                                                                  window_seconds * 3)
+        documents.append({"_id": i, "createdAt": ago(age), "n": 0, "pad": "p" * 100})
+    for process in [archive] + ([oracle] if oracle else []):
+        with client_for(process) as client:
+            client.shop.orders.insert_many(documents)
+    return documents
+
+
+def test_warmer_copies_the_window_then_coverage_is_valid(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    documents = fill_archive(archive, 2000, 600)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="10m", slack="30s")
+    wait_warm(proxy)
+    item = namespace_status(proxy)
+    horizon = item["coverageHorizon"]
+    assert item["warmer"]["state"] == "complete"
+    with client_for(fast) as client:
+        held = {document["_id"] for document in client.shop.orders.find({}, {"_id": 1})}
+    window = {document["_id"] for document in documents if document["createdAt"] >= horizon}
+    assert window <= held                                         # the whole window
+    assert held <= {document["_id"] for document in documents if document["createdAt"] >= ago(600)}
+    assert item["warmer"]["copied"] == len(held)
+    with client_for(fast) as client:                              # progress is resumable
+        assert client.thermocline.warmer.find_one({"_id": NS})["complete"] is True
+    # Range reads inside the horizon now go to the fast tier, and agree with the archive.
+    before = item["routes"]["fast"]
+    since = ago(300)
+    with client_for(proxy) as client:
+        recent = list(client.shop.orders.find({"createdAt": {"$gte": since}}).sort("_id", 1))
+    with client_for(archive) as client:
+        truth = list(client.shop.orders.find({"createdAt": {"$gte": since}}).sort("_id", 1))
+    assert namespace_status(proxy)["routes"]["fast"] == before + 1
+    assert recent == truth and len(recent) > 100
+    proxy.stop()
+    # A restart keeps the finished pass: the horizon is valid at once.
+    proxy = start_proxy(tmp_path / "proxy2", archive, fast, max_age="10m", slack="30s")
+    assert wait_until(lambda: namespace_status(proxy)["coverageHorizon"] is not None, 5, 0.1)
+    assert namespace_status(proxy)["warmer"]["copied"] == len(held)
+    proxy.stop()
+
+
+def test_updates_and_deletes_during_warm(replicated_tiers, tmp_path):
+    """I6: a copy never overwrites a newer fast-tier version and never brings back a
+    document deleted since the warm began."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle")).start()
+    documents = fill_archive(archive, 4000, 3600, oracle)
+    window_ids = [document["_id"] for document in documents if document["_id"] % 2 == 0]
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", slack="1m")
+    rng = random.Random(8)
+    deleted, updated = set(), set()
+    with client_for(proxy) as client, client_for(oracle) as oracle_client:
+        while namespace_status(proxy)["coverageHorizon"] is None and len(deleted) < 400:
+            identifier = rng.choice(window_ids)
+            if identifier in deleted:
+                continue
+            if rng.random() < 0.5:
+                change = {"$inc": {"n": 1}, "$set": {"w": 1}}
+                results = [target.shop.orders.update_one({"_id": identifier}, change).matched_count
+                           for target in (oracle_client, client)]
+                updated.add(identifier)
+            else:
+                results = [target.shop.orders.delete_one({"_id": identifier}).deleted_count
+                           for target in (oracle_client, client)]
+                deleted.add(identifier)
+            assert results == [1, 1], (identifier, results)
+    assert len(deleted) > 20 and len(updated) > 20, "the warm ended before the race could run"
+    wait_warm(proxy, timeout=40)
+    wait_feeder(proxy)
+    truth = raw_documents(oracle)
+    assert raw_documents(archive) == truth
+    by_id = {bson.decode(raw)["_id"]: raw for raw in truth}
+    with client_for(fast) as client:
+        held = {document["_id"]: bson.encode(document) for document in client.shop.orders.find()}
+    assert not (set(held) & deleted), "a deleted document came back"
+    assert all(by_id[identifier] == raw for identifier, raw in held.items()), "an old version overwrote a newer one"
+    assert set(window_ids) - deleted <= set(held)
+    proxy.stop()
+    oracle.stop()
+
+
+# --- unique keys (I7) ---------------------------------------------------------------------
+
+def test_insert_of_an_id_only_the_archive_holds(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_one({"_id": 42, "createdAt": ago(7200), "n": "archived"})
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    with client_for(proxy) as client:
+        with pytest.raises(pymongo.errors.DuplicateKeyError):
+            client.shop.orders.insert_one({"_id": 42, "createdAt": utc_now(), "n": "new"})
+        with pytest.raises(pymongo.errors.BulkWriteError):
+            client.shop.orders.insert_many([{"_id": 43, "createdAt": utc_now()},
+                                            {"_id": 42, "createdAt": utc_now()}])
+        assert client.shop.orders.find_one({"_id": 42})["n"] == "archived"
+    wait_feeder(proxy)
+    with client_for(archive) as client:
+        assert client.shop.orders.find_one({"_id": 42})["n"] == "archived"
+        assert client.shop.orders.count_documents({}) == 2
+    proxy.stop()
