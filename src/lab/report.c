@@ -283,7 +283,7 @@ static void print_empty_start(FILE *stream, const lab_t *lab)
                          10, &catch_up);
     fprintf(stream, "  %s ops/s on average", lab_grouped(run->ops_per_second, ops, sizeof ops));
     if (have_reference) {
-        fprintf(stream, " against %s ops/s direct (%.2fx)",
+        fprintf(stream, " against %s ops/s for store direct, after its warm-up (%.2fx)",
                 lab_grouped(reference->ops_per_second, direct_ops, sizeof direct_ops),
                 run->ops_per_second / reference->ops_per_second);
     }

@@ -49,6 +49,7 @@ typedef struct proxy_request {
     bool pinned; /* the documents it faults in are pinned against the evictor */
     /* PLAN_ROUTE_FAST_THEN_ARCHIVE: the fast tier's documents and the ids it lacked. */
     bool has_point_state;
+    bool point_rebuilt; /* the fast tier got our find (one batch), not the client's */
     bson_t point_fast_documents;
     bson_t point_missing_ids;
 } proxy_request_t;
@@ -560,9 +561,10 @@ static void start_fault_in(proxy_request_t *request)
     char key[16];
     const char *key_string;
 
-    BSON_APPEND_UTF8(&find, "find", dot + 1);
-    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
-    BSON_APPEND_ARRAY_BEGIN(&filter, "$or", &clauses);
+    /* The clauses: {_id: {$in: ids}} and each filter. One clause is sent alone:
+     * {$or: [...]} of one would cost the archive a collection scan where the
+     * clause alone uses an index. */
+    bson_init(&clauses);
     if (decision->fault_in_id_count + decision->unique_id_check_count > 0) {
         bson_t id_clause, id_condition, ids;
         bson_uint32_to_string(clause++, &key_string, key, sizeof key);
@@ -593,8 +595,16 @@ static void start_fault_in(proxy_request_t *request)
             bson_append_iter(&clauses, key_string, -1, &item);
         }
     }
-    bson_append_array_end(&filter, &clauses);
-    bson_append_document_end(&find, &filter);
+    BSON_APPEND_UTF8(&find, "find", dot + 1);
+    bson_iter_t only;
+    if (clause == 1 && bson_iter_init(&only, &clauses) && bson_iter_next(&only)) {
+        bson_append_iter(&find, "filter", 6, &only);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+        BSON_APPEND_ARRAY(&filter, "$or", &clauses);
+        bson_append_document_end(&find, &filter);
+    }
+    bson_destroy(&clauses);
     /* One more than the limit: a cursor left open means the write touches too many. */
     BSON_APPEND_INT64(&find, "batchSize", request->proxy->config->fault_in_limit + 1);
     bson_append_utf8(&find, "$db", 3, request->ns, (int)(dot - request->ns));
@@ -1114,6 +1124,27 @@ static void send_point_archive(proxy_request_t *request)
     bson_free(message);
 }
 
+/* The distinct values of a BSON array of ids (5, 5.0 and 5L are one). */
+static uint32_t distinct_ids(const bson_t *ids)
+{
+    bson_iter_t iter, earlier;
+    uint32_t count = 0, position = 0;
+    bson_iter_init(&iter, ids);
+    while (bson_iter_next(&iter)) {
+        bool seen = false;
+        uint32_t index = 0;
+        bson_iter_init(&earlier, ids);
+        while (index++ < position && bson_iter_next(&earlier) && !seen) {
+            seen = order_compare_values(bson_iter_value(&earlier), bson_iter_value(&iter)) == 0;
+        }
+        count += !seen;
+        position++;
+    }
+    return count;
+}
+
+static void route_point_read_rebuilt(proxy_request_t *request);
+
 static void on_point_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
     proxy_request_t *request = context;
@@ -1125,6 +1156,18 @@ static void on_point_fast_reply(void *context, const uint8_t *reply, size_t leng
     }
     if (!point_reply_batch(reply, length, &body, &batch)) {
         relay_reply(request, reply, length);
+        return;
+    }
+    /* The client's own find came back with every id: its reply goes back as it is. */
+    if (!request->point_rebuilt && bson_count_keys(&batch) >= distinct_ids(&request->decision.point_ids)) {
+        on_tier_reply(context, reply, length, NULL);
+        return;
+    }
+    bson_iter_t cursor_id;
+    if (!request->point_rebuilt && bson_iter_init(&cursor_id, &body) &&
+        bson_iter_find_descendant(&cursor_id, "cursor.id", &cursor_id) && bson_iter_as_int64(&cursor_id) != 0) {
+        /* Not all in one batch after all (a 16 MB reply): ask again in one batch. */
+        route_point_read_rebuilt(request);
         return;
     }
     bson_concat(&request->point_fast_documents, &batch);
@@ -1159,12 +1202,26 @@ static void on_point_fast_reply(void *context, const uint8_t *reply, size_t leng
     after_feeder_caught_up(request, true, send_point_archive);
 }
 
+/* Whether the client's find, sent as it is, returns every id the fast tier holds
+ * in its first batch: no limit below the number of ids, and a batch that holds
+ * them all (mongod's first batch is 101 documents unless batchSize says). */
+static bool point_read_passes_through(proxy_request_t *request)
+{
+    uint32_t ids = distinct_ids(&request->decision.point_ids);
+    bson_iter_t iter;
+    if (bson_iter_init_find(&iter, &request->command, "limit") && BSON_ITER_HOLDS_NUMBER(&iter) &&
+        bson_iter_as_int64(&iter) > 0 && bson_iter_as_int64(&iter) < ids) {
+        return false;
+    }
+    int64_t batch_size = 101;
+    if (bson_iter_init_find(&iter, &request->command, "batchSize") && BSON_ITER_HOLDS_NUMBER(&iter)) {
+        batch_size = bson_iter_as_int64(&iter);
+    }
+    return batch_size >= ids;
+}
+
 static void route_point_read(proxy_request_t *request)
 {
-    bson_iter_t iter, filter_iter;
-    uint8_t *message;
-    size_t length;
-    bson_error_t error;
     if (request->decision.is_explain || projection_hides_id(&request->command)) {
         after_feeder_caught_up(request, false, forward_to_archive);
         return;
@@ -1172,6 +1229,24 @@ static void route_point_read(proxy_request_t *request)
     request->has_point_state = true;
     bson_init(&request->point_fast_documents);
     bson_init(&request->point_missing_ids);
+    request->tier = PROXY_TIER_FAST;
+    if (point_read_passes_through(request)) {
+        /* The common case costs no more than a read sent to the fast tier. */
+        backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], request->message, request->length,
+                          on_point_fast_reply, request);
+        return;
+    }
+    route_point_read_rebuilt(request);
+}
+
+/* The fast tier's half as our own find: every id, one batch, no limit. */
+static void route_point_read_rebuilt(proxy_request_t *request)
+{
+    bson_iter_t iter, filter_iter;
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    request->point_rebuilt = true;
     bson_t filter;
     uint32_t filter_length;
     const uint8_t *data;

@@ -10,9 +10,13 @@
 #include "query/value_format.h"
 #include "wire/wire.h"
 
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
-#define WRITE_CONFLICT_RETRIES 100
+/* A write conflict means another transaction holds the document: retry, as
+ * mongod's writeConflictRetry does, backing off so the holder can finish. */
+#define WRITE_CONFLICT_RETRIES 10000
 
 /* --- shared ------------------------------------------------------------------- */
 
@@ -44,6 +48,18 @@ static void write_errors_append(write_errors_t *errors, bson_t *reply)
     if (errors->count > 0) {
         BSON_APPEND_ARRAY(reply, "writeErrors", &errors->array);
     }
+}
+
+/* Sleeps a little longer after each failed attempt, up to 10 ms. */
+static void back_off_after_conflict(int attempt)
+{
+    if (attempt < 4) {
+        sched_yield();
+        return;
+    }
+    long microseconds = attempt < 100 ? 100L * attempt : 10000L;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = microseconds * 1000L};
+    nanosleep(&pause, NULL);
 }
 
 static bool is_write_conflict(const bson_error_t *error)
@@ -136,6 +152,7 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
         if (ok || !is_write_conflict(error) || attempt >= WRITE_CONFLICT_RETRIES) {
             return ok;
         }
+        back_off_after_conflict(attempt);
     }
 }
 
@@ -328,6 +345,7 @@ static bool write_matched_document(command_context_t *context, collection_t *col
         if (ok || !is_write_conflict(error) || attempt >= WRITE_CONFLICT_RETRIES) {
             return ok;
         }
+        back_off_after_conflict(attempt);
     }
 }
 

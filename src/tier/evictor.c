@@ -314,7 +314,7 @@ void evictor_run(tier_group_t *group, void *argument)
     while (!tier_group_stopping(group) && count > 0) {
         bson_error_t error;
         if (!recovered) {
-            recovered = tier_marks_recover(context, evictor.fast, 0, &error);
+            recovered = tier_marks_recover(evictor.fast, 0, &error);
             if (!recovered) {
                 tier_report_error(context, TIER_WORKER_EVICTOR, "cannot check unfinished evictions: %s",
                                   error.message);

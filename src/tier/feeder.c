@@ -556,7 +556,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
         }
         if (waiting_evict && waited > EVICT_MARK_RECOVER_SECONDS * 1000) {
             bson_error_t recover_error;
-            if (!tier_marks_recover(feeder->context, feeder->fast, EVICT_MARK_RECOVER_SECONDS, &recover_error)) {
+            if (!tier_marks_recover(feeder->fast, EVICT_MARK_RECOVER_SECONDS, &recover_error)) {
                 tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot resolve a stale eviction mark: %s",
                                   recover_error.message);
             }

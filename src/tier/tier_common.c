@@ -411,8 +411,7 @@ static bool write_mark(mongoc_client_t *fast, const bson_t *mark_id, bool remove
     return ok;
 }
 
-bool tier_marks_recover(tier_context_t *context, mongoc_client_t *fast, uint32_t min_age_seconds,
-                        bson_error_t *error)
+bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_error_t *error)
 {
     uint64_t now = 0;
     if (!tier_cluster_time(fast, &now, error)) {
@@ -470,7 +469,6 @@ bool tier_marks_recover(tier_context_t *context, mongoc_client_t *fast, uint32_t
     }
     bson_destroy(&marks);
     bson_destroy(&filter);
-    (void)context;
     return ok;
 }
 
@@ -511,14 +509,16 @@ void tier_pacer_init(tier_pacer_t *pacer, double share)
 int64_t tier_pacer_pause_ms(tier_pacer_t *pacer, int64_t latency_ms)
 {
     double latency = latency_ms < 1 ? 1 : (double)latency_ms;
-    /* The best latency creeps up slowly so that one lucky request does not pin it. */
-    pacer->best_ms = pacer->best_ms == 0 || latency < pacer->best_ms ? latency : pacer->best_ms * 1.01;
+    /* The best latency creeps up so that one lucky request does not pin it. */
+    pacer->best_ms = pacer->best_ms == 0 || latency < pacer->best_ms ? latency : pacer->best_ms * 1.05;
     pacer->average_ms = pacer->average_ms == 0 ? latency : pacer->average_ms * 0.8 + latency * 0.2;
     double pause = latency * (1 - pacer->share) / pacer->share;
     if (pacer->average_ms > 3 * pacer->best_ms) {
-        pause *= pacer->average_ms / (3 * pacer->best_ms); /* the tier is slower than usual: back off */
+        /* The tier is slower than usual (busy with clients): back off, at most 4 times more. */
+        double factor = pacer->average_ms / (3 * pacer->best_ms);
+        pause *= factor > 4 ? 4 : factor;
     }
-    return pause > 5000 ? 5000 : (int64_t)pause;
+    return pause > 5000 ? 5000 : (int64_t)(pause + 0.5);
 }
 
 /* --- reports ------------------------------------------------------------------------ */

@@ -24,7 +24,7 @@
 
 #define LOG_COMPONENT "WARMER"
 #define BATCH_FIRST 200
-#define BATCH_MIN 20
+#define BATCH_MIN 50
 #define BATCH_MAX 1000
 #define TARGET_LATENCY_MS 50
 #define ARCHIVE_SHARE 0.5

@@ -138,6 +138,12 @@ def test_tiny_lab_end_to_end(tmp_path):
         for key in ("warmer_reported", "fast_tier_warm_at_start", "feeder_reported"):
             assert isinstance(tiered[key], bool)
 
+    warm_up = report["warm_up"]
+    assert warm_up["ok"] is True
+    for key in ("warmer_reported", "complete"):
+        assert isinstance(warm_up[key], bool)
+    assert warm_up["seconds"] >= 0
+
     empty_start = report["empty_start"]
     assert empty_start["run"]["ok"] is True
     assert empty_start["ops_per_second"] > 0
@@ -168,7 +174,11 @@ def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
         tiered_bench = wait_until(
             lambda: any("store-tiered.json" in line for _, line in processes_mentioning(str(output)))
             or lab.poll() is not None, timeout=40)
-        assert tiered_bench and lab.poll() is None, "the lab ended before its first tiered run"
+        if lab.poll() is not None:
+            stdout, stderr = lab.communicate()
+            raise AssertionError("the lab ended before bench ran through the proxy:\n%s\n%s"
+                                 % (stdout[-2000:], stderr[-2000:]))
+        assert tiered_bench
         time.sleep(0.3)
         children = [(pid, line) for pid, line in processes_mentioning(str(output)) if pid != lab.pid]
         assert len(children) >= 3, children  # archive, fast tier, proxy (and bench, unless it just ended)

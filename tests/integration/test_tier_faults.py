@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ProxyProcess, StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import (client_for, namespace_status, raw_documents, start_proxy, status, tier_config, track,
+from tier_support import (NS, client_for, namespace_status, raw_documents, start_proxy, status, tier_config, track,
                           wait_equal, wait_feeder, wait_warm)
 
 
@@ -271,3 +271,23 @@ def test_workers_as_their_own_processes(replicated_tiers, tmp_path):
         for worker in workers:
             worker.stop()  # SIGTERM: exit status 0, no sanitizer report
         proxy.stop()
+
+
+def test_kill9_during_the_warm_resumes_where_it_stopped(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(i * 0.1), "n": i, "pad": "p" * 200}
+                                        for i in range(6000)])
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", slack="1m")
+    assert wait_until(lambda: namespace_status(proxy)["warmer"]["copied"] >= 800, 30, 0.05)
+    proxy.kill9()
+    with client_for(fast) as client:
+        position = client.thermocline.warmer.find_one({"_id": NS})
+    assert position["complete"] is False and position["copied"] >= 800
+    proxy.restart()
+    wait_warm(proxy, timeout=40)
+    copied = namespace_status(proxy)["warmer"]["copied"]
+    assert 6000 <= copied <= 6000 + 1000  # resumed: at most the interrupted batch again
+    with client_for(fast) as client:
+        assert client.shop.orders.count_documents({}) == 6000
+    proxy.stop()

@@ -1,0 +1,162 @@
+/* The tier workers' pure helpers (src/tier/tier_common.c): resume-token times,
+ * exact-version filters, time values, the pacer; and the progress module's pins
+ * (src/tier/progress.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tier/tier_private.h"
+
+static bson_t *json(const char *text)
+{
+    bson_error_t error;
+    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
+    if (document == NULL) {
+        fail_msg("bad test JSON %s: %s", text, error.message);
+    }
+    return document;
+}
+
+static void test_token_time_reads_the_keystring_timestamp(void **state)
+{
+    (void)state;
+    /* mongod's and the store's tokens: 0x82, then the Timestamp big-endian. */
+    bson_t *token = json("{\"_data\": \"826B0CBC0B0000000401\"}");
+    assert_int_equal(tier_token_time(token), ((uint64_t)0x6B0CBC0B << 32) | 4);
+    bson_destroy(token);
+    token = json("{\"_data\": \"826b0cbc0b00000004ff\"}"); /* lowercase hex, a high-water mark */
+    assert_int_equal(tier_token_time(token), ((uint64_t)0x6B0CBC0B << 32) | 4);
+    bson_destroy(token);
+    const char *unknown[] = {"{\"_data\": \"8100\"}", "{\"_data\": \"826B0C\"}", "{\"_data\": 5}", "{}",
+                             "{\"_data\": \"82XX0CBC0B0000000401\"}"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        token = json(unknown[i]);
+        assert_int_equal(tier_token_time(token), 0);
+        bson_destroy(token);
+    }
+}
+
+static void test_version_filter_pins_every_field(void **state)
+{
+    (void)state;
+    bson_t *document = json("{\"_id\": 7, \"createdAt\": {\"$date\": 1000}, \"tags\": [1, 2], \"sub\": {\"a\": null}}");
+    bson_t filter;
+    assert_true(tier_version_filter(document, &filter));
+    bson_t *expected = json("{\"_id\": 7, \"createdAt\": {\"$eq\": {\"$date\": 1000}}, \"tags\": {\"$eq\": [1, 2]},"
+                            " \"sub\": {\"$eq\": {\"a\": null}}}");
+    assert_true(bson_equal(&filter, expected));
+    bson_destroy(expected);
+    bson_destroy(&filter);
+    bson_destroy(document);
+    /* A field a filter would read as a path or an operator: no exact filter. */
+    const char *refused[] = {"{\"_id\": 1, \"a.b\": 1}", "{\"_id\": 1, \"$x\": 1}"};
+    for (size_t i = 0; i < 2; i++) {
+        document = json(refused[i]);
+        assert_false(tier_version_filter(document, &filter));
+        assert_true(bson_empty(&filter));
+        bson_destroy(&filter);
+        bson_destroy(document);
+    }
+}
+
+static void test_time_value_of_dates_arrays_and_paths(void **state)
+{
+    (void)state;
+    int64_t value = 0;
+    bson_t *document = json("{\"t\": {\"$date\": 5}, \"meta\": {\"ts\": {\"$date\": 9}},"
+                            " \"many\": [{\"$date\": 3}, \"x\", {\"$date\": 8}, {\"$date\": 1}], \"none\": [1, 2],"
+                            " \"text\": \"2024\"}");
+    assert_true(tier_time_value(document, "t", &value));
+    assert_int_equal(value, 5);
+    assert_true(tier_time_value(document, "meta.ts", &value));
+    assert_int_equal(value, 9);
+    assert_true(tier_time_value(document, "many", &value)); /* the key of a descending sort: the largest */
+    assert_int_equal(value, 8);
+    assert_false(tier_time_value(document, "none", &value));
+    assert_false(tier_time_value(document, "text", &value));
+    assert_false(tier_time_value(document, "missing", &value));
+    bson_destroy(document);
+}
+
+static void test_pacer_backs_off_when_the_tier_slows(void **state)
+{
+    (void)state;
+    tier_pacer_t pacer;
+    tier_pacer_init(&pacer, 0.5);
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(tier_pacer_pause_ms(&pacer, 10), 10); /* half the time at the usual latency */
+    }
+    int64_t pause = 0;
+    for (int i = 0; i < 10; i++) {
+        pause = tier_pacer_pause_ms(&pacer, 100); /* ten times slower: clients are busy */
+    }
+    assert_true(pause > 100);
+    assert_int_equal(tier_pacer_pause_ms(&pacer, 100000), 5000); /* capped */
+    tier_pacer_init(&pacer, 0.8);
+    assert_int_equal(tier_pacer_pause_ms(&pacer, 40), 10);
+}
+
+static void test_pins_keep_documents_from_the_evictor(void **state)
+{
+    (void)state;
+    tier_progress_t *progress = tier_progress_new(2);
+    bson_value_t five = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 5};
+    bson_value_t five_double = {.value_type = BSON_TYPE_DOUBLE, .value.v_double = 5.0};
+    bson_value_t six = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 6};
+
+    assert_true(tier_progress_pin(progress, 0, &five));
+    assert_false(tier_progress_begin_eviction(progress, 0, &five_double)); /* 5 and 5.0: one _id */
+    assert_true(tier_progress_begin_eviction(progress, 1, &five));        /* another namespace */
+    tier_progress_end_eviction(progress, 1);
+    assert_true(tier_progress_begin_eviction(progress, 0, &six));
+    assert_false(tier_progress_pin(progress, 0, &six));   /* being evicted: wait */
+    assert_false(tier_progress_pin(progress, 0, NULL));   /* the whole namespace waits too */
+    assert_true(tier_progress_pin(progress, 0, &five));   /* a second pin of 5 */
+    tier_progress_end_eviction(progress, 0);
+    assert_true(tier_progress_pin(progress, 0, NULL));
+    assert_false(tier_progress_begin_eviction(progress, 0, &six)); /* the namespace is pinned */
+    tier_progress_unpin(progress, 0, NULL);
+    tier_progress_unpin(progress, 0, &five);
+    assert_false(tier_progress_begin_eviction(progress, 0, &five)); /* one pin of 5 left */
+    tier_progress_unpin(progress, 0, &five);
+    assert_true(tier_progress_begin_eviction(progress, 0, &five));
+    tier_progress_end_eviction(progress, 0);
+    tier_progress_destroy(progress);
+}
+
+static void test_applied_time_moves_forward_except_for_stopped_feeds(void **state)
+{
+    (void)state;
+    tier_progress_t *progress = tier_progress_new(2);
+    tier_progress_set_applied(progress, 100);
+    tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, 1);
+    item->feed_stopped = true;
+    tier_progress_unlock(progress, true);
+    tier_progress_set_applied(progress, 200);
+    tier_progress_set_applied(progress, 150); /* never backwards */
+    tier_namespace_progress_t first, second;
+    tier_progress_namespace(progress, 0, &first);
+    tier_progress_namespace(progress, 1, &second);
+    assert_int_equal(first.applied_time, 200);
+    assert_int_equal(second.applied_time, 100);
+    tier_worker_progress_t feeder;
+    tier_progress_worker(progress, TIER_WORKER_FEEDER, &feeder);
+    assert_int_equal(feeder.stream_time, 200);
+    tier_progress_destroy(progress);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_time_reads_the_keystring_timestamp),
+        cmocka_unit_test(test_version_filter_pins_every_field),
+        cmocka_unit_test(test_time_value_of_dates_arrays_and_paths),
+        cmocka_unit_test(test_pacer_backs_off_when_the_tier_slows),
+        cmocka_unit_test(test_pins_keep_documents_from_the_evictor),
+        cmocka_unit_test(test_applied_time_moves_forward_except_for_stopped_feeds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
