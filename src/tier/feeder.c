@@ -24,7 +24,7 @@
 
 #define LOG_COMPONENT "FEEDER"
 #define STREAM_BATCH_SIZE 1000
-#define STREAM_AWAIT_MS 300
+#define STREAM_AWAIT_MS 50 /* short: an idle stream reports its position this often (waiters need it) */
 #define IDLE_CHECKPOINT_MS 1000
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 5000

@@ -18,6 +18,7 @@
 #include "tier/tier_private.h"
 
 #include "common/log.h"
+#include "query/order.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -32,12 +33,38 @@
 #define DELETE_CHECK_WAIT_MS 10000
 #define PROGRESS_LOG_MS 5000
 
+/* Where the pass stands: every window document newer than time is copied, and
+ * of those at time, every one with an _id above id (all of them without an id). */
+typedef struct warm_cursor {
+    bool set;
+    int64_t time_ms;
+    bool has_id;
+    bson_value_t id; /* owned when has_id */
+} warm_cursor_t;
+
+static void cursor_clear(warm_cursor_t *cursor)
+{
+    if (cursor->has_id) {
+        bson_value_destroy(&cursor->id);
+    }
+    memset(cursor, 0, sizeof *cursor);
+}
+
+static void cursor_set(warm_cursor_t *cursor, int64_t time_ms, const bson_value_t *id)
+{
+    cursor_clear(cursor);
+    cursor->set = true;
+    cursor->time_ms = time_ms;
+    if (id != NULL) {
+        cursor->has_id = true;
+        bson_value_copy(id, &cursor->id);
+    }
+}
+
 typedef struct warm_namespace {
     bool loaded;
     bool complete;
-    bool has_cursor;
-    int64_t cursor_time_ms;
-    bson_value_t cursor_id; /* owned when has_cursor */
+    warm_cursor_t cursor;
     int64_t copied;
     int64_t total_estimate; /* -1: unknown */
     int64_t started_ms;
@@ -121,9 +148,11 @@ static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
                                                              : 0);
     BSON_APPEND_INT64(&document, "totalEstimate", state->total_estimate);
     BSON_APPEND_DATE_TIME(&document, "passStarted", state->started_ms);
-    if (state->has_cursor) {
-        BSON_APPEND_DATE_TIME(&document, "cursorTime", state->cursor_time_ms);
-        BSON_APPEND_VALUE(&document, "cursorId", &state->cursor_id);
+    if (state->cursor.set) {
+        BSON_APPEND_DATE_TIME(&document, "cursorTime", state->cursor.time_ms);
+        if (state->cursor.has_id) {
+            BSON_APPEND_VALUE(&document, "cursorId", &state->cursor.id);
+        }
     }
     if (state->completed_ms > 0) {
         BSON_APPEND_DATE_TIME(&document, "completedAt", state->completed_ms);
@@ -137,16 +166,6 @@ static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
-}
-
-static void set_cursor(warm_namespace_t *state, int64_t time_ms, const bson_value_t *id)
-{
-    if (state->has_cursor) {
-        bson_value_destroy(&state->cursor_id);
-    }
-    state->has_cursor = true;
-    state->cursor_time_ms = time_ms;
-    bson_value_copy(id, &state->cursor_id);
 }
 
 static bool load_states(warmer_t *warmer, bson_error_t *error)
@@ -190,9 +209,9 @@ static bool load_states(warmer_t *warmer, bson_error_t *error)
                 state->completed_ms = bson_iter_date_time(&field);
             }
             bson_iter_t id_iter;
-            if (bson_iter_init_find(&field, &document, "cursorTime") && BSON_ITER_HOLDS_DATE_TIME(&field) &&
-                bson_iter_init_find(&id_iter, &document, "cursorId")) {
-                set_cursor(state, bson_iter_date_time(&field), bson_iter_value(&id_iter));
+            if (bson_iter_init_find(&field, &document, "cursorTime") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
+                cursor_set(&state->cursor, bson_iter_date_time(&field),
+                           bson_iter_init_find(&id_iter, &document, "cursorId") ? bson_iter_value(&id_iter) : NULL);
             }
         }
     }
@@ -230,45 +249,140 @@ static bool archive_find(warmer_t *warmer, const char *database, const char *col
     return ok;
 }
 
-/* The next documents of the window after the cursor, newest first: first those
- * sharing the cursor's time (by _id), then older ones. */
+/* A view of the document at index i of a BSON array of documents; its time and _id. */
+typedef struct read_document {
+    const uint8_t *data;
+    uint32_t length;
+    int64_t time_ms;
+    bson_value_t id; /* a view */
+} read_document_t;
+
+static size_t collect_read(const bson_t *array, const char *time_field, read_document_t *out)
+{
+    bson_iter_t iter, id;
+    size_t count = 0;
+    bson_iter_init(&iter, array);
+    while (bson_iter_next(&iter)) {
+        bson_t document;
+        bson_iter_document(&iter, &out[count].length, &out[count].data);
+        bson_init_static(&document, out[count].data, out[count].length);
+        out[count].time_ms = 0;
+        tier_time_value(&document, time_field, &out[count].time_ms);
+        if (bson_iter_init_find(&id, &document, "_id")) {
+            out[count].id = *bson_iter_value(&id);
+            count++;
+        }
+    }
+    return count;
+}
+
+static void append_read(bson_t *out, uint32_t *count, const read_document_t *document)
+{
+    char key[16];
+    const char *key_string;
+    bson_t view;
+    bson_init_static(&view, document->data, document->length);
+    bson_uint32_to_string((*count)++, &key_string, key, sizeof key);
+    bson_append_document(out, key_string, -1, &view);
+}
+
+/* The next documents of the window, newest first, in two reads an index on the
+ * time field serves without sorting the window: the rest of the cursor's time
+ * (equality, by _id), then older times (range, in index order). A range read cut
+ * by the limit leaves out its last time, which comes whole through the next
+ * equality read, so ties are never split in an order the index does not keep.
+ * *out_cursor is where the pass stands after these; *out_exhausted when the
+ * window has nothing left. */
 static bool read_next(warmer_t *warmer, size_t index, int64_t lower_ms, bson_t *out, uint32_t *count,
-                      bson_error_t *error)
+                      warm_cursor_t *out_cursor, bool *out_exhausted, bson_error_t *error)
 {
     warm_namespace_t *state = &warmer->namespaces[index];
     const config_namespace_t *policy = &warmer->context->config->namespaces[index];
+    const warm_cursor_t *cursor = &state->cursor;
     char database[128];
     const char *collection;
     tier_split_namespace(policy->ns, database, sizeof database, &collection);
     bson_init(out);
     *count = 0;
+    *out_exhausted = false;
+    memset(out_cursor, 0, sizeof *out_cursor);
     bool ok = true;
-    if (state->has_cursor && state->cursor_time_ms >= lower_ms) {
+    bson_t ties = BSON_INITIALIZER, older = BSON_INITIALIZER;
+    uint32_t tie_count = 0, older_count = 0;
+    if (cursor->set && cursor->time_ms >= lower_ms) {
         bson_t filter = BSON_INITIALIZER, id_condition, sort = BSON_INITIALIZER;
-        BSON_APPEND_DATE_TIME(&filter, policy->time_field, state->cursor_time_ms);
-        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &id_condition);
-        BSON_APPEND_VALUE(&id_condition, "$lt", &state->cursor_id);
-        bson_append_document_end(&filter, &id_condition);
-        BSON_APPEND_INT32(&sort, "_id", -1);
-        ok = archive_find(warmer, database, collection, &filter, &sort, state->batch_size, out, count, error);
-        bson_destroy(&filter);
-        bson_destroy(&sort);
-    }
-    if (ok && (int32_t)*count < state->batch_size) {
-        bson_t filter = BSON_INITIALIZER, condition, sort = BSON_INITIALIZER;
-        bson_append_document_begin(&filter, policy->time_field, -1, &condition);
-        BSON_APPEND_DATE_TIME(&condition, "$gte", lower_ms);
-        if (state->has_cursor) {
-            BSON_APPEND_DATE_TIME(&condition, "$lt", state->cursor_time_ms);
+        BSON_APPEND_DATE_TIME(&filter, policy->time_field, cursor->time_ms);
+        if (cursor->has_id) {
+            BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &id_condition);
+            BSON_APPEND_VALUE(&id_condition, "$lt", &cursor->id);
+            bson_append_document_end(&filter, &id_condition);
         }
-        bson_append_document_end(&filter, &condition);
-        bson_append_int32(&sort, policy->time_field, -1, -1);
         BSON_APPEND_INT32(&sort, "_id", -1);
-        ok = archive_find(warmer, database, collection, &filter, &sort, state->batch_size - (int32_t)*count, out,
-                          count, error);
+        ok = archive_find(warmer, database, collection, &filter, &sort, state->batch_size, &ties, &tie_count, error);
         bson_destroy(&filter);
         bson_destroy(&sort);
     }
+    read_document_t *read = bson_malloc0((size_t)(2 * state->batch_size + 1) * sizeof *read);
+    size_t tie_read = ok ? collect_read(&ties, policy->time_field, read) : 0;
+    for (size_t i = 0; i < tie_read; i++) {
+        append_read(out, count, &read[i]);
+    }
+    if (ok && (int32_t)tie_read >= state->batch_size) {
+        cursor_set(out_cursor, cursor->time_ms, &read[tie_read - 1].id); /* more at this time */
+        goto done;
+    }
+    int32_t room = state->batch_size - (int32_t)tie_read;
+    bson_t filter = BSON_INITIALIZER, condition, sort = BSON_INITIALIZER;
+    bson_append_document_begin(&filter, policy->time_field, -1, &condition);
+    BSON_APPEND_DATE_TIME(&condition, "$gte", lower_ms);
+    if (cursor->set) {
+        BSON_APPEND_DATE_TIME(&condition, "$lt", cursor->time_ms);
+    }
+    bson_append_document_end(&filter, &condition);
+    bson_append_int32(&sort, policy->time_field, -1, -1);
+    ok = ok && archive_find(warmer, database, collection, &filter, &sort, room, &older, &older_count, error);
+    bson_destroy(&filter);
+    bson_destroy(&sort);
+    size_t older_read = ok ? collect_read(&older, policy->time_field, read + tie_read) : 0;
+    read_document_t *range = read + tie_read;
+    if (!ok) {
+        goto done;
+    }
+    if (older_read == 0) {
+        if (tie_read == 0) {
+            *out_exhausted = true;
+        } else {
+            cursor_set(out_cursor, cursor->time_ms, &read[tie_read - 1].id);
+        }
+        goto done;
+    }
+    int64_t last_time = range[older_read - 1].time_ms;
+    if ((int32_t)older_read < room) {
+        /* Everything older is here, the last time included. */
+        for (size_t i = 0; i < older_read; i++) {
+            append_read(out, count, &range[i]);
+        }
+        /* Nothing left at last_time: mark it done with the smallest _id read there. */
+        const bson_value_t *smallest = NULL;
+        for (size_t i = 0; i < older_read; i++) {
+            if (range[i].time_ms == last_time && (smallest == NULL || order_compare_values(&range[i].id, smallest) < 0)) {
+                smallest = &range[i].id;
+            }
+        }
+        cursor_set(out_cursor, last_time, smallest);
+        goto done;
+    }
+    /* Cut by the limit: the last time comes whole next time, by _id. */
+    for (size_t i = 0; i < older_read; i++) {
+        if (range[i].time_ms != last_time) {
+            append_read(out, count, &range[i]);
+        }
+    }
+    cursor_set(out_cursor, last_time, NULL);
+done:
+    bson_free(read);
+    bson_destroy(&ties);
+    bson_destroy(&older);
     return ok;
 }
 
@@ -392,7 +506,12 @@ static bool insert_copies(warmer_t *warmer, const char *database, const char *co
     BSON_APPEND_UTF8(&command, "insert", collection);
     BSON_APPEND_ARRAY(&command, "documents", documents);
     BSON_APPEND_BOOL(&command, "ordered", false);
-    append_write_concern_w1(&command);
+    /* Majority: the change stream that checks for deletes reaches the copies at once
+     * (unjournaled writes become visible to it only at the next journal sync). */
+    bson_t concern;
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
+    BSON_APPEND_UTF8(&concern, "w", "majority");
+    bson_append_document_end(&command, &concern);
     for (size_t i = 0; i < count; i++) {
         inserted[i] = true;
     }
@@ -704,11 +823,14 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
 
     bson_t documents;
     uint32_t count = 0;
+    warm_cursor_t next_cursor;
+    bool exhausted;
     int64_t read_started = tier_monotonic_ms();
     /* The window as of now, not as of before the wait. */
     lower_ms = tier_wall_clock_ms() - policy->max_age_ms + policy->safety_slack_ms;
-    if (!read_next(warmer, index, lower_ms, &documents, &count, &error)) {
+    if (!read_next(warmer, index, lower_ms, &documents, &count, &next_cursor, &exhausted, &error)) {
         tier_report_error(context, TIER_WORKER_WARMER, "cannot read %s from the archive: %s", policy->ns, error.message);
+        cursor_clear(&next_cursor);
         bson_destroy(&documents);
         return BATCH_BLOCKED;
     }
@@ -727,7 +849,15 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         state->batch_size = BATCH_MIN;
     }
 
+    if (count == 0 && !exhausted) {
+        /* Only moved past a time the next read takes whole. */
+        cursor_clear(&state->cursor);
+        state->cursor = next_cursor;
+        bson_destroy(&documents);
+        return save_state(warmer, index, &error) ? BATCH_COPIED : BATCH_BLOCKED;
+    }
     if (count == 0) {
+        cursor_clear(&next_cursor);
         state->complete = true;
         state->completed_ms = tier_wall_clock_ms();
         bson_destroy(&documents);
@@ -751,7 +881,6 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     bson_t id_array = BSON_INITIALIZER;
     bson_iter_t iter, id;
     size_t index_in_batch = 0;
-    int64_t last_time = 0;
     bson_iter_init(&iter, &documents);
     while (bson_iter_next(&iter)) {
         bson_t document;
@@ -766,20 +895,8 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
             bson_uint32_to_string((uint32_t)index_in_batch, &key_string, key, sizeof key);
             BSON_APPEND_VALUE(&id_array, key_string, &ids[index_in_batch]);
             index_in_batch++;
-            int64_t time_ms;
-            if (tier_time_value(&document, policy->time_field, &time_ms)) {
-                last_time = time_ms;
-            }
         }
     }
-    if (index_in_batch == 0) {
-        bson_free(inserted);
-        bson_free(ids);
-        bson_destroy(&id_array);
-        bson_destroy(&documents);
-        return BATCH_BLOCKED;
-    }
-    bson_value_t last_id = ids[index_in_batch - 1];
 
     uint64_t end_time = 0;
     bson_t deleted = BSON_INITIALIZER;
@@ -799,10 +916,13 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         }
     }
     if (ok) {
-        set_cursor(state, last_time, &last_id);
+        cursor_clear(&state->cursor);
+        state->cursor = next_cursor;
+        memset(&next_cursor, 0, sizeof next_cursor);
         state->copied += (int64_t)copied;
         ok = save_state(warmer, index, &error);
     }
+    cursor_clear(&next_cursor);
     bson_destroy(&deleted);
     bson_destroy(&id_array);
     bson_free(inserted);
@@ -879,9 +999,7 @@ void warmer_run(tier_group_t *group, void *argument)
         tier_group_sleep(group, pause);
     }
     for (size_t i = 0; i < count; i++) {
-        if (warmer.namespaces[i].has_cursor) {
-            bson_value_destroy(&warmer.namespaces[i].cursor_id);
-        }
+        cursor_clear(&warmer.namespaces[i].cursor);
     }
     bson_free(warmer.namespaces);
     mongoc_client_pool_push(context->archive_pool, warmer.archive);
