@@ -22,9 +22,10 @@ integration_log=$(mktemp)
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1 | tee "$integration_log"
 pytest_status=${PIPESTATUS[0]}
 summary=$(grep -E "[0-9]+ (passed|failed)" "$integration_log" | tail -1)
-int_passed=$(echo "$summary" | sed -n 's/.*[^0-9]\?\([0-9][0-9]*\) passed.*/\1/p')
-int_failed=$(echo "$summary" | sed -n 's/.*[^0-9]\?\([0-9][0-9]*\) failed.*/\1/p')
-int_errors=$(echo "$summary" | sed -n 's/.*[^0-9]\?\([0-9][0-9]*\) error.*/\1/p')
+count_of() { echo "$summary" | grep -o "[0-9][0-9]* $1" | head -1 | cut -d' ' -f1; }
+int_passed=$(count_of passed)
+int_failed=$(count_of failed)
+int_errors=$(count_of error)
 rm -f "$integration_log"
 
 passed=$(( ${unit_passed:-0} + ${int_passed:-0} ))
