@@ -2,6 +2,7 @@
  * mongod's projection_ast does, then applied in one pass over the document, keeping
  * the document's field order; $slice and $elemMatch are computed fields, and the
  * positional "a.$" replaces an array by the element the query matched. */
+#include "query/value_format.h"
 #include "query/projection.h"
 
 #include "query/match.h"
@@ -66,29 +67,6 @@ typedef struct parse_context {
     bson_string_t *prefix; /* the dotted path of the sub-projection being parsed */
 } parse_context_t;
 
-static const char *projection_type_name(bson_type_t type)
-{
-    switch (type) {
-    case BSON_TYPE_DOUBLE: return "double";
-    case BSON_TYPE_UTF8: return "string";
-    case BSON_TYPE_DOCUMENT: return "object";
-    case BSON_TYPE_ARRAY: return "array";
-    case BSON_TYPE_BINARY: return "binData";
-    case BSON_TYPE_UNDEFINED: return "undefined";
-    case BSON_TYPE_OID: return "objectId";
-    case BSON_TYPE_BOOL: return "bool";
-    case BSON_TYPE_DATE_TIME: return "date";
-    case BSON_TYPE_NULL: return "null";
-    case BSON_TYPE_REGEX: return "regex";
-    case BSON_TYPE_INT32: return "int";
-    case BSON_TYPE_TIMESTAMP: return "timestamp";
-    case BSON_TYPE_INT64: return "long";
-    case BSON_TYPE_DECIMAL128: return "decimal";
-    case BSON_TYPE_MINKEY: return "minKey";
-    case BSON_TYPE_MAXKEY: return "maxKey";
-    default: return "other";
-    }
-}
 
 static void node_destroy(projection_node_t *node)
 {
@@ -244,13 +222,13 @@ static bool parse_slice(parse_context_t *context, projection_node_t *parent, con
             node_destroy(node);
             return tc_error_set(error, 31257,
                                 "$slice expects the skip argument to be a number, got %s",
-                                projection_type_name(bson_iter_type(&skip)));
+                                value_type_name(bson_iter_type(&skip)));
         }
         if (!BSON_ITER_HOLDS_NUMBER(&limit)) {
             node_destroy(node);
             return tc_error_set(error, 31258,
                                 "$slice expects the limit argument to be a number, got %s",
-                                projection_type_name(bson_iter_type(&limit)));
+                                value_type_name(bson_iter_type(&limit)));
         }
         node->slice_has_skip = true;
         node->slice_skip = iter_as_int32(&skip);
@@ -275,7 +253,7 @@ static bool parse_elem_match(parse_context_t *context, projection_node_t *parent
     if (!BSON_ITER_HOLDS_DOCUMENT(argument)) {
         return tc_error_set(error, 31274,
                             "elemMatch: Invalid argument, object required, but got %s",
-                            projection_type_name(bson_iter_type(argument)));
+                            value_type_name(bson_iter_type(argument)));
     }
     if (context->has_positional) {
         return tc_error_set(error, 31255, "Cannot specify positional operator and $elemMatch.");
@@ -432,7 +410,7 @@ static bool parse_element(parse_context_t *context, projection_node_t *parent, b
         return tc_error_set(error, TC_ERR_BAD_VALUE,
                             "Projection values other than true/false, numbers, $slice and "
                             "$elemMatch (here a %s at '%s') are expressions, not supported yet",
-                            projection_type_name(type), path);
+                            value_type_name(type), path);
     }
     bool include = bson_iter_as_bool(iter);
     if (positional && !include) {

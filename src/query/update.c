@@ -1,6 +1,7 @@
 /* Applying a compiled update as mongod 6.0 does: the tree is walked in field order
  * over a mutable copy of the document, so existing fields keep their place and new
  * ones are appended; replacements keep _id; upserts start from the filter's equalities. */
+#include "query/value_format.h"
 #include "query/update_private.h"
 
 #include "query/order.h"
@@ -416,7 +417,7 @@ static bool update_existing(apply_context_t *context, const update_node_t *leaf,
             tc_error_set(context->error, TC_ERR_TYPE_MISMATCH,
                          "Cannot apply %s to a value of non-numeric type. {%s} has the field "
                          "'%s' of non-numeric type %s",
-                         operator_name, id, name->str, update_type_name(element->value.value_type));
+                         operator_name, id, name->str, value_type_name(element->value.value_type));
             bson_string_free(name, true);
             bson_free(id);
             return false;
@@ -459,7 +460,7 @@ static bool update_existing(apply_context_t *context, const update_node_t *leaf,
             tc_error_set(context->error, TC_ERR_BAD_VALUE,
                          "Cannot apply $bit to a value of non-integral type.%s has the field %s "
                          "of non-integer type %s",
-                         id, name->str, update_type_name(type));
+                         id, name->str, value_type_name(type));
             bson_string_free(name, true);
             bson_free(id);
             return false;
@@ -479,7 +480,7 @@ static bool update_existing(apply_context_t *context, const update_node_t *leaf,
             char *dotted = update_path_join(context->path.parts, context->path.count);
             tc_error_set(context->error, TC_ERR_BAD_VALUE,
                          "The field '%s' must be an array but is of type %s in document {%s}",
-                         dotted, update_type_name(element->value.value_type), id);
+                         dotted, value_type_name(element->value.value_type), id);
             bson_free(dotted);
             bson_free(id);
             return false;
@@ -500,7 +501,7 @@ static bool update_existing(apply_context_t *context, const update_node_t *leaf,
             tc_error_set(context->error, TC_ERR_BAD_VALUE,
                          "Cannot apply $addToSet to non-array field. Field named '%s' has "
                          "non-array type %s",
-                         name->str, update_type_name(element->value.value_type));
+                         name->str, value_type_name(element->value.value_type));
             bson_string_free(name, true);
             return false;
         }
@@ -807,7 +808,7 @@ static bool apply_pop(apply_context_t *context, const update_node_t *leaf)
         char *dotted = update_path_join(context->path.parts, context->path.count);
         tc_error_set(context->error, TC_ERR_TYPE_MISMATCH,
                      "Path '%s' contains an element of non-array type '%s'", dotted,
-                     update_type_name(element->value.value_type));
+                     value_type_name(element->value.value_type));
         bson_free(dotted);
         return false;
     }

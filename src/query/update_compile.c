@@ -1,6 +1,7 @@
 /* Compiling an update: checks every operator's argument as mongod does and merges
  * the paths into one tree (mongod's UpdateObjectNode::parseAndMerge), children in
  * the order fields are visited; arrayFilters are compiled with the matcher. */
+#include "query/value_format.h"
 #include "query/update_private.h"
 
 #include "query/order.h"
@@ -238,7 +239,7 @@ static bool init_push(update_node_t *leaf, bson_error_t *error)
                 return tc_error_set(error, TC_ERR_BAD_VALUE,
                                     "The argument to $each in $push must be an array but it was "
                                     "of type: %s",
-                                    update_type_name(value->value_type));
+                                    value_type_name(value->value_type));
             }
             leaf->values = copy_array_value(value);
         } else if (seen == &seen_slice) {
@@ -246,14 +247,14 @@ static bool init_push(update_node_t *leaf, bson_error_t *error)
                 return tc_error_set(error, TC_ERR_BAD_VALUE,
                                     "The value for $slice must be an integer value but was given "
                                     "type: %s",
-                                    update_type_name(value->value_type));
+                                    value_type_name(value->value_type));
             }
         } else if (seen == &seen_position) {
             if (!parse_integer_argument(clause, value, &leaf->position, NULL)) {
                 return tc_error_set(error, TC_ERR_BAD_VALUE,
                                     "The value for $position must be an integer value, not of "
                                     "type: %s",
-                                    update_type_name(value->value_type));
+                                    value_type_name(value->value_type));
             }
         } else if (value->value_type == BSON_TYPE_DOCUMENT) {
             leaf->sort_pattern =
@@ -313,7 +314,7 @@ static bool init_add_to_set(update_node_t *leaf, bson_error_t *error)
                 return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                                     "The argument to $each in $addToSet must be an array but it "
                                     "was of type %s",
-                                    update_type_name(bson_iter_type(&iter)));
+                                    value_type_name(bson_iter_type(&iter)));
             }
             if (bson_count_keys(&argument) > 1) {
                 bson_string_t *text = bson_string_new(NULL);
@@ -374,7 +375,7 @@ static bool init_current_date(update_node_t *leaf, bson_error_t *error)
         return tc_error_set(error, TC_ERR_BAD_VALUE,
                             "%s is not valid type for $currentDate. Please use a boolean ('true') "
                             "or a $type expression ({$type: 'timestamp/date'}).",
-                            update_type_name(leaf->argument.value_type));
+                            value_type_name(leaf->argument.value_type));
     }
     bool found_valid_type = false;
     bson_init_static(&argument, leaf->argument.value.v_doc.data,
@@ -412,7 +413,7 @@ static bool init_bit(update_node_t *leaf, bson_error_t *error)
         return tc_error_set(error, TC_ERR_BAD_VALUE,
                             "The $bit modifier is not compatible with a %s. You must pass in an "
                             "embedded document: {$bit: {field: {and/or/xor: #}}",
-                            update_type_name(leaf->argument.value_type));
+                            value_type_name(leaf->argument.value_type));
     }
     bson_init_static(&argument, leaf->argument.value.v_doc.data,
                      leaf->argument.value.v_doc.data_len);
@@ -432,7 +433,7 @@ static bool init_bit(update_node_t *leaf, bson_error_t *error)
             tc_error_set(error, TC_ERR_BAD_VALUE,
                          "The $bit modifier field must be an Integer(32/64 bit); a '%s' is not "
                          "supported here: {%s}",
-                         update_type_name(bson_iter_type(&iter)), described);
+                         value_type_name(bson_iter_type(&iter)), described);
         }
         bson_free(described);
         if (!known || !integral) {
@@ -527,7 +528,7 @@ static bool leaf_init(update_node_t *leaf, const char *field_name, const char *r
         if (leaf->argument.value_type != BSON_TYPE_ARRAY) {
             return tc_error_set(error, TC_ERR_BAD_VALUE,
                                 "$pullAll requires an array argument but was given a %s",
-                                update_type_name(leaf->argument.value_type));
+                                value_type_name(leaf->argument.value_type));
         }
         leaf->values = copy_array_value(&leaf->argument);
         return true;
@@ -716,7 +717,7 @@ static bool compile_modifier(update_spec_t *spec, bson_iter_t *modifier, bson_er
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
                      "Modifiers operate on fields but we found type %s instead. For example: "
                      "{$mod: {<field>: ...}} not {%s}",
-                     update_type_name(bson_iter_type(modifier)), described);
+                     value_type_name(bson_iter_type(modifier)), described);
         bson_free(described);
         return false;
     }
@@ -815,7 +816,7 @@ static bool compile_array_filters(update_spec_t *spec, const bson_t *array_filte
             return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
                                 "BSON field 'arrayFilters.%s' is the wrong type '%s', expected "
                                 "type 'object'",
-                                bson_iter_key(&iter), update_type_name(bson_iter_type(&iter)));
+                                bson_iter_key(&iter), value_type_name(bson_iter_type(&iter)));
         }
         bson_iter_document(&iter, &length, &data);
         bson_init_static(&filter, data, length);

@@ -7,6 +7,7 @@
 #include "query/match.h"
 #include "query/pipeline.h"
 #include "query/update.h"
+#include "query/value_format.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -104,7 +105,6 @@ struct update_spec {
 };
 
 /* Rendering values as mongod's BSONElement::toString() does, for error messages. */
-const char *update_type_name(bson_type_t type);
 void update_format_value(bson_string_t *out, const bson_value_t *value);
 void update_format_double(bson_string_t *out, double number);
 void update_format_container(bson_string_t *out, const uint8_t *data, uint32_t length,

@@ -27,6 +27,7 @@ const char *value_type_name(bson_type_t type)
     case BSON_TYPE_DECIMAL128: return "decimal";
     case BSON_TYPE_MINKEY: return "minKey";
     case BSON_TYPE_MAXKEY: return "maxKey";
+    case BSON_TYPE_EOD: return "missing";
     default: return "unknown";
     }
 }
