@@ -72,6 +72,8 @@ static const setting_t settings[] = {
     {"feederEnabled", TOP(feeder_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the feeder"},
     {"evictorEnabled", TOP(evictor_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the evictor"},
     {"warmerEnabled", TOP(warmer_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the warmer"},
+    {"warmerRateLimit", TOP(warmer_rate_limit), TYPE_INTEGER, "0", false, 0, 10000000,
+     "archive documents the warmer reads per second at most (0: only its adaptive pace)"},
     {"ns", NAMESPACE(ns), TYPE_NAMESPACE_NAME, NULL, true, 0, 0, "database.collection"},
     {"timeField", NAMESPACE(time_field), TYPE_FIELD_PATH, NULL, true, 0, 0, "the BSON date field"},
     {"maxAge", NAMESPACE(max_age_ms), TYPE_DURATION, NULL, true, 1, INT64_MAX, "the recent window's length"},

@@ -82,6 +82,7 @@ typedef struct config {
     bool feeder_enabled;
     bool evictor_enabled;
     bool warmer_enabled;
+    int64_t warmer_rate_limit; /* documents per second; 0: no cap beyond the adaptive pace */
 } config_t;
 
 /* Reads and validates the file at path. NULL on any error, with BadValue (2) or,

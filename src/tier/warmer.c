@@ -836,6 +836,12 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     }
     int64_t latency = tier_monotonic_ms() - read_started;
     *out_pause_ms = tier_pacer_pause_ms(&warmer->pacer, latency);
+    int64_t rate_limit = context->config->warmer_rate_limit;
+    if (rate_limit > 0) {
+        /* The operator's fixed cap, on top of the adaptive pace. */
+        int64_t budget_ms = (int64_t)count * 1000 / rate_limit - latency;
+        *out_pause_ms = budget_ms > *out_pause_ms ? budget_ms : *out_pause_ms;
+    }
     /* Bigger batches while the archive answers quickly, smaller when it strains. */
     if (latency < TARGET_LATENCY_MS && state->batch_size < BATCH_MAX) {
         state->batch_size = state->batch_size * 5 / 4 + 1;
@@ -847,6 +853,9 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     }
     if (state->batch_size < BATCH_MIN) {
         state->batch_size = BATCH_MIN;
+    }
+    if (rate_limit > 0 && state->batch_size > rate_limit) {
+        state->batch_size = (int32_t)rate_limit; /* a batch is at most a second's worth */
     }
 
     if (count == 0 && !exhausted) {
@@ -946,7 +955,8 @@ void warmer_run(tier_group_t *group, void *argument)
     warmer.namespaces = bson_malloc0((count + 1) * sizeof *warmer.namespaces);
     for (size_t i = 0; i < count; i++) {
         warmer.namespaces[i].total_estimate = -1;
-        warmer.namespaces[i].batch_size = BATCH_FIRST;
+        int64_t rate_limit = context->config->warmer_rate_limit;
+        warmer.namespaces[i].batch_size = rate_limit > 0 && rate_limit < BATCH_FIRST ? (int32_t)rate_limit : BATCH_FIRST;
     }
     tier_pacer_init(&warmer.pacer, ARCHIVE_SHARE);
     warmer.fast = mongoc_client_pool_pop(context->fast_pool);

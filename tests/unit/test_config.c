@@ -114,6 +114,7 @@ static void test_every_option(void **state)
                             "feederEnabled: false\n"
                             "evictorEnabled: FALSE\n"
                             "warmerEnabled: True\n"
+                            "warmerRateLimit: 500\n"
                             "namespaces:\n"
                             "  - ns: shop.orders\n"
                             "    timeField: createdAt\n"
@@ -133,6 +134,7 @@ static void test_every_option(void **state)
     assert_false(config->feeder_enabled);
     assert_false(config->evictor_enabled);
     assert_true(config->warmer_enabled);
+    assert_true(config->warmer_rate_limit == 500);
     assert_int_equal(config->namespace_count, 2);
     const config_namespace_t *orders = config_find_namespace(config, "shop.orders");
     assert_non_null(orders);
@@ -147,7 +149,7 @@ static void test_every_option(void **state)
     assert_int_equal(clicks->coverage, CONFIG_COVERAGE_WARM);
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
-    assert_int_equal(clicks->line, 19);
+    assert_int_equal(clicks->line, 20);
     config_destroy(config);
 }
 
@@ -420,6 +422,7 @@ static void test_bad_top_level_values(void **state)
          "30d"},
         {TIERS "feederEnabled: yes\n", "3: feederEnabled must be true or false, not 'yes'"},
         {TIERS "warmerEnabled: 1\n", "3: warmerEnabled must be true or false, not '1'"},
+        {TIERS "warmerRateLimit: 2.5\n", "3: warmerRateLimit must be a whole number from 0 to 10000000, not '2.5'"},
         {TIERS "evictorEnabled: {a: 1}\n", "3: evictorEnabled must be true or false, not a mapping"},
         /* missing tiers, and documents that are not a mapping */
         {FAST, "1: missing required key 'archive' (archive and fast are required)"},
