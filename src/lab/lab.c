@@ -7,6 +7,7 @@
 #include "common/units.h"
 
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -358,11 +359,12 @@ static void print_plan(const lab_t *lab)
     int64_t per_run_ms = settings->warmup_ms + settings->duration_ms;
     /* Runs, plus about 8 s of set-up each, the load (~12,000 documents/s here),
      * the fast tier's warm-up and the empty start. */
-    int64_t estimate_s = (LAB_WORKLOAD_COUNT * 2 * (per_run_ms + 8000) + settings->empty_start_ms + 8000 + 20000) /
+    int64_t estimate_s = ((LAB_WORKLOAD_COUNT + 1) * 2 * (per_run_ms + 8000) + settings->empty_start_ms + 8000 + 20000) /
                              1000 + settings->record_count / 12000;
     fprintf(stderr,
             "thermocline lab (%s): %s documents, archive cache %llu MB, reads capped at %lld/s, %d threads;\n"
-            "%d workloads direct and tiered, %lld s each after %lld s of warm-up, then a %lld s empty start: "
+            "%d workloads direct and tiered, and store at direct's rate, %lld s each after %lld s of warm-up,\n"
+            "then a %lld s empty start: "
             "about %lld min\n"
             "output: %s (logs in %s)\n\n",
             settings->preset, lab_grouped((double)settings->record_count, records, sizeof records),
@@ -389,20 +391,33 @@ static bool run_all(lab_t *lab, bool *out_all_ok, bson_error_t *error)
         return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
     }
     for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
-        if (!lab_run(lab, lab->workloads[i], LAB_MODE_DIRECT, &lab->direct[i])) {
+        if (!lab_run(lab, lab->workloads[i], LAB_MODE_DIRECT, 0, &lab->direct[i])) {
             *out_all_ok = false;
         }
         if (lab_interrupted()) {
             return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
         }
-        if (!lab_run(lab, lab->workloads[i], LAB_MODE_TIERED, &lab->tiered[i])) {
+        if (!lab_run(lab, lab->workloads[i], LAB_MODE_TIERED, 0, &lab->tiered[i])) {
             *out_all_ok = false;
         }
         if (lab_interrupted()) {
             return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
         }
     }
-    if (!lab_run(lab, "store", LAB_MODE_EMPTY_START, &lab->empty_start)) {
+    /* Both sides offered what direct managed at most: latency at equal throughput. */
+    const lab_run_t *store_direct = lab_direct_store(lab);
+    if (store_direct != NULL && store_direct->ok && store_direct->ops_per_second >= 1) {
+        lab->fixed_target_ops = floor(store_direct->ops_per_second);
+        int64_t target = (int64_t)lab->fixed_target_ops;
+        if (!lab_run(lab, "store", LAB_MODE_DIRECT, target, &lab->fixed_direct) ||
+            !lab_run(lab, "store", LAB_MODE_TIERED, target, &lab->fixed_tiered)) {
+            *out_all_ok = false;
+        }
+        if (lab_interrupted()) {
+            return tc_error_set(error, TC_ERR_INTERRUPTED, "interrupted");
+        }
+    }
+    if (!lab_run(lab, "store", LAB_MODE_EMPTY_START, 0, &lab->empty_start)) {
         *out_all_ok = false;
     }
     if (lab_interrupted()) {
@@ -486,6 +501,8 @@ done:
         lab_run_cleanup(&lab->tiered[i]);
     }
     lab_run_cleanup(&lab->empty_start);
+    lab_run_cleanup(&lab->fixed_direct);
+    lab_run_cleanup(&lab->fixed_tiered);
     bson_free(lab);
     mongoc_cleanup();
     return status;

@@ -128,6 +128,10 @@ typedef struct lab {
     lab_run_t direct[LAB_WORKLOAD_COUNT];
     lab_run_t tiered[LAB_WORKLOAD_COUNT];
     lab_run_t empty_start;
+    /* store at a fixed offered load, direct's maximum (the proof of concept's
+     * second row): read latency compared at equal throughput. */
+    double fixed_target_ops; /* 0: not run (store direct failed) */
+    lab_run_t fixed_direct, fixed_tiered;
     lab_warm_up_t warm_up;
     char notes[LAB_NOTE_COUNT][LAB_NOTE_SIZE];
     int note_count;
@@ -252,9 +256,11 @@ bool lab_load(lab_t *lab, bson_error_t *error) TC_MUST_CHECK;
 bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error) TC_MUST_CHECK;
 
 /* One run of workload in mode, from a fresh copy of the snapshot; fills run.
- * False when it could not be run (run->failure says why) or the lab was
- * interrupted. Stops everything it started before returning. */
-bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run) TC_MUST_CHECK;
+ * target_ops > 0: bench offers that many operations a second (--target-ops),
+ * latency counted from each operation's intended start. False when it could
+ * not be run (run->failure says why) or the lab was interrupted. Stops
+ * everything it started before returning. */
+bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_ops, lab_run_t *run) TC_MUST_CHECK;
 
 /* Stops every child still running, newest first. */
 void lab_stop_all(lab_t *lab);
@@ -288,6 +294,10 @@ void lab_report_table(FILE *stream, const lab_t *lab);
 
 /* Every figure of the table, per workload and mode, as JSON. */
 bool lab_report_json(const lab_t *lab, const char *path, bson_error_t *error) TC_MUST_CHECK;
+
+/* The store workload's direct run: the reference of the fixed-load runs and of
+ * the empty start. NULL if the lab has no store workload. */
+const lab_run_t *lab_direct_store(const lab_t *lab);
 
 /* "1,234,567" into out. */
 const char *lab_grouped(double value, char *out, size_t size);

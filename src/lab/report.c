@@ -253,7 +253,7 @@ static void print_ratio_row(FILE *stream, const lab_run_t *direct, const lab_run
             format_ratio(tiered->archive_pages_read_per_second, direct->archive_pages_read_per_second, e, sizeof e));
 }
 
-static const lab_run_t *direct_store(const lab_t *lab)
+const lab_run_t *lab_direct_store(const lab_t *lab)
 {
     for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
         if (strcmp(lab->workloads[i], "store") == 0) {
@@ -266,7 +266,7 @@ static const lab_run_t *direct_store(const lab_t *lab)
 static void print_empty_start(FILE *stream, const lab_t *lab)
 {
     const lab_run_t *run = &lab->empty_start;
-    const lab_run_t *reference = direct_store(lab);
+    const lab_run_t *reference = lab_direct_store(lab);
     char ops[32], direct_ops[32], first[32], last[32];
     if (!run->attempted) {
         return;
@@ -334,6 +334,15 @@ void lab_report_table(FILE *stream, const lab_t *lab)
         print_ratio_row(stream, &lab->direct[i], &lab->tiered[i]);
     }
     fprintf(stream, "(tiered/direct: above 1 is more throughput; below 1 is lower latency or fewer archive page reads)\n");
+    if (lab->fixed_target_ops > 0) {
+        char target[32];
+        fprintf(stream, "\nstore at a fixed %s ops/s offered (direct's maximum), latency from each operation's "
+                        "intended start:\n",
+                lab_grouped(lab->fixed_target_ops, target, sizeof target));
+        print_row(stream, "store fixed", "direct", &lab->fixed_direct);
+        print_row(stream, "", "tiered", &lab->fixed_tiered);
+        print_ratio_row(stream, &lab->fixed_direct, &lab->fixed_tiered);
+    }
     print_empty_start(stream, lab);
     if (lab->note_count > 0) {
         fprintf(stream, "\nnotes:\n");
@@ -458,7 +467,7 @@ static void append_settings(bson_t *report, const lab_t *lab)
 static void append_empty_start(bson_t *report, const lab_t *lab)
 {
     const lab_run_t *run = &lab->empty_start;
-    const lab_run_t *reference = direct_store(lab);
+    const lab_run_t *reference = lab_direct_store(lab);
     bool have_reference = reference != NULL && reference->ok && reference->ops_per_second > 0;
     bson_t child, series;
     BSON_APPEND_DOCUMENT_BEGIN(report, "empty_start", &child);
@@ -520,6 +529,16 @@ bool lab_report_json(const lab_t *lab, const char *path, bson_error_t *error)
         bson_append_document_end(&workloads, &workload);
     }
     bson_append_document_end(&report, &workloads);
+    if (lab->fixed_target_ops > 0) {
+        bson_t fixed;
+        BSON_APPEND_DOCUMENT_BEGIN(&report, "fixed_load", &fixed);
+        BSON_APPEND_UTF8(&fixed, "workload", "store");
+        BSON_APPEND_DOUBLE(&fixed, "target_ops_per_second", lab->fixed_target_ops);
+        append_run(&fixed, "direct", &lab->fixed_direct, false);
+        append_run(&fixed, "tiered", &lab->fixed_tiered, true);
+        append_ratios(&fixed, &lab->fixed_direct, &lab->fixed_tiered);
+        bson_append_document_end(&report, &fixed);
+    }
     append_warm_up(&report, &lab->warm_up);
     append_empty_start(&report, lab);
     BSON_APPEND_ARRAY_BEGIN(&report, "notes", &notes);

@@ -138,7 +138,7 @@ static bool start_proxy(lab_t *lab, const char *run_dir, const char *run_name, i
 }
 
 static bool start_bench(lab_t *lab, const char *workload, const char *uri, int64_t warmup_ms, int64_t duration_ms,
-                        const char *json_path, const char *log_path, bson_error_t *error)
+                        int64_t target_ops, const char *json_path, const char *log_path, bson_error_t *error)
 {
     const lab_settings_t *settings = &lab->settings;
     argument_list_t arguments = {.count = 0};
@@ -163,6 +163,10 @@ static bool start_bench(lab_t *lab, const char *workload, const char *uri, int64
         argument_add(&arguments, "%" PRId64 "ms", warmup_ms);
         argument_add(&arguments, "--duration");
         argument_add(&arguments, "%" PRId64 "ms", duration_ms);
+        if (target_ops > 0) {
+            argument_add(&arguments, "--target-ops");
+            argument_add(&arguments, "%" PRId64, target_ops);
+        }
     }
     /* The load's progress bar goes to the terminal; a run's table to its log. */
     bool ok = lab_process_start(&lab->bench, "bench", arguments.items, log_path, is_load, error);
@@ -293,7 +297,7 @@ bool lab_load(lab_t *lab, bson_error_t *error)
     snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", port);
     fprintf(stderr, "loading %s documents into the archive (bench --workload load)\n",
             lab_grouped((double)lab->settings.record_count, (char[32]){0}, 32));
-    TC_CHECK(start_bench(lab, "load", uri, 0, 0, json_path, bench_log, error));
+    TC_CHECK(start_bench(lab, "load", uri, 0, 0, 0, json_path, bench_log, error));
     while (lab_process_running(&lab->bench)) {
         lab_process_t *dead = dead_server(lab);
         if (dead != NULL) {
@@ -527,7 +531,7 @@ void lab_run_cleanup(lab_run_t *run)
     }
 }
 
-bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run)
+bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_ops, lab_run_t *run)
 {
     const lab_settings_t *settings = &lab->settings;
     bson_error_t error = {0};
@@ -550,6 +554,9 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run)
     if (mode == LAB_MODE_EMPTY_START) {
         snprintf(run_name, sizeof run_name, "empty-start");
         snprintf(label, sizeof label, "empty start");
+    } else if (target_ops > 0) {
+        snprintf(run_name, sizeof run_name, "%s-fixed-%s", workload, mode_name(mode));
+        snprintf(label, sizeof label, "%s at %" PRId64 " ops/s %s", workload, target_ops, mode_name(mode));
     } else {
         snprintf(run_name, sizeof run_name, "%s-%s", workload, mode_name(mode));
         snprintf(label, sizeof label, "%s %s", workload, mode_name(mode));
@@ -611,7 +618,7 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, lab_run_t *run)
 
     sample_take(&samples, archive_client);
     snprintf(log_path, sizeof log_path, "%s/%s-bench.log", lab->logs_dir, run_name);
-    TC_CHECK(start_bench(lab, workload, uri, warmup_ms, duration_ms, json_path, log_path, &error));
+    TC_CHECK(start_bench(lab, workload, uri, warmup_ms, duration_ms, target_ops, json_path, log_path, &error));
     TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, archive_client, &samples, &error));
     sample_take(&samples, archive_client);
     TC_CHECK(bench_finished_well(lab, &error));

@@ -144,6 +144,20 @@ def test_tiny_lab_end_to_end(tmp_path):
         assert isinstance(warm_up[key], bool)
     assert warm_up["seconds"] >= 0
 
+    # store again at a fixed offered load: direct's maximum, on both sides.
+    fixed = report["fixed_load"]
+    store_direct = report["workloads"]["store"]["direct"]["ops_per_second"]
+    assert fixed["workload"] == "store" and fixed["target_ops_per_second"] == float(int(store_direct))
+    for mode in ("direct", "tiered"):
+        run = fixed[mode]
+        assert run["ok"] is True, (mode, run)
+        assert 0 < run["ops_per_second"] <= fixed["target_ops_per_second"] * 1.2, (mode, run)
+        assert 0 < run["read_p95_ms"] <= run["read_p99_ms"]
+    assert abs(fixed["tiered_over_direct"]["read_p95_ms"] -
+               fixed["tiered"]["read_p95_ms"] / fixed["direct"]["read_p95_ms"]) < 1e-9
+    assert "store at a fixed %s ops/s offered" % format(int(store_direct), ",") in stdout
+    assert "store at %d ops/s tiered: bench through the proxy" % int(store_direct) in stderr
+
     empty_start = report["empty_start"]
     assert empty_start["run"]["ok"] is True
     assert empty_start["ops_per_second"] > 0
