@@ -29,6 +29,18 @@ typedef struct record_id_set {
     size_t count;
 } record_id_set_t;
 
+/* One clause of a top-level $or and the index that bounds it: the plan scans
+ * each in turn and returns a record once (mongod's OR stage over IXSCANs). */
+typedef struct or_branch {
+    char *index_name;
+    bson_t key_pattern;
+    bool multikey;
+    scan_bounds_t *intervals; /* moved into the plan when its scan starts */
+    size_t interval_count;
+    bson_t bounds_explain;
+    uint64_t keys_examined;
+} or_branch_t;
+
 typedef struct sorted_result {
     keystring_t sort_key; /* generated once; compared as bytes */
     bson_t *document;
@@ -61,6 +73,9 @@ struct find_plan {
     bool blocking_sort;
     scan_position_t position;
     record_id_set_t seen;
+    or_branch_t *branches; /* a union of index scans; NULL otherwise */
+    size_t branch_count;
+    size_t branch_active;  /* whose index and intervals the fields above hold */
 
     sorted_result_t *sorted;
     size_t sorted_count;
@@ -366,9 +381,10 @@ static void append_explain_value(bson_string_t *out, const bson_value_t *value)
     value_format_append(out, value);
 }
 
-/* Builds the plan's intervals for index key_pattern: equality prefixes, then
- * one range or point list. Returns false if the first field is unbounded. */
-static bool build_intervals(find_plan_t *plan, const bson_t *key_pattern, bool multikey)
+/* Builds the plan's intervals for index key_pattern from filter (the plan's, or
+ * one $or clause): equality prefixes, then one range or point list. Returns
+ * false if the first field is unbounded. */
+static bool build_intervals(find_plan_t *plan, const bson_t *filter, const bson_t *key_pattern, bool multikey)
 {
     bson_iter_t fields;
     bson_iter_init(&fields, key_pattern);
@@ -383,7 +399,7 @@ static bool build_intervals(find_plan_t *plan, const bson_t *key_pattern, bool m
         const char *path = bson_iter_key(&fields);
         bool descending = index_direction(&fields) < 0;
         field_range_t range = {0};
-        collect_field_range(&plan->filter, path, !multikey, &range);
+        collect_field_range(filter, path, !multikey, &range);
         bson_t field_bounds;
         bson_append_array_begin(explain, path, -1, &field_bounds);
         if (!range.bounded) {
@@ -601,12 +617,12 @@ static void use_index(find_plan_t *plan, index_descriptor_t *index)
     plan->index_multikey = atomic_load(&index->multikey);
 }
 
-/* Scores an index for this query: 0 unusable; higher is better. */
-static int score_index(find_plan_t *plan, index_descriptor_t *index)
+/* Scores an index for filter: 0 unusable; higher is better. */
+static int score_index(find_plan_t *plan, const bson_t *filter, index_descriptor_t *index)
 {
     bool multikey = atomic_load(&index->multikey);
     clear_intervals(plan);
-    if (!build_intervals(plan, &index->key_pattern, multikey)) {
+    if (!build_intervals(plan, filter, &index->key_pattern, multikey)) {
         return 0;
     }
     int score = 10;
@@ -620,6 +636,110 @@ static int score_index(find_plan_t *plan, index_descriptor_t *index)
         score += 5;
     }
     return score;
+}
+
+/* The index scoring best for filter, or NULL when none bounds it. */
+static index_descriptor_t *best_index(find_plan_t *plan, collection_t *collection, const bson_t *filter)
+{
+    index_descriptor_t *best = NULL;
+    int best_score = 0;
+    for (size_t i = 0; i < collection->index_count; i++) {
+        int score = score_index(plan, filter, collection->indexes[i]);
+        if (score > best_score) {
+            best_score = score;
+            best = collection->indexes[i];
+        }
+    }
+    clear_intervals(plan);
+    return best;
+}
+
+static void branches_destroy(find_plan_t *plan)
+{
+    for (size_t i = 0; i < plan->branch_count; i++) {
+        or_branch_t *branch = &plan->branches[i];
+        bson_free(branch->index_name);
+        bson_destroy(&branch->key_pattern);
+        bson_destroy(&branch->bounds_explain);
+        for (size_t j = 0; j < branch->interval_count; j++) {
+            scan_bounds_cleanup(&branch->intervals[j]);
+        }
+        bson_free(branch->intervals);
+    }
+    bson_free(plan->branches);
+    plan->branches = NULL;
+    plan->branch_count = 0;
+}
+
+/* Makes branch index the one the scan reads: its index and intervals move
+ * into the plan's fields, from its first interval. */
+static void activate_branch(find_plan_t *plan, size_t index)
+{
+    or_branch_t *branch = &plan->branches[index];
+    clear_intervals(plan);
+    bson_free(plan->index_name);
+    plan->index_name = bson_strdup(branch->index_name);
+    bson_destroy(&plan->index_key_pattern);
+    bson_copy_to(&branch->key_pattern, &plan->index_key_pattern);
+    plan->index_multikey = branch->multikey;
+    plan->intervals = branch->intervals;
+    plan->interval_count = branch->interval_count;
+    branch->intervals = NULL;
+    branch->interval_count = 0;
+    plan->interval_index = 0;
+    plan->branch_active = index;
+    scan_position_cleanup(&plan->position);
+    scan_position_init(&plan->position);
+}
+
+/* A filter {$or: [...], ...} whose every clause some index bounds becomes a
+ * union of those index scans; false (nothing changed) when one clause has none,
+ * and the query scans the collection as mongod's would. */
+static bool plan_or_union(find_plan_t *plan, collection_t *collection)
+{
+    bson_iter_t iter, clauses;
+    if (!bson_iter_init_find(&iter, &plan->filter, "$or") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        return false;
+    }
+    bson_iter_recurse(&iter, &clauses);
+    size_t clause_count = 0;
+    while (bson_iter_next(&clauses)) {
+        clause_count++;
+    }
+    if (clause_count == 0) {
+        return false;
+    }
+    plan->branches = bson_malloc0(clause_count * sizeof *plan->branches);
+    bson_iter_recurse(&iter, &clauses);
+    while (bson_iter_next(&clauses)) {
+        bson_t clause;
+        uint32_t length;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&clauses)) {
+            branches_destroy(plan);
+            return false;
+        }
+        bson_iter_document(&clauses, &length, &data);
+        bson_init_static(&clause, data, length);
+        index_descriptor_t *index = best_index(plan, collection, &clause);
+        if (index == NULL) {
+            branches_destroy(plan);
+            return false;
+        }
+        or_branch_t *branch = &plan->branches[plan->branch_count++];
+        branch->index_name = bson_strdup(index->name);
+        bson_copy_to(&index->key_pattern, &branch->key_pattern);
+        branch->multikey = atomic_load(&index->multikey);
+        build_intervals(plan, &clause, &index->key_pattern, branch->multikey);
+        branch->intervals = plan->intervals;
+        branch->interval_count = plan->interval_count;
+        plan->intervals = NULL;
+        plan->interval_count = 0;
+        bson_copy_to(&plan->index_bounds_explain, &branch->bounds_explain);
+    }
+    plan->access = ACCESS_INDEX_SCAN;
+    activate_branch(plan, 0);
+    return true;
 }
 
 static bool choose_access_path(find_plan_t *plan, collection_t *collection, const find_options_t *options,
@@ -649,7 +769,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     if (hinted != NULL) {
         use_index(plan, hinted);
         clear_intervals(plan);
-        if (!build_intervals(plan, &hinted->key_pattern, plan->index_multikey)) {
+        if (!build_intervals(plan, &plan->filter, &hinted->key_pattern, plan->index_multikey)) {
             clear_intervals(plan); /* full index scan */
         }
         return true;
@@ -669,19 +789,13 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
         return true;
     }
 
-    index_descriptor_t *best = NULL;
-    int best_score = 0;
-    for (size_t i = 0; i < collection->index_count; i++) {
-        int score = score_index(plan, collection->indexes[i]);
-        if (score > best_score) {
-            best_score = score;
-            best = collection->indexes[i];
-        }
-    }
-    clear_intervals(plan);
+    index_descriptor_t *best = best_index(plan, collection, &plan->filter);
     if (best != NULL) {
         use_index(plan, best);
-        build_intervals(plan, &best->key_pattern, plan->index_multikey);
+        build_intervals(plan, &plan->filter, &best->key_pattern, plan->index_multikey);
+        return true;
+    }
+    if (plan_or_union(plan, collection)) {
         return true;
     }
     /* No bounds anywhere: an index that yields the sort order avoids a blocking sort. */
@@ -711,7 +825,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
  * not multikey (an array's elements are separate keys). */
 static bool plan_is_covered(find_plan_t *plan)
 {
-    if (plan->access != ACCESS_INDEX_SCAN || plan->index_multikey || plan->projection == NULL ||
+    if (plan->access != ACCESS_INDEX_SCAN || plan->index_multikey || plan->branches != NULL || plan->projection == NULL ||
         !projection_is_inclusion(plan->projection)) {
         return false;
     }
@@ -801,7 +915,7 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
             int direction = plan->access == ACCESS_COLLECTION_SCAN
                                 ? 0
                                 : index_sort_direction(&plan->index_key_pattern, &plan->sort_pattern);
-            if (direction != 0 && plan->interval_count <= 1 && !plan->index_multikey) {
+            if (direction != 0 && plan->interval_count <= 1 && !plan->index_multikey && plan->branches == NULL) {
                 plan->descending_scan = direction < 0;
             } else {
                 plan->blocking_sort = true;
@@ -835,6 +949,7 @@ void find_plan_destroy(find_plan_t *plan)
     bson_destroy(&plan->index_bounds_explain);
     scan_position_cleanup(&plan->position);
     record_id_set_cleanup(&plan->seen);
+    branches_destroy(plan);
     for (size_t i = 0; i < plan->sorted_count; i++) {
         bson_destroy(plan->sorted[i].document);
         keystring_cleanup(&plan->sorted[i].sort_key);
@@ -889,12 +1004,25 @@ static bool next_candidate(find_plan_t *plan, storage_session_t *session, collec
         if (!scan_next(state->scan, &record_id, &document, &key_values, &end, error)) {
             return false;
         }
-        plan->keys_examined += scan_keys_examined(state->scan) - keys_before;
+        uint64_t keys = scan_keys_examined(state->scan) - keys_before;
+        plan->keys_examined += keys;
+        if (plan->branches != NULL) {
+            plan->branches[plan->branch_active].keys_examined += keys;
+        }
         if (end) {
             scan_close(state->scan);
             state->scan = NULL;
             if (plan->access == ACCESS_COLLECTION_SCAN || plan->interval_count <= 1 ||
                 ++plan->interval_index >= plan->interval_count) {
+                if (plan->branch_active + 1 < plan->branch_count) {
+                    activate_branch(plan, plan->branch_active + 1);
+                    state->index = storage_find_index(collection, plan->index_name);
+                    if (state->index == NULL) {
+                        return tc_error_set(error, TC_ERR_OPERATION_FAILED, "index %s was dropped while the query ran",
+                                            plan->index_name);
+                    }
+                    continue;
+                }
                 plan->interval_index = plan->interval_count;
                 *out_end = true;
                 return true;
@@ -911,7 +1039,8 @@ static bool next_candidate(find_plan_t *plan, storage_session_t *session, collec
             bson_copy_to(&document, &state->owned);
             state->owns = true;
         } else {
-            if (plan->index_multikey && !record_id_set_add(&plan->seen, record_id)) {
+            /* A multikey index or a second branch may return a record again. */
+            if ((plan->index_multikey || plan->branches != NULL) && !record_id_set_add(&plan->seen, record_id)) {
                 continue;
             }
             if (plan->covered) {
@@ -1110,21 +1239,48 @@ done:
 
 /* --- explain ---------------------------------------------------------------------- */
 
-static void append_index_scan_fields(const find_plan_t *plan, bson_t *target, bool with_stats)
+static void append_index_scan(bson_t *target, const char *index_name, const bson_t *key_pattern, bool multikey,
+                              bool descending, const bson_t *bounds, uint64_t keys_examined, bool with_stats)
 {
     BSON_APPEND_UTF8(target, "stage", "IXSCAN");
-    BSON_APPEND_DOCUMENT(target, "keyPattern", &plan->index_key_pattern);
-    BSON_APPEND_UTF8(target, "indexName", plan->index_name);
-    BSON_APPEND_BOOL(target, "isMultiKey", plan->index_multikey);
-    BSON_APPEND_BOOL(target, "isUnique", strcmp(plan->index_name, "_id_") == 0);
+    BSON_APPEND_DOCUMENT(target, "keyPattern", key_pattern);
+    BSON_APPEND_UTF8(target, "indexName", index_name);
+    BSON_APPEND_BOOL(target, "isMultiKey", multikey);
+    BSON_APPEND_BOOL(target, "isUnique", strcmp(index_name, "_id_") == 0);
     BSON_APPEND_BOOL(target, "isSparse", false);
     BSON_APPEND_BOOL(target, "isPartial", false);
     BSON_APPEND_INT32(target, "indexVersion", 2);
-    BSON_APPEND_UTF8(target, "direction", plan->descending_scan ? "backward" : "forward");
-    BSON_APPEND_DOCUMENT(target, "indexBounds", &plan->index_bounds_explain);
+    BSON_APPEND_UTF8(target, "direction", descending ? "backward" : "forward");
+    BSON_APPEND_DOCUMENT(target, "indexBounds", bounds);
     if (with_stats) {
-        BSON_APPEND_INT64(target, "keysExamined", (int64_t)plan->keys_examined);
+        BSON_APPEND_INT64(target, "keysExamined", (int64_t)keys_examined);
     }
+}
+
+static void append_index_scan_fields(const find_plan_t *plan, bson_t *target, bool with_stats)
+{
+    append_index_scan(target, plan->index_name, &plan->index_key_pattern, plan->index_multikey, plan->descending_scan,
+                      &plan->index_bounds_explain, plan->keys_examined, with_stats);
+}
+
+/* {stage: "OR", inputStages: [IXSCAN, ...]}, one per $or clause. */
+static void append_union_stage(const find_plan_t *plan, bson_t *stage, bool with_stats)
+{
+    bson_t inputs;
+    BSON_APPEND_UTF8(stage, "stage", "OR");
+    BSON_APPEND_ARRAY_BEGIN(stage, "inputStages", &inputs);
+    for (size_t i = 0; i < plan->branch_count; i++) {
+        const or_branch_t *branch = &plan->branches[i];
+        char key[16];
+        const char *key_text;
+        bson_t input;
+        bson_uint32_to_string((uint32_t)i, &key_text, key, sizeof key);
+        bson_append_document_begin(&inputs, key_text, -1, &input);
+        append_index_scan(&input, branch->index_name, &branch->key_pattern, branch->multikey, false,
+                          &branch->bounds_explain, branch->keys_examined, with_stats);
+        bson_append_document_end(&inputs, &input);
+    }
+    bson_append_array_end(stage, &inputs);
 }
 
 static void append_access_stage(const find_plan_t *plan, bson_t *stage, bool with_stats)
@@ -1161,7 +1317,11 @@ static void append_access_stage(const find_plan_t *plan, bson_t *stage, bool wit
     }
     bson_t index_scan;
     BSON_APPEND_DOCUMENT_BEGIN(stage, "inputStage", &index_scan);
-    append_index_scan_fields(plan, &index_scan, with_stats);
+    if (plan->branches != NULL) {
+        append_union_stage(plan, &index_scan, with_stats);
+    } else {
+        append_index_scan_fields(plan, &index_scan, with_stats);
+    }
     bson_append_document_end(stage, &index_scan);
 }
 

@@ -670,6 +670,47 @@ def test_explain_unindexed_find_uses_collscan(items):
     assert explained["executionStats"]["totalDocsExamined"] == 20
 
 
+def test_or_whose_clauses_are_indexed_is_a_union_of_index_scans(db):
+    """mongod's OR stage: each clause scans its own index, a record that matches
+    several clauses comes back once, and the answer is the collection scan's."""
+    orders = db["or_union"]
+    orders.insert_many([{"_id": i, "a": i % 50, "b": i % 7, "tags": [i % 3, i % 11], "c": i}
+                        for i in range(2000)])
+    orders.create_index([("a", ASCENDING)])
+    orders.create_index([("b", DESCENDING), ("c", ASCENDING)])
+    orders.create_index([("tags", ASCENDING)])  # multikey
+    filters = [
+        {"$or": [{"a": 3}, {"b": 2, "c": {"$lt": 300}}]},
+        {"$or": [{"a": {"$in": [1, 2]}}, {"tags": 10}, {"_id": {"$gte": 1990}}], "c": {"$mod": [2, 0]}},
+        {"$or": [{"a": 5}, {"a": 5}, {"b": {"$gt": 5}}]},  # overlapping clauses
+    ]
+    for query in filters:
+        expected = sorted(document["_id"] for document in orders.find(query).hint([("$natural", 1)]))
+        assert expected, query
+        got = [document["_id"] for document in orders.find(query, batch_size=7)]
+        assert sorted(got) == expected and len(got) == len(set(got)), query
+        assert orders.count_documents(query) == len(expected)
+        ordered = [document["_id"] for document in orders.find(query).sort("c", DESCENDING).skip(3).limit(25)]
+        assert ordered == sorted(expected, reverse=True)[3:28], query
+        explained = orders.find(query).explain()
+        stages = winning_plan_stages(explained)
+        union = [stage for stage in stages if stage["stage"] == "OR"]
+        assert union and len(union[0]["inputStages"]) == len(query["$or"]), explained["queryPlanner"]
+        assert all(stage["stage"] == "IXSCAN" for stage in union[0]["inputStages"])
+        assert "COLLSCAN" not in [stage["stage"] for stage in stages]
+        assert explained["executionStats"]["totalDocsExamined"] < 2000
+    # One clause no index bounds: the whole query scans the collection, as mongod's.
+    stages = [stage["stage"] for stage in winning_plan_stages(orders.find({"$or": [{"a": 1}, {"c": 5}]}).explain())]
+    assert "COLLSCAN" in stages and "OR" not in stages
+    # Writes plan the same way: each matching document is changed once.
+    result = orders.update_many({"$or": [{"a": 4}, {"b": 4}]}, {"$inc": {"hits": 1}})
+    matched = orders.count_documents({"$or": [{"a": 4}, {"b": 4}]})
+    assert result.matched_count == result.modified_count == matched
+    assert orders.count_documents({"hits": {"$gt": 1}}) == 0
+    assert orders.delete_many({"$or": [{"a": 6}, {"tags": 6}]}).deleted_count == \
+        len([i for i in range(2000) if i % 50 == 6 or 6 in (i % 3, i % 11)])
+
+
 def test_explain_id_lookup_uses_the_id_index(items):
     explained = items.database.command(SON([
         ("explain", SON([("find", "items"), ("filter", {"_id": 3})])),
