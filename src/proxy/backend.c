@@ -3,9 +3,10 @@
  * impossible one:
  *
  *   CONNECTING ──connected──▶ HANDSHAKING ──hello ok──▶ IDLE ◀──reply──┐
- *        │                        │                      │  request    │
- *        │                        │ not the primary:     └──────▶ BUSY ┘
- *        │                        │ retarget the pool
+ *        │                        │    │                 ▲ │  request    │
+ *        │                        │    │ credentials:    │ └──────▶ BUSY ┘
+ *        │                        │    └─▶ AUTHENTICATING┘ (SCRAM, backend_auth.c)
+ *        │                        │ not the primary: retarget the pool
  *        └──── error / timeout ───┴──────────── any state ──▶ CLOSING ─▶ freed
  *
  * A request that was on a connection when it failed is failed with
@@ -14,6 +15,7 @@
 #include "proxy/backend.h"
 
 #include "common/log.h"
+#include "proxy/backend_auth.h"
 #include "wire/wire.h"
 
 #include <mongoc/mongoc.h>
@@ -27,6 +29,7 @@
 typedef enum backend_state {
     BACKEND_CONNECTING,
     BACKEND_HANDSHAKING,
+    BACKEND_AUTHENTICATING,
     BACKEND_IDLE,
     BACKEND_BUSY,
     BACKEND_CLOSING,
@@ -34,7 +37,7 @@ typedef enum backend_state {
 } backend_state_t;
 
 static const char *const backend_state_names[BACKEND_STATE_COUNT] = {
-    "CONNECTING", "HANDSHAKING", "IDLE", "BUSY", "CLOSING",
+    "CONNECTING", "HANDSHAKING", "AUTHENTICATING", "IDLE", "BUSY", "CLOSING",
 };
 
 typedef struct backend_request {
@@ -56,6 +59,7 @@ typedef struct backend_connection {
     uv_write_t write_request;
     int open_handles;
     backend_request_t *request; /* in flight (BUSY) */
+    backend_auth_t *auth;       /* the SCRAM conversation (AUTHENTICATING) */
     int32_t request_id;
     uint8_t *outgoing;           /* bytes being written */
     uint8_t *buffer;             /* received bytes */
@@ -86,6 +90,7 @@ struct backend_pool {
     uint64_t failed;
     backend_server_info_t info;
     int consecutive_failures;
+    backend_credentials_t *credentials; /* the URI's user, or NULL */
 };
 
 static void backend_pool_pump(backend_pool_t *pool);
@@ -131,7 +136,8 @@ static void backend_set_state(backend_connection_t *connection, backend_state_t 
 {
     static const bool allowed[BACKEND_STATE_COUNT][BACKEND_STATE_COUNT] = {
         [BACKEND_CONNECTING] = {[BACKEND_HANDSHAKING] = true, [BACKEND_CLOSING] = true},
-        [BACKEND_HANDSHAKING] = {[BACKEND_IDLE] = true, [BACKEND_CLOSING] = true},
+        [BACKEND_HANDSHAKING] = {[BACKEND_AUTHENTICATING] = true, [BACKEND_IDLE] = true, [BACKEND_CLOSING] = true},
+        [BACKEND_AUTHENTICATING] = {[BACKEND_IDLE] = true, [BACKEND_CLOSING] = true},
         [BACKEND_IDLE] = {[BACKEND_BUSY] = true, [BACKEND_CLOSING] = true},
         [BACKEND_BUSY] = {[BACKEND_IDLE] = true, [BACKEND_CLOSING] = true},
         [BACKEND_CLOSING] = {[BACKEND_CLOSING] = false},
@@ -155,6 +161,7 @@ static void backend_connection_free(backend_connection_t *connection)
     pool->connection_count--;
     bson_free(connection->buffer);
     bson_free(connection->outgoing);
+    backend_auth_destroy(connection->auth);
     bson_free(connection);
     backend_pool_pump(pool);
 }
@@ -174,7 +181,8 @@ static void backend_connection_fail(backend_connection_t *connection, const char
         fail_request(pool, connection->request, TC_ERR_HOST_UNREACHABLE, reason);
         connection->request = NULL;
     }
-    if (connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING) {
+    if (connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING ||
+        connection->state == BACKEND_AUTHENTICATING) {
         pool->consecutive_failures++;
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d unreachable: %s", pool->name,
                pool->host, pool->port, reason);
@@ -249,6 +257,9 @@ static void send_hello(backend_connection_t *connection)
     BSON_APPEND_UTF8(&driver, "version", "0.1.0");
     bson_append_document_end(&client, &driver);
     bson_append_document_end(&hello, &client);
+    if (connection->pool->credentials != NULL) {
+        backend_credentials_append_hello(connection->pool->credentials, &hello);
+    }
     BSON_APPEND_UTF8(&hello, "$db", "admin");
     bool built = wire_op_msg_build(0, 0, 0, &hello, NULL, 0, &message, &length, &error);
     bson_destroy(&hello);
@@ -257,6 +268,49 @@ static void send_hello(backend_connection_t *connection)
         return;
     }
     write_message(connection, message, length);
+}
+
+/* After hello, with the URI's credentials: the first SCRAM message. The connect
+ * timer keeps running: a tier that never finishes the conversation times out
+ * like one that never answers. Returns false if it closed. */
+static bool start_authentication(backend_connection_t *connection, const bson_t *hello_reply)
+{
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    backend_set_state(connection, BACKEND_AUTHENTICATING);
+    connection->auth = backend_auth_start(connection->pool->credentials, hello_reply, &message, &length, &error);
+    if (connection->auth == NULL) {
+        backend_connection_fail(connection, error.message);
+        return false;
+    }
+    return write_message(connection, message, length);
+}
+
+/* A reply in the SCRAM conversation: the next message, or IDLE once it is done.
+ * Returns false if it closed. */
+static bool continue_authentication(backend_connection_t *connection, const uint8_t *reply, size_t length)
+{
+    backend_pool_t *pool = connection->pool;
+    uint8_t *message;
+    size_t message_length;
+    bson_error_t error;
+    if (!backend_auth_step(connection->auth, reply, length, &message, &message_length, &error)) {
+        char reason[sizeof error.message + 128];
+        snprintf(reason, sizeof reason, "cannot authenticate as %s: %s",
+                 backend_credentials_principal(pool->credentials), error.message);
+        backend_connection_fail(connection, reason);
+        return false;
+    }
+    if (message != NULL) {
+        return write_message(connection, message, message_length);
+    }
+    backend_auth_destroy(connection->auth);
+    connection->auth = NULL;
+    pool->consecutive_failures = 0;
+    uv_timer_stop(&connection->timer);
+    backend_set_state(connection, BACKEND_IDLE);
+    return true;
 }
 
 /* Reads the hello reply: records the server's limits, and follows a replica
@@ -304,6 +358,9 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
         bson_iter_init_find(&iter, &body, "logicalSessionTimeoutMinutes") ? (int32_t)bson_iter_as_int64(&iter) : -1;
     if (bson_iter_init_find(&iter, &body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
         snprintf(pool->info.set_name, sizeof pool->info.set_name, "%s", bson_iter_utf8(&iter, NULL));
+    }
+    if (pool->credentials != NULL) {
+        return start_authentication(connection, &body);
     }
     pool->consecutive_failures = 0;
     uv_timer_stop(&connection->timer);
@@ -355,6 +412,10 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
         }
         if (connection->state == BACKEND_HANDSHAKING) {
             if (!finish_handshake(connection, connection->buffer, message_length)) {
+                return;
+            }
+        } else if (connection->state == BACKEND_AUTHENTICATING) {
+            if (!continue_authentication(connection, connection->buffer, message_length)) {
                 return;
             }
         } else if (connection->state == BACKEND_BUSY) {
@@ -474,7 +535,8 @@ static void backend_pool_pump(backend_pool_t *pool)
     /* Opening connections: as many as requests wait, within the pool's size. */
     int opening = 0;
     for (backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
-        opening += connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING;
+        opening += connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING ||
+                   connection->state == BACKEND_AUTHENTICATING;
     }
     while (opening < pool->queued && pool->connection_count < pool->max_connections) {
         open_connection(pool);
@@ -487,16 +549,22 @@ backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *
     bson_error_t uri_error;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(options->uri, &uri_error);
     if (uri == NULL) {
-        tc_error_set(error, TC_ERR_BAD_VALUE, "bad %s URI '%s': %s", options->name, options->uri, uri_error.message);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "bad %s URI: %s", options->name, uri_error.message);
         return NULL;
     }
     const mongoc_host_list_t *hosts = mongoc_uri_get_hosts(uri);
     if (hosts == NULL) {
         mongoc_uri_destroy(uri);
-        tc_error_set(error, TC_ERR_BAD_VALUE, "the %s URI '%s' names no host", options->name, options->uri);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "the %s URI names no host", options->name);
+        return NULL;
+    }
+    backend_credentials_t *credentials;
+    if (!backend_credentials_from_uri(uri, &credentials, error)) {
+        mongoc_uri_destroy(uri);
         return NULL;
     }
     backend_pool_t *pool = BSON_ALIGNED_ALLOC0(backend_pool_t);
+    pool->credentials = credentials;
     pool->loop = loop;
     pool->name = bson_strdup(options->name);
     snprintf(pool->host, sizeof pool->host, "%s", hosts->host);
@@ -556,6 +624,7 @@ void backend_pool_destroy(backend_pool_t *pool)
     if (pool == NULL) {
         return;
     }
+    backend_credentials_destroy(pool->credentials);
     bson_free(pool->name);
     bson_free(pool);
 }

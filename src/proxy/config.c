@@ -38,6 +38,7 @@ typedef enum setting_type {
     TYPE_NAMESPACE_NAME,
     TYPE_FIELD_PATH,
     TYPE_COVERAGE,
+    TYPE_AUTHORIZATION,
 } setting_type_t;
 
 typedef struct setting {
@@ -74,6 +75,8 @@ static const setting_t settings[] = {
     {"warmerEnabled", TOP(warmer_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the warmer"},
     {"warmerRateLimit", TOP(warmer_rate_limit), TYPE_INTEGER, "0", false, 0, 10000000,
      "archive documents the warmer reads per second at most (0: only its adaptive pace)"},
+    {"authorization", TOP(authorization_enabled), TYPE_AUTHORIZATION, "disabled", false, 0, 0,
+     "enabled: clients authenticate against the archive's users and every command is checked"},
     {"ns", NAMESPACE(ns), TYPE_NAMESPACE_NAME, NULL, true, 0, 0, "database.collection"},
     {"timeField", NAMESPACE(time_field), TYPE_FIELD_PATH, NULL, true, 0, 0, "the BSON date field"},
     {"maxAge", NAMESPACE(max_age_ms), TYPE_DURATION, NULL, true, 1, INT64_MAX, "the recent window's length"},
@@ -258,6 +261,15 @@ static bool parse_uri(const loader_t *loader, const setting_t *setting, const sc
         return fail_at(loader, value->line, "%s is not a valid MongoDB URI (mongodb://host:port/?options): %s",
                        setting->name, uri_error.message);
     }
+    /* The proxy's own pools speak SCRAM only (backend_auth.c); say so now. */
+    const char *mechanism = mongoc_uri_get_auth_mechanism(uri);
+    if (mechanism != NULL && strcmp(mechanism, "SCRAM-SHA-1") != 0 && strcmp(mechanism, "SCRAM-SHA-256") != 0) {
+        fail_at(loader, value->line,
+                "%s: the proxy authenticates to a tier with SCRAM-SHA-256 or SCRAM-SHA-1, not authMechanism=%s",
+                setting->name, mechanism);
+        mongoc_uri_destroy(uri);
+        return false;
+    }
     mongoc_uri_destroy(uri);
     replace_string(field, value->text, value->length);
     return true;
@@ -397,6 +409,19 @@ static bool parse_coverage(const loader_t *loader, const setting_t *setting, con
     return true;
 }
 
+static bool parse_authorization(const loader_t *loader, const setting_t *setting, const scalar_t *value, void *field)
+{
+    if (strcmp(value->text, "enabled") == 0) {
+        *(bool *)field = true;
+    } else if (strcmp(value->text, "disabled") == 0) {
+        *(bool *)field = false;
+    } else {
+        return fail_at(loader, value->line, "%s must be enabled or disabled (as mongod's security.authorization), not '%s'",
+                       setting->name, value->text);
+    }
+    return true;
+}
+
 typedef bool (*setting_parse_fn)(const loader_t *loader, const setting_t *setting, const scalar_t *value,
                                  void *field);
 
@@ -411,6 +436,7 @@ static setting_parse_fn parser_of(setting_type_t type)
     case TYPE_NAMESPACE_NAME: return parse_namespace_name;
     case TYPE_FIELD_PATH: return parse_field_path;
     case TYPE_COVERAGE: return parse_coverage;
+    case TYPE_AUTHORIZATION: return parse_authorization;
     case TYPE_NAMESPACE_LIST: break;
     }
     return NULL;
@@ -428,6 +454,7 @@ static const char *type_description(setting_type_t type)
     case TYPE_NAMESPACE_NAME: return "'database.collection'";
     case TYPE_FIELD_PATH: return "a field name";
     case TYPE_COVERAGE: return "warm or complete";
+    case TYPE_AUTHORIZATION: return "enabled or disabled";
     }
     return "a value";
 }
@@ -786,4 +813,25 @@ const config_namespace_t *config_find_namespace(const config_t *config, const ch
         }
     }
     return NULL;
+}
+
+char *config_uri_redacted(const char *uri)
+{
+    const char *scheme_end = strstr(uri, "://");
+    if (scheme_end == NULL) {
+        return bson_strdup(uri);
+    }
+    const char *authority = scheme_end + 3;
+    size_t authority_length = strcspn(authority, "/?");
+    const char *at = NULL;
+    for (const char *cursor = authority; cursor < authority + authority_length; cursor++) {
+        if (*cursor == '@') {
+            at = cursor; /* the last one: a user name may not hold an unescaped '@', but be safe */
+        }
+    }
+    const char *colon = at != NULL ? memchr(authority, ':', (size_t)(at - authority)) : NULL;
+    if (colon == NULL) {
+        return bson_strdup(uri);
+    }
+    return bson_strdup_printf("%.*s:***%s", (int)(colon - uri), uri, at);
 }

@@ -25,6 +25,11 @@
  *   feederEnabled       boolean   true               run the feeder in this process
  *   evictorEnabled      boolean   true               run the evictor in this process
  *   warmerEnabled       boolean   true               run the warmer in this process
+ *   warmerRateLimit     integer   0                  archive documents the warmer reads per second at
+ *                                                    most (0-10000000; 0: only its adaptive pace)
+ *   authorization       enabled|disabled  disabled   enabled: clients authenticate (SCRAM) against
+ *                                                    the archive's users and every command is checked
+ *                                                    against their roles, whichever tier serves it
  *
  * Namespace settings (each entry of namespaces)
  *   ns                  string    (required)         "database.collection", once per file
@@ -83,6 +88,7 @@ typedef struct config {
     bool evictor_enabled;
     bool warmer_enabled;
     int64_t warmer_rate_limit; /* documents per second; 0: no cap beyond the adaptive pace */
+    bool authorization_enabled; /* authorization: enabled */
 } config_t;
 
 /* Reads and validates the file at path. NULL on any error, with BadValue (2) or,
@@ -95,6 +101,10 @@ config_t *config_load_string(const char *text, size_t length, const char *name, 
 
 /* Safe on NULL. */
 void config_destroy(config_t *config);
+
+/* uri with its password replaced by "***", for logs and messages. The caller
+ * frees it with bson_free(). */
+char *config_uri_redacted(const char *uri);
 
 /* The entry for ns ("database.collection"), or NULL; borrows config. */
 const config_namespace_t *config_find_namespace(const config_t *config, const char *ns);

@@ -1,6 +1,7 @@
 /* `thermocline proxy --config FILE`: loads the config, opens a connection pool
  * to each tier, starts the tier workers (src/tier) as threads, serves clients on
- * one event loop (router.c) and answers thermoclineStatus. Everything here runs
+ * one event loop (router.c, with access.c checking who they are) and answers
+ * thermoclineStatus. Everything here runs
  * on that loop's thread; the workers' progress reaches it through an async
  * handle, or by polling the fast tier when they run in another process. */
 #include "proxy/proxy.h"
@@ -322,6 +323,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         .application = &proxy,
         .handle_on_loop = router_handle,
         .loop_stopping = on_loop_stopping,
+        .connection_close = access_session_destroy,
     };
     proxy.server = server_new(&server_options, &callbacks, error);
     TC_CHECK(proxy.server != NULL);
@@ -335,6 +337,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         proxy.tiers[tier] = backend_pool_new(proxy.loop, &tier_options[tier], error);
         TC_CHECK(proxy.tiers[tier] != NULL);
     }
+    proxy.users = user_cache_new(proxy.tiers[PROXY_TIER_ARCHIVE], PROXY_USER_CACHE_MS);
     uv_timer_init(proxy.loop, &proxy.housekeeping_timer);
     proxy.housekeeping_timer.data = &proxy;
     uv_timer_start(&proxy.housekeeping_timer, on_housekeeping, HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
@@ -370,9 +373,14 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         TC_CHECK(proxy.workers != NULL);
     }
 
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "thermocline proxy on %s:%d: archive %s, fast %s, %zu namespace(s) with a policy",
-           proxy.config->listen.host, server_port(proxy.server), proxy.config->archive_uri, proxy.config->fast_uri,
-           proxy.namespace_count);
+    char *archive_shown = config_uri_redacted(proxy.config->archive_uri);
+    char *fast_shown = config_uri_redacted(proxy.config->fast_uri);
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+           "thermocline proxy on %s:%d: archive %s, fast %s, %zu namespace(s) with a policy, authorization %s",
+           proxy.config->listen.host, server_port(proxy.server), archive_shown, fast_shown, proxy.namespace_count,
+           proxy.config->authorization_enabled ? "enabled" : "disabled");
+    bson_free(archive_shown);
+    bson_free(fast_shown);
     TC_CHECK(server_run(proxy.server, error));
     ok = true;
 done:
@@ -380,6 +388,7 @@ done:
         on_loop_stopping(&proxy);
     }
     server_destroy(proxy.server);
+    user_cache_destroy(proxy.users);
     for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
         backend_pool_destroy(proxy.tiers[tier]);
     }

@@ -9,6 +9,8 @@
 #include "proxy/backend.h"
 #include "proxy/config.h"
 #include "proxy/planner.h"
+#include "security/privileges.h"
+#include "security/scram.h"
 #include "tier/progress.h"
 #include "tier/tier.h"
 
@@ -62,6 +64,99 @@ void cursor_map_remove(cursor_map_t *map, int64_t proxy_id);
 void cursor_map_expire(cursor_map_t *map, int64_t now_ms);
 size_t cursor_map_count(const cursor_map_t *map);
 
+/* --- user_cache.c ----------------------------------------------------------------
+ * The archive's users, read with usersInfo {showCredentials: true} through the
+ * archive's pool, kept briefly (mongos reads the config servers' the same way). */
+typedef struct proxy_user {
+    bool found;                                 /* false: the archive has no such user */
+    privileges_user_t user;                     /* name, database, roles */
+    bool has_credentials[2];                    /* indexed by scram_mechanism_t */
+    scram_credentials_t credentials[2];
+    int64_t fetched_ms;                         /* proxy_now_ms() when read */
+    uint64_t generation;                        /* the cache's generation then */
+} proxy_user_t;
+
+typedef struct user_cache user_cache_t;
+
+/* user (valid only during the call) or error (the archive could not be asked or
+ * refused: HostUnreachable, Unauthorized...). */
+typedef void (*user_cache_fn)(void *context, const proxy_user_t *user, const bson_error_t *error);
+
+user_cache_t *user_cache_new(backend_pool_t *archive, int64_t max_age_ms);
+
+/* After the archive pool has closed (no read under way). Safe on NULL. */
+void user_cache_destroy(user_cache_t *cache);
+
+/* Calls done once, maybe at once: from the cache when user@database was read
+ * less than max_age_ms ago and since the last invalidation, else after one
+ * usersInfo to the archive shared by every lookup waiting for it. */
+void user_cache_lookup(user_cache_t *cache, const char *user, const char *database, user_cache_fn done,
+                       void *context);
+
+/* Users may have changed (a user command went through the proxy): every lookup
+ * from now on reads the archive again. */
+void user_cache_invalidate(user_cache_t *cache);
+uint64_t user_cache_generation(const user_cache_t *cache);
+
+typedef struct proxy proxy_t;
+
+/* --- access.c ------------------------------------------------------------------
+ * Clients' authentication (SCRAM against the archive's users) and, with
+ * authorization: enabled, the privilege check before every command. A client
+ * connection's state lives in its server connection_data. */
+
+/* Who sent a request; valid while the request is. */
+typedef struct access_client {
+    void **connection_data;
+    uint64_t connection_id;
+    const char *peer_address;
+} access_client_t;
+
+/* server_callbacks_t.connection_close: frees a connection's state. */
+void access_session_destroy(void *application, void *session);
+
+/* Called once with NULL to go on, or with the error to answer. */
+typedef void (*access_admit_fn)(void *context, const bson_error_t *error);
+
+/* Before a command is planned: with authorization enabled, may this client's
+ * user run it (its roles read again first when they are older than the user
+ * cache allows)? Unauthorized 13 with mongod's words otherwise. */
+void access_admit(proxy_t *proxy, const access_client_t *client, const char *name, const bson_t *command,
+                  access_admit_fn done, void *context);
+
+/* Whether the proxy answers name itself, whatever authorization says:
+ * saslStart, saslContinue, logout and connectionStatus concern the client's
+ * connection to the proxy (forwarded, they would act on the proxy's own
+ * authenticated connection to the archive). */
+bool access_answers(const char *name);
+
+/* reply: the body without ok (valid during the call), or error. */
+typedef void (*access_reply_fn)(void *context, const bson_t *reply, const bson_error_t *error);
+
+/* Runs one of the commands access_answers() names. */
+void access_run(proxy_t *proxy, const access_client_t *client, const char *name, const bson_t *command,
+                access_reply_fn done, void *context);
+
+/* Whether a hello asks for authentication work (saslSupportedMechs,
+ * speculativeAuthenticate); then access_hello() gives the fields to add (none
+ * when the user is unknown or the speculative start fails: hello never fails). */
+bool access_hello_wanted(const bson_t *command);
+void access_hello(proxy_t *proxy, const access_client_t *client, const bson_t *command, access_reply_fn done,
+                  void *context);
+
+/* After a tier answered name: forgets the cached users if name may have
+ * changed them (a user command, a write to admin.system.users). */
+void access_note_reply(proxy_t *proxy, const char *name, const bson_t *command);
+
+/* Whether a tier's reply to name must be trimmed to what the client may see
+ * (listDatabases under authorization: only the databases its roles reach), and
+ * the trimming. */
+bool access_trims_reply(const proxy_t *proxy, const char *name);
+void access_trim_reply(const access_client_t *client, bson_t *reply);
+
+/* How long a user read from the archive serves before it is read again. */
+#define PROXY_USER_CACHE_MS 10000
+
 /* --- the proxy ------------------------------------------------------------------ */
 
 typedef struct proxy {
@@ -69,6 +164,7 @@ typedef struct proxy {
     server_t *server;
     uv_loop_t *loop;
     backend_pool_t *tiers[PROXY_TIER_COUNT];
+    user_cache_t *users;       /* the archive's users, for client authentication */
     cursor_map_t *cursors;
     namespace_state_t *namespaces;
     size_t namespace_count;

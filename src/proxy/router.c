@@ -1,6 +1,8 @@
 /* One client request through the proxy, on the event loop:
  *
  *   arrive ─▶ decode (OP_COMPRESSED, OP_MSG / OP_QUERY handshake)
+ *          ─▶ authentication commands, answered by access.c                ─▶ reply
+ *          ─▶ admit (access.c: with authorization, the user's privileges)  ─▶ or refuse
  *          ─▶ answered here (hello, ping, thermoclineStatus)          ─▶ reply
  *          ─▶ plan (planner.c) ─▶ [fault-in: archive find ─▶ fast insert]
  *                              ─▶ forward to the tier ─▶ patch cursor ids ─▶ reply
@@ -30,8 +32,10 @@
 typedef struct proxy_request {
     proxy_t *proxy;
     server_pending_t *pending;
+    access_client_t client;  /* who sent it (access.c) */
     uint64_t connection_id;
     int32_t client_request_id;
+    bool legacy_hello;      /* an OP_QUERY isMaster: answered with OP_REPLY */
     bool compressed;
     uint8_t compressor;
     bool no_reply;          /* the client sent moreToCome */
@@ -147,7 +151,8 @@ static void finish_with_error(proxy_request_t *request, const bson_error_t *erro
 
 /* --- answered by the proxy ------------------------------------------------------ */
 
-static void append_hello_fields(proxy_request_t *request, bool legacy_name, bson_t *body)
+/* extra: what access.c adds for authentication (NULL: nothing). */
+static void append_hello_fields(proxy_request_t *request, bool legacy_name, const bson_t *extra, bson_t *body)
 {
     proxy_t *proxy = request->proxy;
     int32_t max_wire = MAX_WIRE_VERSION;
@@ -180,6 +185,9 @@ static void append_hello_fields(proxy_request_t *request, bool legacy_name, bson
     BSON_APPEND_BOOL(body, "readOnly", false);
 
     wire_negotiate_compression(&request->command, body);
+    if (extra != NULL) {
+        bson_concat(body, extra);
+    }
     BSON_APPEND_DOUBLE(body, "ok", 1.0);
 }
 
@@ -202,13 +210,13 @@ static uint32_t awaitable_delay_ms(proxy_request_t *request)
     return wait <= 0 ? 0 : (uint32_t)(wait > 600000 ? 600000 : wait);
 }
 
-static void answer_legacy_hello(proxy_request_t *request)
+static void answer_legacy_hello(proxy_request_t *request, const bson_t *extra)
 {
     bson_t body = BSON_INITIALIZER;
     uint8_t *encoded;
     size_t length;
     bson_error_t error;
-    append_hello_fields(request, true, &body);
+    append_hello_fields(request, true, extra, &body);
     const bson_t *documents[] = {&body};
     bool built = wire_op_reply_build(0, request->client_request_id, 0, 0, 0, documents, 1, &encoded, &length, &error);
     bson_destroy(&body);
@@ -221,21 +229,49 @@ static void answer_legacy_hello(proxy_request_t *request)
     finish_with_message(request, encoded, length);
 }
 
+static bool is_hello(const char *name)
+{
+    return strcmp(name, "hello") == 0 || strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0;
+}
+
+static void answer_hello(proxy_request_t *request, const bson_t *extra)
+{
+    if (request->legacy_hello) {
+        answer_legacy_hello(request, extra);
+        return;
+    }
+    bson_t body = BSON_INITIALIZER;
+    append_hello_fields(request, strcmp(request->command_name, "hello") != 0, extra, &body);
+    finish_with_document(request, &body, awaitable_delay_ms(request));
+    bson_destroy(&body);
+}
+
+/* hello's authentication fields are ready (access.c never fails a hello). */
+static void on_hello_fields(void *context, const bson_t *fields, const bson_error_t *error)
+{
+    (void)error;
+    answer_hello(context, fields);
+}
+
 static void answer_locally(proxy_request_t *request)
 {
-    bson_t body = BSON_INITIALIZER;
-    uint32_t delay_ms = 0;
     const char *name = request->command_name;
-    if (strcmp(name, "hello") == 0 || strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0) {
-        append_hello_fields(request, strcmp(name, "hello") != 0, &body);
-        delay_ms = awaitable_delay_ms(request);
-    } else if (strcmp(name, "thermoclineStatus") == 0) {
+    if (is_hello(name)) {
+        if (access_hello_wanted(&request->command)) {
+            access_hello(request->proxy, &request->client, &request->command, on_hello_fields, request);
+            return;
+        }
+        answer_hello(request, NULL);
+        return;
+    }
+    bson_t body = BSON_INITIALIZER;
+    if (strcmp(name, "thermoclineStatus") == 0) {
         proxy_append_status(request->proxy, &body);
         BSON_APPEND_DOUBLE(&body, "ok", 1.0);
     } else {
         BSON_APPEND_DOUBLE(&body, "ok", 1.0); /* ping */
     }
-    finish_with_document(request, &body, delay_ms);
+    finish_with_document(request, &body, 0);
     bson_destroy(&body);
 }
 
@@ -320,10 +356,20 @@ static void on_tier_reply(void *context, const uint8_t *reply, size_t length, co
         finish_with_error(request, error);
         return;
     }
-    uint8_t *copy = bson_malloc(length);
-    memcpy(copy, reply, length);
+    access_note_reply(proxy, request->command_name, &request->command);
     bson_t body;
     bson_error_t parse_error;
+    if (access_trims_reply(proxy, request->command_name) && wire_message_opcode(reply) == WIRE_OP_MSG &&
+        wire_op_msg_peek_body(reply, length, &body, &parse_error)) {
+        bson_t trimmed;
+        bson_copy_to(&body, &trimmed);
+        access_trim_reply(&request->client, &trimmed);
+        finish_with_document(request, &trimmed, 0);
+        bson_destroy(&trimmed);
+        return;
+    }
+    uint8_t *copy = bson_malloc(length);
+    memcpy(copy, reply, length);
     if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_peek_body(copy, length, &body, &parse_error)) {
         if (request->tier == PROXY_TIER_FAST) {
             note_fast_write(request, &body);
@@ -1358,6 +1404,31 @@ static void route_planned(proxy_request_t *request)
 
 /* --- arrival ------------------------------------------------------------------------ */
 
+/* A command access.c answered (saslStart, saslContinue, logout, connectionStatus). */
+static void on_access_reply(void *context, const bson_t *reply, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    if (error != NULL) {
+        finish_with_error(request, error);
+        return;
+    }
+    bson_t body;
+    bson_copy_to(reply, &body);
+    BSON_APPEND_DOUBLE(&body, "ok", 1.0);
+    finish_with_document(request, &body, 0);
+    bson_destroy(&body);
+}
+
+static void on_admitted(void *context, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    if (error != NULL) {
+        finish_with_error(request, error);
+        return;
+    }
+    route_planned(request);
+}
+
 void router_handle(void *application, server_pending_t *pending, const server_request_t *server_request)
 {
     proxy_t *proxy = application;
@@ -1366,6 +1437,9 @@ void router_handle(void *application, server_pending_t *pending, const server_re
     wire_header_t header;
     request->proxy = proxy;
     request->pending = pending;
+    request->client.connection_data = server_request->connection_data;
+    request->client.connection_id = server_request->connection_id;
+    request->client.peer_address = server_request->peer_address;
     request->connection_id = server_request->connection_id;
     request->command_name = "";
     bson_init(&request->command);
@@ -1400,7 +1474,8 @@ void router_handle(void *application, server_pending_t *pending, const server_re
             (strcmp(bson_iter_key(&first), "isMaster") == 0 || strcmp(bson_iter_key(&first), "ismaster") == 0 ||
              strcmp(bson_iter_key(&first), "hello") == 0)) {
             request->command_name = "isMaster";
-            answer_legacy_hello(request);
+            request->legacy_hello = true;
+            answer_locally(request);
             return;
         }
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
@@ -1440,7 +1515,11 @@ void router_handle(void *application, server_pending_t *pending, const server_re
         return;
     }
     request->command_name = bson_iter_key(&first);
-    route_planned(request);
+    if (access_answers(request->command_name)) {
+        access_run(proxy, &request->client, request->command_name, &request->command, on_access_reply, request);
+        return;
+    }
+    access_admit(proxy, &request->client, request->command_name, &request->command, on_admitted, request);
     return;
 
 close_connection:

@@ -1,8 +1,10 @@
-/* SCRAM-SHA-1 and SCRAM-SHA-256: credential derivation and the server's side of
+/* SCRAM-SHA-1 and SCRAM-SHA-256: credential derivation, the server's side of
  * the conversation (RFC 5802 sections 3, 5 and 7; RFC 7677), parsed as mongod
  * parses it (sasl_scram_server_conversation.cpp): GS2 header "n" or "y" without
- * channel binding, no mandatory extensions, extra attributes ignored. */
+ * channel binding, no mandatory extensions, extra attributes ignored; and the
+ * credentials as user documents hold them. */
 #include "security/scram.h"
+#include "security/scram_private.h"
 
 #include "security/base64.h"
 #include "security/saslprep.h"
@@ -69,7 +71,7 @@ size_t scram_salt_length(scram_mechanism_t mechanism)
     return scram_hash_length(mechanism) - 4;
 }
 
-static bool scram_hmac(scram_mechanism_t mechanism, const uint8_t *key, size_t key_length, const void *data,
+bool scram_hmac(scram_mechanism_t mechanism, const uint8_t *key, size_t key_length, const void *data,
                        size_t data_length, uint8_t *out)
 {
     unsigned int out_length = 0;
@@ -77,7 +79,7 @@ static bool scram_hmac(scram_mechanism_t mechanism, const uint8_t *key, size_t k
            out_length == scram_hash_length(mechanism);
 }
 
-static bool scram_hash(scram_mechanism_t mechanism, const uint8_t *data, size_t length, uint8_t *out)
+bool scram_hash(scram_mechanism_t mechanism, const uint8_t *data, size_t length, uint8_t *out)
 {
     unsigned int out_length = 0;
     return EVP_Digest(data, length, out, &out_length, scram_digest(mechanism), NULL) == 1 &&
@@ -239,9 +241,7 @@ static bool scram_server_check_state(scram_server_t *server, scram_server_state_
     return true;
 }
 
-/* The next comma-separated attribute of [*cursor, end): returns its start and
- * length and moves *cursor past the comma. */
-static bool next_attribute(const char **cursor, const char *end, const char **out_start, size_t *out_length)
+bool scram_next_attribute(const char **cursor, const char *end, const char **out_start, size_t *out_length)
 {
     if (*cursor >= end) {
         return false;
@@ -293,7 +293,7 @@ bool scram_server_receive_first(scram_server_t *server, const uint8_t *message, 
     if (memchr(text, '\0', length) != NULL) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE, "SCRAM message contains a NUL byte");
     }
-    if (!next_attribute(&cursor, end, &flag, &flag_length) || cursor == end) {
+    if (!scram_next_attribute(&cursor, end, &flag, &flag_length) || cursor == end) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE,
                                  "Incorrect number of arguments for first SCRAM client message");
     }
@@ -303,7 +303,7 @@ bool scram_server_receive_first(scram_server_t *server, const uint8_t *message, 
     if (flag_length != 1 || (flag[0] != 'n' && flag[0] != 'y')) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE, "Incorrect SCRAM client message prefix");
     }
-    if (!next_attribute(&cursor, end, &authorization_id, &authorization_id_length) ||
+    if (!scram_next_attribute(&cursor, end, &authorization_id, &authorization_id_length) ||
         cursor[-1] != ',') {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE,
                                  "Incorrect number of arguments for first SCRAM client message");
@@ -317,7 +317,8 @@ bool scram_server_receive_first(scram_server_t *server, const uint8_t *message, 
     if (end - bare >= 2 && strncmp(bare, "m=", 2) == 0) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE, "SCRAM mandatory extensions are not supported");
     }
-    if (!next_attribute(&cursor, end, &user, &user_length) || !next_attribute(&cursor, end, &nonce, &nonce_length)) {
+    if (!scram_next_attribute(&cursor, end, &user, &user_length) ||
+        !scram_next_attribute(&cursor, end, &nonce, &nonce_length)) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE,
                                  "Incorrect number of arguments for first SCRAM client message");
     }
@@ -404,8 +405,8 @@ bool scram_server_receive_final(scram_server_t *server, const uint8_t *message, 
         proof_length != hash_length) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE, "Incorrect SCRAM ClientProof");
     }
-    if (!next_attribute(&cursor, last_comma, &binding, &binding_length) ||
-        !next_attribute(&cursor, last_comma, &nonce, &nonce_length)) {
+    if (!scram_next_attribute(&cursor, last_comma, &binding, &binding_length) ||
+        !scram_next_attribute(&cursor, last_comma, &nonce, &nonce_length)) {
         return scram_server_fail(server, error, TC_ERR_BAD_VALUE,
                                  "Incorrect number of arguments for second SCRAM client message");
     }
@@ -457,4 +458,78 @@ done:
     OPENSSL_cleanse(client_key, sizeof client_key);
     OPENSSL_cleanse(client_signature, sizeof client_signature);
     return ok;
+}
+
+/* --- credentials in user documents ------------------------------------------------- */
+
+static bool read_base64_field(const bson_t *document, const char *field, uint8_t *out, size_t capacity,
+                              size_t *out_length)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, document, field) || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        return false;
+    }
+    uint32_t length;
+    const char *text = bson_iter_utf8(&iter, &length);
+    return base64_decode(text, length, out, capacity, out_length);
+}
+
+bool scram_credentials_from_user_document(const bson_t *document, scram_mechanism_t mechanism, scram_credentials_t *out_credentials)
+{
+    bson_iter_t iter, entry;
+    uint32_t length;
+    const uint8_t *data;
+    bson_t credentials;
+    size_t key_length;
+    size_t hash_length = scram_hash_length(mechanism);
+    if (!bson_iter_init_find(&iter, document, "credentials") || !BSON_ITER_HOLDS_DOCUMENT(&iter) ||
+        !bson_iter_recurse(&iter, &entry) || !bson_iter_find(&entry, scram_mechanism_name(mechanism)) ||
+        !BSON_ITER_HOLDS_DOCUMENT(&entry)) {
+        return false;
+    }
+    bson_iter_document(&entry, &length, &data);
+    if (!bson_init_static(&credentials, data, length)) {
+        return false;
+    }
+    memset(out_credentials, 0, sizeof *out_credentials);
+    out_credentials->mechanism = mechanism;
+    if (!bson_iter_init_find(&iter, &credentials, "iterationCount") || !BSON_ITER_HOLDS_NUMBER(&iter) ||
+        bson_iter_as_int64(&iter) < 1 || bson_iter_as_int64(&iter) > INT32_MAX) {
+        return false;
+    }
+    out_credentials->iterations = (uint32_t)bson_iter_as_int64(&iter);
+    return read_base64_field(&credentials, "salt", out_credentials->salt, sizeof out_credentials->salt,
+                             &out_credentials->salt_length) &&
+           out_credentials->salt_length > 0 &&
+           read_base64_field(&credentials, "storedKey", out_credentials->stored_key,
+                             sizeof out_credentials->stored_key, &key_length) &&
+           key_length == hash_length &&
+           read_base64_field(&credentials, "serverKey", out_credentials->server_key,
+                             sizeof out_credentials->server_key, &key_length) &&
+           key_length == hash_length;
+}
+
+void scram_credentials_append_document(bson_t *out, const char *key, const scram_credentials_t *credentials,
+                                   size_t count)
+{
+    bson_t all;
+    BSON_APPEND_DOCUMENT_BEGIN(out, key, &all);
+    for (size_t i = 0; i < count; i++) {
+        const scram_credentials_t *one = &credentials[i];
+        size_t hash_length = scram_hash_length(one->mechanism);
+        bson_t entry;
+        char *salt = base64_encode_new(one->salt, one->salt_length);
+        char *stored_key = base64_encode_new(one->stored_key, hash_length);
+        char *server_key = base64_encode_new(one->server_key, hash_length);
+        BSON_APPEND_DOCUMENT_BEGIN(&all, scram_mechanism_name(one->mechanism), &entry);
+        BSON_APPEND_INT32(&entry, "iterationCount", (int32_t)one->iterations);
+        BSON_APPEND_UTF8(&entry, "salt", salt);
+        BSON_APPEND_UTF8(&entry, "storedKey", stored_key);
+        BSON_APPEND_UTF8(&entry, "serverKey", server_key);
+        bson_append_document_end(&all, &entry);
+        bson_free(salt);
+        bson_free(stored_key);
+        bson_free(server_key);
+    }
+    bson_append_document_end(out, &all);
 }

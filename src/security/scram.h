@@ -1,6 +1,7 @@
 /* SCRAM (RFC 5802) with SHA-1 and SHA-256 (RFC 7677) as MongoDB uses them: the
  * credentials a server keeps (salt, iteration count, StoredKey, ServerKey: never
- * the password) and the server side of the three-message conversation. Pure:
+ * the password), how user documents hold them, and the server side of the
+ * three-message conversation (the client's is scram_client.h). Pure:
  * no storage, no network; the caller finds a user's credentials and carries the
  * messages, so the store and the proxy share it. OpenSSL's libcrypto does the
  * hashing (SHA, HMAC, PBKDF2) and the randomness. */
@@ -68,6 +69,17 @@ bool scram_derive_credentials(scram_mechanism_t mechanism, const char *prepared_
 bool scram_credentials_generate(scram_mechanism_t mechanism, const char *user, const char *password,
                                 uint32_t iterations, scram_credentials_t *out_credentials,
                                 bson_error_t *error) TC_MUST_CHECK;
+
+/* The credentials of mechanism in a user document, as admin.system.users and
+ * usersInfo with showCredentials hold them: {credentials: {"SCRAM-SHA-256":
+ * {iterationCount, salt, storedKey, serverKey}}}. false: none, or malformed. */
+bool scram_credentials_from_user_document(const bson_t *document, scram_mechanism_t mechanism,
+                                          scram_credentials_t *out_credentials);
+
+/* Appends {"SCRAM-SHA-1": {iterationCount, salt, storedKey, serverKey}, ...}
+ * under key, as mongod stores them (base64 strings). */
+void scram_credentials_append_document(bson_t *out, const char *key, const scram_credentials_t *credentials,
+                                       size_t count);
 
 /* --- the server side of one conversation ---------------------------------------
  *

@@ -7,7 +7,6 @@
 #include "store/auth_private.h"
 
 #include "common/log.h"
-#include "security/base64.h"
 
 #include <string.h>
 
@@ -29,13 +28,8 @@ void auth_manager_destroy(auth_manager_t *manager)
 
 static void conversation_reset(auth_session_t *session)
 {
-    scram_server_destroy(session->conversation);
+    sasl_conversation_destroy(session->conversation);
     session->conversation = NULL;
-    bson_free(session->conversation_database);
-    session->conversation_database = NULL;
-    session->skip_empty_exchange = false;
-    session->awaiting_empty_step = false;
-    session->speculative = false;
 }
 
 void auth_session_destroy(void *state)
@@ -45,7 +39,7 @@ void auth_session_destroy(void *state)
         return;
     }
     conversation_reset(session);
-    auth_user_cleanup(&session->user);
+    privileges_user_cleanup(&session->user);
     bson_free(session);
 }
 
@@ -88,50 +82,33 @@ bool auth_localhost_exception(command_context_t *context)
 
 /* --- the SASL conversation -------------------------------------------------------- */
 
-static void append_payload(bson_t *reply, const char *data, size_t length, bool as_text)
-{
-    if (as_text) {
-        char *text = base64_encode_new((const uint8_t *)data, length);
-        BSON_APPEND_UTF8(reply, "payload", text);
-        bson_free(text);
-    } else {
-        BSON_APPEND_BINARY(reply, "payload", BSON_SUBTYPE_BINARY, (const uint8_t *)data, (uint32_t)length);
-    }
-}
-
-static void append_step_reply(bson_t *reply, bool done, const char *payload, size_t length, bool as_text)
-{
-    BSON_APPEND_INT32(reply, "conversationId", 1);
-    BSON_APPEND_BOOL(reply, "done", done);
-    append_payload(reply, payload, length, as_text);
-}
-
 /* Logs why, ends the conversation, and answers as mongod: the client learns
- * nothing but that it failed. */
+ * nothing but that it failed (or the reason itself when it is public). */
 static bool conversation_failed(command_context_t *context, auth_session_t *session, const bson_error_t *reason,
                                 bson_error_t *error)
 {
-    const char *user = session->conversation != NULL ? scram_server_user(session->conversation) : NULL;
+    sasl_conversation_t *conversation = session->conversation;
+    const char *user = conversation != NULL ? sasl_conversation_user(conversation) : NULL;
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
            "Authentication failed: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
            "\"%s\", remote %s, error %s: %s",
-           session->conversation != NULL ? scram_mechanism_name(scram_server_mechanism(session->conversation)) : "?",
-           session->speculative ? "true" : "false", user != NULL ? user : "",
-           session->conversation_database != NULL ? session->conversation_database : "", context->peer_address,
-           tc_error_code_name((int32_t)reason->code), reason->message);
+           conversation != NULL ? scram_mechanism_name(sasl_conversation_mechanism(conversation)) : "?",
+           conversation != NULL && sasl_conversation_speculative(conversation) ? "true" : "false",
+           user != NULL ? user : "", conversation != NULL ? sasl_conversation_database(conversation) : "",
+           context->peer_address, tc_error_code_name((int32_t)reason->code), reason->message);
     conversation_reset(session);
-    return tc_error_set(error, TC_ERR_AUTHENTICATION_FAILED, AUTH_FAILED_MESSAGE);
+    if (sasl_error_is_public(reason)) {
+        *error = *reason;
+        return false;
+    }
+    return tc_error_set(error, TC_ERR_AUTHENTICATION_FAILED, SASL_FAILED_MESSAGE);
 }
 
-bool auth_sasl_start(command_context_t *context, const char *database, const char *mechanism_name,
-                     const uint8_t *payload, size_t payload_length, bool payload_is_text, bool skip_empty_exchange,
+bool auth_sasl_start(command_context_t *context, const sasl_request_t *request, const char *database,
                      bool speculative, bson_t *reply, bson_error_t *error)
 {
     auth_session_t *session = auth_session_get(context);
-    scram_mechanism_t mechanism;
     bson_error_t reason;
-    char *server_first = NULL;
-    size_t server_first_length;
     bson_t user_document;
     bool found = false;
     scram_credentials_t credentials;
@@ -139,20 +116,16 @@ bool auth_sasl_start(command_context_t *context, const char *database, const cha
     if (session == NULL) {
         return tc_error_set(error, TC_ERR_INTERNAL, "authentication needs a connection");
     }
-    if (!scram_mechanism_from_name(mechanism_name, &mechanism)) {
-        return tc_error_set(error, TC_ERR_MECHANISM_UNAVAILABLE,
-                            "Received authentication for mechanism %s which is not enabled", mechanism_name);
-    }
     conversation_reset(session); /* a new saslStart abandons any conversation under way */
-    session->conversation = scram_server_new(mechanism, NULL);
-    session->conversation_database = bson_strdup(database);
-    session->skip_empty_exchange = skip_empty_exchange;
-    session->speculative = speculative;
-
-    if (!scram_server_receive_first(session->conversation, payload, payload_length, &reason)) {
+    if (!sasl_conversation_start(request, database, speculative, &session->conversation, &reason)) {
+        if (session->conversation == NULL) {
+            *error = reason; /* an unknown mechanism: no conversation began */
+            return false;
+        }
         return conversation_failed(context, session, &reason, error);
     }
-    const char *user = scram_server_user(session->conversation);
+    const char *user = sasl_conversation_user(session->conversation);
+    scram_mechanism_t mechanism = sasl_conversation_mechanism(session->conversation);
     if (!auth_users_find(context->session, user, database, &user_document, &found, &reason)) {
         return conversation_failed(context, session, &reason, error);
     }
@@ -160,23 +133,17 @@ bool auth_sasl_start(command_context_t *context, const char *database, const cha
         tc_error_set(&reason, TC_ERR_USER_NOT_FOUND, "Could not find user \"%s\" for db \"%s\"", user, database);
         return conversation_failed(context, session, &reason, error);
     }
-    bool has_credentials = auth_users_credentials(&user_document, mechanism, &credentials);
+    bool has_credentials = scram_credentials_from_user_document(&user_document, mechanism, &credentials);
     bson_destroy(&user_document);
     if (!has_credentials) {
-        tc_error_set(&reason, TC_ERR_MECHANISM_UNAVAILABLE,
+        tc_error_set(&reason, TC_ERR_AUTHENTICATION_FAILED,
                      "Unable to use %s based authentication for user without any %s credentials registered",
-                     mechanism_name, mechanism_name);
+                     scram_mechanism_name(mechanism), scram_mechanism_name(mechanism));
         return conversation_failed(context, session, &reason, error);
     }
-    bool built = scram_server_first_message(session->conversation, &credentials, &server_first,
-                                            &server_first_length, &reason);
+    bool replied = sasl_conversation_reply_first(session->conversation, &credentials, reply, &reason);
     memset(&credentials, 0, sizeof credentials);
-    if (!built) {
-        return conversation_failed(context, session, &reason, error);
-    }
-    append_step_reply(reply, false, server_first, server_first_length, payload_is_text);
-    bson_free(server_first);
-    return true;
+    return replied || conversation_failed(context, session, &reason, error);
 }
 
 /* The conversation succeeded: the connection is now user@database, as mongod's
@@ -184,8 +151,8 @@ bool auth_sasl_start(command_context_t *context, const char *database, const cha
  * accepted). */
 static bool conversation_succeeded(command_context_t *context, auth_session_t *session, bson_error_t *error)
 {
-    const char *user = scram_server_user(session->conversation);
-    const char *database = session->conversation_database;
+    const char *user = sasl_conversation_user(session->conversation);
+    const char *database = sasl_conversation_database(session->conversation);
     bson_t document;
     bool found = false;
     bson_error_t reason;
@@ -219,7 +186,7 @@ static bool conversation_succeeded(command_context_t *context, auth_session_t *s
         }
         return conversation_failed(context, session, &reason, error);
     }
-    bool parsed = auth_user_from_document(&document, &session->user);
+    bool parsed = privileges_user_from_document(&document, &session->user);
     bson_destroy(&document);
     if (!parsed) {
         tc_error_set(&reason, TC_ERR_AUTHENTICATION_FAILED, "the user document of %s@%s is malformed", user, database);
@@ -229,52 +196,35 @@ static bool conversation_succeeded(command_context_t *context, auth_session_t *s
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
            "Authentication succeeded: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
            "\"%s\", remote %s",
-           scram_mechanism_name(scram_server_mechanism(session->conversation)), session->speculative ? "true" : "false",
-           user, database, context->peer_address);
+           scram_mechanism_name(sasl_conversation_mechanism(session->conversation)),
+           sasl_conversation_speculative(session->conversation) ? "true" : "false", user, database,
+           context->peer_address);
     conversation_reset(session);
     return true;
 }
 
-bool auth_sasl_continue(command_context_t *context, int64_t conversation_id, const uint8_t *payload,
-                        size_t payload_length, bool payload_is_text, bson_t *reply, bson_error_t *error)
+bool auth_sasl_continue(command_context_t *context, const sasl_request_t *request, bson_t *reply, bson_error_t *error)
 {
     auth_session_t *session = auth_session_get(context);
     bson_error_t reason;
+    bson_t step = BSON_INITIALIZER;
+    bool done = false;
     if (session == NULL || session->conversation == NULL) {
         return tc_error_set(error, TC_ERR_PROTOCOL_ERROR, "No SASL session state found");
     }
-    if (conversation_id != 1) {
-        return tc_error_set(error, TC_ERR_PROTOCOL_ERROR, "sasl: Mismatched conversation id");
-    }
-    if (session->awaiting_empty_step) {
-        if (payload_length != 0) {
-            tc_error_set(&reason, TC_ERR_AUTHENTICATION_FAILED, "Invalid SCRAM authentication step: 3");
-            return conversation_failed(context, session, &reason, error);
-        }
-        if (!conversation_succeeded(context, session, error)) {
+    if (!sasl_conversation_continue(session->conversation, request, &step, &done, &reason)) {
+        bson_destroy(&step);
+        if (reason.code == TC_ERR_PROTOCOL_ERROR) {
+            *error = reason; /* the wrong conversationId: the conversation goes on */
             return false;
         }
-        append_step_reply(reply, true, "", 0, payload_is_text);
-        return true;
-    }
-    char *server_final = NULL;
-    size_t server_final_length;
-    if (!scram_server_receive_final(session->conversation, payload, payload_length, &server_final,
-                                    &server_final_length, &reason)) {
         return conversation_failed(context, session, &reason, error);
     }
-    if (!session->skip_empty_exchange) {
-        /* The client checks the server's signature, then sends an empty step. */
-        session->awaiting_empty_step = true;
-        append_step_reply(reply, false, server_final, server_final_length, payload_is_text);
-        bson_free(server_final);
-        return true;
-    }
-    bool ok = conversation_succeeded(context, session, error);
+    bool ok = !done || conversation_succeeded(context, session, error);
     if (ok) {
-        append_step_reply(reply, true, server_final, server_final_length, payload_is_text);
+        bson_concat(reply, &step);
     }
-    bson_free(server_final);
+    bson_destroy(&step);
     return ok;
 }
 
@@ -299,7 +249,7 @@ static void append_supported_mechanisms(command_context_t *context, const char *
         const scram_mechanism_t all[] = {SCRAM_SHA_1, SCRAM_SHA_256};
         for (size_t i = 0; i < 2; i++) {
             scram_credentials_t credentials;
-            if (auth_users_credentials(&document, all[i], &credentials)) {
+            if (scram_credentials_from_user_document(&document, all[i], &credentials)) {
                 char key[16];
                 const char *key_string;
                 bson_uint32_to_string(index++, &key_string, key, sizeof key);
@@ -312,58 +262,17 @@ static void append_supported_mechanisms(command_context_t *context, const char *
     bson_free(database);
 }
 
-static void run_speculative_start(command_context_t *context, const bson_t *request, bson_t *reply)
+static void run_speculative_start(command_context_t *context, const bson_t *document, bson_t *reply)
 {
-    bson_iter_t iter;
-    const char *mechanism = NULL, *database = NULL;
-    const uint8_t *payload = NULL;
-    uint32_t payload_length = 0;
-    bool payload_is_text = false;
-    bool skip_empty_exchange = false;
-    if (!bson_iter_init_find(&iter, request, "saslStart")) {
-        return; /* {authenticate: 1, mechanism: "MONGODB-X509"} is not offered */
-    }
-    bson_iter_init(&iter, request);
-    while (bson_iter_next(&iter)) {
-        const char *key = bson_iter_key(&iter);
-        if (strcmp(key, "mechanism") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
-            mechanism = bson_iter_utf8(&iter, NULL);
-        } else if (strcmp(key, "db") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
-            database = bson_iter_utf8(&iter, NULL);
-        } else if (strcmp(key, "payload") == 0 && BSON_ITER_HOLDS_BINARY(&iter)) {
-            bson_subtype_t subtype;
-            bson_iter_binary(&iter, &subtype, &payload_length, &payload);
-        } else if (strcmp(key, "payload") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
-            payload = (const uint8_t *)bson_iter_utf8(&iter, &payload_length);
-            payload_is_text = true;
-        } else if (strcmp(key, "options") == 0 && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-            bson_iter_t options;
-            if (bson_iter_recurse(&iter, &options) && bson_iter_find(&options, "skipEmptyExchange")) {
-                skip_empty_exchange = bson_iter_as_bool(&options);
-            }
-        }
-    }
-    if (mechanism == NULL || database == NULL || payload == NULL) {
-        return; /* mongod: treated as if there were no speculative start */
-    }
-    uint8_t *decoded = NULL;
-    size_t decoded_length = payload_length;
-    if (payload_is_text) {
-        decoded = bson_malloc(payload_length + 1);
-        if (!base64_decode((const char *)payload, payload_length, decoded, payload_length + 1, &decoded_length)) {
-            bson_free(decoded);
-            return;
-        }
-        payload = decoded;
-    }
+    sasl_request_t request;
     bson_t step = BSON_INITIALIZER;
     bson_error_t error;
-    if (auth_sasl_start(context, database, mechanism, payload, decoded_length, payload_is_text, skip_empty_exchange,
-                        true, &step, &error)) {
+    if (sasl_parse_speculative(document, &request) &&
+        auth_sasl_start(context, &request, request.database, true, &step, &error)) {
         BSON_APPEND_DOCUMENT(reply, "speculativeAuthenticate", &step);
     }
     bson_destroy(&step);
-    bson_free(decoded);
+    sasl_request_cleanup(&request);
 }
 
 void auth_append_hello(command_context_t *context, bson_t *reply)

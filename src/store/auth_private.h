@@ -1,18 +1,18 @@
 /* Private to the store's access control: auth.c (manager, sessions, the SASL
- * conversation, hello and connectionStatus), auth_rules.c (which privileges each
- * command needs), auth_users.c (admin.system.users) and cmd_auth.c (the
+ * conversation, hello and connectionStatus), auth_rules.c (the privilege check,
+ * with security/privileges.c), auth_users.c (admin.system.users) and cmd_auth.c (the
  * commands). */
 #ifndef TC_STORE_AUTH_PRIVATE_H
 #define TC_STORE_AUTH_PRIVATE_H
 
-#include "security/roles.h"
+#include "security/privileges.h"
+#include "security/sasl.h"
 #include "security/scram.h"
 #include "store/auth.h"
 
 #include <stdatomic.h>
 
 #define AUTH_USERS_NS "admin.system.users"
-#define AUTH_FAILED_MESSAGE "Authentication failed."
 
 struct auth_manager {
     bool enabled;
@@ -23,23 +23,11 @@ struct auth_manager {
     atomic_int users_exist;
 };
 
-/* A user as a session holds it: name, database and roles (all owned). */
-typedef struct auth_user {
-    char *name; /* NULL: nobody */
-    char *database;
-    roles_grant_t *grants;
-    size_t grant_count;
-} auth_user_t;
-
 /* One connection (server_request_t.connection_data). */
 typedef struct auth_session {
-    auth_user_t user;
-    uint64_t generation;          /* of the manager when user was read */
-    scram_server_t *conversation; /* a SASL conversation under way, or NULL */
-    char *conversation_database;
-    bool skip_empty_exchange;     /* saslStart options.skipEmptyExchange */
-    bool awaiting_empty_step;     /* server-final sent; the client's empty saslContinue ends it */
-    bool speculative;             /* started in hello */
+    privileges_user_t user;
+    uint64_t generation;                /* of the manager when user was read */
+    sasl_conversation_t *conversation;  /* a SASL conversation under way, or NULL */
 } auth_session_t;
 
 /* The connection's session, created on first use. */
@@ -50,20 +38,18 @@ bool auth_localhost_exception(command_context_t *context);
 
 /* --- auth.c: the SASL conversation, for saslStart, saslContinue and hello ------- */
 
-/* Starts a conversation: mechanism and payload (client-first) for a user of
- * database; fills the reply fields {conversationId, done, payload}. payload_is_text:
- * the client sent the payload as a base64 string, and gets one back. Errors:
- * MechanismUnavailable 334 for an unknown mechanism, otherwise AuthenticationFailed
- * 18 (the reason is logged, never sent). */
-bool auth_sasl_start(command_context_t *context, const char *database, const char *mechanism,
-                     const uint8_t *payload, size_t payload_length, bool payload_is_text,
-                     bool skip_empty_exchange, bool speculative, bson_t *reply, bson_error_t *error) TC_MUST_CHECK;
+/* Starts a conversation for a user of database (saslStart, or hello's
+ * speculativeAuthenticate) and appends its first reply {conversationId, done,
+ * payload} to reply. Errors: MechanismUnavailable 334 for an unknown mechanism,
+ * otherwise AuthenticationFailed 18 (the reason is logged, never sent). */
+bool auth_sasl_start(command_context_t *context, const sasl_request_t *request, const char *database,
+                     bool speculative, bson_t *reply, bson_error_t *error) TC_MUST_CHECK;
 
 /* The next step of the session's conversation. Errors: ProtocolError 17 (no
  * conversation, wrong conversationId), AuthenticationFailed 18, 5626701 and
  * 5626702 (already authenticated as another user). */
-bool auth_sasl_continue(command_context_t *context, int64_t conversation_id, const uint8_t *payload,
-                        size_t payload_length, bool payload_is_text, bson_t *reply, bson_error_t *error) TC_MUST_CHECK;
+bool auth_sasl_continue(command_context_t *context, const sasl_request_t *request, bson_t *reply,
+                        bson_error_t *error) TC_MUST_CHECK;
 
 /* --- auth_users.c: admin.system.users ---------------------------------------------- */
 
@@ -95,18 +81,5 @@ void auth_users_changed(command_context_t *context);
 
 /* Whether any user exists (the localhost exception ends with the first). */
 bool auth_users_any(storage_session_t *session, bool *out_any, bson_error_t *error) TC_MUST_CHECK;
-
-/* The stored credentials of one mechanism in a user document. false: none (or
- * malformed, which is logged by the caller as corrupt). */
-bool auth_users_credentials(const bson_t *document, scram_mechanism_t mechanism, scram_credentials_t *out_credentials);
-
-/* Appends {SCRAM-SHA-1: {iterationCount, salt, storedKey, serverKey}, ...} as
- * mongod stores them. */
-void auth_users_append_credentials(bson_t *out, const char *key, const scram_credentials_t *credentials,
-                                   size_t count);
-
-/* Fills user from a user document (copies). false: malformed. */
-bool auth_user_from_document(const bson_t *document, auth_user_t *out_user);
-void auth_user_cleanup(auth_user_t *user);
 
 #endif

@@ -7,7 +7,6 @@
 #include "store/auth_private.h"
 
 #include "common/log.h"
-#include "security/base64.h"
 
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -19,85 +18,20 @@
 
 /* --- SASL ---------------------------------------------------------------------------- */
 
-/* payload as BinData, or as a base64 string (then *out_decoded holds the bytes
- * and must be freed with bson_free()). */
-static bool read_payload(const command_context_t *context, const uint8_t **out_payload, size_t *out_length,
-                         bool *out_is_text, uint8_t **out_decoded, bson_error_t *error)
-{
-    bson_iter_t iter;
-    *out_decoded = NULL;
-    *out_is_text = false;
-    if (!bson_iter_init_find(&iter, context->command, "payload")) {
-        return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD, "BSON field '%s.payload' is missing but a required field",
-                            context->name);
-    }
-    if (BSON_ITER_HOLDS_BINARY(&iter)) {
-        bson_subtype_t subtype;
-        uint32_t length;
-        bson_iter_binary(&iter, &subtype, &length, out_payload);
-        *out_length = length;
-        return true;
-    }
-    if (BSON_ITER_HOLDS_UTF8(&iter)) {
-        uint32_t length;
-        const char *text = bson_iter_utf8(&iter, &length);
-        *out_decoded = bson_malloc((size_t)length + 1);
-        if (!base64_decode(text, length, *out_decoded, (size_t)length + 1, out_length)) {
-            bson_free(*out_decoded);
-            *out_decoded = NULL;
-            return tc_error_set(error, TC_ERR_BAD_VALUE, "Invalid base64 in %s.payload", context->name);
-        }
-        *out_payload = *out_decoded;
-        *out_is_text = true;
-        return true;
-    }
-    return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
-                        "BSON field '%s.payload' is the wrong type, expected types '[string, binData]'", context->name);
-}
-
 static bool handle_sasl_start(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    bson_iter_t iter, options;
-    const uint8_t *payload;
-    size_t length;
-    bool is_text;
-    uint8_t *decoded;
-    bool skip_empty_exchange = false;
-    if (!bson_iter_init_find(&iter, context->command, "mechanism") || !BSON_ITER_HOLDS_UTF8(&iter)) {
-        return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD,
-                            "BSON field 'saslStart.mechanism' is missing but a required field");
-    }
-    const char *mechanism = bson_iter_utf8(&iter, NULL);
-    if (bson_iter_init_find(&iter, context->command, "options") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
-        bson_iter_recurse(&iter, &options) && bson_iter_find(&options, "skipEmptyExchange")) {
-        skip_empty_exchange = bson_iter_as_bool(&options);
-    }
-    if (!read_payload(context, &payload, &length, &is_text, &decoded, error)) {
-        return false;
-    }
-    bool ok = auth_sasl_start(context, context->database, mechanism, payload, length, is_text, skip_empty_exchange,
-                              false, reply, error);
-    bson_free(decoded);
+    sasl_request_t request;
+    bool ok = sasl_parse_start(context->command, &request, error) &&
+              auth_sasl_start(context, &request, context->database, false, reply, error);
+    sasl_request_cleanup(&request);
     return ok;
 }
 
 static bool handle_sasl_continue(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    bson_iter_t iter;
-    const uint8_t *payload;
-    size_t length;
-    bool is_text;
-    uint8_t *decoded;
-    if (!bson_iter_init_find(&iter, context->command, "conversationId") || !BSON_ITER_HOLDS_NUMBER(&iter)) {
-        return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD,
-                            "BSON field 'saslContinue.conversationId' is missing but a required field");
-    }
-    int64_t conversation_id = bson_iter_as_int64(&iter);
-    if (!read_payload(context, &payload, &length, &is_text, &decoded, error)) {
-        return false;
-    }
-    bool ok = auth_sasl_continue(context, conversation_id, payload, length, is_text, reply, error);
-    bson_free(decoded);
+    sasl_request_t request;
+    bool ok = sasl_parse_continue(context->command, &request, error) && auth_sasl_continue(context, &request, reply, error);
+    sasl_request_cleanup(&request);
     return ok;
 }
 
@@ -108,7 +42,7 @@ static bool handle_logout(command_context_t *context, bson_t *reply, bson_error_
     if (session != NULL && session->user.name != NULL && strcmp(session->user.database, context->database) == 0) {
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "%s@%s logged out", session->user.name,
                session->user.database);
-        auth_user_cleanup(&session->user);
+        privileges_user_cleanup(&session->user);
     }
     return true;
 }
@@ -306,7 +240,7 @@ static void build_user_document(bson_t *out, const char *name, const char *datab
     BSON_APPEND_BINARY(out, "userId", BSON_SUBTYPE_UUID, user_id, 16);
     BSON_APPEND_UTF8(out, "user", name);
     BSON_APPEND_UTF8(out, "db", database);
-    auth_users_append_credentials(out, "credentials", credentials, credential_count);
+    scram_credentials_append_document(out, "credentials", credentials, credential_count);
     if (custom_data != NULL) {
         BSON_APPEND_DOCUMENT(out, "customData", custom_data);
     }
@@ -392,7 +326,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     bool found = false;
     scram_credentials_t credentials[2];
     size_t credential_count = 0;
-    auth_user_t stored = {0};
+    privileges_user_t stored = {0};
     bool ok = false;
 
     if (!auth_users_find(context->session, request->name, context->database, &current, &found, error)) {
@@ -407,7 +341,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     bool had[2] = {false, false};
     for (int m = SCRAM_SHA_1; m <= SCRAM_SHA_256; m++) {
         scram_credentials_t existing;
-        had[m] = auth_users_credentials(&current, (scram_mechanism_t)m, &existing);
+        had[m] = scram_credentials_from_user_document(&current, (scram_mechanism_t)m, &existing);
         if (had[m]) {
             credentials[credential_count++] = existing;
         }
@@ -434,7 +368,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     }
     const roles_grant_t *roles = request->roles;
     size_t role_count = request->role_count;
-    if (!request->roles_given && auth_user_from_document(&current, &stored)) {
+    if (!request->roles_given && privileges_user_from_document(&current, &stored)) {
         roles = stored.grants;
         role_count = stored.grant_count;
     }
@@ -468,7 +402,7 @@ static bool rewrite_user(command_context_t *context, const user_request_t *reque
     ok = true;
 done:
     OPENSSL_cleanse(credentials, sizeof credentials);
-    auth_user_cleanup(&stored);
+    privileges_user_cleanup(&stored);
     bson_destroy(&current);
     bson_destroy(&document);
     return ok;
@@ -501,7 +435,7 @@ static bool change_roles(command_context_t *context, bool grant, bson_error_t *e
     roles_grant_t *changed = bson_malloc(MAX_USER_ROLES * sizeof *changed);
     bson_t current;
     bool found = false;
-    auth_user_t stored = {0};
+    privileges_user_t stored = {0};
     bool ok = false;
     TC_CHECK(parse_user_request(context, request, error));
     if (!request->roles_given) {
@@ -516,7 +450,7 @@ static bool change_roles(command_context_t *context, bool grant, bson_error_t *e
         goto done;
     }
     size_t count = 0;
-    if (auth_user_from_document(&current, &stored)) {
+    if (privileges_user_from_document(&current, &stored) && stored.grant_count > 0) { /* none: grants is NULL */
         count = stored.grant_count < MAX_USER_ROLES ? stored.grant_count : MAX_USER_ROLES;
         memcpy(changed, stored.grants, count * sizeof *changed);
     }
@@ -543,7 +477,7 @@ static bool change_roles(command_context_t *context, bool grant, bson_error_t *e
     ok = rewrite_user(context, request, error);
     bson_destroy(&current);
 done:
-    auth_user_cleanup(&stored);
+    privileges_user_cleanup(&stored);
     bson_free(changed);
     bson_free(request);
     return ok;
@@ -698,7 +632,7 @@ static void append_user_info(bson_t *out, const char *key, const bson_t *documen
     BSON_APPEND_ARRAY_BEGIN(&user, "mechanisms", &mechanisms);
     for (int m = SCRAM_SHA_1; m <= SCRAM_SHA_256; m++) {
         scram_credentials_t credentials;
-        if (auth_users_credentials(document, (scram_mechanism_t)m, &credentials)) {
+        if (scram_credentials_from_user_document(document, (scram_mechanism_t)m, &credentials)) {
             char index_key[16];
             const char *index_string;
             bson_uint32_to_string(index++, &index_string, index_key, sizeof index_key);

@@ -16,8 +16,10 @@ mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name
 {
     bson_error_t uri_error;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_string, &uri_error);
+    char *shown = config_uri_redacted(uri_string); /* errors reach the log: no password in them */
     if (uri == NULL) {
-        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot use the URI %s: %s", uri_string, uri_error.message);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot use the URI %s: %s", shown, uri_error.message);
+        bson_free(shown);
         return NULL;
     }
     /* A worker blocked on an unreachable tier must notice a stop within seconds. */
@@ -33,9 +35,11 @@ mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name
     mongoc_client_pool_t *pool = mongoc_client_pool_new_with_error(uri, &uri_error);
     mongoc_uri_destroy(uri);
     if (pool == NULL) {
-        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot connect to %s: %s", uri_string, uri_error.message);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot connect to %s: %s", shown, uri_error.message);
+        bson_free(shown);
         return NULL;
     }
+    bson_free(shown);
     mongoc_client_pool_set_error_api(pool, MONGOC_ERROR_API_VERSION_2);
     mongoc_client_pool_set_appname(pool, app_name);
     mongoc_client_pool_max_size(pool, 8);

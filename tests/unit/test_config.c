@@ -96,6 +96,7 @@ static void test_brief_example(void **state)
     assert_true(config->read_your_writes_wait_ms == 5000);
     assert_true(config->fault_in_limit == 1000);
     assert_true(config->feeder_enabled && config->evictor_enabled && config->warmer_enabled);
+    assert_false(config->authorization_enabled);
     assert_ptr_equal(config_find_namespace(config, "shop.orders"), orders);
     assert_null(config_find_namespace(config, "shop.Orders"));
     assert_null(config_find_namespace(config, "shop"));
@@ -115,6 +116,7 @@ static void test_every_option(void **state)
                             "evictorEnabled: FALSE\n"
                             "warmerEnabled: True\n"
                             "warmerRateLimit: 500\n"
+                            "authorization: enabled\n"
                             "namespaces:\n"
                             "  - ns: shop.orders\n"
                             "    timeField: createdAt\n"
@@ -135,6 +137,7 @@ static void test_every_option(void **state)
     assert_false(config->evictor_enabled);
     assert_true(config->warmer_enabled);
     assert_true(config->warmer_rate_limit == 500);
+    assert_true(config->authorization_enabled);
     assert_int_equal(config->namespace_count, 2);
     const config_namespace_t *orders = config_find_namespace(config, "shop.orders");
     assert_non_null(orders);
@@ -149,7 +152,7 @@ static void test_every_option(void **state)
     assert_int_equal(clicks->coverage, CONFIG_COVERAGE_WARM);
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
-    assert_int_equal(clicks->line, 20);
+    assert_int_equal(clicks->line, 21);
     config_destroy(config);
 }
 
@@ -315,6 +318,9 @@ static void test_bad_uris_and_addresses(void **state)
          "2: fast and archive both name the server 127.0.0.1:27018: the fast tier must be a separate deployment"},
         {"archive: mongodb://a:1,b:2\nfast: mongodb://c:3,B:2\n",
          "2: fast and archive both name the server b:2: the fast tier must be a separate deployment"},
+        {"archive: mongodb://CN%3Dproxy@127.0.0.1:27018/?authMechanism=MONGODB-X509\n" FAST,
+         "1: archive: the proxy authenticates to a tier with SCRAM-SHA-256 or SCRAM-SHA-1, not "
+         "authMechanism=MONGODB-X509"},
         {TIERS "listen: 27017\n", "3: listen must be host:port, such as 127.0.0.1:27017, not '27017'"},
         {TIERS "listen: localhost\n", "3: listen must be host:port, such as 127.0.0.1:27017, not 'localhost'"},
         {TIERS "listen: localhost:0\n", "3: listen: the port must be a number from 1 to 65535, not '0'"},
@@ -424,6 +430,10 @@ static void test_bad_top_level_values(void **state)
         {TIERS "warmerEnabled: 1\n", "3: warmerEnabled must be true or false, not '1'"},
         {TIERS "warmerRateLimit: 2.5\n", "3: warmerRateLimit must be a whole number from 0 to 10000000, not '2.5'"},
         {TIERS "evictorEnabled: {a: 1}\n", "3: evictorEnabled must be true or false, not a mapping"},
+        {TIERS "authorization: true\n",
+         "3: authorization must be enabled or disabled (as mongod's security.authorization), not 'true'"},
+        {TIERS "authorization: Enabled\n",
+         "3: authorization must be enabled or disabled (as mongod's security.authorization), not 'Enabled'"},
         /* missing tiers, and documents that are not a mapping */
         {FAST, "1: missing required key 'archive' (archive and fast are required)"},
         {"# only a comment\n" ARCHIVE, "2: missing required key 'fast' (archive and fast are required)"},
@@ -479,6 +489,29 @@ static void test_syntax_errors_and_files(void **state)
     assert_string_equal(error.message, "nul.yaml:4: ns must not contain a NUL character");
 }
 
+/* Passwords never reach a log: URIs are shown with "***" in their place. */
+static void test_uri_redacted(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"mongodb://proxy:s3cret@127.0.0.1:27018/?authSource=admin", "mongodb://proxy:***@127.0.0.1:27018/?authSource=admin"},
+        {"mongodb://proxy:p%40ss@a:1,b:2/db", "mongodb://proxy:***@a:1,b:2/db"},
+        {"mongodb://proxy@127.0.0.1:27018/?authMechanism=SCRAM-SHA-1", "mongodb://proxy@127.0.0.1:27018/?authMechanism=SCRAM-SHA-1"},
+        {"mongodb://127.0.0.1:27018/?replicaSet=rs0", "mongodb://127.0.0.1:27018/?replicaSet=rs0"},
+        {"mongodb://127.0.0.1:27018/?x=a:b@c", "mongodb://127.0.0.1:27018/?x=a:b@c"},
+        {"not a uri", "not a uri"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *redacted = config_uri_redacted(cases[i][0]);
+        assert_string_equal(redacted, cases[i][1]);
+        bson_free(redacted);
+    }
+    config_t *config = load("archive: mongodb://proxy:pw@127.0.0.1:27018/?authMechanism=SCRAM-SHA-1\n"
+                            "fast: mongodb://proxy:pw@127.0.0.1:27019/?authMechanism=SCRAM-SHA-256\n");
+    assert_false(config->authorization_enabled);
+    config_destroy(config);
+}
+
 int main(void)
 {
     /* mongoc also logs a bad URI on stderr; the tests read the error instead */
@@ -493,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_bad_namespaces),
         cmocka_unit_test(test_bad_top_level_values),
         cmocka_unit_test(test_syntax_errors_and_files),
+        cmocka_unit_test(test_uri_redacted),
     };
     return cmocka_run_group_tests(tests, make_directory, remove_directory);
 }

@@ -499,6 +499,43 @@ static void test_base64_round_trip_and_strictness(void **state)
     assert_int_equal(length, 0);
 }
 
+/* Credentials written into a user document as mongod stores them read back the
+ * same; a document with a key of the wrong length or no such mechanism gives none. */
+static void test_credentials_in_user_documents(void **state)
+{
+    (void)state;
+    scram_credentials_t both[2] = {make_credentials(SCRAM_SHA_1, "u", "pw"), make_credentials(SCRAM_SHA_256, "u", "pw")};
+    scram_credentials_t read;
+    bson_t document = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&document, "user", "u");
+    scram_credentials_append_document(&document, "credentials", both, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_true(scram_credentials_from_user_document(&document, both[i].mechanism, &read));
+        assert_int_equal(read.iterations, 4096);
+        assert_int_equal(read.salt_length, both[i].salt_length);
+        assert_memory_equal(read.salt, both[i].salt, read.salt_length);
+        assert_memory_equal(read.stored_key, both[i].stored_key, scram_hash_length(both[i].mechanism));
+        assert_memory_equal(read.server_key, both[i].server_key, scram_hash_length(both[i].mechanism));
+    }
+    bson_destroy(&document);
+
+    bson_t only_sha1 = BSON_INITIALIZER;
+    scram_credentials_append_document(&only_sha1, "credentials", both, 1);
+    assert_false(scram_credentials_from_user_document(&only_sha1, SCRAM_SHA_256, &read));
+    bson_destroy(&only_sha1);
+
+    /* A 32-byte stored key under the SHA-1 name: the wrong length. */
+    const char *key20 = "AAAAAAAAAAAAAAAAAAAAAAAAAAA=", *key32 = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    bson_t *right = BCON_NEW("credentials", "{", "SCRAM-SHA-1", "{", "iterationCount", BCON_INT32(10000), "salt",
+                             "c2FsdA==", "storedKey", key20, "serverKey", key20, "}", "}");
+    bson_t *wrong = BCON_NEW("credentials", "{", "SCRAM-SHA-1", "{", "iterationCount", BCON_INT32(10000), "salt",
+                             "c2FsdA==", "storedKey", key32, "serverKey", key20, "}", "}");
+    assert_true(scram_credentials_from_user_document(right, SCRAM_SHA_1, &read));
+    assert_false(scram_credentials_from_user_document(wrong, SCRAM_SHA_1, &read));
+    bson_destroy(right);
+    bson_destroy(wrong);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -518,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_server_nonce_extends_the_client_nonce),
         cmocka_unit_test(test_mechanism_names),
         cmocka_unit_test(test_base64_round_trip_and_strictness),
+        cmocka_unit_test(test_credentials_in_user_documents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
