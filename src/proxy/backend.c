@@ -11,8 +11,11 @@
  *
  * A request that was on a connection when it failed is failed with
  * HostUnreachable (retryable for drivers); queued requests wait for the next
- * connection, which the pool opens at once. */
+ * connection, which the pool opens at once. When the tier's URI asks for TLS,
+ * HANDSHAKING starts with the TLS handshake (backend_tls.c, under the connect
+ * timeout): the hello waits in the TLS layer until it is done. */
 #include "proxy/backend.h"
+#include "proxy/backend_tls.h"
 
 #include "common/log.h"
 #include "proxy/backend_auth.h"
@@ -56,13 +59,12 @@ typedef struct backend_connection {
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_connect_t connect_request;
-    uv_write_t write_request;
     int open_handles;
     backend_request_t *request; /* in flight (BUSY) */
     backend_auth_t *auth;       /* the SCRAM conversation (AUTHENTICATING) */
     int32_t request_id;
-    uint8_t *outgoing;           /* bytes being written */
-    uint8_t *buffer;             /* received bytes */
+    backend_tls_t *tls;          /* NULL: plaintext */
+    uint8_t *buffer;             /* received bytes (plaintext) */
     size_t capacity;
     size_t length;
 } backend_connection_t;
@@ -91,7 +93,17 @@ struct backend_pool {
     backend_server_info_t info;
     int consecutive_failures;
     backend_credentials_t *credentials; /* the URI's user, or NULL */
+    tls_context_t *tls_context; /* NULL: the URI does not ask for TLS */
+    uint8_t *tls_read_buffer;   /* ciphertext as read, for every connection (one loop thread) */
+    char last_error[256];       /* why the last connection attempt failed; "" after one succeeds */
 };
+
+/* One write to the socket with its bytes. */
+typedef struct backend_write {
+    uv_write_t request;
+    backend_connection_t *connection;
+    uint8_t *bytes;
+} backend_write_t;
 
 static void backend_pool_pump(backend_pool_t *pool);
 static void backend_connection_close(backend_connection_t *connection);
@@ -160,8 +172,8 @@ static void backend_connection_free(backend_connection_t *connection)
     *link = connection->next;
     pool->connection_count--;
     bson_free(connection->buffer);
-    bson_free(connection->outgoing);
     backend_auth_destroy(connection->auth);
+    backend_tls_destroy(connection->tls);
     bson_free(connection);
     backend_pool_pump(pool);
 }
@@ -184,6 +196,7 @@ static void backend_connection_fail(backend_connection_t *connection, const char
     if (connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING ||
         connection->state == BACKEND_AUTHENTICATING) {
         pool->consecutive_failures++;
+        snprintf(pool->last_error, sizeof pool->last_error, "%s", reason);
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d unreachable: %s", pool->name,
                pool->host, pool->port, reason);
         /* Nothing can serve the queue until a connection succeeds: fail it now
@@ -203,14 +216,86 @@ static void backend_connection_close(backend_connection_t *connection)
     uv_close((uv_handle_t *)&connection->timer, on_handle_closed);
 }
 
+/* --- socket I/O: plaintext, or TLS records (backend_tls.c) ---------------------- */
+
 static void on_write(uv_write_t *write_request, int status)
 {
-    backend_connection_t *connection = write_request->data;
-    bson_free(connection->outgoing);
-    connection->outgoing = NULL;
+    backend_write_t *write = write_request->data;
+    backend_connection_t *connection = write->connection;
+    bson_free(write->bytes);
+    bson_free(write);
     if (status < 0 && connection->state != BACKEND_CLOSING) {
         backend_connection_fail(connection, uv_strerror(status));
     }
+}
+
+/* Writes bytes (taken over) to the socket. false: the connection failed. */
+static bool write_bytes(backend_connection_t *connection, uint8_t *bytes, size_t length)
+{
+    backend_write_t *write = bson_malloc0(sizeof *write);
+    write->connection = connection;
+    write->bytes = bytes;
+    write->request.data = write;
+    uv_buf_t buffer = uv_buf_init((char *)bytes, (unsigned int)length);
+    int result = uv_write(&write->request, (uv_stream_t *)&connection->tcp, &buffer, 1, on_write);
+    if (result != 0) {
+        bson_free(bytes);
+        bson_free(write);
+        backend_connection_fail(connection, uv_strerror(result));
+        return false;
+    }
+    return true;
+}
+
+/* Writes the TLS records the session has for the server. */
+static bool flush_tls(backend_connection_t *connection)
+{
+    size_t length;
+    uint8_t *records = backend_tls_take_output(connection->tls, &length);
+    return records == NULL || write_bytes(connection, records, length);
+}
+
+/* Sends plaintext (taken over): as it is, or through TLS. */
+static bool send_plaintext(backend_connection_t *connection, uint8_t *bytes, size_t length)
+{
+    if (connection->tls == NULL) {
+        return write_bytes(connection, bytes, length);
+    }
+    bson_error_t error;
+    bool sent = backend_tls_send(connection->tls, bytes, length, &error);
+    bson_free(bytes);
+    if (!sent) {
+        backend_connection_fail(connection, error.message);
+        return false;
+    }
+    return flush_tls(connection);
+}
+
+/* count bytes were read into the buffer on_alloc gave: plaintext for the
+ * framing below. false: the connection failed. */
+static bool receive_bytes(backend_connection_t *connection, const uint8_t *data, size_t count)
+{
+    if (connection->tls == NULL) {
+        connection->length += count;
+        return true;
+    }
+    bson_error_t error;
+    bool was_complete = backend_tls_handshake_complete(connection->tls);
+    if (!backend_tls_receive(connection->tls, data, count, &connection->buffer, &connection->capacity,
+                             &connection->length, &error)) {
+        /* The alert that tells the server why goes out first, if the socket takes it. */
+        if (flush_tls(connection)) {
+            backend_connection_fail(connection, error.message);
+        }
+        return false;
+    }
+    if (!was_complete && backend_tls_handshake_complete(connection->tls) && tc_log_enabled(TC_LOG_DEBUG)) {
+        char description[384];
+        backend_tls_describe(connection->tls, description, sizeof description);
+        TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, connection->id, "TLS to the %s tier %s:%d: %s", connection->pool->name,
+               connection->pool->host, connection->pool->port, description);
+    }
+    return flush_tls(connection);
 }
 
 static bool write_message(backend_connection_t *connection, uint8_t *message, size_t length)
@@ -220,17 +305,7 @@ static bool write_message(backend_connection_t *connection, uint8_t *message, si
         connection->pool->next_request_id = 0;
     }
     wire_message_set_request_id(message, length, connection->request_id);
-    connection->outgoing = message;
-    connection->write_request.data = connection;
-    uv_buf_t buffer = uv_buf_init((char *)message, (unsigned int)length);
-    int result = uv_write(&connection->write_request, (uv_stream_t *)&connection->tcp, &buffer, 1, on_write);
-    if (result != 0) {
-        connection->outgoing = NULL;
-        bson_free(message);
-        backend_connection_fail(connection, uv_strerror(result));
-        return false;
-    }
-    return true;
+    return send_plaintext(connection, message, length);
 }
 
 static void start_request(backend_connection_t *connection, backend_request_t *request)
@@ -363,6 +438,7 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
         return start_authentication(connection, &body);
     }
     pool->consecutive_failures = 0;
+    pool->last_error[0] = '\0';
     uv_timer_stop(&connection->timer);
     backend_set_state(connection, BACKEND_IDLE);
     return true;
@@ -372,6 +448,13 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *out)
 {
     backend_connection_t *connection = handle->data;
     (void)suggested;
+    if (connection->tls != NULL) {
+        if (connection->pool->tls_read_buffer == NULL) {
+            connection->pool->tls_read_buffer = bson_malloc(READ_CHUNK_BYTES);
+        }
+        *out = uv_buf_init((char *)connection->pool->tls_read_buffer, READ_CHUNK_BYTES);
+        return;
+    }
     if (connection->capacity - connection->length < READ_CHUNK_BYTES) {
         connection->capacity = connection->length + READ_CHUNK_BYTES;
         connection->buffer = bson_realloc(connection->buffer, connection->capacity);
@@ -383,7 +466,6 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *out)
 static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
 {
     backend_connection_t *connection = stream->data;
-    (void)buffer;
     if (connection->state == BACKEND_CLOSING) {
         return;
     }
@@ -391,7 +473,9 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
         backend_connection_fail(connection, count == UV_EOF ? "connection closed by the server" : uv_strerror((int)count));
         return;
     }
-    connection->length += (size_t)count;
+    if (!receive_bytes(connection, (const uint8_t *)buffer->base, (size_t)count)) {
+        return;
+    }
     while (connection->length >= 4 && connection->state != BACKEND_CLOSING) {
         size_t message_length;
         bson_error_t error;
@@ -438,6 +522,13 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
             }
         }
     }
+    /* A large reply's buffer is not kept for the connection's life: between
+     * replies a connection holds at most one read chunk. */
+    if (connection->length == 0 && connection->capacity > READ_CHUNK_BYTES) {
+        bson_free(connection->buffer);
+        connection->buffer = NULL;
+        connection->capacity = 0;
+    }
 }
 
 static void on_connect_timeout(uv_timer_t *timer)
@@ -458,6 +549,17 @@ static void on_connect(uv_connect_t *connect_request, int status)
     }
     uv_tcp_nodelay(&connection->tcp, 1);
     backend_set_state(connection, BACKEND_HANDSHAKING);
+    if (connection->pool->tls_context != NULL) {
+        bson_error_t error;
+        connection->tls = backend_tls_new(connection->pool->tls_context, connection->pool->host, &error);
+        if (connection->tls == NULL) {
+            backend_connection_fail(connection, error.message);
+            return;
+        }
+        if (!flush_tls(connection)) {
+            return;
+        }
+    }
     uv_read_start((uv_stream_t *)&connection->tcp, on_alloc, on_read);
     send_hello(connection);
 }
@@ -563,9 +665,16 @@ backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *
         mongoc_uri_destroy(uri);
         return NULL;
     }
+    tls_context_t *tls_context;
+    if (!backend_tls_context_from_uri(uri, options->name, &tls_context, error)) {
+        backend_credentials_destroy(credentials);
+        mongoc_uri_destroy(uri);
+        return NULL;
+    }
     backend_pool_t *pool = BSON_ALIGNED_ALLOC0(backend_pool_t);
     pool->credentials = credentials;
     pool->loop = loop;
+    pool->tls_context = tls_context;
     pool->name = bson_strdup(options->name);
     snprintf(pool->host, sizeof pool->host, "%s", hosts->host);
     pool->port = hosts->port;
@@ -626,6 +735,8 @@ void backend_pool_destroy(backend_pool_t *pool)
     }
     backend_credentials_destroy(pool->credentials);
     bson_free(pool->name);
+    tls_context_destroy(pool->tls_context);
+    bson_free(pool->tls_read_buffer);
     bson_free(pool);
 }
 
@@ -641,7 +752,11 @@ const char *backend_pool_name(const backend_pool_t *pool)
 
 backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)
 {
-    backend_pool_stats_t stats = {.queued = pool->queued, .sent = pool->sent, .failed = pool->failed};
+    backend_pool_stats_t stats = {.queued = pool->queued,
+                                  .sent = pool->sent,
+                                  .failed = pool->failed,
+                                  .tls = pool->tls_context != NULL,
+                                  .last_error = pool->last_error[0] != '\0' ? pool->last_error : NULL};
     for (const backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
         stats.open++;
         stats.busy += connection->state == BACKEND_BUSY;

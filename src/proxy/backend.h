@@ -35,7 +35,8 @@ typedef struct backend_server_info {
 typedef void (*backend_reply_fn)(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
 
 /* Parses the URI (its first host; a replica set's primary is found from its
- * hello). Connections open on demand. Free with backend_pool_destroy() once
+ * hello) and its TLS options (tls=true, tlsCAFile... as drivers read them;
+ * errors name the tier and the file). Connections open on demand. Free with backend_pool_destroy() once
  * backend_pool_close() has run and the loop has closed its handles. */
 backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *options,
                                  bson_error_t *error) TC_MUST_CHECK;
@@ -63,6 +64,9 @@ typedef struct backend_pool_stats {
     int queued;      /* requests waiting for a connection */
     uint64_t sent;   /* requests sent since start */
     uint64_t failed; /* requests failed by a network error */
+    bool tls;        /* the tier's URI asks for TLS */
+    const char *last_error; /* why the last connection attempt failed (NULL: it did not);
+                             * valid until the pool next runs */
 } backend_pool_stats_t;
 
 backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool);

@@ -5,6 +5,7 @@
 #include "proxy/config.h"
 
 #include "common/units.h"
+#include "security/tls.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -39,6 +40,8 @@ typedef enum setting_type {
     TYPE_FIELD_PATH,
     TYPE_COVERAGE,
     TYPE_AUTHORIZATION,
+    TYPE_TLS_MODE,
+    TYPE_FILE,
 } setting_type_t;
 
 typedef struct setting {
@@ -56,6 +59,7 @@ typedef struct setting {
 #define TOP(field) SCOPE_TOP, offsetof(config_t, field)
 #define NAMESPACE(field) SCOPE_NAMESPACE, offsetof(config_namespace_t, field)
 #define HOUR_MS INT64_C(3600000)
+#define DAY_MS (24 * HOUR_MS)
 
 /* Keep in step with the tables in config.h and README.md. Defaults derived from
  * maxAge (safetySlack, evictorPeriod, warmerPeriod) are set in namespace_finish(). */
@@ -77,6 +81,19 @@ static const setting_t settings[] = {
      "archive documents the warmer reads per second at most (0: only its adaptive pace)"},
     {"authorization", TOP(authorization_enabled), TYPE_AUTHORIZATION, "disabled", false, 0, 0,
      "enabled: clients authenticate against the archive's users and every command is checked"},
+    {"idleTimeout", TOP(idle_timeout_ms), TYPE_DURATION, "0s", false, 0, DAY_MS,
+     "close a client connection silent this long (0s: never, as mongos)"},
+    {"receiveTimeout", TOP(receive_timeout_ms), TYPE_DURATION, "30s", false, 1, DAY_MS,
+     "close a client that leaves a message or TLS handshake unfinished this long"},
+    {"sendTimeout", TOP(send_timeout_ms), TYPE_DURATION, "30s", false, 1, DAY_MS,
+     "close a client that reads nothing of a reply this long"},
+    {"tlsMode", TOP(tls_mode), TYPE_TLS_MODE, "disabled", false, 0, 0,
+     "TLS for clients, as mongod's net.tls.mode"},
+    {"tlsCertificateKeyFile", TOP(tls_certificate_key_file), TYPE_FILE, NULL, false, 0, 0,
+     "PEM with the proxy's certificate and key"},
+    {"tlsCAFile", TOP(tls_ca_file), TYPE_FILE, NULL, false, 0, 0, "PEM with the CAs of client certificates"},
+    {"tlsAllowConnectionsWithoutCertificates", TOP(tls_allow_connections_without_certificates), TYPE_BOOLEAN,
+     "false", false, 0, 0, "with tlsCAFile, accept clients that present no certificate"},
     {"ns", NAMESPACE(ns), TYPE_NAMESPACE_NAME, NULL, true, 0, 0, "database.collection"},
     {"timeField", NAMESPACE(time_field), TYPE_FIELD_PATH, NULL, true, 0, 0, "the BSON date field"},
     {"maxAge", NAMESPACE(max_age_ms), TYPE_DURATION, NULL, true, 1, INT64_MAX, "the recent window's length"},
@@ -422,6 +439,34 @@ static bool parse_authorization(const loader_t *loader, const setting_t *setting
     return true;
 }
 
+static bool parse_tls_mode(const loader_t *loader, const setting_t *setting, const scalar_t *value, void *field)
+{
+    if (!tls_mode_from_name(value->text, field)) {
+        return fail_at(loader, value->line, "%s must be disabled, allowTLS, preferTLS or requireTLS, not '%s'",
+                       setting->name, value->text);
+    }
+    return true;
+}
+
+/* A file the proxy reads at start: it must be readable now (what it holds is
+ * checked once every key is known, in check_tls). */
+static bool parse_file(const loader_t *loader, const setting_t *setting, const scalar_t *value, void *field)
+{
+    if (!require_string(loader, setting, value)) {
+        return false;
+    }
+    if (value->length == 0) {
+        return fail_at(loader, value->line, "%s must name a file", setting->name);
+    }
+    FILE *file = fopen(value->text, "rb");
+    if (file == NULL) {
+        return fail_at(loader, value->line, "%s: cannot read '%s': %s", setting->name, value->text, strerror(errno));
+    }
+    fclose(file);
+    replace_string(field, value->text, value->length);
+    return true;
+}
+
 typedef bool (*setting_parse_fn)(const loader_t *loader, const setting_t *setting, const scalar_t *value,
                                  void *field);
 
@@ -437,6 +482,8 @@ static setting_parse_fn parser_of(setting_type_t type)
     case TYPE_FIELD_PATH: return parse_field_path;
     case TYPE_COVERAGE: return parse_coverage;
     case TYPE_AUTHORIZATION: return parse_authorization;
+    case TYPE_TLS_MODE: return parse_tls_mode;
+    case TYPE_FILE: return parse_file;
     case TYPE_NAMESPACE_LIST: break;
     }
     return NULL;
@@ -455,6 +502,8 @@ static const char *type_description(setting_type_t type)
     case TYPE_FIELD_PATH: return "a field name";
     case TYPE_COVERAGE: return "warm or complete";
     case TYPE_AUTHORIZATION: return "enabled or disabled";
+    case TYPE_TLS_MODE: return "disabled, allowTLS, preferTLS or requireTLS";
+    case TYPE_FILE: return "a file name";
     }
     return "a value";
 }
@@ -695,6 +744,44 @@ static bool check_distinct_tiers(const loader_t *loader, const config_t *config,
     return ok;
 }
 
+/* The front door's TLS keys together, and the files loaded as the proxy will
+ * load them, so a certificate that does not parse is refused at its line. */
+static bool check_tls(const loader_t *loader, const config_t *config, const uint32_t lines[SETTING_COUNT])
+{
+    uint32_t mode_line = line_of(lines, SCOPE_TOP, "tlsMode");
+    uint32_t certificate_line = line_of(lines, SCOPE_TOP, "tlsCertificateKeyFile");
+    uint32_t ca_line = line_of(lines, SCOPE_TOP, "tlsCAFile");
+    if (config->tls_mode == TLS_MODE_DISABLED) {
+        if (certificate_line != 0 || ca_line != 0) {
+            return fail_at(loader, certificate_line != 0 ? certificate_line : ca_line,
+                           "%s is set but tlsMode is disabled: set tlsMode to requireTLS, preferTLS or allowTLS",
+                           certificate_line != 0 ? "tlsCertificateKeyFile" : "tlsCAFile");
+        }
+        return true;
+    }
+    if (config->tls_certificate_key_file == NULL) {
+        return fail_at(loader, mode_line, "tlsMode %s needs tlsCertificateKeyFile (the proxy's certificate and key)",
+                       tls_mode_name(config->tls_mode));
+    }
+    bson_error_t tls_error;
+    tls_server_options_t options = {.certificate_key_file = config->tls_certificate_key_file};
+    for (int pass = 0; pass < 2; pass++) {
+        /* The certificate alone first, so each error lands on its own key's line. */
+        if (pass == 1) {
+            if (config->tls_ca_file == NULL) {
+                break;
+            }
+            options.ca_file = config->tls_ca_file;
+        }
+        tls_context_t *context = tls_context_new_server(&options, &tls_error);
+        if (context == NULL) {
+            return fail_at(loader, pass == 0 ? certificate_line : ca_line, "%s", tls_error.message);
+        }
+        tls_context_destroy(context);
+    }
+    return true;
+}
+
 static bool load_document(const loader_t *loader, config_t *config)
 {
     yaml_node_t *root = yaml_document_get_root_node(loader->document);
@@ -710,7 +797,7 @@ static bool load_document(const loader_t *loader, config_t *config)
     if (!apply_defaults(loader, SCOPE_TOP, config) || !load_mapping(loader, root, SCOPE_TOP, config, lines)) {
         return false;
     }
-    return check_distinct_tiers(loader, config, line_of(lines, SCOPE_TOP, "fast"));
+    return check_distinct_tiers(loader, config, line_of(lines, SCOPE_TOP, "fast")) && check_tls(loader, config, lines);
 }
 
 config_t *config_load_string(const char *text, size_t length, const char *name, bson_error_t *error)
@@ -797,6 +884,8 @@ void config_destroy(config_t *config)
     bson_free(config->listen.host);
     bson_free(config->archive_uri);
     bson_free(config->fast_uri);
+    bson_free(config->tls_certificate_key_file);
+    bson_free(config->tls_ca_file);
     for (size_t i = 0; i < config->namespace_count; i++) {
         bson_free(config->namespaces[i].ns);
         bson_free(config->namespaces[i].time_field);

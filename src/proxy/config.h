@@ -30,6 +30,23 @@
  *   authorization       enabled|disabled  disabled   enabled: clients authenticate (SCRAM) against
  *                                                    the archive's users and every command is checked
  *                                                    against their roles, whichever tier serves it
+ *   idleTimeout         duration  0s (never)         close a client connection silent this long (0s-1d)
+ *   receiveTimeout      duration  30s                close a client that leaves a message or TLS handshake
+ *                                                    unfinished this long (slowloris; 1ms-1d)
+ *   sendTimeout         duration  30s                close a client that reads nothing of a reply this
+ *                                                    long (1ms-1d)
+ *   tlsMode             mode      disabled           TLS for clients, as mongod's net.tls.mode: disabled,
+ *                                                    allowTLS, preferTLS or requireTLS
+ *   tlsCertificateKeyFile  file   (none)             PEM with the proxy's certificate and key; required
+ *                                                    unless tlsMode is disabled
+ *   tlsCAFile           file      (none)             PEM with the CAs that sign client certificates; when
+ *                                                    given, clients must present one that they signed
+ *   tlsAllowConnectionsWithoutCertificates  boolean  false   with tlsCAFile: a client without a
+ *                                                    certificate is accepted (an invalid one never is)
+ *
+ * The tier URIs take MongoDB's TLS options (tls=true or ssl=true, tlsCAFile,
+ * tlsCertificateKeyFile, tlsAllowInvalidCertificates, tlsAllowInvalidHostnames,
+ * tlsInsecure) for the proxy's own connections and the tier workers' alike.
  *
  * Namespace settings (each entry of namespaces)
  *   ns                  string    (required)         "database.collection", once per file
@@ -48,6 +65,7 @@
 #define TC_PROXY_CONFIG_H
 
 #include "common/error.h"
+#include "security/tls.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -89,6 +107,15 @@ typedef struct config {
     bool warmer_enabled;
     int64_t warmer_rate_limit; /* documents per second; 0: no cap beyond the adaptive pace */
     bool authorization_enabled; /* authorization: enabled */
+    /* Client connections' limits (src/net/server.h): slowloris, clients that never read. */
+    int64_t idle_timeout_ms; /* 0: never */
+    int64_t receive_timeout_ms;
+    int64_t send_timeout_ms;
+    /* The front door's TLS, as mongod's net.tls (files checked at load). */
+    tls_mode_t tls_mode;
+    char *tls_certificate_key_file; /* NULL unless given */
+    char *tls_ca_file;              /* NULL unless given: then client certificates are asked for */
+    bool tls_allow_connections_without_certificates;
 } config_t;
 
 /* Reads and validates the file at path. NULL on any error, with BadValue (2) or,

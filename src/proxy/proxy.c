@@ -80,6 +80,10 @@ static void append_tier_status(proxy_t *proxy, bson_t *out)
         BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
         BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
         BSON_APPEND_BOOL(&item, "reachable", info->known);
+        BSON_APPEND_BOOL(&item, "tls", stats.tls);
+        if (stats.last_error != NULL) {
+            BSON_APPEND_UTF8(&item, "lastError", stats.last_error);
+        }
         if (info->known) {
             BSON_APPEND_INT32(&item, "maxWireVersion", info->max_wire_version);
             if (info->set_name[0] != '\0') {
@@ -91,9 +95,25 @@ static void append_tier_status(proxy_t *proxy, bson_t *out)
     bson_append_document_end(out, &tiers);
 }
 
+/* The front door's connections, as serverStatus's connections and network. */
+static void append_connection_status(proxy_t *proxy, bson_t *out)
+{
+    bson_t connections;
+    server_connection_stats_t stats = server_connection_stats(proxy->server);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "connections", &connections);
+    BSON_APPEND_INT64(&connections, "current", (int64_t)stats.current);
+    BSON_APPEND_INT64(&connections, "available", (int64_t)stats.available);
+    BSON_APPEND_INT64(&connections, "totalCreated", (int64_t)stats.total_created);
+    BSON_APPEND_INT64(&connections, "tls", (int64_t)stats.tls);
+    BSON_APPEND_INT64(&connections, "timedOut", (int64_t)stats.timed_out);
+    BSON_APPEND_INT64(&connections, "queuedReplyBytes", (int64_t)stats.queued_reply_bytes);
+    bson_append_document_end(out, &connections);
+}
+
 void proxy_append_status(proxy_t *proxy, bson_t *reply)
 {
     bson_t namespaces;
+    append_connection_status(proxy, reply);
     BSON_APPEND_INT64(reply, "requests", (int64_t)proxy->requests);
     BSON_APPEND_INT64(reply, "requestsFailed", (int64_t)proxy->requests_failed);
     BSON_APPEND_INT64(reply, "cursors", (int64_t)cursor_map_count(proxy->cursors));
@@ -254,7 +274,9 @@ static void on_loop_stopping(void *application)
         proxy->wait_timer_started = false;
     }
     for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
-        backend_pool_close(proxy->tiers[tier]);
+        if (proxy->tiers[tier] != NULL) { /* NULL: start-up failed before it was made */
+            backend_pool_close(proxy->tiers[tier]);
+        }
     }
 }
 
@@ -291,6 +313,7 @@ static void probe_tiers(proxy_t *proxy)
 bool proxy_run(const char *config_path, bson_error_t *error)
 {
     proxy_t proxy = {0};
+    tls_context_t *tls_context = NULL;
     bool ok = false;
 
     proxy.config = config_load_file(config_path, error);
@@ -312,12 +335,26 @@ bool proxy_run(const char *config_path, bson_error_t *error)
                          (proxy.config->evictor_enabled ? TIER_RUN_EVICTOR : 0) |
                          (proxy.config->warmer_enabled ? TIER_RUN_WARMER : 0);
 
+    if (proxy.config->tls_mode != TLS_MODE_DISABLED) {
+        tls_server_options_t tls_options = {
+            .certificate_key_file = proxy.config->tls_certificate_key_file,
+            .ca_file = proxy.config->tls_ca_file,
+            .allow_connections_without_certificates = proxy.config->tls_allow_connections_without_certificates,
+        };
+        tls_context = tls_context_new_server(&tls_options, error);
+        TC_CHECK(tls_context != NULL);
+    }
     server_options_t server_options = {
         .bind_address = proxy.config->listen.host,
         .port = proxy.config->listen.port,
         .max_connections = (int)proxy.config->max_connections,
         .worker_count = 0,
         .max_message_bytes = WIRE_MAX_MESSAGE_SIZE,
+        .idle_timeout_ms = (uint32_t)proxy.config->idle_timeout_ms,
+        .receive_timeout_ms = (uint32_t)proxy.config->receive_timeout_ms,
+        .send_timeout_ms = (uint32_t)proxy.config->send_timeout_ms,
+        .tls_mode = proxy.config->tls_mode,
+        .tls_context = tls_context,
     };
     server_callbacks_t callbacks = {
         .application = &proxy,
@@ -376,9 +413,10 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     char *archive_shown = config_uri_redacted(proxy.config->archive_uri);
     char *fast_shown = config_uri_redacted(proxy.config->fast_uri);
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-           "thermocline proxy on %s:%d: archive %s, fast %s, %zu namespace(s) with a policy, authorization %s",
-           proxy.config->listen.host, server_port(proxy.server), archive_shown, fast_shown, proxy.namespace_count,
-           proxy.config->authorization_enabled ? "enabled" : "disabled");
+           "thermocline proxy on %s:%d (tlsMode %s): archive %s, fast %s, %zu namespace(s) with a policy, "
+           "authorization %s",
+           proxy.config->listen.host, server_port(proxy.server), tls_mode_name(proxy.config->tls_mode), archive_shown,
+           fast_shown, proxy.namespace_count, proxy.config->authorization_enabled ? "enabled" : "disabled");
     bson_free(archive_shown);
     bson_free(fast_shown);
     TC_CHECK(server_run(proxy.server, error));
@@ -389,6 +427,7 @@ done:
     }
     server_destroy(proxy.server);
     user_cache_destroy(proxy.users);
+    tls_context_destroy(tls_context);
     for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
         backend_pool_destroy(proxy.tiers[tier]);
     }

@@ -1,17 +1,20 @@
-/* The TLS engine: an SSL_CTX made from mongod-style options, and per connection an
- * SSL object between two memory BIOs (ciphertext in, ciphertext out) so the
- * caller owns all socket I/O. OpenSSL's error queue is per thread: every entry
+/* The TLS engine: an SSL_CTX made from mongod-style server options or URI-style
+ * client options, and per connection an SSL object between two memory BIOs
+ * (ciphertext in, ciphertext out) so the caller owns all socket I/O. OpenSSL's error queue is per thread: every entry
  * point clears it first, so a reason read after a failure is that failure's. */
 #include "security/tls.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 
 struct tls_context {
     SSL_CTX *ssl_context;
+    bool client;
+    bool check_hostname; /* client: the server's certificate must name the host */
 };
 
 struct tls_session {
@@ -45,9 +48,14 @@ const char *tls_mode_name(tls_mode_t mode)
     return mode_names[mode].name; /* the first four entries are in enum order */
 }
 
-/* OpenSSL's reason for the last failure ("no certificate returned"), or fallback. */
+/* OpenSSL's reason for the last failure ("no certificate returned"), or fallback;
+ * for a file it could not open, the system's ("No such file or directory"),
+ * which OpenSSL queues first and then reports only as "system lib". */
 static const char *last_openssl_reason(const char *fallback)
 {
+    if (ERR_GET_LIB(ERR_peek_error()) == ERR_LIB_SYS) {
+        return strerror(ERR_GET_REASON(ERR_peek_error()));
+    }
     unsigned long code = ERR_peek_last_error();
     const char *reason = code != 0 ? ERR_reason_error_string(code) : NULL;
     return reason != NULL ? reason : fallback;
@@ -117,6 +125,64 @@ done:
     return context;
 }
 
+tls_context_t *tls_context_new_client(const tls_client_options_t *options, bson_error_t *error)
+{
+    tls_context_t *context = NULL;
+    SSL_CTX *ssl_context = NULL;
+    ERR_clear_error();
+
+    ssl_context = SSL_CTX_new(TLS_client_method());
+    if (ssl_context == NULL) {
+        tc_error_set(error, TC_ERR_INTERNAL, "cannot create a TLS context: %s", last_openssl_reason("unknown"));
+        goto done;
+    }
+    SSL_CTX_set_min_proto_version(ssl_context, TLS1_2_VERSION);
+    SSL_CTX_set_options(ssl_context, SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_mode(ssl_context, SSL_MODE_RELEASE_BUFFERS);
+    if (options->ca_file != NULL) {
+        if (SSL_CTX_load_verify_locations(ssl_context, options->ca_file, NULL) != 1) {
+            tc_error_set(error, TC_ERR_BAD_VALUE, "cannot read tlsCAFile %s: %s", options->ca_file,
+                         last_openssl_reason("unreadable"));
+            goto done;
+        }
+    } else if (SSL_CTX_set_default_verify_paths(ssl_context) != 1) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot load the system's CA certificates: %s",
+                     last_openssl_reason("unreadable"));
+        goto done;
+    }
+    if (options->certificate_key_file != NULL) {
+        /* With no callback, OpenSSL takes the user data as the key's passphrase. */
+        SSL_CTX_set_default_passwd_cb_userdata(ssl_context, (void *)options->certificate_key_password);
+        if (SSL_CTX_use_certificate_chain_file(ssl_context, options->certificate_key_file) != 1) {
+            tc_error_set(error, TC_ERR_BAD_VALUE, "cannot read the certificate in tlsCertificateKeyFile %s: %s",
+                         options->certificate_key_file, last_openssl_reason("unreadable"));
+            goto done;
+        }
+        bool key_read = SSL_CTX_use_PrivateKey_file(ssl_context, options->certificate_key_file, SSL_FILETYPE_PEM) == 1;
+        SSL_CTX_set_default_passwd_cb_userdata(ssl_context, NULL); /* the caller keeps the password */
+        if (!key_read) {
+            tc_error_set(error, TC_ERR_BAD_VALUE, "cannot read the private key in tlsCertificateKeyFile %s: %s",
+                         options->certificate_key_file, last_openssl_reason("unreadable"));
+            goto done;
+        }
+        if (SSL_CTX_check_private_key(ssl_context) != 1) {
+            tc_error_set(error, TC_ERR_BAD_VALUE, "the private key in %s does not match its certificate: %s",
+                         options->certificate_key_file, last_openssl_reason("mismatch"));
+            goto done;
+        }
+    }
+    SSL_CTX_set_verify(ssl_context, options->allow_invalid_certificates ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+    context = bson_malloc0(sizeof *context);
+    context->ssl_context = ssl_context;
+    context->client = true;
+    context->check_hostname = !options->allow_invalid_certificates && !options->allow_invalid_hostnames;
+    ssl_context = NULL;
+done:
+    SSL_CTX_free(ssl_context);
+    ERR_clear_error();
+    return context;
+}
+
 void tls_context_destroy(tls_context_t *context)
 {
     if (context == NULL) {
@@ -126,7 +192,8 @@ void tls_context_destroy(tls_context_t *context)
     bson_free(context);
 }
 
-tls_session_t *tls_session_new(tls_context_t *context, bson_error_t *error)
+/* An SSL object between two fresh memory BIOs, or NULL with error set. */
+static tls_session_t *session_new(tls_context_t *context, bson_error_t *error)
 {
     ERR_clear_error();
     tls_session_t *session = bson_malloc0(sizeof *session);
@@ -145,7 +212,54 @@ tls_session_t *tls_session_new(tls_context_t *context, bson_error_t *error)
     BIO_set_mem_eof_return(session->input, -1);
     BIO_set_mem_eof_return(session->output, -1);
     SSL_set_bio(session->ssl, session->input, session->output); /* the SSL owns both BIOs now */
-    SSL_set_accept_state(session->ssl);
+    return session;
+}
+
+tls_session_t *tls_session_new(tls_context_t *context, bson_error_t *error)
+{
+    if (context->client) {
+        tc_error_set(error, TC_ERR_INTERNAL, "a server TLS session needs a server context");
+        return NULL;
+    }
+    tls_session_t *session = session_new(context, error);
+    if (session != NULL) {
+        SSL_set_accept_state(session->ssl);
+    }
+    return session;
+}
+
+tls_session_t *tls_session_new_client(tls_context_t *context, const char *host, bson_error_t *error)
+{
+    if (!context->client) {
+        tc_error_set(error, TC_ERR_INTERNAL, "a client TLS session needs a client context");
+        return NULL;
+    }
+    tls_session_t *session = session_new(context, error);
+    if (session == NULL) {
+        return NULL;
+    }
+    unsigned char address[sizeof(struct in6_addr)];
+    bool is_address = inet_pton(AF_INET, host, address) == 1 || inet_pton(AF_INET6, host, address) == 1;
+    bool named = true;
+    /* SNI carries names only (RFC 6066). */
+    if (!is_address) {
+        named = SSL_set_tlsext_host_name(session->ssl, host) == 1;
+    }
+    if (named && context->check_hostname) {
+        if (is_address) {
+            named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(session->ssl), host) == 1;
+        } else {
+            SSL_set_hostflags(session->ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+            named = SSL_set1_host(session->ssl, host) == 1;
+        }
+    }
+    if (!named) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot use '%s' as a TLS host name: %s", host,
+                     last_openssl_reason("invalid"));
+        tls_session_destroy(session);
+        return NULL;
+    }
+    SSL_set_connect_state(session->ssl);
     return session;
 }
 
@@ -253,6 +367,7 @@ void tls_session_describe(tls_session_t *session, char *out, size_t size)
         X509_NAME_oneline(X509_get_subject_name(peer), subject, sizeof subject);
         X509_free(peer);
     }
+    const char *whose = SSL_is_server(session->ssl) ? ", client certificate " : ", server certificate ";
     snprintf(out, size, "%s %s%s%s", SSL_get_version(session->ssl), SSL_get_cipher_name(session->ssl),
-             peer != NULL ? ", client certificate " : "", subject);
+             peer != NULL ? whose : "", subject);
 }

@@ -1,10 +1,13 @@
-/* TLS for servers, as an engine over memory buffers (OpenSSL with memory BIOs):
- * the caller moves ciphertext between the engine and its socket however it likes
- * (libuv in src/net), so the engine knows nothing of event loops and any
- * component can put it under its connections. Options and behaviour follow
- * mongod's (--tlsMode, --tlsCertificateKeyFile, --tlsCAFile,
- * --tlsAllowConnectionsWithoutCertificates): TLS 1.2 and later, no
- * renegotiation, client certificates asked for when a CA file is given. */
+/* TLS as an engine over memory buffers (OpenSSL with memory BIOs), for servers
+ * and clients: the caller moves ciphertext between the engine and its socket
+ * however it likes (libuv in src/net and src/proxy/backend.c), so the engine
+ * knows nothing of event loops and any component can put it under its
+ * connections. Server options follow mongod's (--tlsMode,
+ * --tlsCertificateKeyFile, --tlsCAFile, --tlsAllowConnectionsWithoutCertificates),
+ * client options MongoDB URIs' (tlsCAFile, tlsCertificateKeyFile,
+ * tlsAllowInvalidCertificates, tlsAllowInvalidHostnames): TLS 1.2 and later, no
+ * renegotiation, client certificates asked for when a CA file is given, server
+ * certificates and host names checked unless the client allows otherwise. */
 #ifndef TC_SECURITY_TLS_H
 #define TC_SECURITY_TLS_H
 
@@ -45,12 +48,32 @@ typedef struct tls_session tls_session_t;
  * tls_context_destroy(). Thread-safe once made. */
 tls_context_t *tls_context_new_server(const tls_server_options_t *options, bson_error_t *error) TC_MUST_CHECK;
 
+typedef struct tls_client_options {
+    const char *ca_file;              /* PEM: CAs trusted to sign server certificates; NULL: the system's */
+    const char *certificate_key_file; /* PEM: a certificate and key for servers that ask; NULL: none */
+    const char *certificate_key_password; /* for an encrypted key in certificate_key_file; NULL: none */
+    bool allow_invalid_certificates;  /* no check of the server's chain (nor of its name) */
+    bool allow_invalid_hostnames;     /* the chain is checked, the name in it is not */
+} tls_client_options_t;
+
+/* Loads the CAs and the client certificate. Errors: BadValue naming the file
+ * and OpenSSL's reason. Free with tls_context_destroy(). Thread-safe once made. */
+tls_context_t *tls_context_new_client(const tls_client_options_t *options, bson_error_t *error) TC_MUST_CHECK;
+
 /* Safe on NULL; sessions made from it must be destroyed first. */
 void tls_context_destroy(tls_context_t *context);
 
-/* One server-side connection. Free with tls_session_destroy(). A session is used
- * by one thread at a time. */
+/* One server-side connection, from a server context. Free with
+ * tls_session_destroy(). A session is used by one thread at a time. */
 tls_session_t *tls_session_new(tls_context_t *context, bson_error_t *error) TC_MUST_CHECK;
+
+/* One client-side connection to host (a name or an IP address, as in the URI),
+ * from a client context: host goes out as SNI when it is a name, and the
+ * server's certificate must name it (subjectAltName, or CN without one) unless
+ * the context allows invalid host names or certificates. The first
+ * tls_session_read() produces the ClientHello; until the handshake completes,
+ * tls_session_write() fails. Free with tls_session_destroy(). */
+tls_session_t *tls_session_new_client(tls_context_t *context, const char *host, bson_error_t *error) TC_MUST_CHECK;
 void tls_session_destroy(tls_session_t *session);
 
 /* Hands ciphertext received from the peer to the engine (it keeps a copy). */
@@ -74,8 +97,8 @@ size_t tls_session_take_output(tls_session_t *session, uint8_t *out, size_t capa
 
 bool tls_session_handshake_complete(tls_session_t *session);
 
-/* "TLSv1.3 TLS_AES_256_GCM_SHA384, client certificate CN=app" for the log, once
- * the handshake is complete. */
+/* "TLSv1.3 TLS_AES_256_GCM_SHA384, client certificate CN=app" (on a client:
+ * "server certificate CN=db1") for the log, once the handshake is complete. */
 void tls_session_describe(tls_session_t *session, char *out, size_t size);
 
 #endif

@@ -385,10 +385,11 @@ def client(store):
 
 class ProxyProcess(StoreProcess):
     """One `thermocline proxy`, with its YAML config written from config_text
-    (where {port} is replaced by the proxy's own port)."""
+    (where {port} is replaced by the proxy's own port); ssl_context as for a
+    store, for a proxy with tlsMode requireTLS."""
 
-    def __init__(self, work_dir, config_text, extra_args=(), binary=None):
-        super().__init__(work_dir, extra_args=extra_args, binary=binary)
+    def __init__(self, work_dir, config_text, extra_args=(), binary=None, ssl_context=None):
+        super().__init__(work_dir, extra_args=extra_args, binary=binary, ssl_context=ssl_context)
         self.config_path = self.work_dir / "proxy.yaml"
         self.config_path.write_text(config_text.replace("{port}", str(self.port)))
 

@@ -6,16 +6,13 @@ server's memory stays bounded, and the bad clients are closed and logged."""
 
 import socket
 import struct
-import threading
 import time
 
 import bson
 import pytest
-from pymongo import MongoClient
 
 from conftest import StoreProcess, op_msg, read_reply
-
-MIB = 1024 * 1024
+from hostile_support import MIB, GoodClientProbe, closed_by_server, good_client
 
 
 @pytest.fixture
@@ -35,58 +32,6 @@ def start_store(tmp_path, request):
         if call_report is not None and call_report.failed:
             print("---- store log tail (%s) ----\n%s" % (process.log_path, process.log_tail()))
         process.stop()
-
-
-def good_client(store):
-    return MongoClient(store.uri, serverSelectionTimeoutMS=10000, socketTimeoutMS=20000)
-
-
-class GoodClientProbe:
-    """A well-behaved client that keeps writing and reading in a thread and
-    records its slowest round trip."""
-
-    def __init__(self, store):
-        self.client = good_client(store)
-        self.client.probe.c.drop()
-        self.stop = threading.Event()
-        self.operations = 0
-        self.slowest = 0.0
-        self.error = None
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        try:
-            while not self.stop.is_set():
-                started = time.monotonic()
-                self.client.probe.c.insert_one({"n": self.operations})
-                assert self.client.probe.c.find_one({"n": self.operations}) is not None
-                self.slowest = max(self.slowest, time.monotonic() - started)
-                self.operations += 1
-                time.sleep(0.02)
-        except Exception as error:  # reported by finish()
-            self.error = error
-
-    def finish(self):
-        self.stop.set()
-        self.thread.join(20)
-        self.client.close()
-        assert self.error is None, "the good client failed: %r" % (self.error,)
-        assert self.operations > 10, "the good client did only %d operations" % self.operations
-        assert self.slowest < 2.0, "the good client waited %.2f s for one round trip" % self.slowest
-
-
-def closed_by_server(sock, timeout):
-    """True once the server closed sock (EOF or reset) within timeout seconds."""
-    sock.settimeout(timeout)
-    try:
-        while True:
-            if sock.recv(65536) == b"":
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
 
 
 def server_status(store):

@@ -15,56 +15,9 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
 from conftest import NODE_DIR, StoreProcess, op_msg, read_reply, wire_command
+from tls_support import certificates  # noqa: F401 (a fixture)
 
 AUTH_SCRIPT = NODE_DIR / "auth.mjs"
-
-
-def openssl(*arguments, cwd):
-    completed = subprocess.run(["openssl"] + list(arguments), cwd=str(cwd), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, timeout=30)
-    assert completed.returncode == 0, completed.stdout.decode("utf-8", "replace")
-
-
-class Certificates:
-    """A CA, a server certificate for localhost and 127.0.0.1, and a client
-    certificate, each key and certificate in one PEM as mongod takes them."""
-
-    def __init__(self, directory):
-        self.directory = directory
-        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-                "-subj", "/CN=thermocline test CA", cwd=directory)
-        (directory / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-        for name, subject, extension in (("server", "/CN=localhost", ["-extfile", "server.ext"]),
-                                         ("client", "/CN=test-client", [])):
-            openssl("req", *ec, "-keyout", name + ".key", "-out", name + ".csr", "-subj", subject, cwd=directory)
-            openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                    "-CAcreateserial", "-out", name + ".crt", "-days", "2", *extension, cwd=directory)
-            (directory / (name + ".pem")).write_bytes(
-                (directory / (name + ".crt")).read_bytes() + (directory / (name + ".key")).read_bytes())
-        # A CA the server does not trust, and a client certificate it signed.
-        openssl("req", "-x509", *ec, "-keyout", "rogue.key", "-out", "rogue-ca.pem", "-days", "2",
-                "-subj", "/CN=rogue CA", cwd=directory)
-        openssl("req", *ec, "-keyout", "mallory.key", "-out", "mallory.csr", "-subj", "/CN=mallory", cwd=directory)
-        openssl("x509", "-req", "-in", "mallory.csr", "-CA", "rogue-ca.pem", "-CAkey", "rogue.key",
-                "-CAcreateserial", "-out", "mallory.crt", "-days", "2", cwd=directory)
-        (directory / "mallory.pem").write_bytes(
-            (directory / "mallory.crt").read_bytes() + (directory / "mallory.key").read_bytes())
-        self.ca = directory / "ca.pem"
-        self.server = directory / "server.pem"
-        self.client = directory / "client.pem"
-        self.mallory = directory / "mallory.pem"
-
-    def client_context(self, certificate=None):
-        context = ssl.create_default_context(cafile=str(self.ca))
-        if certificate is not None:
-            context.load_cert_chain(str(certificate))
-        return context
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory):
-    return Certificates(tmp_path_factory.mktemp("pki"))
 
 
 def start_tls_store(tmp_path, certificates, mode, extra=(), ca=True, allow_without_certificates=True):
@@ -177,7 +130,7 @@ def test_client_certificate_required_with_ca_file(tmp_path, certificates, stores
 def test_server_certificate_is_checked_by_clients(tmp_path, certificates, stores):
     store = start_tls_store(tmp_path, certificates, "requireTLS")
     stores.append(store)
-    untrusting = ssl.create_default_context(cafile=str(certificates.directory / "rogue-ca.pem"))
+    untrusting = ssl.create_default_context(cafile=str(certificates.rogue_ca))
     with socket.create_connection(("127.0.0.1", store.port), timeout=5) as sock:
         with pytest.raises(ssl.SSLCertVerificationError):
             untrusting.wrap_socket(sock, server_hostname="localhost")

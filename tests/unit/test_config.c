@@ -1,7 +1,8 @@
 /* Unit tests for src/proxy/config.c: good files and their values (defaults, derived
  * defaults, every optional key), and bad files, each refused with the exact
- * "FILE:LINE: reason" a user would read. The files are written to a temporary
- * directory by the test. */
+ * "FILE:LINE: reason" a user would read. The files (and, for the TLS keys, a
+ * CA and a certificate: certificates.h) are written to a temporary directory by
+ * the test. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,18 +19,31 @@
 
 #include <mongoc/mongoc.h>
 
+#include "certificates.h"
+
 #define ARCHIVE "archive: mongodb://127.0.0.1:27018/?replicaSet=rs0\n"
 #define FAST "fast: mongodb://127.0.0.1:27019/?replicaSet=rs1\n"
 #define TIERS ARCHIVE FAST
 
 static char directory[64];
 static unsigned file_counter;
+static char ca_path[128], certificate_path[128]; /* for the TLS keys */
 
 static int make_directory(void **state)
 {
     (void)state;
     snprintf(directory, sizeof directory, "/tmp/tc_config_test_XXXXXX");
-    return mkdtemp(directory) == NULL ? -1 : 0;
+    if (mkdtemp(directory) == NULL) {
+        return -1;
+    }
+    test_authority_t authority;
+    test_authority_init(&authority, "config test CA");
+    snprintf(ca_path, sizeof ca_path, "%s/ca.pem", directory);
+    snprintf(certificate_path, sizeof certificate_path, "%s/proxy.pem", directory);
+    test_authority_write(&authority, ca_path);
+    test_certificate_write(&authority, "localhost", "DNS:localhost", NULL, certificate_path);
+    test_authority_cleanup(&authority);
+    return 0;
 }
 
 static int remove_directory(void **state)
@@ -40,6 +54,8 @@ static int remove_directory(void **state)
         snprintf(path, sizeof path, "%s/%u.yaml", directory, i);
         unlink(path);
     }
+    unlink(ca_path);
+    unlink(certificate_path);
     return rmdir(directory);
 }
 
@@ -448,6 +464,101 @@ static void test_bad_top_level_values(void **state)
     RUN_BAD(cases);
 }
 
+static void test_tls_and_connection_limits(void **state)
+{
+    (void)state;
+    config_t *config = load(TIERS);
+    assert_int_equal(config->tls_mode, TLS_MODE_DISABLED);
+    assert_null(config->tls_certificate_key_file);
+    assert_null(config->tls_ca_file);
+    assert_false(config->tls_allow_connections_without_certificates);
+    assert_true(config->idle_timeout_ms == 0 && config->receive_timeout_ms == 30000 &&
+                config->send_timeout_ms == 30000);
+    config_destroy(config);
+
+    char text[1024];
+    snprintf(text, sizeof text,
+             TIERS "tlsMode: requireTLS\ntlsCertificateKeyFile: %s\ntlsCAFile: '%s'\n"
+                   "tlsAllowConnectionsWithoutCertificates: true\n"
+                   "idleTimeout: 10m\nreceiveTimeout: 2s\nsendTimeout: 500ms\n",
+             certificate_path, ca_path);
+    config = load(text);
+    assert_int_equal(config->tls_mode, TLS_MODE_REQUIRE);
+    assert_string_equal(config->tls_certificate_key_file, certificate_path);
+    assert_string_equal(config->tls_ca_file, ca_path);
+    assert_true(config->tls_allow_connections_without_certificates);
+    assert_true(config->idle_timeout_ms == 600000 && config->receive_timeout_ms == 2000 &&
+                config->send_timeout_ms == 500);
+    config_destroy(config);
+
+    snprintf(text, sizeof text, TIERS "tlsMode: preferSSL\ntlsCertificateKeyFile: %s\n", certificate_path);
+    config = load(text);
+    assert_int_equal(config->tls_mode, TLS_MODE_PREFER);
+    config_destroy(config);
+}
+
+/* Refused with a message that starts with "PATH:" expected. */
+static void expect_refused(const char *text, const char *expected)
+{
+    char path[128];
+    char message[600];
+    bson_error_t error;
+    write_file(text, path, sizeof path);
+    config_t *config = config_load_file(path, &error);
+    if (config != NULL) {
+        config_destroy(config);
+        fail_msg("accepted:\n%s", text);
+    }
+    snprintf(message, sizeof message, "%s:%s", path, expected);
+    if (strncmp(error.message, message, strlen(message)) != 0 || error.code != 2) {
+        fail_msg("%s\ngot      %s\nexpected %s...", text, error.message, message);
+    }
+}
+
+static void test_bad_tls_and_connection_limits(void **state)
+{
+    (void)state;
+    static const bad_case_t cases[] = {
+        {TIERS "tlsMode: sometimes\n",
+         "3: tlsMode must be disabled, allowTLS, preferTLS or requireTLS, not 'sometimes'"},
+        {TIERS "tlsMode: requireTLS\n",
+         "3: tlsMode requireTLS needs tlsCertificateKeyFile (the proxy's certificate and key)"},
+        {TIERS "tlsMode: true\n", "3: tlsMode must be disabled, allowTLS, preferTLS or requireTLS, not 'true'"},
+        {TIERS "tlsCAFile: 5\n",
+         "3: tlsCAFile must be a string, not an integer ('5'); quote it if that is really the name"},
+        {TIERS "tlsCAFile: ''\n", "3: tlsCAFile must name a file"},
+        {TIERS "tlsCAFile: [a]\n", "3: tlsCAFile must be a file name, not a list"},
+        {TIERS "tlsMode: requireTLS\ntlsCertificateKeyFile: /nonexistent/proxy.pem\n",
+         "4: tlsCertificateKeyFile: cannot read '/nonexistent/proxy.pem': No such file or directory"},
+        {TIERS "tlsAllowConnectionsWithoutCertificates: sure\n",
+         "3: tlsAllowConnectionsWithoutCertificates must be true or false, not 'sure'"},
+        {TIERS "tlsmode: requireTLS\n", "3: unknown key 'tlsmode' at the top level; did you mean 'tlsMode'?"},
+        {TIERS "receiveTimeout: 0s\n", "3: receiveTimeout must be at least 1ms, not '0s'"},
+        {TIERS "sendTimeout: 2d\n", "3: sendTimeout must be at most 1d, not '2d'"},
+        {TIERS "idleTimeout: 10\n",
+         "3: idleTimeout: invalid duration '10': write a number with a unit (ms, s, m, h, d), such as 500ms or 30d"},
+    };
+    RUN_BAD(cases);
+
+    char text[1024], expected[512];
+    /* Files given while TLS is off are a mistake, not something to ignore. */
+    snprintf(text, sizeof text, TIERS "tlsCertificateKeyFile: %s\n", certificate_path);
+    expect_refused(text, "3: tlsCertificateKeyFile is set but tlsMode is disabled: set tlsMode to requireTLS, "
+                         "preferTLS or allowTLS");
+    snprintf(text, sizeof text, TIERS "tlsMode: disabled\ntlsCAFile: %s\n", ca_path);
+    expect_refused(text, "4: tlsCAFile is set but tlsMode is disabled");
+    /* Readable files that do not hold what they should: refused at their line. */
+    snprintf(text, sizeof text, TIERS "tlsMode: allowTLS\ntlsCertificateKeyFile: %s\n", ca_path);
+    snprintf(expected, sizeof expected, "4: cannot read the private key in tlsCertificateKeyFile %s: ", ca_path);
+    expect_refused(text, expected);
+    char yaml_path[128];
+    write_file(TIERS, yaml_path, sizeof yaml_path);
+    snprintf(text, sizeof text, TIERS "tlsMode: allowTLS\ntlsCertificateKeyFile: %s\ntlsCAFile: %s\n",
+             certificate_path, yaml_path);
+    snprintf(expected, sizeof expected, "5: cannot read tlsCAFile %s: ", yaml_path);
+    expect_refused(text, expected);
+}
+
 static void test_syntax_errors_and_files(void **state)
 {
     (void)state;
@@ -525,6 +636,8 @@ int main(void)
         cmocka_unit_test(test_bad_uris_and_addresses),
         cmocka_unit_test(test_bad_namespaces),
         cmocka_unit_test(test_bad_top_level_values),
+        cmocka_unit_test(test_tls_and_connection_limits),
+        cmocka_unit_test(test_bad_tls_and_connection_limits),
         cmocka_unit_test(test_syntax_errors_and_files),
         cmocka_unit_test(test_uri_redacted),
     };
