@@ -50,6 +50,7 @@ typedef struct backend_connection {
     backend_pool_t *pool;
     backend_state_t state;
     uint64_t id;
+    uint64_t generation; /* the pool's when opened; older ones close when idle */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_connect_t connect_request;
@@ -86,6 +87,8 @@ struct backend_pool {
     uint64_t failed;
     backend_server_info_t info;
     int consecutive_failures;
+    uint64_t generation; /* raised by backend_pool_clear */
+    bson_t *hello;       /* the primary's last hello reply */
 };
 
 static void backend_pool_pump(backend_pool_t *pool);
@@ -305,6 +308,8 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
     if (bson_iter_init_find(&iter, &body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
         snprintf(pool->info.set_name, sizeof pool->info.set_name, "%s", bson_iter_utf8(&iter, NULL));
     }
+    bson_destroy(pool->hello);
+    pool->hello = bson_copy(&body);
     pool->consecutive_failures = 0;
     uv_timer_stop(&connection->timer);
     backend_set_state(connection, BACKEND_IDLE);
@@ -370,7 +375,9 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
         }
         memmove(connection->buffer, connection->buffer + message_length, connection->length - message_length);
         connection->length -= message_length;
-        if (connection->state == BACKEND_IDLE) {
+        if (connection->state == BACKEND_IDLE && connection->generation != connection->pool->generation) {
+            backend_connection_close(connection); /* cleared while it was busy */
+        } else if (connection->state == BACKEND_IDLE) {
             backend_request_t *next = dequeue(connection->pool);
             if (next != NULL) {
                 start_request(connection, next);
@@ -406,6 +413,7 @@ static void open_connection(backend_pool_t *pool)
     backend_connection_t *connection = BSON_ALIGNED_ALLOC0(backend_connection_t);
     connection->pool = pool;
     connection->id = ++pool->last_connection_id;
+    connection->generation = pool->generation;
     connection->state = BACKEND_CONNECTING;
     uv_tcp_init(pool->loop, &connection->tcp);
     uv_timer_init(pool->loop, &connection->timer);
@@ -546,6 +554,16 @@ void backend_pool_close(backend_pool_t *pool)
     }
 }
 
+void backend_pool_clear(backend_pool_t *pool)
+{
+    pool->generation++;
+    for (backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
+        if (connection->state == BACKEND_IDLE) {
+            backend_connection_close(connection);
+        }
+    }
+}
+
 bool backend_pool_closed(const backend_pool_t *pool)
 {
     return pool->connections == NULL && !pool->resolving;
@@ -556,6 +574,7 @@ void backend_pool_destroy(backend_pool_t *pool)
     if (pool == NULL) {
         return;
     }
+    bson_destroy(pool->hello);
     bson_free(pool->name);
     bson_free(pool);
 }
@@ -563,6 +582,11 @@ void backend_pool_destroy(backend_pool_t *pool)
 const backend_server_info_t *backend_pool_server_info(const backend_pool_t *pool)
 {
     return &pool->info;
+}
+
+const bson_t *backend_pool_hello(const backend_pool_t *pool)
+{
+    return pool->hello;
 }
 
 const char *backend_pool_name(const backend_pool_t *pool)
