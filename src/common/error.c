@@ -105,6 +105,9 @@ static const struct {
     {TC_ERR_CHANGE_STREAM_FATAL_ERROR, "ChangeStreamFatalError"},
     {TC_ERR_SSL_HANDSHAKE_FAILED, "SSLHandshakeFailed"},
     {TC_ERR_MECHANISM_UNAVAILABLE, "MechanismUnavailable"},
+    {TC_ERR_INVALID_LENGTH, "InvalidLength"},
+    {TC_ERR_FAILED_TO_SATISFY_READ_PREFERENCE, "FailedToSatisfyReadPreference"},
+    {TC_ERR_MAX_STALENESS_OUT_OF_RANGE, "MaxStalenessOutOfRange"},
 };
 
 const char *tc_error_code_name(int32_t code)

@@ -129,6 +129,10 @@ enum {
     TC_ERR_USER_ALREADY_EXISTS = 51003,               /* codeName Location51003 */
     TC_ERR_AUTHENTICATED_AS_ANOTHER_USER = 5626701,   /* "Each client connection may only be authenticated once" */
     TC_ERR_AUTHENTICATED_ON_ANOTHER_DATABASE = 5626702,
+    /* Explain, read preferences and routing (src/store/cmd_read.c, src/proxy). */
+    TC_ERR_INVALID_LENGTH = 16,
+    TC_ERR_FAILED_TO_SATISFY_READ_PREFERENCE = 133,
+    TC_ERR_MAX_STALENESS_OUT_OF_RANGE = 160,
 };
 
 /* Fills error with a MongoDB code and a printf-style message; always returns false,

@@ -56,6 +56,7 @@ typedef struct backend_connection {
     backend_pool_t *pool;
     backend_state_t state;
     uint64_t id;
+    uint64_t generation; /* the pool's when opened; older ones close when idle */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_connect_t connect_request;
@@ -96,6 +97,8 @@ struct backend_pool {
     tls_context_t *tls_context; /* NULL: the URI does not ask for TLS */
     uint8_t *tls_read_buffer;   /* ciphertext as read, for every connection (one loop thread) */
     char last_error[256];       /* why the last connection attempt failed; "" after one succeeds */
+    uint64_t generation; /* raised by backend_pool_clear */
+    bson_t *hello;       /* the primary's last hello reply */
 };
 
 /* One write to the socket with its bytes. */
@@ -434,6 +437,8 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
     if (bson_iter_init_find(&iter, &body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
         snprintf(pool->info.set_name, sizeof pool->info.set_name, "%s", bson_iter_utf8(&iter, NULL));
     }
+    bson_destroy(pool->hello);
+    pool->hello = bson_copy(&body);
     if (pool->credentials != NULL) {
         return start_authentication(connection, &body);
     }
@@ -515,7 +520,9 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
         }
         memmove(connection->buffer, connection->buffer + message_length, connection->length - message_length);
         connection->length -= message_length;
-        if (connection->state == BACKEND_IDLE) {
+        if (connection->state == BACKEND_IDLE && connection->generation != connection->pool->generation) {
+            backend_connection_close(connection); /* cleared while it was busy */
+        } else if (connection->state == BACKEND_IDLE) {
             backend_request_t *next = dequeue(connection->pool);
             if (next != NULL) {
                 start_request(connection, next);
@@ -569,6 +576,7 @@ static void open_connection(backend_pool_t *pool)
     backend_connection_t *connection = BSON_ALIGNED_ALLOC0(backend_connection_t);
     connection->pool = pool;
     connection->id = ++pool->last_connection_id;
+    connection->generation = pool->generation;
     connection->state = BACKEND_CONNECTING;
     uv_tcp_init(pool->loop, &connection->tcp);
     uv_timer_init(pool->loop, &connection->timer);
@@ -723,6 +731,16 @@ void backend_pool_close(backend_pool_t *pool)
     }
 }
 
+void backend_pool_clear(backend_pool_t *pool)
+{
+    pool->generation++;
+    for (backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
+        if (connection->state == BACKEND_IDLE) {
+            backend_connection_close(connection);
+        }
+    }
+}
+
 bool backend_pool_closed(const backend_pool_t *pool)
 {
     return pool->connections == NULL && !pool->resolving;
@@ -734,6 +752,7 @@ void backend_pool_destroy(backend_pool_t *pool)
         return;
     }
     backend_credentials_destroy(pool->credentials);
+    bson_destroy(pool->hello);
     bson_free(pool->name);
     tls_context_destroy(pool->tls_context);
     bson_free(pool->tls_read_buffer);
@@ -743,6 +762,11 @@ void backend_pool_destroy(backend_pool_t *pool)
 const backend_server_info_t *backend_pool_server_info(const backend_pool_t *pool)
 {
     return &pool->info;
+}
+
+const bson_t *backend_pool_hello(const backend_pool_t *pool)
+{
+    return pool->hello;
 }
 
 const char *backend_pool_name(const backend_pool_t *pool)

@@ -47,6 +47,12 @@ backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *
 void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t length, backend_reply_fn done,
                        void *context);
 
+/* Forgets the connections open now, as a driver clears its pool after a network
+ * error or a "not writable primary" reply: idle ones close at once, busy ones once
+ * their request is answered. Connections opened afterwards handshake again, which
+ * follows the replica set's primary. Queued requests stay queued. */
+void backend_pool_clear(backend_pool_t *pool);
+
 /* Fails every queued and in-flight request and closes every connection. */
 void backend_pool_close(backend_pool_t *pool);
 
@@ -56,6 +62,10 @@ bool backend_pool_closed(const backend_pool_t *pool);
 void backend_pool_destroy(backend_pool_t *pool);
 
 const backend_server_info_t *backend_pool_server_info(const backend_pool_t *pool);
+
+/* The hello reply of the primary's latest handshake (its hosts, tags, lastWrite),
+ * NULL before the first one; borrowed until the next handshake. */
+const bson_t *backend_pool_hello(const backend_pool_t *pool);
 const char *backend_pool_name(const backend_pool_t *pool);
 
 typedef struct backend_pool_stats {

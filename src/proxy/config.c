@@ -72,6 +72,8 @@ static const setting_t settings[] = {
      "client connections open at once"},
     {"readYourWritesWait", TOP(read_your_writes_wait_ms), TYPE_DURATION, "5s", false, 0, HOUR_MS,
      "how long a read sent to the archive waits for the feeder"},
+    {"failoverWait", TOP(failover_wait_ms), TYPE_DURATION, "10s", false, 0, HOUR_MS,
+     "how long a retried command waits for its tier's primary to be found again (0: no retries)"},
     {"faultInLimit", TOP(fault_in_limit), TYPE_INTEGER, "1000", false, 0, 10000000,
      "archive documents one write may fault in"},
     {"feederEnabled", TOP(feeder_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the feeder"},

@@ -20,6 +20,10 @@
  *   maxConnections      integer   1000               client connections open at once (1-1000000)
  *   readYourWritesWait  duration  5s                 how long a read sent to the archive waits for
  *                                                    the feeder before failing (0-1h)
+ *   failoverWait        duration  10s                how long a command the proxy retries (retryable
+ *                                                    reads and writes, after a network error or a
+ *                                                    "not primary" reply) waits for its tier's primary
+ *                                                    to be found again (0-1h; 0: the proxy never retries)
  *   faultInLimit        integer   1000               archive documents one write may fault in; past
  *                                                    it the write fails (0-10000000)
  *   feederEnabled       boolean   true               run the feeder in this process
@@ -101,6 +105,7 @@ typedef struct config {
     size_t namespace_count;
     int64_t max_connections;
     int64_t read_your_writes_wait_ms;
+    int64_t failover_wait_ms;
     int64_t fault_in_limit;
     bool feeder_enabled;
     bool evictor_enabled;

@@ -116,6 +116,7 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
     append_connection_status(proxy, reply);
     BSON_APPEND_INT64(reply, "requests", (int64_t)proxy->requests);
     BSON_APPEND_INT64(reply, "requestsFailed", (int64_t)proxy->requests_failed);
+    BSON_APPEND_INT64(reply, "requestsRetried", (int64_t)proxy->requests_retried);
     BSON_APPEND_INT64(reply, "cursors", (int64_t)cursor_map_count(proxy->cursors));
     BSON_APPEND_DOCUMENT_BEGIN(reply, "namespaces", &namespaces);
     for (size_t i = 0; i < proxy->namespace_count; i++) {
@@ -261,6 +262,7 @@ static void on_loop_stopping(void *application)
     proxy->workers = NULL;
     tier_progress_set_listener(proxy->progress, NULL, NULL);
     router_cancel_waits(proxy);
+    recovery_stop(proxy);
     if (proxy->progress_async_started) {
         uv_close((uv_handle_t *)&proxy->progress_async, NULL);
         proxy->progress_async_started = false;
@@ -432,6 +434,7 @@ done:
         backend_pool_destroy(proxy.tiers[tier]);
     }
     cursor_map_destroy(proxy.cursors);
+    cluster_time_cleanup(&proxy);
     tier_workers_stop(proxy.workers);
     tier_progress_destroy(proxy.progress);
     bson_free(proxy.namespaces);

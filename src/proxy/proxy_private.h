@@ -159,6 +159,13 @@ void access_trim_reply(const access_client_t *client, bson_t *reply);
 
 /* --- the proxy ------------------------------------------------------------------ */
 
+/* recovery.c: one tier's probe for its primary. */
+typedef struct recovery_probe {
+    struct proxy *proxy;
+    proxy_tier_t tier;
+    bool in_flight;
+} recovery_probe_t;
+
 typedef struct proxy {
     config_t *config;
     server_t *server;
@@ -191,6 +198,16 @@ typedef struct proxy {
     size_t wait_count;
     uv_timer_t wait_timer;
     bool wait_timer_started;
+    /* Retries waiting for their tier's primary (recovery.c). */
+    struct recovery_waiter *recovery_waiters;
+    recovery_probe_t recovery_probes[PROXY_TIER_COUNT];
+    uv_timer_t recovery_timer;
+    bool recovery_timer_started;
+    bool recovery_stopped;
+    uint64_t requests_retried; /* sent to a tier a second time (retry.h's rules) */
+    /* The highest $clusterTime each tier has sent (cluster_time.c). */
+    bson_t *cluster_times[PROXY_TIER_COUNT];
+    uint64_t cluster_time_values[PROXY_TIER_COUNT];
 } proxy_t;
 
 /* The namespace's state, or NULL when it has no policy. */
@@ -216,6 +233,35 @@ void router_handle(void *application, server_pending_t *pending, const server_re
 void router_resume_waits(proxy_t *proxy);
 void router_expire_waits(proxy_t *proxy);
 void router_cancel_waits(proxy_t *proxy);
+
+/* recovery.c: a retry waits here until its tier's pool has found the primary again:
+ * a probe (ping) through the pool succeeds, which takes a connection whose
+ * handshake found the writable primary. done(context, true) then, or
+ * done(context, false) at deadline_ms or at shutdown; done may be called before
+ * this returns (after recovery_stop). One probe per tier at a time, repeated every
+ * RECOVERY_PROBE_INTERVAL_MS while retries wait. */
+typedef void (*recovery_fn)(void *context, bool recovered);
+void recovery_wait(proxy_t *proxy, proxy_tier_t tier, int64_t deadline_ms, recovery_fn done, void *context);
+
+/* Shutdown: every waiting retry's done(false), and the timer closes. */
+void recovery_stop(proxy_t *proxy);
+
+/* cluster_time.c: $clusterTime gossip across tiers that are replica sets of their
+ * own, each with its own clock and signing keys. note records a tier's reply's
+ * $clusterTime when it is the highest seen from that tier. prepare_request readies
+ * a message to tier (mutable, changed in place): a client's $clusterTime becomes the
+ * tier's own latest, and a readConcern afterClusterTime beyond the tier's latest
+ * time is lowered to it; when the client's $clusterTime cannot be replaced in place
+ * (the tier's is unknown, or of another size), *out_message is a new message built
+ * from command without it (the caller bson_free()s it), else NULL. prepare_reply
+ * raises a tier's reply's $clusterTime to the highest of both tiers, in place;
+ * append adds that highest one to a reply the proxy builds, unless present. */
+void cluster_time_note(proxy_t *proxy, proxy_tier_t tier, const bson_t *reply_body);
+void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *message, size_t length,
+                                  const bson_t *command, uint8_t **out_message, size_t *out_length);
+void cluster_time_prepare_reply(proxy_t *proxy, uint8_t *message, size_t length);
+void cluster_time_append(proxy_t *proxy, bson_t *body);
+void cluster_time_cleanup(proxy_t *proxy);
 
 int64_t proxy_now_ms(void);
 int64_t proxy_wall_clock_ms(void);

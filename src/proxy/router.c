@@ -16,6 +16,8 @@
  * requestID and, for getMore, the cursor id change), and its reply comes back the
  * same way, with the tier's cursor id replaced by the proxy's. */
 #include "proxy/proxy_private.h"
+#include "proxy/read_preference.h"
+#include "proxy/retry.h"
 
 #include "common/log.h"
 #include "query/order.h"
@@ -28,6 +30,22 @@
 #define LOG_COMPONENT "ROUTER"
 #define MAX_WIRE_VERSION 17 /* MongoDB 6.0: the proxy speaks no newer protocol */
 #define DEFAULT_LOGICAL_SESSION_TIMEOUT_MINUTES 30
+
+/* The request's current send to a tier, kept so that it can be sent once more
+ * (retry.h's rules) once the tier's primary is found again (recovery.c). */
+typedef struct tier_call {
+    proxy_tier_t tier;
+    uint8_t *message;       /* the client's own message, or owned */
+    size_t length;
+    uint8_t *owned;         /* a message the router built for this step */
+    backend_reply_fn done;
+    bool retried;
+    /* The first attempt's failure, answered if the primary is not found in time. */
+    bool failed_on_network;
+    bson_error_t network_error;
+    uint8_t *failed_reply;
+    size_t failed_length;
+} tier_call_t;
 
 typedef struct proxy_request {
     proxy_t *proxy;
@@ -56,6 +74,11 @@ typedef struct proxy_request {
     bool point_rebuilt; /* the fast tier got our find (one batch), not the client's */
     bson_t point_fast_documents;
     bson_t point_missing_ids;
+    /* explain of a point read: the fast tier's explain, while the archive's runs. */
+    bson_t *explain_fast_body;
+    retry_kind_t retry_kind; /* of the client's command; also its internal steps' */
+    tier_call_t call;
+    uint64_t operation_time; /* the latest operationTime of its tiers' replies */
 } proxy_request_t;
 
 /* --- replies built here ------------------------------------------------------- */
@@ -74,6 +97,9 @@ static void request_free(proxy_request_t *request)
         bson_destroy(&request->point_fast_documents);
         bson_destroy(&request->point_missing_ids);
     }
+    bson_destroy(request->explain_fast_body);
+    bson_free(request->call.owned);
+    bson_free(request->call.failed_reply);
     bson_destroy(&request->command);
     bson_free(request->message);
     bson_free(request);
@@ -85,6 +111,7 @@ static void finish_with_message(proxy_request_t *request, uint8_t *encoded, size
 {
     server_reply_t reply = {0};
     bson_error_t error;
+    cluster_time_prepare_reply(request->proxy, encoded, length);
     if (request->no_reply) {
         bson_free(encoded);
         encoded = NULL;
@@ -107,15 +134,25 @@ static void finish_with_message(proxy_request_t *request, uint8_t *encoded, size
     request_free(request);
 }
 
-static void finish_with_document(proxy_request_t *request, const bson_t *body, uint32_t delay_ms)
+static void finish_with_document(proxy_request_t *request, const bson_t *document, uint32_t delay_ms)
 {
     uint8_t *encoded = NULL;
     size_t length = 0;
     bson_error_t error;
-    if (!wire_op_msg_build(0, request->client_request_id, 0, body, NULL, 0, &encoded, &length, &error)) {
+    /* As a mongos, every reply carries the cluster's time, and the operation's. */
+    bson_t body = BSON_INITIALIZER;
+    bson_concat(&body, document);
+    cluster_time_append(request->proxy, &body);
+    if (request->operation_time != 0 && !bson_has_field(&body, "operationTime")) {
+        bson_append_timestamp(&body, "operationTime", -1, (uint32_t)(request->operation_time >> 32),
+                              (uint32_t)request->operation_time);
+    }
+    bool built = wire_op_msg_build(0, request->client_request_id, 0, &body, NULL, 0, &encoded, &length, &error);
+    bson_destroy(&body);
+    if (!built) {
         bson_t fallback = BSON_INITIALIZER;
         tc_error_append_reply(&error, &fallback);
-        bool built = wire_op_msg_build(0, request->client_request_id, 0, &fallback, NULL, 0, &encoded, &length, &error);
+        built = wire_op_msg_build(0, request->client_request_id, 0, &fallback, NULL, 0, &encoded, &length, &error);
         bson_destroy(&fallback);
         if (!built) {
             server_reply_t close_reply = {.close_after = true};
@@ -327,7 +364,8 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
     bson_iter_t iter;
     uint32_t seconds, increment;
     if (request->namespace_state == NULL || !request->has_decision || request->decision.kind != PLAN_KIND_WRITE ||
-        !bson_iter_init_find(&iter, body, "operationTime") || !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
+        request->decision.is_explain || !bson_iter_init_find(&iter, body, "operationTime") ||
+        !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
         return;
     }
     bson_iter_timestamp(&iter, &seconds, &increment);
@@ -344,6 +382,116 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
         request->namespace_state->last_delete_time = time;
     }
 }
+
+/* --- sending to a tier, once more after a retryable failure ---------------------- */
+
+static void on_call_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
+
+/* Sends the call's message, readied for its tier (cluster_time.c). */
+static void send_call(proxy_request_t *request)
+{
+    tier_call_t *call = &request->call;
+    uint8_t *rebuilt;
+    size_t rebuilt_length;
+    cluster_time_prepare_request(request->proxy, call->tier, call->message, call->length, &request->command, &rebuilt,
+                                 &rebuilt_length);
+    if (rebuilt != NULL) {
+        backend_pool_send(request->proxy->tiers[call->tier], rebuilt, rebuilt_length, on_call_reply, request);
+        bson_free(rebuilt);
+        return;
+    }
+    backend_pool_send(request->proxy->tiers[call->tier], call->message, call->length, on_call_reply, request);
+}
+
+/* Sends message to tier; done gets the reply. owned (NULL for the client's own
+ * message) is kept until the request ends, for a retry. */
+static void send_to_tier(proxy_request_t *request, proxy_tier_t tier, uint8_t *message, size_t length,
+                         uint8_t *owned, backend_reply_fn done)
+{
+    tier_call_t *call = &request->call;
+    bson_free(call->owned);
+    bson_free(call->failed_reply);
+    memset(call, 0, sizeof *call);
+    call->tier = tier;
+    call->message = message;
+    call->length = length;
+    call->owned = owned;
+    call->done = done;
+    request->tier = tier;
+    send_call(request);
+}
+
+/* The primary is found again (recovered), or the wait ended: send once more, or
+ * answer with the first attempt's failure. */
+static void on_call_recovered(void *context, bool recovered)
+{
+    proxy_request_t *request = context;
+    tier_call_t *call = &request->call;
+    if (recovered) {
+        send_call(request);
+        return;
+    }
+    uint8_t *failed_reply = call->failed_reply;
+    call->failed_reply = NULL;
+    if (call->failed_on_network) {
+        bson_error_t error = call->network_error;
+        call->done(request, NULL, 0, &error);
+    } else {
+        call->done(request, failed_reply, call->failed_length, NULL);
+    }
+    bson_free(failed_reply);
+}
+
+static void on_call_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    proxy_t *proxy = request->proxy;
+    tier_call_t *call = &request->call;
+    int32_t code = 0;
+    bson_t body;
+    bson_error_t parse_error;
+    bool parsed = error == NULL && wire_message_opcode(reply) == WIRE_OP_MSG &&
+                  wire_op_msg_peek_body(reply, length, &body, &parse_error);
+    if (parsed) {
+        bson_iter_t time;
+        cluster_time_note(proxy, call->tier, &body);
+        if (bson_iter_init_find(&time, &body, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&time)) {
+            uint32_t seconds, increment;
+            bson_iter_timestamp(&time, &seconds, &increment);
+            uint64_t value = (uint64_t)seconds << 32 | increment;
+            request->operation_time = value > request->operation_time ? value : request->operation_time;
+        }
+    }
+    bool retry = !call->retried && request->retry_kind != RETRY_NEVER && proxy->config->failover_wait_ms > 0;
+    if (retry) {
+        retry = error != NULL || (parsed && retry_reply_is_retryable(&body, request->retry_kind, &code));
+    }
+    if (!retry) {
+        call->done(context, reply, length, error);
+        return;
+    }
+    call->retried = true;
+    if (error != NULL) {
+        call->failed_on_network = true;
+        call->network_error = *error;
+    } else {
+        call->failed_reply = bson_malloc(length);
+        memcpy(call->failed_reply, reply, length);
+        call->failed_length = length;
+    }
+    if (error != NULL || retry_code_changes_primary(code)) {
+        backend_pool_clear(proxy->tiers[call->tier]);
+    }
+    proxy->requests_retried++;
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
+           "%s failed on the %s tier (%s); it runs once more when the tier's primary is found", request->command_name,
+           proxy_tier_name(call->tier), error != NULL ? error->message : tc_error_code_name(code));
+    recovery_wait(proxy, call->tier, proxy_now_ms() + proxy->config->failover_wait_ms, on_call_recovered, request);
+}
+
+static bool request_is_explain(const proxy_request_t *request);
+static bool reply_is_ok(const bson_t *body);
+static void finish_explain(proxy_request_t *request, const bson_t *body, const bson_t *archive_body);
 
 static void on_tier_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
@@ -373,6 +521,11 @@ static void on_tier_reply(void *context, const uint8_t *reply, size_t length, co
     if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_peek_body(copy, length, &body, &parse_error)) {
         if (request->tier == PROXY_TIER_FAST) {
             note_fast_write(request, &body);
+        }
+        if (request_is_explain(request) && reply_is_ok(&body)) {
+            finish_explain(request, &body, NULL);
+            bson_free(copy);
+            return;
         }
         uint8_t *cursor_id = find_int64_in_place(&body, "cursor", "id");
         if (request->getmore_proxy_id != 0) {
@@ -405,8 +558,7 @@ static void on_tier_reply(void *context, const uint8_t *reply, size_t length, co
 
 static void forward(proxy_request_t *request, proxy_tier_t tier)
 {
-    request->tier = tier;
-    backend_pool_send(request->proxy->tiers[tier], request->message, request->length, on_tier_reply, request);
+    send_to_tier(request, tier, request->message, request->length, NULL, on_tier_reply);
 }
 
 static void route_get_more(proxy_request_t *request)
@@ -589,8 +741,7 @@ static void on_fault_in_found(void *context, const uint8_t *reply, size_t length
         finish_with_error(request, &parse_error);
         return;
     }
-    backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], encoded, encoded_length, on_fault_in_inserted, request);
-    bson_free(encoded);
+    send_to_tier(request, PROXY_TIER_FAST, encoded, encoded_length, encoded, on_fault_in_inserted);
 }
 
 /* Asks the archive for every document the write may touch: the ids named, and
@@ -660,8 +811,7 @@ static void start_fault_in(proxy_request_t *request)
         finish_with_error(request, &error);
         return;
     }
-    backend_pool_send(request->proxy->tiers[PROXY_TIER_ARCHIVE], encoded, length, on_fault_in_found, request);
-    bson_free(encoded);
+    send_to_tier(request, PROXY_TIER_ARCHIVE, encoded, length, encoded, on_fault_in_found);
 }
 
 /* --- read-your-writes across tiers ----------------------------------------------------
@@ -1165,9 +1315,7 @@ static void send_point_archive(proxy_request_t *request)
         finish_with_error(request, &error);
         return;
     }
-    request->tier = PROXY_TIER_ARCHIVE;
-    backend_pool_send(request->proxy->tiers[PROXY_TIER_ARCHIVE], message, length, on_point_archive_reply, request);
-    bson_free(message);
+    send_to_tier(request, PROXY_TIER_ARCHIVE, message, length, message, on_point_archive_reply);
 }
 
 /* The distinct values of a BSON array of ids (5, 5.0 and 5L are one). */
@@ -1266,20 +1414,24 @@ static bool point_read_passes_through(proxy_request_t *request)
     return batch_size >= ids;
 }
 
+static void route_explain_both(proxy_request_t *request);
+
 static void route_point_read(proxy_request_t *request)
 {
-    if (request->decision.is_explain || projection_hides_id(&request->command)) {
+    if (request->decision.is_explain) {
+        route_explain_both(request);
+        return;
+    }
+    if (projection_hides_id(&request->command)) {
         after_feeder_caught_up(request, false, forward_to_archive);
         return;
     }
     request->has_point_state = true;
     bson_init(&request->point_fast_documents);
     bson_init(&request->point_missing_ids);
-    request->tier = PROXY_TIER_FAST;
     if (point_read_passes_through(request)) {
         /* The common case costs no more than a read sent to the fast tier. */
-        backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], request->message, request->length,
-                          on_point_fast_reply, request);
+        send_to_tier(request, PROXY_TIER_FAST, request->message, request->length, NULL, on_point_fast_reply);
         return;
     }
     route_point_read_rebuilt(request);
@@ -1307,9 +1459,125 @@ static void route_point_read_rebuilt(proxy_request_t *request)
         finish_with_error(request, &error);
         return;
     }
-    request->tier = PROXY_TIER_FAST;
-    backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], message, length, on_point_fast_reply, request);
-    bson_free(message);
+    send_to_tier(request, PROXY_TIER_FAST, message, length, message, on_point_fast_reply);
+}
+
+/* --- explain: the tier's own explain, and which tier the planner chose and why ---------
+ * The reply is the tier's explain with one more field before ok:
+ *   thermocline: {tier: "fast" | "archive" | "both", reason: <the planner's text>,
+ *                 reasonName: <plan_reason_name>, archive: <the archive's explain>}
+ * "both" is a point read: the fast tier first, then the archive for the ids the fast
+ * tier lacks; its top level is the fast tier's explain, `archive` the archive's (as it
+ * would run the same query). An error reply passes unchanged, as mongod gave it. */
+
+static bool request_is_explain(const proxy_request_t *request)
+{
+    return request->has_decision && (request->decision.is_explain || strcmp(request->command_name, "explain") == 0);
+}
+
+static bool reply_is_ok(const bson_t *body)
+{
+    bson_iter_t iter;
+    return bson_iter_init_find(&iter, body, "ok") && bson_iter_as_double(&iter) == 1.0;
+}
+
+/* The fields of a tier's explain, without what belongs to the reply rather than the
+ * explain (ok, and the replica set's times). */
+static void append_explain_fields(bson_t *out, const bson_t *body)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, body);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        if (strcmp(key, "ok") != 0 && strcmp(key, "$clusterTime") != 0 && strcmp(key, "operationTime") != 0) {
+            bson_append_iter(out, key, -1, &iter);
+        }
+    }
+}
+
+static void append_thermocline_explain(proxy_request_t *request, const bson_t *archive_body, bson_t *out)
+{
+    const plan_decision_t *decision = &request->decision;
+    const char *tier = decision->route == PLAN_ROUTE_FAST_THEN_ARCHIVE ? "both" : proxy_tier_name(request->tier);
+    bson_t thermocline;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "thermocline", &thermocline);
+    BSON_APPEND_UTF8(&thermocline, "tier", tier);
+    BSON_APPEND_UTF8(&thermocline, "reason", decision->reason_text);
+    BSON_APPEND_UTF8(&thermocline, "reasonName", plan_reason_name(decision->reason));
+    if (archive_body != NULL) {
+        bson_t archive;
+        BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "archive", &archive);
+        append_explain_fields(&archive, archive_body);
+        bson_append_document_end(&thermocline, &archive);
+    }
+    bson_append_document_end(out, &thermocline);
+}
+
+/* Answers with body (a tier's ok explain) and the thermocline field before its ok. */
+static void finish_explain(proxy_request_t *request, const bson_t *body, const bson_t *archive_body)
+{
+    bson_t reply = BSON_INITIALIZER;
+    bson_iter_t iter;
+    bool added = false;
+    bson_iter_init(&iter, body);
+    while (bson_iter_next(&iter)) {
+        if (!added && strcmp(bson_iter_key(&iter), "ok") == 0) {
+            append_thermocline_explain(request, archive_body, &reply);
+            added = true;
+        }
+        bson_append_iter(&reply, bson_iter_key(&iter), -1, &iter);
+    }
+    if (!added) {
+        append_thermocline_explain(request, archive_body, &reply);
+    }
+    finish_with_document(request, &reply, 0);
+    bson_destroy(&reply);
+}
+
+static void on_explain_archive_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    bson_t body;
+    bson_error_t parse_error;
+    if (error != NULL) {
+        request->proxy->requests_failed++;
+        finish_with_error(request, error);
+        return;
+    }
+    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !reply_is_ok(&body)) {
+        relay_reply(request, reply, length);
+        return;
+    }
+    finish_explain(request, request->explain_fast_body, &body);
+}
+
+static void send_explain_archive(proxy_request_t *request)
+{
+    send_to_tier(request, PROXY_TIER_ARCHIVE, request->message, request->length, NULL, on_explain_archive_reply);
+}
+
+static void on_explain_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    bson_t body;
+    bson_error_t parse_error;
+    if (error != NULL) {
+        request->proxy->requests_failed++;
+        finish_with_error(request, error);
+        return;
+    }
+    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !reply_is_ok(&body)) {
+        relay_reply(request, reply, length);
+        return;
+    }
+    request->explain_fast_body = bson_copy(&body);
+    after_feeder_caught_up(request, true, send_explain_archive);
+}
+
+/* A point read's explain: the client's explain on both tiers, the fast tier first. */
+static void route_explain_both(proxy_request_t *request)
+{
+    send_to_tier(request, PROXY_TIER_FAST, request->message, request->length, NULL, on_explain_fast_reply);
 }
 
 static void fault_in_after_deletes(proxy_request_t *request)
@@ -1318,6 +1586,52 @@ static void fault_in_after_deletes(proxy_request_t *request)
 }
 
 /* --- planning ------------------------------------------------------------------------ */
+
+/* $readPreference as a mongos applies it, to the tier (or both tiers) that will
+ * answer a read: the member is chosen from what the tier's primary said in its
+ * hello (read_preference.c). The pools reach only each tier's primary, and the
+ * choice is the primary whenever the preference can be met with what the proxy
+ * knows: the hello names the other members, but the proxy has not heard from
+ * them. So with one-member tiers, every mode but `secondary` reads the primary, and
+ * `secondary` fails with FailedToSatisfyReadPreference as on a mongos. */
+static bool apply_read_preference(proxy_request_t *request, bson_error_t *error)
+{
+    const plan_decision_t *decision = &request->decision;
+    read_preference_t preference;
+    proxy_tier_t tiers[PROXY_TIER_COUNT];
+    size_t tier_count = 0;
+    bool ok = true;
+    if ((decision->kind != PLAN_KIND_READ && decision->kind != PLAN_KIND_OTHER) ||
+        !bson_has_field(&request->command, "$readPreference")) {
+        return true;
+    }
+    if (decision->route == PLAN_ROUTE_FAST || decision->route == PLAN_ROUTE_FAST_THEN_ARCHIVE) {
+        tiers[tier_count++] = PROXY_TIER_FAST;
+    }
+    if (decision->route == PLAN_ROUTE_ARCHIVE || decision->route == PLAN_ROUTE_FAST_THEN_ARCHIVE) {
+        tiers[tier_count++] = PROXY_TIER_ARCHIVE;
+    }
+    if (!read_preference_parse(&request->command, &preference, error)) {
+        read_preference_cleanup(&preference);
+        return false;
+    }
+    for (size_t i = 0; i < tier_count && ok && preference.mode != READ_PREFERENCE_PRIMARY; i++) {
+        const bson_t *hello = backend_pool_hello(request->proxy->tiers[tiers[i]]);
+        read_preference_topology_t topology;
+        size_t member;
+        if (hello == NULL) {
+            continue; /* not reached yet: the send finds out */
+        }
+        read_preference_topology_from_hello(hello, proxy_wall_clock_ms(), &topology);
+        ok = read_preference_select(&topology, &preference, &member, error);
+        read_preference_topology_cleanup(&topology);
+    }
+    read_preference_cleanup(&preference);
+    if (!ok && strcmp(request->command_name, "find") == 0) {
+        tc_error_prefix(error, "Encountered non-retryable error during query :: caused by :: ");
+    }
+    return ok;
+}
 
 static void route_planned(proxy_request_t *request)
 {
@@ -1334,11 +1648,16 @@ static void route_planned(proxy_request_t *request)
         }
     }
     request->has_decision = true;
+    request->retry_kind = retry_command_kind(&request->command);
     if (!plan_command(&request->command, policy, &coverage, &request->decision, &error)) {
         finish_with_error(request, &error);
         return;
     }
     plan_decision_t *decision = &request->decision;
+    if (!apply_read_preference(request, &error)) {
+        finish_with_error(request, &error);
+        return;
+    }
     count_route(request, decision->route);
     TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, request->connection_id, "%s on %s: %s (%s)", request->command_name,
            request->ns, plan_route_name(decision->route), decision->reason_text);

@@ -195,6 +195,7 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
         find_plan_append_query_planner(aggregation->plan, ns, &planner);
         bson_append_document_end(reply, &planner);
         BSON_APPEND_ARRAY(reply, "stages", &stages);
+        command_append_explain_server_info(context, context->command, reply);
         ok = true;
         goto done;
     }

@@ -476,6 +476,93 @@ static bool discard_emit(void *context, const bson_t *document, int64_t record_i
     return true;
 }
 
+/* An explained write names one statement (mongod explains no batch): its filter,
+ * and the stage the write runs over the plan. findAndModify's query may be absent. */
+static bool parse_explained_write(command_context_t *context, char **out_ns, bson_t *out_query,
+                                  const char **out_stage, bson_error_t *error)
+{
+    bson_iter_t iter, statements, statement, rest;
+    bool is_update = strcmp(context->name, "update") == 0;
+    if (!command_namespace(context, out_ns, error)) {
+        return false;
+    }
+    if (strcmp(context->name, "findAndModify") == 0 || strcmp(context->name, "findandmodify") == 0) {
+        *out_stage = bson_iter_init_find(&iter, context->command, "remove") && bson_iter_as_bool(&iter) ? "DELETE"
+                                                                                                       : "UPDATE";
+        return command_get_document(context, "query", out_query, error);
+    }
+    *out_stage = is_update ? "UPDATE" : "DELETE";
+    bool one_statement = bson_iter_init_find(&iter, context->command, is_update ? "updates" : "deletes") &&
+                         BSON_ITER_HOLDS_ARRAY(&iter) && bson_iter_recurse(&iter, &statements) &&
+                         bson_iter_next(&statements);
+    if (one_statement) {
+        rest = statements;
+        one_statement = !bson_iter_next(&rest);
+    }
+    if (!one_statement) {
+        return tc_error_set(error, TC_ERR_INVALID_LENGTH, "explained write batches must be of size 1");
+    }
+    bson_init(out_query);
+    if (!BSON_ITER_HOLDS_DOCUMENT(&statements) || !bson_iter_recurse(&statements, &statement) ||
+        !bson_iter_find(&statement, "q") || !BSON_ITER_HOLDS_DOCUMENT(&statement)) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "BSON field '%s.%s.q' is missing but a required field",
+                            is_update ? "update" : "delete", is_update ? "updates" : "deletes");
+    }
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_document(&statement, &length, &data);
+    return bson_init_static(out_query, data, length);
+}
+
+/* queryPlanner of a write: the read plan under the write's own stage, as mongod
+ * shows it ({stage: "UPDATE", inputStage: {...}}). */
+static void append_write_query_planner(const find_plan_t *plan, const char *ns, const char *stage, bson_t *out)
+{
+    bson_t planner = BSON_INITIALIZER;
+    bson_iter_t iter;
+    find_plan_append_query_planner(plan, ns, &planner);
+    bson_iter_init(&iter, &planner);
+    while (bson_iter_next(&iter)) {
+        if (strcmp(bson_iter_key(&iter), "winningPlan") == 0) {
+            bson_t wrapped;
+            BSON_APPEND_DOCUMENT_BEGIN(out, "winningPlan", &wrapped);
+            BSON_APPEND_UTF8(&wrapped, "stage", stage);
+            bson_append_iter(&wrapped, "inputStage", -1, &iter);
+            bson_append_document_end(out, &wrapped);
+        } else {
+            bson_append_iter(out, bson_iter_key(&iter), -1, &iter);
+        }
+    }
+    bson_destroy(&planner);
+}
+
+void command_append_explain_server_info(const command_context_t *context, const bson_t *explained, bson_t *reply)
+{
+    bson_t server_info;
+    BSON_APPEND_DOCUMENT(reply, "command", explained);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "serverInfo", &server_info);
+    BSON_APPEND_UTF8(&server_info, "host", "thermocline-store");
+    BSON_APPEND_INT32(&server_info, "port", server_port(context->store->server));
+    BSON_APPEND_UTF8(&server_info, "version", "6.0.0");
+    bson_append_document_end(reply, &server_info);
+}
+
+/* explain {aggregate: ...} is aggregate {explain: true}, which answers it (with its
+ * serverInfo). */
+static bool explain_aggregate(command_context_t *context, bson_t *inner, bson_t *reply, bson_error_t *error)
+{
+    if (!bson_has_field(inner, "explain")) {
+        BSON_APPEND_BOOL(inner, "explain", true);
+    }
+    context->command = inner;
+    for (const command_definition_t *definition = aggregate_commands; definition->name != NULL; definition++) {
+        if (strcmp(definition->name, "aggregate") == 0) {
+            return definition->handler(context, reply, error);
+        }
+    }
+    return tc_error_set(error, TC_ERR_COMMAND_NOT_FOUND, "no such command: 'aggregate'");
+}
+
 static bool handle_explain(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     bson_iter_t iter;
@@ -512,21 +599,37 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
     char *ns = NULL;
     find_request_t request;
     bson_t query, hint;
-    find_options_t count_options;
+    find_options_t count_options = {0};
     find_options_t *options = NULL;
+    const char *write_stage = NULL;
     bool ok = false;
     memset(&request, 0, sizeof request);
-    if (strcmp(inner_context.name, "find") == 0) {
+    const char *name = inner_context.name;
+    if (strcmp(name, "find") == 0) {
         TC_CHECK(parse_find(&inner_context, &request, error));
         ns = request.ns;
         request.ns = NULL;
         options = &request.options;
-    } else if (strcmp(inner_context.name, "count") == 0) {
+    } else if (strcmp(name, "count") == 0) {
         TC_CHECK(parse_count(&inner_context, &ns, &query, &hint, &count_options, error));
         options = &count_options;
+    } else if (strcmp(name, "distinct") == 0) {
+        TC_CHECK(command_namespace(&inner_context, &ns, error));
+        TC_CHECK(command_get_document(&inner_context, "query", &query, error));
+        count_options.filter = &query;
+        options = &count_options;
+    } else if (strcmp(name, "update") == 0 || strcmp(name, "delete") == 0 || strcmp(name, "findAndModify") == 0 ||
+               strcmp(name, "findandmodify") == 0) {
+        TC_CHECK(parse_explained_write(&inner_context, &ns, &query, &write_stage, error));
+        count_options.filter = &query;
+        options = &count_options;
+    } else if (strcmp(name, "aggregate") == 0) {
+        ok = explain_aggregate(&inner_context, &inner, reply, error);
+        goto done;
     } else {
         tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED, "Explain for %s is not supported by thermocline store; "
-                     "explain supports find and count", inner_context.name);
+                     "explain supports find, count, distinct, aggregate, update, delete and findAndModify",
+                     name);
         goto done;
     }
 
@@ -536,7 +639,11 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
     if (plan != NULL) {
         bson_t planner;
         BSON_APPEND_DOCUMENT_BEGIN(reply, "queryPlanner", &planner);
-        find_plan_append_query_planner(plan, ns, &planner);
+        if (write_stage != NULL) {
+            append_write_query_planner(plan, ns, write_stage, &planner);
+        } else {
+            find_plan_append_query_planner(plan, ns, &planner);
+        }
         bson_append_document_end(reply, &planner);
         ok = true;
         if (strcmp(verbosity, "queryPlanner") != 0) {
@@ -553,13 +660,7 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
     storage_unlock(storage);
     find_plan_destroy(plan);
     if (ok) {
-        bson_t server_info;
-        BSON_APPEND_DOCUMENT(reply, "command", &explained);
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "serverInfo", &server_info);
-        BSON_APPEND_UTF8(&server_info, "host", "thermocline-store");
-        BSON_APPEND_INT32(&server_info, "port", server_port(context->store->server));
-        BSON_APPEND_UTF8(&server_info, "version", "6.0.0");
-        bson_append_document_end(reply, &server_info);
+        command_append_explain_server_info(context, &explained, reply);
     }
 done:
     bson_free(request.ns);

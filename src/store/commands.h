@@ -102,6 +102,9 @@ bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, coll
 bool aggregation_fill_batch(command_context_t *context, void *aggregation, collection_t *collection,
                             batch_builder_t *batch, bool *out_exhausted, bson_error_t *error) TC_MUST_CHECK;
 
+/* explain's closing fields: command (the explained command) and serverInfo. */
+void command_append_explain_server_info(const command_context_t *context, const bson_t *explained, bson_t *reply);
+
 /* The write concern's j (or w: "majority" under --replSet, always journaled). */
 bool command_wants_durable_write(const command_context_t *context);
 

@@ -27,8 +27,9 @@ def order(number, created):
 @pytest.fixture
 def proxy(tiers, tmp_path):
     archive, fast = tiers
+    # failoverWait: a dead tier's error comes after the proxy's one retry gave up.
     process = ProxyProcess(tmp_path / "proxy", proxy_config(
-        archive, fast, [("shop.orders", "createdAt", "30d", True)])).start()
+        archive, fast, [("shop.orders", "createdAt", "30d", True)], "failoverWait: 1s\n")).start()
     yield process
     process.stop()
 

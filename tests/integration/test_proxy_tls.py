@@ -200,7 +200,9 @@ def test_tier_certificates_are_checked(tmp_path, certificates):
         started.append(archive)
         fast = tls_store(tmp_path / "fast", certificates, certificate=elsewhere)
         started.append(fast)
-        workers_off = {"feederEnabled": "false", "evictorEnabled": "false", "warmerEnabled": "false"}
+        # failoverWait short: a tier that fails its certificate check is retried until it.
+        workers_off = {"feederEnabled": "false", "evictorEnabled": "false", "warmerEnabled": "false",
+                       "failoverWait": "1s"}
         proxy = start_proxy(tmp_path / "strict", certificates,
                             tier_uri(archive, certificates, tlsCAFile=certificates.rogue_ca),
                             tier_uri(fast, certificates, host="localhost"), top=dict(workers_off))

@@ -158,7 +158,9 @@ def test_archive_down_then_back(replicated_tiers, tmp_path):
     """The feeder waits and retries with backoff; writes the fast tier can take
     alone keep landing; lag is visible; nothing is lost when the archive returns."""
     archive, fast = replicated_tiers
-    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    # failoverWait: the insert's error comes once the proxy's one retry gave up.
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete",
+                        top={"failoverWait": "1s"})
     since = ago(60)
     with client_for(proxy) as client:
         client.shop.orders.insert_many([{"_id": i, "createdAt": utc_now(), "n": 0} for i in range(50)])

@@ -110,6 +110,7 @@ static void test_brief_example(void **state)
     assert_true(orders->warmer_period_ms == 60000);
     assert_true(config->max_connections == 1000);
     assert_true(config->read_your_writes_wait_ms == 5000);
+    assert_true(config->failover_wait_ms == 10000);
     assert_true(config->fault_in_limit == 1000);
     assert_true(config->feeder_enabled && config->evictor_enabled && config->warmer_enabled);
     assert_false(config->authorization_enabled);
@@ -127,6 +128,7 @@ static void test_every_option(void **state)
     config_t *config = load("# the lab's configuration\n"
                             "listen: '[::1]:28000'\n" TIERS "maxConnections: 50\n"
                             "readYourWritesWait: 250ms\n"
+                            "failoverWait: 0s\n"
                             "faultInLimit: 0\n"
                             "feederEnabled: false\n"
                             "evictorEnabled: FALSE\n"
@@ -148,6 +150,7 @@ static void test_every_option(void **state)
     assert_int_equal(config->listen.port, 28000);
     assert_true(config->max_connections == 50);
     assert_true(config->read_your_writes_wait_ms == 250);
+    assert_true(config->failover_wait_ms == 0);
     assert_true(config->fault_in_limit == 0);
     assert_false(config->feeder_enabled);
     assert_false(config->evictor_enabled);
@@ -168,7 +171,7 @@ static void test_every_option(void **state)
     assert_int_equal(clicks->coverage, CONFIG_COVERAGE_WARM);
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
-    assert_int_equal(clicks->line, 21);
+    assert_int_equal(clicks->line, 22);
     config_destroy(config);
 }
 
@@ -439,6 +442,7 @@ static void test_bad_top_level_values(void **state)
          "3: maxConnections must be a whole number from 1 to 1000000, not '99999999999999999999'"},
         {TIERS "faultInLimit: -1\n", "3: faultInLimit must be a whole number from 0 to 10000000, not '-1'"},
         {TIERS "readYourWritesWait: 2h\n", "3: readYourWritesWait must be at most 1h, not '2h'"},
+        {TIERS "failoverWait: 61m\n", "3: failoverWait must be at most 1h, not '61m'"},
         {TIERS "readYourWritesWait: 5\n",
          "3: readYourWritesWait: invalid duration '5': write a number with a unit (ms, s, m, h, d), such as 500ms or "
          "30d"},

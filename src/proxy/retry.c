@@ -1,0 +1,169 @@
+/* The retryable-reads and retryable-writes rules as tables: which commands may run
+ * again after a transient failure, and which failures are transient. */
+#include "proxy/retry.h"
+
+#include <string.h>
+
+static const int32_t retryable_codes[] = {
+    6,     /* HostUnreachable */
+    7,     /* HostNotFound */
+    89,    /* NetworkTimeout */
+    91,    /* ShutdownInProgress */
+    134,   /* ReadConcernMajorityNotAvailableYet */
+    189,   /* PrimarySteppedDown */
+    262,   /* ExceededTimeLimit */
+    9001,  /* SocketException */
+    10107, /* NotWritablePrimary */
+    11600, /* InterruptedAtShutdown */
+    11602, /* InterruptedDueToReplStateChange */
+    13435, /* NotPrimaryNoSecondaryOk */
+    13436, /* NotPrimaryOrSecondary */
+};
+
+/* SDAM's "not writable primary" and "node is recovering" errors. */
+static const int32_t primary_change_codes[] = {91, 189, 10107, 11600, 11602, 13435, 13436};
+
+static bool code_in(int32_t code, const int32_t *codes, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (codes[i] == code) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool retry_code_is_retryable(int32_t code)
+{
+    return code_in(code, retryable_codes, sizeof retryable_codes / sizeof retryable_codes[0]);
+}
+
+bool retry_code_changes_primary(int32_t code)
+{
+    return code_in(code, primary_change_codes, sizeof primary_change_codes / sizeof primary_change_codes[0]);
+}
+
+/* Whether every statement of an update (multi) or delete (limit) touches at most
+ * one document: multi absent or false; limit exactly 1. */
+static bool statements_are_single(const bson_t *command, const char *array, const char *field, bool delete_limit)
+{
+    bson_iter_t iter, statements, statement;
+    if (!bson_iter_init_find(&iter, command, array) || !BSON_ITER_HOLDS_ARRAY(&iter) ||
+        !bson_iter_recurse(&iter, &statements)) {
+        return false;
+    }
+    while (bson_iter_next(&statements)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&statements) || !bson_iter_recurse(&statements, &statement)) {
+            return false;
+        }
+        bool found = bson_iter_find(&statement, field);
+        if (delete_limit) {
+            if (!found || !BSON_ITER_HOLDS_NUMBER(&statement) || bson_iter_as_int64(&statement) != 1) {
+                return false;
+            }
+        } else if (found && bson_iter_as_bool(&statement)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* An aggregate whose pipeline ends in a write stage is a write, and not retryable. */
+static bool pipeline_writes(const bson_t *command)
+{
+    bson_iter_t iter, stages, stage;
+    if (!bson_iter_init_find(&iter, command, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&iter) ||
+        !bson_iter_recurse(&iter, &stages)) {
+        return false;
+    }
+    while (bson_iter_next(&stages)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&stages) && bson_iter_recurse(&stages, &stage) && bson_iter_next(&stage) &&
+            (strcmp(bson_iter_key(&stage), "$out") == 0 || strcmp(bson_iter_key(&stage), "$merge") == 0)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+retry_kind_t retry_command_kind(const bson_t *command)
+{
+    static const char *const reads[] = {"find", "count", "distinct", "listCollections", "listIndexes",
+                                        "listDatabases"};
+    bson_iter_t first;
+    if (command == NULL || !bson_iter_init(&first, command) || !bson_iter_next(&first) ||
+        bson_has_field(command, "autocommit")) {
+        return RETRY_NEVER;
+    }
+    const char *name = bson_iter_key(&first);
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+        if (strcmp(name, reads[i]) == 0) {
+            return RETRY_READ;
+        }
+    }
+    if (strcmp(name, "aggregate") == 0) {
+        return pipeline_writes(command) ? RETRY_NEVER : RETRY_READ;
+    }
+    if (!bson_has_field(command, "txnNumber")) {
+        return RETRY_NEVER;
+    }
+    if (strcmp(name, "insert") == 0 || strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0) {
+        return RETRY_WRITE;
+    }
+    if (strcmp(name, "update") == 0) {
+        return statements_are_single(command, "updates", "multi", false) ? RETRY_WRITE : RETRY_NEVER;
+    }
+    if (strcmp(name, "delete") == 0) {
+        return statements_are_single(command, "deletes", "limit", true) ? RETRY_WRITE : RETRY_NEVER;
+    }
+    return RETRY_NEVER;
+}
+
+static int32_t code_of(const bson_t *document)
+{
+    bson_iter_t iter;
+    return bson_iter_init_find(&iter, document, "code") && BSON_ITER_HOLDS_NUMBER(&iter)
+               ? (int32_t)bson_iter_as_int64(&iter)
+               : 0;
+}
+
+static bool has_retryable_write_label(const bson_t *reply)
+{
+    bson_iter_t iter, labels;
+    if (!bson_iter_init_find(&iter, reply, "errorLabels") || !BSON_ITER_HOLDS_ARRAY(&iter) ||
+        !bson_iter_recurse(&iter, &labels)) {
+        return false;
+    }
+    while (bson_iter_next(&labels)) {
+        if (BSON_ITER_HOLDS_UTF8(&labels) && strcmp(bson_iter_utf8(&labels, NULL), "RetryableWriteError") == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool retry_reply_is_retryable(const bson_t *reply, retry_kind_t kind, int32_t *out_code)
+{
+    bson_iter_t iter;
+    *out_code = 0;
+    if (kind == RETRY_NEVER) {
+        return false;
+    }
+    bool ok = bson_iter_init_find(&iter, reply, "ok") && bson_iter_as_double(&iter) == 1.0;
+    int32_t code = ok ? 0 : code_of(reply);
+    if (!ok && (retry_code_is_retryable(code) || (kind == RETRY_WRITE && has_retryable_write_label(reply)))) {
+        *out_code = code;
+        return true;
+    }
+    if (ok && kind == RETRY_WRITE && bson_iter_init_find(&iter, reply, "writeConcernError") &&
+        BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        bson_t concern;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&iter, &length, &data);
+        if (bson_init_static(&concern, data, length) && retry_code_is_retryable(code_of(&concern))) {
+            *out_code = code_of(&concern);
+            return true;
+        }
+    }
+    return false;
+}
