@@ -461,6 +461,8 @@ static const command_rule_t rules[] = {
     /* Any authenticated user. */
     {"whatsmyuri", RULE_AUTHENTICATED, 0, NULL},
     {"endSessions", RULE_AUTHENTICATED, 0, NULL},
+    {"commitTransaction", RULE_AUTHENTICATED, 0, NULL}, /* the transaction's commands were checked */
+    {"abortTransaction", RULE_AUTHENTICATED, 0, NULL},
     {"listDatabases", RULE_AUTHENTICATED, 0, NULL}, /* filtered: privileges_filter_list_databases() */
     /* Reads. */
     {"find", RULE_COLLECTION, ACT(FIND), NULL},

@@ -534,6 +534,7 @@ static bool drop_collection(storage_session_t *session, const char *ns, const bs
         return tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "ns not found");
     }
     collection_t *collection = storage->collections[slot];
+    storage_run_ddl_hook(storage, collection->ns);
     TC_CHECK(catalog_change_with_oplog(session, remove_entry_step, collection->ns, collection->database,
                                        collection->uuid, object, error));
     storage_drop_table(session, collection->table_uri);
@@ -696,6 +697,7 @@ bool storage_create_index(storage_session_t *session, collection_t *collection, 
             bson_append_iter(&normalized, field, -1, &iter);
         }
     }
+    storage_run_ddl_hook(session->storage, collection->ns);
     table_uri = new_table_uri("index");
     index = index_new(&normalized, table_uri, error);
     TC_CHECK(index != NULL);
@@ -765,6 +767,7 @@ bool storage_drop_index(storage_session_t *session, collection_t *collection, co
         if (strcmp(index->name, name) != 0) {
             continue;
         }
+        storage_run_ddl_hook(session->storage, collection->ns);
         memmove(&collection->indexes[i], &collection->indexes[i + 1],
                 (collection->index_count - i - 1) * sizeof(index_descriptor_t *));
         collection->index_count--;

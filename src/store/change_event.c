@@ -5,8 +5,9 @@
  *    to? (rename), documentKey?, updateDescription?, lsid?, txnNumber?,
  *    fullDocumentBeforeChange?}
  *
- * lsid and txnNumber appear only for writes of a multi-document transaction, as
- * on mongod (retryable writes carry them in the oplog but not in events). */
+ * lsid and txnNumber appear only for writes of a multi-document transaction
+ * (the operations of an applyOps entry), as on mongod: retryable writes carry
+ * them in the oplog but not in events. */
 #include "store/change_event.h"
 
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #define TOKEN_MARKER 0x82 /* KeyString's type byte for a Timestamp */
 #define TOKEN_BYTES 10
 #define TOKEN_HEX_LENGTH (TOKEN_BYTES * 2)
+#define TOKEN_INDEXED_BYTES (TOKEN_BYTES + 4)
+#define TOKEN_INDEXED_HEX_LENGTH (TOKEN_INDEXED_BYTES * 2)
 
 /* --- tokens ------------------------------------------------------------------- */
 
@@ -26,24 +29,31 @@ int change_token_compare(const change_token_t *left, const change_token_t *right
     if (left->kind != right->kind) {
         return left->kind < right->kind ? -1 : 1;
     }
+    if (left->index != right->index) {
+        return left->index < right->index ? -1 : 1;
+    }
     return 0;
 }
 
 void change_token_append(bson_t *out, const char *key, const change_token_t *token)
 {
     static const char digits[] = "0123456789ABCDEF";
-    uint8_t bytes[TOKEN_BYTES];
-    char hex[TOKEN_HEX_LENGTH + 1];
+    uint8_t bytes[TOKEN_INDEXED_BYTES];
+    char hex[TOKEN_INDEXED_HEX_LENGTH + 1];
+    int length = token->index != 0 ? TOKEN_INDEXED_BYTES : TOKEN_BYTES;
     bytes[0] = TOKEN_MARKER;
     for (int i = 0; i < 8; i++) {
         bytes[1 + i] = (uint8_t)(token->time >> (56 - 8 * i));
     }
     bytes[9] = (uint8_t)token->kind;
-    for (int i = 0; i < TOKEN_BYTES; i++) {
+    for (int i = 0; i < 4; i++) {
+        bytes[TOKEN_BYTES + i] = (uint8_t)(token->index >> (24 - 8 * i));
+    }
+    for (int i = 0; i < length; i++) {
         hex[2 * i] = digits[bytes[i] >> 4];
         hex[2 * i + 1] = digits[bytes[i] & 0x0f];
     }
-    hex[TOKEN_HEX_LENGTH] = '\0';
+    hex[2 * length] = '\0';
     bson_t document;
     bson_append_document_begin(out, key, -1, &document);
     BSON_APPEND_UTF8(&document, "_data", hex);
@@ -77,7 +87,7 @@ bool change_token_parse(const bson_t *document, change_token_t *out, bson_error_
     }
     uint32_t length;
     const char *hex = bson_iter_utf8(&iter, &length);
-    uint8_t bytes[TOKEN_BYTES];
+    uint8_t bytes[TOKEN_INDEXED_BYTES];
     if (length % 2 != 0) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "resume token string was not a valid hex string");
     }
@@ -86,17 +96,26 @@ bool change_token_parse(const bson_t *document, change_token_t *out, bson_error_
             return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "resume token string was not a valid hex string");
         }
     }
-    if (length != TOKEN_HEX_LENGTH) {
+    if (length != TOKEN_HEX_LENGTH && length != TOKEN_INDEXED_HEX_LENGTH) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
-                            "resume token '%s' was not issued by thermocline store: its tokens are %d hex digits",
-                            hex, TOKEN_HEX_LENGTH);
+                            "resume token '%s' was not issued by thermocline store: its tokens are %d or %d hex "
+                            "digits",
+                            hex, TOKEN_HEX_LENGTH, TOKEN_INDEXED_HEX_LENGTH);
     }
-    for (int i = 0; i < TOKEN_BYTES; i++) {
+    for (uint32_t i = 0; i < length / 2; i++) {
         bytes[i] = (uint8_t)(hex_value(hex[2 * i]) << 4 | hex_value(hex[2 * i + 1]));
     }
     uint8_t kind = bytes[9];
-    if (bytes[0] != TOKEN_MARKER || (kind != CHANGE_TOKEN_START && kind != CHANGE_TOKEN_EVENT &&
-                                     kind != CHANGE_TOKEN_INVALIDATE && kind != CHANGE_TOKEN_HIGH_WATER_MARK)) {
+    uint32_t index = 0;
+    if (length == TOKEN_INDEXED_HEX_LENGTH) {
+        for (int i = 0; i < 4; i++) {
+            index = index << 8 | bytes[TOKEN_BYTES + i];
+        }
+    }
+    bool indexed_event = length == TOKEN_INDEXED_HEX_LENGTH && kind == CHANGE_TOKEN_EVENT && index != 0;
+    if (bytes[0] != TOKEN_MARKER || (length == TOKEN_INDEXED_HEX_LENGTH && !indexed_event) ||
+        (kind != CHANGE_TOKEN_START && kind != CHANGE_TOKEN_EVENT && kind != CHANGE_TOKEN_INVALIDATE &&
+         kind != CHANGE_TOKEN_HIGH_WATER_MARK)) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "resume token '%s' was not issued by thermocline store",
                             hex);
     }
@@ -105,6 +124,7 @@ bool change_token_parse(const bson_t *document, change_token_t *out, bson_error_
         out->time = out->time << 8 | bytes[1 + i];
     }
     out->kind = (change_token_kind_t)kind;
+    out->index = index;
     return true;
 }
 
@@ -156,12 +176,16 @@ static bool full_namespace_in_scope(const change_spec_t *spec, const char *ns)
 
 /* --- building ------------------------------------------------------------------ */
 
+/* One operation: a whole entry, or one operation of a transaction's applyOps. */
 typedef struct entry_view {
     const char *op;
     const char *ns;
     bson_t object;  /* o */
     bson_t object2; /* o2, empty when absent */
     bool has_object2;
+    const bson_t *operation;   /* the document with op, o, o2 and the images */
+    const bson_t *transaction; /* the applyOps entry it belongs to (lsid, txnNumber), or NULL */
+    uint32_t index;            /* its place in that entry */
 } entry_view_t;
 
 static bool get_document(const bson_t *document, const char *field, bson_t *out)
@@ -183,6 +207,36 @@ static const char *get_string(const bson_t *document, const char *field)
         return NULL;
     }
     return bson_iter_utf8(&iter, NULL);
+}
+
+/* Reads op, ns, o and o2 of operation; false when op, ns or o is missing. */
+static bool view_operation(const bson_t *operation, entry_view_t *view)
+{
+    view->operation = operation;
+    view->op = get_string(operation, "op");
+    view->ns = get_string(operation, "ns");
+    if (view->op == NULL || view->ns == NULL || !get_document(operation, "o", &view->object)) {
+        return false;
+    }
+    view->has_object2 = get_document(operation, "o2", &view->object2);
+    if (!view->has_object2) {
+        bson_init(&view->object2);
+    }
+    return true;
+}
+
+/* A new empty event at the end of out and its token to fill; count counts it
+ * only once the caller keeps it (the caller destroys it otherwise). */
+static bson_t *reserve_event(change_events_t *out, change_token_t **out_token)
+{
+    if (out->count == out->capacity) {
+        out->capacity = out->capacity ? out->capacity * 2 : 2;
+        out->documents = bson_realloc(out->documents, out->capacity * sizeof(bson_t *));
+        out->tokens = bson_realloc(out->tokens, out->capacity * sizeof(change_token_t));
+    }
+    *out_token = &out->tokens[out->count];
+    out->documents[out->count] = bson_new();
+    return out->documents[out->count];
 }
 
 static void append_namespace(bson_t *event, const char *key, const char *database, const char *collection)
@@ -210,7 +264,6 @@ static void begin_event(bson_t *event, const bson_t *entry, uint64_t time, const
                         const char *operation_type)
 {
     bson_iter_t iter;
-    bson_init(event);
     change_token_append(event, "_id", token);
     BSON_APPEND_UTF8(event, "operationType", operation_type);
     BSON_APPEND_TIMESTAMP(event, "clusterTime", (uint32_t)(time >> 32), (uint32_t)time);
@@ -227,9 +280,8 @@ static void describe_event_for_error(const char *ns, const bson_t *document_key,
 }
 
 /* fullDocument of an update event, per the stream's fullDocument mode. */
-static bool append_update_post_image(bson_t *event, const bson_t *entry, const entry_view_t *view,
-                                     const change_spec_t *spec, change_lookup_fn lookup, void *lookup_context,
-                                     bson_error_t *error)
+static bool append_update_post_image(bson_t *event, const entry_view_t *view, const change_spec_t *spec,
+                                     change_lookup_fn lookup, void *lookup_context, bson_error_t *error)
 {
     bson_t image;
     switch (spec->full_document) {
@@ -250,7 +302,7 @@ static bool append_update_post_image(bson_t *event, const bson_t *entry, const e
     }
     case CHANGE_FULL_DOCUMENT_WHEN_AVAILABLE:
     case CHANGE_FULL_DOCUMENT_REQUIRED:
-        if (get_document(entry, "postImage", &image)) {
+        if (get_document(view->operation, "postImage", &image)) {
             BSON_APPEND_DOCUMENT(event, "fullDocument", &image);
             return true;
         }
@@ -268,14 +320,14 @@ static bool append_update_post_image(bson_t *event, const bson_t *entry, const e
     return true;
 }
 
-static bool append_pre_image(bson_t *event, const bson_t *entry, const entry_view_t *view, const bson_t *document_key,
+static bool append_pre_image(bson_t *event, const entry_view_t *view, const bson_t *document_key,
                              const change_spec_t *spec, bson_error_t *error)
 {
     bson_t image;
     if (spec->full_document_before_change == CHANGE_BEFORE_CHANGE_OFF) {
         return true;
     }
-    if (get_document(entry, "preImage", &image)) {
+    if (get_document(view->operation, "preImage", &image)) {
         BSON_APPEND_DOCUMENT(event, "fullDocumentBeforeChange", &image);
         return true;
     }
@@ -291,32 +343,34 @@ static bool append_pre_image(bson_t *event, const bson_t *entry, const entry_vie
     return true;
 }
 
-static void append_transaction_fields(bson_t *event, const bson_t *entry)
+static void append_transaction_fields(bson_t *event, const bson_t *transaction)
 {
     bson_iter_t iter;
-    if (!bson_iter_init_find(&iter, entry, "inTransaction") || !bson_iter_as_bool(&iter)) {
+    if (transaction == NULL) {
         return;
     }
-    if (bson_iter_init_find(&iter, entry, "lsid")) {
+    if (bson_iter_init_find(&iter, transaction, "lsid")) {
         bson_append_iter(event, "lsid", 4, &iter);
     }
-    if (bson_iter_init_find(&iter, entry, "txnNumber")) {
+    if (bson_iter_init_find(&iter, transaction, "txnNumber")) {
         bson_append_iter(event, "txnNumber", 9, &iter);
     }
 }
 
-/* insert, update, replace and delete. */
+/* insert, update, replace and delete; entry is the oplog entry (its wall time). */
 static bool build_document_event(const bson_t *entry, uint64_t time, const entry_view_t *view,
                                  const change_spec_t *spec, change_lookup_fn lookup, void *lookup_context,
-                                 bson_t *event, bson_error_t *error)
+                                 change_events_t *out, bson_error_t *error)
 {
-    change_token_t token = {.time = time, .kind = CHANGE_TOKEN_EVENT};
+    change_token_t *token;
+    bson_t *event = reserve_event(out, &token);
     bson_t update_description;
     bool is_update = false;
     const char *operation_type;
     const bson_t *document_key;
     bson_t id_only;
 
+    *token = (change_token_t){.time = time, .kind = CHANGE_TOKEN_EVENT, .index = view->index};
     if (strcmp(view->op, "i") == 0) {
         operation_type = "insert";
         document_key = &view->object2;
@@ -342,12 +396,12 @@ static bool build_document_event(const bson_t *entry, uint64_t time, const entry
         bson_init(&id_only);
     }
 
-    begin_event(event, entry, time, &token, operation_type);
+    begin_event(event, entry, time, token, operation_type);
     bool ok = true;
     if (strcmp(view->op, "i") == 0 || (strcmp(view->op, "u") == 0 && !is_update)) {
         BSON_APPEND_DOCUMENT(event, "fullDocument", &view->object);
     } else if (is_update) {
-        ok = append_update_post_image(event, entry, view, spec, lookup, lookup_context, error);
+        ok = append_update_post_image(event, view, spec, lookup, lookup_context, error);
     }
     if (ok) {
         append_full_namespace(event, "ns", view->ns);
@@ -355,21 +409,34 @@ static bool build_document_event(const bson_t *entry, uint64_t time, const entry
         if (is_update) {
             BSON_APPEND_DOCUMENT(event, "updateDescription", &update_description);
         }
-        append_transaction_fields(event, entry);
+        append_transaction_fields(event, view->transaction);
         if (strcmp(view->op, "i") != 0) {
-            ok = append_pre_image(event, entry, view, document_key, spec, error);
+            ok = append_pre_image(event, view, document_key, spec, error);
         }
     }
     bson_destroy(&id_only);
+    if (ok) {
+        out->count++;
+    } else {
+        bson_destroy(event);
+    }
     return ok;
 }
 
-static void add_invalidate(change_events_t *out, const bson_t *entry, uint64_t time)
+static bool is_document_operation(const char *op)
 {
-    change_token_t token = {.time = time, .kind = CHANGE_TOKEN_INVALIDATE};
-    begin_event(&out->documents[out->count], entry, time, &token, "invalidate");
-    out->tokens[out->count] = token;
+    return strcmp(op, "i") == 0 || strcmp(op, "u") == 0 || strcmp(op, "d") == 0;
+}
+
+static void add_command_event(change_events_t *out, const bson_t *entry, uint64_t time, change_token_kind_t kind,
+                              const char *operation_type, bson_t **out_event)
+{
+    change_token_t *token;
+    bson_t *event = reserve_event(out, &token);
+    *token = (change_token_t){.time = time, .kind = kind};
+    begin_event(event, entry, time, token, operation_type);
     out->count++;
+    *out_event = event;
 }
 
 /* drop, renameCollection and dropDatabase; other commands give no event. */
@@ -378,7 +445,6 @@ static void build_command_events(const bson_t *entry, uint64_t time, const entry
 {
     char database[128];
     const char *command_collection;
-    change_token_t token = {.time = time, .kind = CHANGE_TOKEN_EVENT};
     if (!split_namespace(view->ns, database, sizeof database, &command_collection)) {
         return;
     }
@@ -386,13 +452,13 @@ static void build_command_events(const bson_t *entry, uint64_t time, const entry
     const char *renamed = get_string(&view->object, "renameCollection");
     bson_iter_t iter;
     bool invalidates = false;
-    bson_t *event = &out->documents[0];
+    bson_t *event;
 
     if (dropped != NULL) {
         if (!namespace_in_scope(spec, database, dropped)) {
             return;
         }
-        begin_event(event, entry, time, &token, "drop");
+        add_command_event(out, entry, time, CHANGE_TOKEN_EVENT, "drop", &event);
         append_namespace(event, "ns", database, dropped);
         invalidates = spec->scope == CHANGE_SCOPE_COLLECTION;
     } else if (renamed != NULL) {
@@ -401,7 +467,7 @@ static void build_command_events(const bson_t *entry, uint64_t time, const entry
             (!full_namespace_in_scope(spec, renamed) && !full_namespace_in_scope(spec, target))) {
             return;
         }
-        begin_event(event, entry, time, &token, "rename");
+        add_command_event(out, entry, time, CHANGE_TOKEN_EVENT, "rename", &event);
         append_full_namespace(event, "ns", renamed);
         append_full_namespace(event, "to", target);
         invalidates = spec->scope == CHANGE_SCOPE_COLLECTION;
@@ -409,64 +475,84 @@ static void build_command_events(const bson_t *entry, uint64_t time, const entry
         if (!database_in_scope(spec, database)) {
             return;
         }
-        begin_event(event, entry, time, &token, "dropDatabase");
+        add_command_event(out, entry, time, CHANGE_TOKEN_EVENT, "dropDatabase", &event);
         append_namespace(event, "ns", database, NULL);
         invalidates = spec->scope != CHANGE_SCOPE_CLUSTER;
     } else {
         return;
     }
-    out->tokens[0] = token;
-    out->count = 1;
     if (invalidates) {
-        add_invalidate(out, entry, time);
+        add_command_event(out, entry, time, CHANGE_TOKEN_INVALIDATE, "invalidate", &event);
     }
+}
+
+/* A transaction's entry: one event per operation in scope, in order. */
+static bool build_transaction_events(const bson_t *entry, uint64_t time, const bson_iter_t *operations,
+                                     const change_spec_t *spec, change_lookup_fn lookup, void *lookup_context,
+                                     change_events_t *out, bson_error_t *error)
+{
+    bson_iter_t iter;
+    uint32_t index = 0;
+    bson_iter_recurse(operations, &iter);
+    for (; bson_iter_next(&iter); index++) {
+        bson_t operation;
+        entry_view_t view = {0};
+        uint32_t length;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            continue;
+        }
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&operation, data, length);
+        if (!view_operation(&operation, &view)) {
+            return tc_error_set(error, TC_ERR_INTERNAL, "operation %u of the oplog entry at %u.%u has no op, ns or o",
+                                index, (uint32_t)(time >> 32), (uint32_t)time);
+        }
+        view.transaction = entry;
+        view.index = index;
+        if (!is_document_operation(view.op) || !full_namespace_in_scope(spec, view.ns)) {
+            continue;
+        }
+        if (!build_document_event(entry, time, &view, spec, lookup, lookup_context, out, error)) {
+            return false;
+        }
+    }
+    return true;
 }
 
 bool change_events_build(const bson_t *entry, uint64_t time, const change_spec_t *spec, change_lookup_fn lookup,
                          void *lookup_context, change_events_t *out, bson_error_t *error)
 {
     entry_view_t view = {0};
-    out->count = 0;
-    view.op = get_string(entry, "op");
-    view.ns = get_string(entry, "ns");
-    if (view.op == NULL || view.ns == NULL) {
-        return tc_error_set(error, TC_ERR_INTERNAL, "the oplog entry at %u.%u has no op or ns",
-                            (uint32_t)(time >> 32), (uint32_t)time);
-    }
-    if (strcmp(view.op, "n") == 0) {
+    memset(out, 0, sizeof *out);
+    const char *op = get_string(entry, "op");
+    if (op != NULL && strcmp(op, "n") == 0) {
         return true;
     }
-    if (!get_document(entry, "o", &view.object)) {
-        return tc_error_set(error, TC_ERR_INTERNAL, "the oplog entry at %u.%u has no o", (uint32_t)(time >> 32),
-                            (uint32_t)time);
-    }
-    view.has_object2 = get_document(entry, "o2", &view.object2);
-    if (!view.has_object2) {
-        bson_init(&view.object2);
+    if (!view_operation(entry, &view)) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "the oplog entry at %u.%u has no op, ns or o",
+                            (uint32_t)(time >> 32), (uint32_t)time);
     }
     if (strcmp(view.op, "c") == 0) {
+        bson_iter_t operations;
+        if (bson_iter_init_find(&operations, &view.object, "applyOps") && BSON_ITER_HOLDS_ARRAY(&operations)) {
+            return build_transaction_events(entry, time, &operations, spec, lookup, lookup_context, out, error);
+        }
         build_command_events(entry, time, &view, spec, out);
         return true;
     }
-    if (strcmp(view.op, "i") != 0 && strcmp(view.op, "u") != 0 && strcmp(view.op, "d") != 0) {
+    if (!is_document_operation(view.op) || !full_namespace_in_scope(spec, view.ns)) {
         return true;
     }
-    if (!full_namespace_in_scope(spec, view.ns)) {
-        return true;
-    }
-    if (!build_document_event(entry, time, &view, spec, lookup, lookup_context, &out->documents[0], error)) {
-        bson_destroy(&out->documents[0]);
-        return false;
-    }
-    out->tokens[0] = (change_token_t){.time = time, .kind = CHANGE_TOKEN_EVENT};
-    out->count = 1;
-    return true;
+    return build_document_event(entry, time, &view, spec, lookup, lookup_context, out, error);
 }
 
 void change_events_cleanup(change_events_t *events)
 {
     for (size_t i = 0; i < events->count; i++) {
-        bson_destroy(&events->documents[i]);
+        bson_destroy(events->documents[i]);
     }
-    events->count = 0;
+    bson_free(events->documents);
+    bson_free(events->tokens);
+    memset(events, 0, sizeof *events);
 }

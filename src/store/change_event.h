@@ -10,10 +10,12 @@
 #include <stdint.h>
 
 /* --- resume tokens -------------------------------------------------------------
- * A token is a cluster time and a kind; on the wire {_data: "<hex>"} whose hex
- * is 0x82 (KeyString's Timestamp type, as in mongod's tokens), the time's 8
- * bytes big-endian, then the kind: tokens sort as their hex strings do, and in
- * stream order. Clients treat them as opaque. */
+ * A token is a cluster time, a kind and, for the operations of a transaction
+ * (which share one entry and one cluster time), the operation's index in it; on
+ * the wire {_data: "<hex>"} whose hex is 0x82 (KeyString's Timestamp type, as in
+ * mongod's tokens), the time's 8 bytes big-endian, the kind, then, only when the
+ * index is not 0, the index's 4 bytes big-endian: tokens sort as their hex
+ * strings do, and in stream order. Clients treat them as opaque. */
 typedef enum change_token_kind {
     CHANGE_TOKEN_START = 0x00,           /* before every event at time: startAtOperationTime */
     CHANGE_TOKEN_EVENT = 0x01,           /* the event recorded at time */
@@ -24,6 +26,7 @@ typedef enum change_token_kind {
 typedef struct change_token {
     uint64_t time; /* seconds << 32 | increment */
     change_token_kind_t kind;
+    uint32_t index; /* CHANGE_TOKEN_EVENT: the operation's place in its transaction */
 } change_token_t;
 
 /* Stream order: <0, 0 or >0. */
@@ -73,21 +76,22 @@ typedef bool (*change_lookup_fn)(void *context, const char *ns, const bson_t *do
 
 /* --- events -------------------------------------------------------------------- */
 
-#define CHANGE_EVENTS_PER_ENTRY 2
-
 typedef struct change_events {
-    bson_t documents[CHANGE_EVENTS_PER_ENTRY]; /* the first count are initialized */
-    change_token_t tokens[CHANGE_EVENTS_PER_ENTRY];
+    bson_t **documents; /* count of them */
+    change_token_t *tokens;
     size_t count;
+    size_t capacity;
 } change_events_t;
 
 /* The events the oplog entry recorded at time gives a stream of spec, in order:
  * none (another namespace, a system collection, a no-op, a create), one (insert,
- * update, replace, delete, drop, rename, dropDatabase), or that event and the
+ * update, replace, delete, drop, rename, dropDatabase), that event and the
  * invalidate that ends the stream (a collection's drop or rename for its stream,
- * a dropDatabase for its database's streams). lookup is called only for
- * updateLookup; it may be NULL otherwise. Errors: NoMatchingDocument 47 when a
- * required image is missing. out is initialized even on failure; free it with
+ * a dropDatabase for its database's streams), or, for a transaction's applyOps
+ * entry, one event per operation in scope, in the transaction's order, each with
+ * the transaction's lsid and txnNumber. lookup is called only for updateLookup;
+ * it may be NULL otherwise. Errors: NoMatchingDocument 47 when a required image
+ * is missing. out is initialized even on failure; free it with
  * change_events_cleanup(). */
 bool change_events_build(const bson_t *entry, uint64_t time, const change_spec_t *spec, change_lookup_fn lookup,
                          void *lookup_context, change_events_t *out, bson_error_t *error) TC_MUST_CHECK;

@@ -214,7 +214,7 @@ static bool add_entry_events(command_context_t *context, change_stream_t *stream
             *out_stop = BATCH_FULL;
             break;
         }
-        ok = apply_stages(stream, &events.documents[i], &result, &kept, error);
+        ok = apply_stages(stream, events.documents[i], &result, &kept, error);
         if (!ok) {
             break;
         }

@@ -1,11 +1,13 @@
 /* Handshake and server information: hello/isMaster (with awaitable hello and
- * compression negotiation), ping, buildInfo, getParameter, hostInfo, whatsmyuri,
+ * compression negotiation), ping, buildInfo, getParameter, setParameter
+ * (transactionLifetimeLimitSeconds), hostInfo, whatsmyuri,
  * endSessions and the small commands mongosh and the drivers send on connect;
  * serverStatus (the sections operators watch) and fsync (a checkpoint). */
 #include "store/auth.h"
 #include "store/commands.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
+#include "store/transactions.h"
 #include "wire/wire.h"
 
 #include <stdio.h>
@@ -197,8 +199,50 @@ static bool handle_get_parameter(command_context_t *context, bson_t *reply, bson
         BSON_APPEND_INT64(reply, "cursorTimeoutMillis", CURSOR_IDLE_TIMEOUT_MS);
         found = true;
     }
+    if (all || bson_has_field(context->command, "transactionLifetimeLimitSeconds")) {
+        BSON_APPEND_INT32(reply, "transactionLifetimeLimitSeconds",
+                          (int32_t)transaction_lifetime_seconds(context->store->transactions));
+        found = true;
+    }
     if (!found) {
         return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "no option found to get");
+    }
+    return true;
+}
+
+/* setParameter: the one runtime parameter the store has, as mongod names it. */
+static bool handle_set_parameter(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    bson_iter_t iter;
+    if (strcmp(context->database, "admin") != 0) {
+        return tc_error_set(error, TC_ERR_UNAUTHORIZED, "setParameter may only be run against the admin database.");
+    }
+    bson_iter_init(&iter, context->command);
+    bson_iter_next(&iter); /* setParameter: 1 */
+    bool found = false;
+    while (bson_iter_next(&iter)) {
+        const char *name = bson_iter_key(&iter);
+        if (name[0] == '$' || strcmp(name, "lsid") == 0 || strcmp(name, "comment") == 0) {
+            continue;
+        }
+        if (strcmp(name, "transactionLifetimeLimitSeconds") != 0) {
+            return tc_error_set(error, TC_ERR_INVALID_OPTIONS,
+                                "attempted to set unrecognized parameter [%s], use help:true to see options ", name);
+        }
+        if (!BSON_ITER_HOLDS_NUMBER(&iter)) {
+            return tc_error_set(error, TC_ERR_BAD_VALUE, "Invalid value for parameter %s: not a number", name);
+        }
+        int64_t seconds = bson_iter_as_int64(&iter);
+        if (seconds < 1 || seconds > INT32_MAX) {
+            return tc_error_set(error, TC_ERR_BAD_VALUE,
+                                "transactionLifetimeLimitSeconds must be greater than or equal to 1s");
+        }
+        BSON_APPEND_INT32(reply, "was", (int32_t)transaction_lifetime_seconds(context->store->transactions));
+        transaction_set_lifetime_seconds(context->store->transactions, seconds);
+        found = true;
+    }
+    if (!found) {
+        return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "no option found to set, use help:true to see options ");
     }
     return true;
 }
@@ -241,9 +285,20 @@ static bool handle_whats_my_uri(command_context_t *context, bson_t *reply, bson_
 
 static bool handle_end_sessions(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    /* Sessions hold no server state here yet: ending one is a no-op, as for a
-     * session mongod never saw. */
-    (void)context, (void)reply, (void)error;
+    /* Only sessions that ran transactions hold state here: their open
+     * transactions are aborted. Others are a no-op, as sessions mongod never saw. */
+    bson_iter_t iter;
+    (void)reply;
+    if (!bson_iter_init_find(&iter, context->command, "endSessions") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field 'endSessions.endSessions' is the wrong type, "
+                            "expected type 'array'");
+    }
+    bson_t lsids;
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_array(&iter, &length, &data);
+    bson_init_static(&lsids, data, length);
+    transaction_end_sessions(context->store->transactions, &lsids);
     return true;
 }
 
@@ -401,6 +456,12 @@ static bool handle_server_status(command_context_t *context, bson_t *reply, bson
         BSON_APPEND_INT64(&opcounters, "command", atomic_load(&store->opcounters.command));
         bson_append_document_end(reply, &opcounters);
     }
+    if (section_wanted(context, "transactions")) {
+        bson_t transactions;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "transactions", &transactions);
+        transaction_append_statistics(store->transactions, &transactions);
+        bson_append_document_end(reply, &transactions);
+    }
     if (section_wanted(context, "storageEngine")) {
         bson_t engine;
         BSON_APPEND_DOCUMENT_BEGIN(reply, "storageEngine", &engine);
@@ -456,6 +517,7 @@ const command_definition_t admin_commands[] = {
     {"buildInfo", handle_build_info},
     {"buildinfo", handle_build_info},
     {"getParameter", handle_get_parameter},
+    {"setParameter", handle_set_parameter},
     {"hostInfo", handle_host_info},
     {"whatsmyuri", handle_whats_my_uri},
     {"endSessions", handle_end_sessions},

@@ -203,6 +203,8 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
     cursor = store_cursor_new(ns);
     cursor->stream = aggregation;
     cursor->stream_destroy = aggregation_destroy;
+    cursor->transaction_id = context->transaction_id;
+    cursor->txn_number = context->txn_number;
     aggregation = NULL;
     batch.limit = (uint32_t)(batch_size > UINT32_MAX ? UINT32_MAX : batch_size);
     bool exhausted = false;

@@ -131,6 +131,8 @@ static bool handle_find(command_context_t *context, bson_t *reply, bson_error_t 
     cursor = store_cursor_new(request.ns);
     cursor->plan = plan;
     cursor->no_timeout = request.no_cursor_timeout;
+    cursor->transaction_id = context->transaction_id;
+    cursor->txn_number = context->txn_number;
     batch.limit = (uint32_t)(request.batch_size > UINT32_MAX ? UINT32_MAX : request.batch_size);
     if (request.batch_size == 0) {
         /* batchSize 0: open the cursor, return nothing yet (as mongod). */
@@ -156,6 +158,32 @@ done:
 }
 
 /* --- getMore / killCursors ------------------------------------------------------------ */
+
+/* A cursor opened in a multi-document transaction continues only in it, and one
+ * opened outside only outside one (mongod's validateTxnNumber). */
+static bool check_cursor_transaction(const command_context_t *context, const store_cursor_t *cursor,
+                                     bson_error_t *error)
+{
+    if (cursor->transaction_id == context->transaction_id) {
+        return true;
+    }
+    if (cursor->transaction_id == 0) {
+        return tc_error_set(error, 50739,
+                            "Cannot run getMore on cursor %lld, which was not created in a transaction, in "
+                            "transaction %lld",
+                            (long long)cursor->id, (long long)context->txn_number);
+    }
+    if (context->transaction_id == 0) {
+        return tc_error_set(error, 50740,
+                            "Cannot run getMore on cursor %lld, which was created in transaction %lld, without a "
+                            "txnNumber",
+                            (long long)cursor->id, (long long)cursor->txn_number);
+    }
+    return tc_error_set(error, 50741,
+                        "Cannot run getMore on cursor %lld, which was created in transaction %lld, in transaction "
+                        "%lld",
+                        (long long)cursor->id, (long long)cursor->txn_number, (long long)context->txn_number);
+}
 
 static bool handle_get_more(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
@@ -190,6 +218,10 @@ static bool handle_get_more(command_context_t *context, bson_t *reply, bson_erro
         goto fail;
     }
     if (!cursor_table_checkout(context->store->cursors, cursor_id, ns, &cursor, error)) {
+        goto fail;
+    }
+    if (!check_cursor_transaction(context, cursor, error)) {
+        cursor_table_release(context->store->cursors, cursor, false);
         goto fail;
     }
     if (change_stream_is_cursor(cursor)) {

@@ -1,7 +1,10 @@
 /* Write commands: insert, update, delete and findAndModify. Each document is
  * written in its own transaction (retried on a write conflict), as mongod does
  * outside multi-document transactions; a batch that asked for j: true syncs the
- * journal once before it answers. */
+ * journal once before it answers. Inside a multi-document transaction
+ * (context->transaction) every write joins the held transaction and nothing is
+ * retried: a conflict fails the command, any other failure ends the batch and
+ * the transaction, as on mongod. */
 #include "store/commands.h"
 #include "store/oplog.h"
 #include "query/match.h"
@@ -65,6 +68,29 @@ static void back_off_after_conflict(int attempt)
 static bool is_write_conflict(const bson_error_t *error)
 {
     return error->domain == TC_ERROR_DOMAIN && error->code == TC_ERR_WRITE_CONFLICT;
+}
+
+/* How many times a conflicting write is tried again: never inside a transaction,
+ * whose client retries the whole transaction (TransientTransactionError). */
+static int conflict_retries(const command_context_t *context)
+{
+    return context->transaction != NULL ? 0 : WRITE_CONFLICT_RETRIES;
+}
+
+/* The collection a write goes to, created if it does not exist. A transaction's
+ * was created before it took the catalog lock (transactions.c): one dropped
+ * since is a conflict, as the transaction could not see it anyway. */
+static bool writable_collection(command_context_t *context, const char *ns, collection_t **out_collection,
+                                bson_error_t *error)
+{
+    if (context->transaction == NULL) {
+        return storage_obtain_collection(context->session, ns, out_collection, error);
+    }
+    *out_collection = storage_find_collection(context->store->storage, ns);
+    if (*out_collection == NULL) {
+        return tc_error_set(error, TC_ERR_WRITE_CONFLICT, "collection %s was dropped during the transaction", ns);
+    }
+    return true;
 }
 
 /* Reads the array field (documents, updates, deletes) every write command has. */
@@ -138,8 +164,7 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
 {
     for (int attempt = 0;; attempt++) {
         collection_t *collection;
-        bool ok = storage_obtain_collection(context->session, ns, &collection, error) &&
-                  storage_begin(context->session, error);
+        bool ok = writable_collection(context, ns, &collection, error) && storage_begin(context->session, error);
         if (ok) {
             ok = storage_insert_record(context->session, collection, document, NULL, error) &&
                  oplog_log_insert(context->session, collection, document, context->command, error);
@@ -149,7 +174,7 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
                 storage_rollback(context->session);
             }
         }
-        if (ok || !is_write_conflict(error) || attempt >= WRITE_CONFLICT_RETRIES) {
+        if (ok || !is_write_conflict(error) || attempt >= conflict_retries(context)) {
             return ok;
         }
         back_off_after_conflict(attempt);
@@ -182,10 +207,20 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
         return false;
     }
     storage_lock_shared(storage);
+    bool ok = true;
     for (uint32_t index = 0; bson_iter_next(&statements); index++) {
         bson_error_t statement_error;
         if (!run(context, ns, &statements, index, totals, &statement_error)) {
+            if (context->transaction != NULL && is_write_conflict(&statement_error)) {
+                *error = statement_error; /* the whole command fails: the client retries the transaction */
+                ok = false;
+                break;
+            }
             write_errors_add(errors, context->session, index, &statement_error);
+            if (context->transaction != NULL) {
+                context->abort_transaction = true;
+                break;
+            }
             if (ordered) {
                 break;
             }
@@ -193,7 +228,7 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
     }
     storage_unlock(storage);
     bson_free(ns);
-    return !command_wants_durable_write(context) || oplog_sync_journal(context->session, error);
+    return ok && (!command_wants_durable_write(context) || oplog_sync_journal(context->session, error));
 }
 
 static bool run_insert_statement(command_context_t *context, const char *ns, bson_iter_t *statement, uint32_t index,
@@ -342,7 +377,7 @@ static bool write_matched_document(command_context_t *context, collection_t *col
             }
         }
         bson_destroy(&updated);
-        if (ok || !is_write_conflict(error) || attempt >= WRITE_CONFLICT_RETRIES) {
+        if (ok || !is_write_conflict(error) || attempt >= conflict_retries(context)) {
             return ok;
         }
         back_off_after_conflict(attempt);

@@ -2,7 +2,8 @@
  * registered in one table (dispatch.c), grouped by file: cmd_admin.c (handshake
  * and server information), cmd_catalog.c (databases, collections, indexes),
  * cmd_write.c (insert, update, delete, findAndModify), cmd_read.c (find, getMore,
- * killCursors, count, distinct, aggregate, explain). */
+ * killCursors, count, distinct, aggregate, explain), cmd_transaction.c
+ * (commitTransaction, abortTransaction). */
 #ifndef TC_STORE_COMMANDS_H
 #define TC_STORE_COMMANDS_H
 
@@ -12,6 +13,8 @@
 #include "store/store.h"
 
 #include <stdatomic.h>
+
+typedef struct transaction_table transaction_table_t;
 
 /* Server-wide state, shared by every worker thread. */
 typedef struct store {
@@ -26,6 +29,7 @@ typedef struct store {
     } opcounters;
     op_latency_t latencies;   /* serverStatus.opLatencies */
     struct auth_manager *auth; /* access control (auth.h) */
+    transaction_table_t *transactions; /* multi-document transactions (transactions.h) */
 } store_t;
 
 /* Everything a handler needs about the command it runs. */
@@ -43,6 +47,12 @@ typedef struct command_context {
                                * replying (a change stream's awaitData getMore) */
     void **connection_data;   /* the connection's state (server_request_t.connection_data);
                                * NULL for a command run outside a connection */
+    /* A command of a multi-document transaction (transactions.h): session is then
+     * the transaction's own, holding its WiredTiger transaction. */
+    struct transaction_session *transaction; /* NULL: not in one */
+    uint64_t transaction_id;  /* unique per transaction, marks its cursors; 0: none */
+    int64_t txn_number;
+    bool abort_transaction;   /* set by a handler whose write failed: the transaction ends */
 } command_context_t;
 
 /* A handler appends its reply fields (not "ok") to reply and returns true, or
@@ -61,6 +71,7 @@ extern const command_definition_t catalog_commands[];
 extern const command_definition_t write_commands[];
 extern const command_definition_t read_commands[];
 extern const command_definition_t aggregate_commands[];
+extern const command_definition_t transaction_commands[];
 
 /* --- helpers shared by the handlers ------------------------------------------- */
 
@@ -105,7 +116,9 @@ bool aggregation_fill_batch(command_context_t *context, void *aggregation, colle
 /* explain's closing fields: command (the explained command) and serverInfo. */
 void command_append_explain_server_info(const command_context_t *context, const bson_t *explained, bson_t *reply);
 
-/* The write concern's j (or w: "majority" under --replSet, always journaled). */
+/* The write concern's j (or w: "majority" under --replSet, always journaled).
+ * False for the commands of a transaction, whose writes reach the journal with
+ * its commitTransaction. */
 bool command_wants_durable_write(const command_context_t *context);
 
 #endif

@@ -164,6 +164,33 @@ bool cursor_table_kill(cursor_table_t *table, int64_t id, const char *ns)
     return found;
 }
 
+void cursor_table_kill_transaction(cursor_table_t *table, uint64_t transaction_id)
+{
+    store_cursor_t **victims = NULL;
+    size_t victim_count = 0;
+    if (transaction_id == 0) {
+        return;
+    }
+    pthread_mutex_lock(&table->mutex);
+    for (size_t i = 0; i < table->count;) {
+        store_cursor_t *cursor = table->cursors[i];
+        if (cursor->transaction_id != transaction_id) {
+            i++;
+            continue;
+        }
+        remove_slot(table, i);
+        if (!cursor->in_use) { /* one in use dies when its user releases it */
+            victims = bson_realloc(victims, (victim_count + 1) * sizeof *victims);
+            victims[victim_count++] = cursor;
+        }
+    }
+    pthread_mutex_unlock(&table->mutex);
+    for (size_t i = 0; i < victim_count; i++) {
+        store_cursor_destroy(victims[i]);
+    }
+    bson_free(victims);
+}
+
 void cursor_table_reap(cursor_table_t *table, int64_t now_ms)
 {
     pthread_mutex_lock(&table->mutex);

@@ -21,6 +21,8 @@ typedef struct store_cursor {
     size_t document_count;
     size_t next_document;
     bool no_timeout;
+    uint64_t transaction_id; /* opened in this multi-document transaction (0: none) */
+    int64_t txn_number;      /* its txnNumber, for error messages */
     bool tailable;
     bool await_data;
     int64_t last_used_ms;
@@ -44,6 +46,9 @@ void cursor_table_release(cursor_table_t *table, store_cursor_t *cursor, bool de
 
 /* killCursors: true if id existed (and was killed, or marked to die when released). */
 bool cursor_table_kill(cursor_table_t *table, int64_t id, const char *ns);
+
+/* Kills the cursors opened in the transaction (it ended), as killCursors would. */
+void cursor_table_kill_transaction(cursor_table_t *table, uint64_t transaction_id);
 
 /* Destroys cursors idle longer than CURSOR_IDLE_TIMEOUT_MS (unless noCursorTimeout). */
 void cursor_table_reap(cursor_table_t *table, int64_t now_ms);

@@ -5,6 +5,7 @@
 #include "store/dispatch.h"
 #include "store/auth.h"
 #include "store/oplog.h"
+#include "store/transactions.h"
 #include "query/value_format.h"
 #include "common/log.h"
 #include "wire/wire.h"
@@ -14,6 +15,7 @@
 
 static const command_definition_t *const command_tables[] = {
     admin_commands, catalog_commands, write_commands, read_commands, aggregate_commands, auth_commands,
+    transaction_commands,
 };
 
 static const command_definition_t *find_command(const char *name)
@@ -110,6 +112,9 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
 bool command_wants_durable_write(const command_context_t *context)
 {
     bson_iter_t iter, concern;
+    if (context->transaction != NULL && strcmp(context->name, "commitTransaction") != 0) {
+        return false;
+    }
     if (bson_iter_init_find(&iter, context->command, "writeConcern") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
         bson_iter_recurse(&iter, &concern)) {
         while (bson_iter_next(&concern)) {
@@ -237,6 +242,8 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         .attempt = control->attempt,
         .connection_data = control->connection_data,
     };
+    transaction_command_t transaction;
+    bson_t duplicate_key = BSON_INITIALIZER; /* read before a transaction's session is given back */
     bool ok = false;
 
     if (!bson_iter_init(&iter, command) || !bson_iter_next(&iter)) {
@@ -262,19 +269,27 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     if (!auth_check_command(&context, &error)) {
         goto done;
     }
+    if (!transaction_begin_command(&context, &transaction, &error)) {
+        goto done;
+    }
     if (context.attempt == 0) {
         count_operation(store, context.name); /* a request run again counts once */
     }
     oplog_session_begin_command(session);
     uint64_t started_micros = op_latency_now_micros();
     ok = definition->handler(&context, reply, &error);
-    if (storage_in_transaction(session)) {
-        storage_rollback(session); /* a handler that failed mid-write */
+    if (storage_in_transaction(context.session)) {
+        storage_rollback(context.session); /* a handler that failed mid-write (a held transaction stays) */
     }
+    if (!ok && error.domain == TC_ERROR_DOMAIN && error.code == TC_ERR_DUPLICATE_KEY) {
+        storage_append_duplicate_key(context.session, &duplicate_key);
+    }
+    transaction_end_command(&context, &transaction, ok);
     if (ok && context.rerun_after_ms > 0) {
         bson_reinit(reply);
         control->run_again = true;
         control->delay_ms = context.rerun_after_ms;
+        bson_destroy(&duplicate_key);
         return;
     }
     op_latency_record(&store->latencies, context.name, op_latency_now_micros() - started_micros);
@@ -287,15 +302,15 @@ done:
     } else {
         bson_reinit(reply);
         tc_error_append_reply(&error, reply);
-        if (error.domain == TC_ERROR_DOMAIN && error.code == TC_ERR_DUPLICATE_KEY) {
-            storage_append_duplicate_key(session, reply);
-        }
+        bson_concat(reply, &duplicate_key);
+        transaction_append_error_labels(command, &error, reply);
         TC_LOG(TC_LOG_DEBUG, "COMMAND", connection_id, "%s failed: %s", context.name ? context.name : "?",
                error.message);
     }
     append_cluster_time(session, reply);
     control->run_again = false;
     control->delay_ms = context.reply_delay_ms;
+    bson_destroy(&duplicate_key);
 }
 
 static bool is_never_compressed(const bson_t *command)

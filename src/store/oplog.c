@@ -233,9 +233,8 @@ typedef struct entry_parts {
     const bson_t *command;
 } entry_parts_t;
 
-/* lsid and txnNumber as mongod records them for retryable writes and
- * transactions; inTransaction marks a write sent with autocommit: false, whose
- * change events carry them. */
+/* lsid and txnNumber as mongod records them for retryable writes (a
+ * transaction's are on its applyOps entry, oplog_log_transaction()). */
 static void append_session_fields(bson_t *entry, const bson_t *command)
 {
     bson_iter_t iter;
@@ -247,14 +246,34 @@ static void append_session_fields(bson_t *entry, const bson_t *command)
     }
     if (bson_iter_init_find(&iter, command, "txnNumber") && BSON_ITER_HOLDS_NUMBER(&iter)) {
         BSON_APPEND_INT64(entry, "txnNumber", bson_iter_as_int64(&iter));
-        if (bson_iter_init_find(&iter, command, "autocommit") && BSON_ITER_HOLDS_BOOL(&iter) &&
-            !bson_iter_bool(&iter)) {
-            BSON_APPEND_BOOL(entry, "inTransaction", true);
-        }
     }
 }
 
-static bool append_entry(storage_session_t *session, const entry_parts_t *parts, bson_error_t *error)
+/* op, ns, ui, o, o2 and the images: what an entry and an operation inside a
+ * transaction's applyOps have in common. */
+static void append_operation_fields(bson_t *out, const entry_parts_t *parts)
+{
+    BSON_APPEND_UTF8(out, "op", parts->op);
+    BSON_APPEND_UTF8(out, "ns", parts->ns);
+    if (parts->uuid != NULL) {
+        BSON_APPEND_BINARY(out, "ui", BSON_SUBTYPE_UUID, parts->uuid, 16);
+    }
+    BSON_APPEND_DOCUMENT(out, "o", parts->object);
+    if (parts->object2 != NULL) {
+        BSON_APPEND_DOCUMENT(out, "o2", parts->object2);
+    }
+    if (parts->pre_image != NULL) {
+        BSON_APPEND_DOCUMENT(out, "preImage", parts->pre_image);
+    }
+    if (parts->post_image != NULL) {
+        BSON_APPEND_DOCUMENT(out, "postImage", parts->post_image);
+    }
+}
+
+/* Writes one entry in the session's open transaction, at a time taken now. body
+ * adds the fields after ts, t and v. */
+static bool write_entry(storage_session_t *session, void (*body)(bson_t *entry, const void *context),
+                        const void *body_context, bson_error_t *error)
 {
     oplog_t *oplog = session->storage->oplog;
     WT_CURSOR *cursor = NULL;
@@ -262,9 +281,6 @@ static bool append_entry(storage_session_t *session, const entry_parts_t *parts,
     uint64_t time = 0;
     bool ok = false;
 
-    if (oplog == NULL) {
-        return true;
-    }
     if (!session->in_transaction) {
         return tc_error_set(error, TC_ERR_INTERNAL, "an oplog entry must be written inside a transaction");
     }
@@ -273,22 +289,7 @@ static bool append_entry(storage_session_t *session, const entry_parts_t *parts,
     BSON_APPEND_TIMESTAMP(&entry, "ts", OPLOG_TIME_SECONDS(time), OPLOG_TIME_INCREMENT(time));
     BSON_APPEND_INT64(&entry, "t", OPLOG_TERM);
     BSON_APPEND_INT32(&entry, "v", OPLOG_VERSION);
-    BSON_APPEND_UTF8(&entry, "op", parts->op);
-    BSON_APPEND_UTF8(&entry, "ns", parts->ns);
-    if (parts->uuid != NULL) {
-        BSON_APPEND_BINARY(&entry, "ui", BSON_SUBTYPE_UUID, parts->uuid, 16);
-    }
-    BSON_APPEND_DOCUMENT(&entry, "o", parts->object);
-    if (parts->object2 != NULL) {
-        BSON_APPEND_DOCUMENT(&entry, "o2", parts->object2);
-    }
-    if (parts->pre_image != NULL) {
-        BSON_APPEND_DOCUMENT(&entry, "preImage", parts->pre_image);
-    }
-    if (parts->post_image != NULL) {
-        BSON_APPEND_DOCUMENT(&entry, "postImage", parts->post_image);
-    }
-    append_session_fields(&entry, parts->command);
+    body(&entry, body_context);
     BSON_APPEND_DATE_TIME(&entry, "wall", wall_clock_ms());
 
     WT_ITEM value = {.data = bson_get_data(&entry), .size = entry.len};
@@ -307,6 +308,91 @@ done:
     }
     bson_destroy(&entry);
     return ok;
+}
+
+static void append_single_body(bson_t *entry, const void *context)
+{
+    const entry_parts_t *parts = context;
+    append_operation_fields(entry, parts);
+    append_session_fields(entry, parts->command);
+}
+
+/* Larger than mongod's limit on one applyOps entry (16 MB plus 16 KB of room)
+ * is refused, as mongod 4.0 refused it. */
+#define OPLOG_TRANSACTION_MAX_BYTES (16 * 1024 * 1024 + 16 * 1024)
+
+/* Inside a held transaction, adds the operation to the ones its commit writes. */
+static bool collect_operation(storage_session_t *session, const entry_parts_t *parts, bson_error_t *error)
+{
+    char key[16];
+    const char *key_string;
+    bson_t operation;
+    bson_uint32_to_string(session->held_operation_count, &key_string, key, sizeof key);
+    bson_append_document_begin(&session->held_operations, key_string, -1, &operation);
+    append_operation_fields(&operation, parts);
+    bson_append_document_end(&session->held_operations, &operation);
+    session->held_operation_count++;
+    if (session->held_operations.len > OPLOG_TRANSACTION_MAX_BYTES) {
+        return tc_error_set(error, TC_ERR_TRANSACTION_TOO_LARGE,
+                            "Total size of all transaction operations must be less than %d. Actual size is %u",
+                            OPLOG_TRANSACTION_MAX_BYTES, session->held_operations.len);
+    }
+    return true;
+}
+
+static bool append_entry(storage_session_t *session, const entry_parts_t *parts, bson_error_t *error)
+{
+    if (session->storage->oplog == NULL) {
+        return true;
+    }
+    if (session->held) {
+        return collect_operation(session, parts, error);
+    }
+    return write_entry(session, append_single_body, parts, error);
+}
+
+typedef struct transaction_body {
+    const bson_t *operations;
+    const bson_t *lsid;
+    int64_t txn_number;
+} transaction_body_t;
+
+/* mongod's shape: {op: "c", ns: "admin.$cmd", o: {applyOps: [...]}, lsid,
+ * txnNumber, prevOpTime} (one entry: no chain of partial ones to follow). */
+static void append_transaction_body(bson_t *entry, const void *context)
+{
+    const transaction_body_t *body = context;
+    bson_t object, previous;
+    BSON_APPEND_UTF8(entry, "op", "c");
+    BSON_APPEND_UTF8(entry, "ns", "admin.$cmd");
+    BSON_APPEND_DOCUMENT_BEGIN(entry, "o", &object);
+    BSON_APPEND_ARRAY(&object, "applyOps", body->operations);
+    bson_append_document_end(entry, &object);
+    BSON_APPEND_DOCUMENT(entry, "lsid", body->lsid);
+    BSON_APPEND_INT64(entry, "txnNumber", body->txn_number);
+    BSON_APPEND_DOCUMENT_BEGIN(entry, "prevOpTime", &previous);
+    BSON_APPEND_TIMESTAMP(&previous, "ts", 0, 0);
+    BSON_APPEND_INT64(&previous, "t", -1);
+    bson_append_document_end(entry, &previous);
+}
+
+bool oplog_log_transaction(storage_session_t *session, const bson_t *lsid, int64_t txn_number, bson_error_t *error)
+{
+    if (session->storage->oplog == NULL || !session->held) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "no held transaction to record");
+    }
+    if (session->held_operation_count == 0) {
+        return true; /* a read-only transaction leaves no entry, as on mongod */
+    }
+    transaction_body_t body = {.operations = &session->held_operations, .lsid = lsid, .txn_number = txn_number};
+    return write_entry(session, append_transaction_body, &body, error);
+}
+
+void oplog_session_adopt_write_time(storage_session_t *session, const storage_session_t *from)
+{
+    if (from->oplog_last_committed > session->oplog_last_committed) {
+        session->oplog_last_committed = from->oplog_last_committed;
+    }
 }
 
 static bool images_enabled(const collection_t *collection)

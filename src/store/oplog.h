@@ -38,7 +38,7 @@ oplog_t *oplog_for(storage_t *storage);
  * Each call appends one entry in the session's open transaction, after the
  * change it records (so two writes of one document get their times in commit
  * order), and does nothing when storage has no oplog. command is the write
- * command (lsid, txnNumber and autocommit are taken from it) or NULL. A
+ * command (lsid and txnNumber are taken from it) or NULL. A
  * collection created with changeStreamPreAndPostImages: {enabled: true} also
  * keeps the images change streams ask for with fullDocument(BeforeChange). */
 bool oplog_log_insert(storage_session_t *session, const collection_t *collection, const bson_t *document,
@@ -58,6 +58,16 @@ bool oplog_log_delete(storage_session_t *session, const collection_t *collection
  * NULL. In the session's transaction if one is open, else in its own. */
 bool oplog_log_command(storage_session_t *session, const char *database, const uint8_t *uuid,
                        const bson_t *object, bson_error_t *error) TC_MUST_CHECK;
+
+/* A held (multi-document) transaction (storage_hold_transaction()): the
+ * oplog_log_* calls above collect its operations; this writes them, just before
+ * it commits, as one entry {op: "c", ns: "admin.$cmd", o: {applyOps: [...]},
+ * lsid, txnNumber}, in the same transaction, so the commit and its entry are one
+ * atomic unit and change streams see every operation at one cluster time. A
+ * transaction that wrote nothing writes no entry. Errors: TransactionTooLarge
+ * 257, from the write that took the operations past 16 MB. */
+bool oplog_log_transaction(storage_session_t *session, const bson_t *lsid, int64_t txn_number,
+                           bson_error_t *error) TC_MUST_CHECK;
 
 /* --- times ---------------------------------------------------------------- */
 
@@ -81,6 +91,10 @@ bool oplog_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST
  * command) the time of its last write or, for a read, the committed time. */
 void oplog_session_begin_command(storage_session_t *session);
 uint64_t oplog_session_operation_time(storage_session_t *session);
+
+/* The command that committed a transaction on its own session (from) answers on
+ * the worker's (session): that write's time becomes the command's operationTime. */
+void oplog_session_adopt_write_time(storage_session_t *session, const storage_session_t *from);
 
 /* --- reading --------------------------------------------------------------- */
 

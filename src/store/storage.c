@@ -162,12 +162,14 @@ storage_session_t *storage_session_new(storage_t *storage, bson_error_t *error)
     session->storage = storage;
     bson_init(&session->duplicate_key_pattern);
     bson_init(&session->duplicate_key_value);
+    bson_init(&session->held_operations);
     int wt_code = storage->connection->open_session(storage->connection, NULL, "isolation=snapshot",
                                                     &session->wt);
     if (wt_code != 0) {
         storage_error_from_wt(error, wt_code, "opening a session");
         bson_destroy(&session->duplicate_key_pattern);
         bson_destroy(&session->duplicate_key_value);
+        bson_destroy(&session->held_operations);
         bson_free(session);
         return NULL;
     }
@@ -179,12 +181,15 @@ void storage_session_destroy(storage_session_t *session)
     if (session == NULL) {
         return;
     }
-    if (session->in_transaction) {
+    if (session->held) {
+        storage_rollback_held(session);
+    } else if (session->in_transaction) {
         storage_rollback(session);
     }
     session->wt->close(session->wt, NULL);
     bson_destroy(&session->duplicate_key_pattern);
     bson_destroy(&session->duplicate_key_value);
+    bson_destroy(&session->held_operations);
     bson_free(session);
 }
 
@@ -210,6 +215,9 @@ void storage_unlock(storage_t *storage)
 
 bool storage_begin(storage_session_t *session, bson_error_t *error)
 {
+    if (session->held) {
+        return true; /* the held transaction is the command's transaction */
+    }
     int wt_code = session->wt->begin_transaction(session->wt, NULL);
     if (wt_code != 0) {
         return storage_error_from_wt(error, wt_code, "begin transaction");
@@ -220,6 +228,9 @@ bool storage_begin(storage_session_t *session, bson_error_t *error)
 
 bool storage_commit(storage_session_t *session, bool durable, bson_error_t *error)
 {
+    if (session->held) {
+        return true; /* commits with the whole transaction */
+    }
     session->in_transaction = false;
     int wt_code = session->wt->commit_transaction(session->wt, durable ? "sync=on" : NULL);
     if (session->oplog_time_count > 0) {
@@ -233,7 +244,7 @@ bool storage_commit(storage_session_t *session, bool durable, bson_error_t *erro
 
 void storage_rollback(storage_session_t *session)
 {
-    if (session->in_transaction) {
+    if (session->in_transaction && !session->held) {
         session->in_transaction = false;
         session->wt->rollback_transaction(session->wt, NULL);
         if (session->oplog_time_count > 0) {
@@ -254,6 +265,58 @@ bool storage_sync_journal(storage_session_t *session, bson_error_t *error)
 bool storage_in_transaction(storage_session_t *session)
 {
     return session->in_transaction;
+}
+
+static void forget_held_operations(storage_session_t *session)
+{
+    bson_reinit(&session->held_operations);
+    session->held_operation_count = 0;
+}
+
+bool storage_hold_transaction(storage_session_t *session, bson_error_t *error)
+{
+    if (session->in_transaction) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "a session can hold only one transaction");
+    }
+    if (!storage_begin(session, error)) {
+        return false;
+    }
+    session->held = true;
+    session->oplog_last_committed = 0;
+    forget_held_operations(session);
+    return true;
+}
+
+bool storage_commit_held(storage_session_t *session, bool durable, bson_error_t *error)
+{
+    session->held = false;
+    forget_held_operations(session);
+    return storage_commit(session, durable, error);
+}
+
+void storage_rollback_held(storage_session_t *session)
+{
+    session->held = false;
+    forget_held_operations(session);
+    storage_rollback(session);
+}
+
+bool storage_holds_transaction(storage_session_t *session)
+{
+    return session->held;
+}
+
+void storage_set_ddl_hook(storage_t *storage, storage_ddl_hook_fn hook, void *context)
+{
+    storage->ddl_hook = hook;
+    storage->ddl_hook_context = context;
+}
+
+void storage_run_ddl_hook(storage_t *storage, const char *ns)
+{
+    if (storage->ddl_hook != NULL) {
+        storage->ddl_hook(storage->ddl_hook_context, ns);
+    }
 }
 
 void storage_drop_table(storage_session_t *session, const char *table_uri)

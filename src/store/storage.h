@@ -124,6 +124,25 @@ void storage_rollback(storage_session_t *session);
 bool storage_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
 bool storage_in_transaction(storage_session_t *session);
 
+/* --- multi-document transactions --------------------------------------------
+ * A session can hold one transaction open across commands (store/transactions.c).
+ * While it is held, the storage_begin(), storage_commit() and storage_rollback()
+ * calls of the commands run in it do nothing, so all their reads share one
+ * snapshot and all their writes commit or roll back together; the oplog collects
+ * their operations for one applyOps entry (oplog_log_transaction()). A held
+ * transaction ends only with storage_commit_held() or storage_rollback_held(). */
+bool storage_hold_transaction(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
+bool storage_commit_held(storage_session_t *session, bool durable, bson_error_t *error) TC_MUST_CHECK;
+void storage_rollback_held(storage_session_t *session);
+bool storage_holds_transaction(storage_session_t *session);
+
+/* Called by the catalog, with the lock exclusive, before it drops the collection
+ * ns or builds or drops one of its indexes: the transactions layer aborts the
+ * held transactions that used ns, whose snapshot or uncommitted writes the change
+ * would leave behind. */
+typedef void (*storage_ddl_hook_fn)(void *context, const char *ns);
+void storage_set_ddl_hook(storage_t *storage, storage_ddl_hook_fn hook, void *context);
+
 /* --- records -------------------------------------------------------------- */
 
 /* Inserts document (which must already have _id first) and its index keys.

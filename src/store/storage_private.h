@@ -25,6 +25,8 @@ struct storage {
     pthread_cond_t journal_wakeup;
     bool journal_stop;
     struct oplog *oplog;        /* oplog.c, attached by oplog_open(); NULL: none */
+    storage_ddl_hook_fn ddl_hook; /* storage_set_ddl_hook(); NULL: none */
+    void *ddl_hook_context;
 };
 
 /* Cluster times one transaction may take from the oplog's clock (oplog.c): a
@@ -42,7 +44,15 @@ struct storage_session {
     uint64_t oplog_times[STORAGE_OPLOG_TIMES_PER_TRANSACTION];
     size_t oplog_time_count;
     uint64_t oplog_last_committed;
+    /* A held (multi-document) transaction: the operations its writes recorded,
+     * an array written as one applyOps entry when it commits (oplog.c). */
+    bool held;
+    bson_t held_operations;
+    uint32_t held_operation_count;
 };
+
+/* Runs the DDL hook, if any, for ns (catalog.c). */
+void storage_run_ddl_hook(storage_t *storage, const char *ns);
 
 /* Fills error from a WiredTiger return code; always returns false. */
 bool storage_error_from_wt(bson_error_t *error, int wt_code, const char *context);

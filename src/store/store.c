@@ -1,6 +1,7 @@
 /* `thermocline store`: flags, start-up and shutdown. Opens the storage, starts
  * the network server whose worker threads each own a storage session, reaps
- * idle cursors, and closes everything in order on SIGINT/SIGTERM. */
+ * idle cursors and expired transactions, and closes everything in order on
+ * SIGINT/SIGTERM. */
 #include "store/store.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -8,6 +9,7 @@
 #include "store/dispatch.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
+#include "store/transactions.h"
 #include "wire/wire.h"
 
 #include <getopt.h>
@@ -89,6 +91,7 @@ static void *janitor_main(void *argument)
         deadline.tv_sec += CURSOR_REAP_INTERVAL_MS / 1000;
         pthread_cond_timedwait(&janitor->wakeup, &janitor->mutex, &deadline);
         cursor_table_reap(janitor->store->cursors, store_now_ms());
+        transaction_table_reap(janitor->store->transactions);
     }
     pthread_mutex_unlock(&janitor->mutex);
     return NULL;
@@ -125,6 +128,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
     }
     store.cursors = cursor_table_new();
+    store.transactions = transaction_table_new(&store);
     store.auth = auth_manager_new(options->auth);
     if (options->tls_mode != TLS_MODE_DISABLED) {
         tls_server_options_t tls_options = {
@@ -197,6 +201,7 @@ done:
     server_destroy(store.server);
     tls_context_destroy(tls_context);
     auth_manager_destroy(store.auth);
+    transaction_table_destroy(store.transactions);
     cursor_table_destroy(store.cursors);
     oplog_close(oplog);
     storage_close(store.storage);

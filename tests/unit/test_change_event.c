@@ -121,6 +121,18 @@ static void test_token_round_trip_and_hex_form(void **state)
     BSON_APPEND_UTF8(&document, "_data", "826b0cb6210000000202"); /* lower case is accepted */
     assert_true(change_token_parse(&document, &parsed, &error));
     assert_int_equal(parsed.kind, CHANGE_TOKEN_INVALIDATE);
+    /* An operation of a transaction: its index follows the kind. */
+    token.index = 3;
+    bson_free(hex);
+    hex = token_hex(&token);
+    assert_string_equal(hex, "826B0CB621000000020100000003");
+    bson_reinit(&document);
+    BSON_APPEND_UTF8(&document, "_data", hex);
+    assert_true(change_token_parse(&document, &parsed, &error));
+    assert_true(parsed.time == token.time);
+    assert_int_equal(parsed.kind, CHANGE_TOKEN_EVENT);
+    assert_int_equal(parsed.index, 3);
+    assert_int_equal(change_token_compare(&parsed, &token), 0);
     bson_destroy(&document);
     bson_free(hex);
 }
@@ -128,14 +140,17 @@ static void test_token_round_trip_and_hex_form(void **state)
 static void test_tokens_sort_as_their_hex_strings(void **state)
 {
     const change_token_t ordered[] = {
-        {TIME(5, 9), CHANGE_TOKEN_HIGH_WATER_MARK},
-        {TIME(6, 0), CHANGE_TOKEN_START},
-        {TIME(6, 1), CHANGE_TOKEN_START},
-        {TIME(6, 1), CHANGE_TOKEN_EVENT},
-        {TIME(6, 1), CHANGE_TOKEN_INVALIDATE},
-        {TIME(6, 1), CHANGE_TOKEN_HIGH_WATER_MARK},
-        {TIME(6, 2), CHANGE_TOKEN_EVENT},
-        {TIME(0x100000000ull - 1, 1), CHANGE_TOKEN_EVENT},
+        {TIME(5, 9), CHANGE_TOKEN_HIGH_WATER_MARK, 0},
+        {TIME(6, 0), CHANGE_TOKEN_START, 0},
+        {TIME(6, 1), CHANGE_TOKEN_START, 0},
+        {TIME(6, 1), CHANGE_TOKEN_EVENT, 0},
+        {TIME(6, 1), CHANGE_TOKEN_EVENT, 1}, /* the operations of one transaction */
+        {TIME(6, 1), CHANGE_TOKEN_EVENT, 2},
+        {TIME(6, 1), CHANGE_TOKEN_EVENT, 0x01000000},
+        {TIME(6, 1), CHANGE_TOKEN_INVALIDATE, 0},
+        {TIME(6, 1), CHANGE_TOKEN_HIGH_WATER_MARK, 0},
+        {TIME(6, 2), CHANGE_TOKEN_EVENT, 0},
+        {TIME(0x100000000ull - 1, 1), CHANGE_TOKEN_EVENT, 0},
     };
     size_t count = sizeof ordered / sizeof ordered[0];
     for (size_t i = 0; i + 1 < count; i++) {
@@ -172,6 +187,14 @@ static void test_token_parse_errors(void **state)
     assert_false(change_token_parse(bad_kind, &token, &error));
     bson_t *bad_marker = json("{\"_data\": \"836B0CB6210000000201\"}");
     assert_false(change_token_parse(bad_marker, &token, &error));
+    /* Only an event has an index, and never a written-out 0. */
+    bson_t *indexed_invalidate = json("{\"_data\": \"826B0CB621000000020200000001\"}");
+    assert_false(change_token_parse(indexed_invalidate, &token, &error));
+    assert_int_equal(error.code, TC_ERR_FAILED_TO_PARSE);
+    bson_t *index_zero = json("{\"_data\": \"826B0CB621000000020100000000\"}");
+    assert_false(change_token_parse(index_zero, &token, &error));
+    bson_destroy(indexed_invalidate);
+    bson_destroy(index_zero);
     bson_destroy(missing);
     bson_destroy(number);
     bson_destroy(not_hex);
@@ -189,7 +212,7 @@ static void test_insert_event(void **state)
     change_events_t events;
     build(oplog_entry, &spec, &events);
     assert_int_equal(events.count, 1);
-    const bson_t *event = &events.documents[0];
+    const bson_t *event = events.documents[0];
     assert_keys(event, "_id,operationType,clusterTime,wallTime,fullDocument,ns,documentKey");
     assert_field_json(event, "_id", "{\"_data\": \"82000000640000000701\"}");
     assert_field_json(event, "operationType", "\"insert\"");
@@ -214,7 +237,7 @@ static void test_update_event_has_description_and_no_full_document_by_default(vo
     change_events_t events;
     build(oplog_entry, &spec, &events);
     assert_int_equal(events.count, 1);
-    const bson_t *event = &events.documents[0];
+    const bson_t *event = events.documents[0];
     assert_keys(event, "_id,operationType,clusterTime,wallTime,ns,documentKey,updateDescription");
     assert_field_json(event, "operationType", "\"update\"");
     assert_field_json(event, "documentKey", "{\"_id\": {\"$oid\": \"65a000000000000000000001\"}}");
@@ -227,20 +250,47 @@ static void test_update_event_has_description_and_no_full_document_by_default(vo
     bson_destroy(oplog_entry);
 }
 
-static void test_transaction_writes_carry_lsid_and_txn_number(void **state)
+/* A transaction's applyOps entry: one event per operation in the stream's scope,
+ * in order, at the entry's cluster time, with the transaction's lsid and
+ * txnNumber, and tokens that tell the operations apart. */
+static void test_transaction_entry_gives_one_event_per_operation(void **state)
 {
-    bson_t *oplog_entry = entry("d", "shop.orders", "{\"_id\": 3}", NULL,
-                                "\"lsid\": {\"id\": 9}, \"txnNumber\": {\"$numberLong\": \"12\"}, "
-                                "\"inTransaction\": true");
+    bson_t *oplog_entry = entry(
+        "c", "admin.$cmd",
+        "{\"applyOps\": ["
+        "{\"op\": \"i\", \"ns\": \"shop.orders\", \"o\": {\"_id\": 1}, \"o2\": {\"_id\": 1}},"
+        "{\"op\": \"i\", \"ns\": \"shop.other\", \"o\": {\"_id\": 5}, \"o2\": {\"_id\": 5}},"
+        "{\"op\": \"u\", \"ns\": \"shop.orders\", \"o\": {\"$v\": 2, \"updateDescription\": "
+        "{\"updatedFields\": {\"a\": 2}, \"removedFields\": [], \"truncatedArrays\": []}}, "
+        "\"o2\": {\"_id\": 1}},"
+        "{\"op\": \"d\", \"ns\": \"shop.orders\", \"o\": {\"_id\": 3}}]}",
+        NULL, "\"lsid\": {\"id\": 9}, \"txnNumber\": {\"$numberLong\": \"12\"}");
     change_spec_t spec = collection_spec("shop", "orders");
     change_events_t events;
     build(oplog_entry, &spec, &events);
-    assert_int_equal(events.count, 1);
-    assert_keys(&events.documents[0], "_id,operationType,clusterTime,wallTime,ns,documentKey,lsid,txnNumber");
-    assert_field_json(&events.documents[0], "operationType", "\"delete\"");
-    assert_field_json(&events.documents[0], "documentKey", "{\"_id\": 3}");
-    assert_field_json(&events.documents[0], "lsid", "{\"id\": 9}");
-    assert_field_json(&events.documents[0], "txnNumber", "{\"$numberLong\": \"12\"}");
+    assert_int_equal(events.count, 3);
+    const char *types[] = {"\"insert\"", "\"update\"", "\"delete\""};
+    const uint32_t indexes[] = {0, 2, 3};
+    for (size_t i = 0; i < events.count; i++) {
+        assert_field_json(events.documents[i], "operationType", types[i]);
+        assert_field_json(events.documents[i], "clusterTime", "{\"$timestamp\": {\"t\": 100, \"i\": 7}}");
+        assert_field_json(events.documents[i], "lsid", "{\"id\": 9}");
+        assert_field_json(events.documents[i], "txnNumber", "{\"$numberLong\": \"12\"}");
+        assert_int_equal(events.tokens[i].index, indexes[i]);
+        if (i > 0) {
+            assert_true(change_token_compare(&events.tokens[i - 1], &events.tokens[i]) < 0);
+        }
+    }
+    assert_keys(events.documents[2], "_id,operationType,clusterTime,wallTime,ns,documentKey,lsid,txnNumber");
+    assert_field_json(events.documents[2], "documentKey", "{\"_id\": 3}");
+    assert_field_json(events.documents[1], "_id", "{\"_data\": \"8200000064000000070100000002\"}");
+    change_events_cleanup(&events);
+
+    /* A database stream sees the other collection's insert too. */
+    change_spec_t database = {.scope = CHANGE_SCOPE_DATABASE, .database = "shop"};
+    build(oplog_entry, &database, &events);
+    assert_int_equal(events.count, 4);
+    assert_field_json(events.documents[1], "ns", "{\"db\": \"shop\", \"coll\": \"other\"}");
     change_events_cleanup(&events);
     bson_destroy(oplog_entry);
 }
@@ -252,9 +302,9 @@ static void test_replacement_is_a_replace_event_with_the_new_document(void **sta
     change_events_t events;
     build(oplog_entry, &spec, &events);
     assert_int_equal(events.count, 1);
-    assert_field_json(&events.documents[0], "operationType", "\"replace\"");
-    assert_field_json(&events.documents[0], "fullDocument", "{\"_id\": \"k\", \"x\": null}");
-    assert_no_field(&events.documents[0], "updateDescription");
+    assert_field_json(events.documents[0], "operationType", "\"replace\"");
+    assert_field_json(events.documents[0], "fullDocument", "{\"_id\": \"k\", \"x\": null}");
+    assert_no_field(events.documents[0], "updateDescription");
     change_events_cleanup(&events);
     bson_destroy(oplog_entry);
 }
@@ -301,7 +351,7 @@ static void test_database_and_cluster_scopes(void **state)
     assert_int_equal(events.count, 0);
     build(in_shop2, &cluster, &events);
     assert_int_equal(events.count, 1);
-    assert_field_json(&events.documents[0], "ns", "{\"db\": \"shop2\", \"coll\": \"any\"}");
+    assert_field_json(events.documents[0], "ns", "{\"db\": \"shop2\", \"coll\": \"any\"}");
     change_events_cleanup(&events);
     build(in_admin, &cluster, &events);
     assert_int_equal(events.count, 0);
@@ -324,12 +374,12 @@ static void test_drop_invalidates_only_the_collection_stream(void **state)
     change_events_t events;
     build(drop, &collection, &events);
     assert_int_equal(events.count, 2);
-    assert_keys(&events.documents[0], "_id,operationType,clusterTime,wallTime,ns");
-    assert_field_json(&events.documents[0], "operationType", "\"drop\"");
-    assert_field_json(&events.documents[0], "ns", "{\"db\": \"shop\", \"coll\": \"orders\"}");
-    assert_keys(&events.documents[1], "_id,operationType,clusterTime,wallTime");
-    assert_field_json(&events.documents[1], "operationType", "\"invalidate\"");
-    assert_field_json(&events.documents[1], "_id", "{\"_data\": \"82000000640000000702\"}");
+    assert_keys(events.documents[0], "_id,operationType,clusterTime,wallTime,ns");
+    assert_field_json(events.documents[0], "operationType", "\"drop\"");
+    assert_field_json(events.documents[0], "ns", "{\"db\": \"shop\", \"coll\": \"orders\"}");
+    assert_keys(events.documents[1], "_id,operationType,clusterTime,wallTime");
+    assert_field_json(events.documents[1], "operationType", "\"invalidate\"");
+    assert_field_json(events.documents[1], "_id", "{\"_data\": \"82000000640000000702\"}");
     assert_int_equal(events.tokens[1].kind, CHANGE_TOKEN_INVALIDATE);
     assert_true(change_token_compare(&events.tokens[0], &events.tokens[1]) < 0);
     change_events_cleanup(&events);
@@ -354,10 +404,10 @@ static void test_rename_reaches_source_and_target_streams(void **state)
     change_spec_t source = collection_spec("shop", "orders");
     build(rename, &source, &events);
     assert_int_equal(events.count, 2);
-    assert_keys(&events.documents[0], "_id,operationType,clusterTime,wallTime,ns,to");
-    assert_field_json(&events.documents[0], "operationType", "\"rename\"");
-    assert_field_json(&events.documents[0], "ns", "{\"db\": \"shop\", \"coll\": \"orders\"}");
-    assert_field_json(&events.documents[0], "to", "{\"db\": \"archive\", \"coll\": \"old\"}");
+    assert_keys(events.documents[0], "_id,operationType,clusterTime,wallTime,ns,to");
+    assert_field_json(events.documents[0], "operationType", "\"rename\"");
+    assert_field_json(events.documents[0], "ns", "{\"db\": \"shop\", \"coll\": \"orders\"}");
+    assert_field_json(events.documents[0], "to", "{\"db\": \"archive\", \"coll\": \"old\"}");
     change_events_cleanup(&events);
     change_spec_t target = collection_spec("archive", "old");
     build(rename, &target, &events);
@@ -380,9 +430,9 @@ static void test_drop_database(void **state)
     change_spec_t database = {.scope = CHANGE_SCOPE_DATABASE, .database = "shop"};
     build(drop_database, &database, &events);
     assert_int_equal(events.count, 2);
-    assert_field_json(&events.documents[0], "operationType", "\"dropDatabase\"");
-    assert_field_json(&events.documents[0], "ns", "{\"db\": \"shop\"}");
-    assert_field_json(&events.documents[1], "operationType", "\"invalidate\"");
+    assert_field_json(events.documents[0], "operationType", "\"dropDatabase\"");
+    assert_field_json(events.documents[0], "ns", "{\"db\": \"shop\"}");
+    assert_field_json(events.documents[1], "operationType", "\"invalidate\"");
     change_events_cleanup(&events);
     change_spec_t cluster = {.scope = CHANGE_SCOPE_CLUSTER};
     build(drop_database, &cluster, &events);
@@ -441,14 +491,14 @@ static void test_update_lookup_reads_the_current_document_or_null(void **state)
     assert_int_equal(stub.calls, 1);
     assert_string_equal(stub.ns, "shop.orders");
     assert_string_equal(stub.key, "{ \"_id\" : 5 }");
-    assert_keys(&events.documents[0],
+    assert_keys(events.documents[0],
                 "_id,operationType,clusterTime,wallTime,fullDocument,ns,documentKey,updateDescription");
-    assert_field_json(&events.documents[0], "fullDocument", "{\"_id\": 5, \"now\": \"current\"}");
+    assert_field_json(events.documents[0], "fullDocument", "{\"_id\": 5, \"now\": \"current\"}");
     change_events_cleanup(&events);
 
     stub.found = false; /* deleted since: null, not missing */
     assert_true(change_events_build(update, TIME(100, 7), &spec, stub_lookup, &stub, &events, &error));
-    assert_field_json(&events.documents[0], "fullDocument", "null");
+    assert_field_json(events.documents[0], "fullDocument", "null");
     change_events_cleanup(&events);
 
     /* Inserts and replaces already carry their document: no lookup. */
@@ -472,14 +522,14 @@ static void test_stored_images_when_available_and_required(void **state)
     spec.full_document = CHANGE_FULL_DOCUMENT_WHEN_AVAILABLE;
     spec.full_document_before_change = CHANGE_BEFORE_CHANGE_WHEN_AVAILABLE;
     build(with, &spec, &events);
-    assert_field_json(&events.documents[0], "fullDocument", "{\"_id\": 5, \"n\": 1}");
-    assert_field_json(&events.documents[0], "fullDocumentBeforeChange", "{\"_id\": 5, \"n\": 0}");
-    assert_keys(&events.documents[0], "_id,operationType,clusterTime,wallTime,fullDocument,ns,documentKey,"
+    assert_field_json(events.documents[0], "fullDocument", "{\"_id\": 5, \"n\": 1}");
+    assert_field_json(events.documents[0], "fullDocumentBeforeChange", "{\"_id\": 5, \"n\": 0}");
+    assert_keys(events.documents[0], "_id,operationType,clusterTime,wallTime,fullDocument,ns,documentKey,"
                                       "updateDescription,fullDocumentBeforeChange");
     change_events_cleanup(&events);
     build(without, &spec, &events);
-    assert_field_json(&events.documents[0], "fullDocument", "null");
-    assert_field_json(&events.documents[0], "fullDocumentBeforeChange", "null");
+    assert_field_json(events.documents[0], "fullDocument", "null");
+    assert_field_json(events.documents[0], "fullDocumentBeforeChange", "null");
     change_events_cleanup(&events);
 
     spec.full_document = CHANGE_FULL_DOCUMENT_REQUIRED;
@@ -506,7 +556,7 @@ int main(void)
         cmocka_unit_test(test_token_parse_errors),
         cmocka_unit_test(test_insert_event),
         cmocka_unit_test(test_update_event_has_description_and_no_full_document_by_default),
-        cmocka_unit_test(test_transaction_writes_carry_lsid_and_txn_number),
+        cmocka_unit_test(test_transaction_entry_gives_one_event_per_operation),
         cmocka_unit_test(test_replacement_is_a_replace_event_with_the_new_document),
         cmocka_unit_test(test_other_collections_system_collections_and_noops_give_nothing),
         cmocka_unit_test(test_database_and_cluster_scopes),
