@@ -47,33 +47,11 @@ static void print_usage(FILE *stream)
                     "lost by the load, every operation failed).\n");
 }
 
-static bool parse_whole(const char *text, const char *flag, int64_t minimum, int64_t maximum, int64_t *out)
+/* Prints a flag's error as the usage line and gives the exit status of bad usage. */
+static int usage_error(const bson_error_t *error)
 {
-    char *end;
-    errno = 0;
-    long long value = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || errno != 0 || value < minimum || value > maximum) {
-        fprintf(stderr, "thermocline bench: %s takes a whole number from %lld to %lld, not '%s'\n", flag,
-                (long long)minimum, (long long)maximum, text);
-        return false;
-    }
-    *out = value;
-    return true;
-}
-
-static bool parse_duration(const char *text, const char *flag, bool allow_zero, int64_t *out_ms)
-{
-    bson_error_t error;
-    if (!units_parse_duration_ms(text, out_ms, &error)) {
-        fprintf(stderr, "thermocline bench: %s: %s\n", flag, error.message);
-        return false;
-    }
-    if (*out_ms < 0 || (*out_ms == 0 && !allow_zero)) {
-        fprintf(stderr, "thermocline bench: %s must be %s, not '%s'\n", flag,
-                allow_zero ? "zero or more" : "more than zero", text);
-        return false;
-    }
-    return true;
+    fprintf(stderr, "thermocline bench: %s\n", error->message);
+    return 2;
 }
 
 static void print_workload_names(FILE *stream)
@@ -109,6 +87,7 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
     const char *workload_name = NULL;
     const char *timed_flag = NULL; /* a flag that makes no sense for the load */
     int64_t number;
+    bson_error_t error;
     memset(options, 0, sizeof *options);
     options->database = "ycsb";
     options->collection = "usertable";
@@ -128,32 +107,32 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
             workload_name = optarg;
             break;
         case OPT_THREADS:
-            if (!parse_whole(optarg, "--threads", 1, BENCH_MAX_THREADS, &number)) {
-                return 2;
+            if (!units_parse_count(optarg, "--threads", 1, BENCH_MAX_THREADS, &number, &error)) {
+                return usage_error(&error);
             }
             options->thread_count = (int)number;
             break;
         case OPT_DURATION:
-            if (!parse_duration(optarg, "--duration", false, &options->duration_ms)) {
-                return 2;
+            if (!units_parse_flag_duration(optarg, "--duration", 1, false, &options->duration_ms, &error)) {
+                return usage_error(&error);
             }
             timed_flag = "--duration";
             break;
         case OPT_WARMUP:
-            if (!parse_duration(optarg, "--warmup", true, &options->warmup_ms)) {
-                return 2;
+            if (!units_parse_flag_duration(optarg, "--warmup", 1, true, &options->warmup_ms, &error)) {
+                return usage_error(&error);
             }
             timed_flag = "--warmup";
             break;
         case OPT_TARGET:
-            if (!parse_whole(optarg, "--target-ops", 1, 100000000, &options->target_ops)) {
-                return 2;
+            if (!units_parse_count(optarg, "--target-ops", 1, 100000000, &options->target_ops, &error)) {
+                return usage_error(&error);
             }
             timed_flag = "--target-ops";
             break;
         case OPT_RECORDS:
-            if (!parse_whole(optarg, "--records", 1, INT64_C(1) << 40, &options->record_count)) {
-                return 2;
+            if (!units_parse_count(optarg, "--records", 1, INT64_C(1) << 40, &options->record_count, &error)) {
+                return usage_error(&error);
             }
             break;
         case OPT_DATABASE:
@@ -170,8 +149,8 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
             options->json_path = optarg;
             break;
         case OPT_SEED:
-            if (!parse_whole(optarg, "--seed", 0, INT64_MAX, &number)) {
-                return 2;
+            if (!units_parse_count(optarg, "--seed", 0, INT64_MAX, &number, &error)) {
+                return usage_error(&error);
             }
             options->seed = (uint64_t)number;
             break;

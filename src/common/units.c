@@ -1,4 +1,4 @@
-/* Sizes and durations with units, for flags and config files. */
+/* Sizes and durations with units, and counts, for flags and config files. */
 #include "common/units.h"
 
 #include <ctype.h>
@@ -63,4 +63,35 @@ bool units_parse_duration_ms(const char *text, int64_t *out_milliseconds, bson_e
     return tc_error_set(error, TC_ERR_BAD_VALUE,
                         "invalid duration '%s': write a number with a unit (ms, s, m, h, d), such as 500ms or 30d",
                         text ? text : "");
+}
+
+bool units_parse_count(const char *text, const char *flag, int64_t minimum, int64_t maximum, int64_t *out_count,
+                       bson_error_t *error)
+{
+    char *end;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || errno != 0 || value < minimum || value > maximum) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "%s takes a whole number from %lld to %lld, not '%s'", flag,
+                            (long long)minimum, (long long)maximum, text);
+    }
+    *out_count = value;
+    return true;
+}
+
+bool units_parse_flag_duration(const char *text, const char *flag, int64_t minimum_ms, bool zero_allowed,
+                               int64_t *out_milliseconds, bson_error_t *error)
+{
+    bson_error_t parse_error;
+    if (!units_parse_duration_ms(text, out_milliseconds, &parse_error)) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "%s: %s", flag, parse_error.message);
+    }
+    if (*out_milliseconds < minimum_ms && !(zero_allowed && *out_milliseconds == 0)) {
+        /* The minimum in the unit a user would write it in. */
+        bool whole_seconds = minimum_ms % 1000 == 0;
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "%s must be %sat least %lld%s, not '%s'", flag,
+                            zero_allowed ? "0 or " : "", (long long)(whole_seconds ? minimum_ms / 1000 : minimum_ms),
+                            whole_seconds ? "s" : "ms", text);
+    }
+    return true;
 }

@@ -101,33 +101,11 @@ static void preset_tiny(lab_settings_t *settings)
     settings->stop_wait_ms = 10000;
 }
 
-static bool parse_whole(const char *text, const char *flag, int64_t minimum, int64_t maximum, int64_t *out)
+/* Prints a flag's error as the usage line and gives the exit status of bad usage. */
+static int usage_error(const bson_error_t *error)
 {
-    char *end;
-    errno = 0;
-    long long value = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || errno != 0 || value < minimum || value > maximum) {
-        fprintf(stderr, "thermocline lab: %s takes a whole number from %lld to %lld, not '%s'\n", flag,
-                (long long)minimum, (long long)maximum, text);
-        return false;
-    }
-    *out = value;
-    return true;
-}
-
-static bool parse_duration(const char *text, const char *flag, bool allow_zero, int64_t *out_ms)
-{
-    bson_error_t error;
-    if (!units_parse_duration_ms(text, out_ms, &error)) {
-        fprintf(stderr, "thermocline lab: %s: %s\n", flag, error.message);
-        return false;
-    }
-    if (*out_ms < 0 || (*out_ms == 0 && !allow_zero) || (*out_ms > 0 && *out_ms < 1000)) {
-        fprintf(stderr, "thermocline lab: %s must be %s, not '%s'\n", flag,
-                allow_zero ? "0s or at least 1s" : "at least 1s", text);
-        return false;
-    }
-    return true;
+    fprintf(stderr, "thermocline lab: %s\n", error->message);
+    return 2;
 }
 
 /* Flags given on the command line, applied over the preset. */
@@ -192,8 +170,8 @@ static int parse_options(int argc, char **argv, lab_settings_t *settings)
             settings->keep = true;
             break;
         case OPT_RECORDS:
-            if (!parse_whole(optarg, "--records", 100, INT64_C(1) << 36, &overrides.records)) {
-                return 2;
+            if (!units_parse_count(optarg, "--records", 100, INT64_C(1) << 36, &overrides.records, &error)) {
+                return usage_error(&error);
             }
             overrides.has_records = true;
             break;
@@ -206,38 +184,38 @@ static int parse_options(int argc, char **argv, lab_settings_t *settings)
             overrides.has_cache = true;
             break;
         case OPT_IOPS:
-            if (!parse_whole(optarg, "--read-iops", 0, 10000000, &overrides.read_iops)) {
-                return 2;
+            if (!units_parse_count(optarg, "--read-iops", 0, 10000000, &overrides.read_iops, &error)) {
+                return usage_error(&error);
             }
             overrides.has_read_iops = true;
             break;
         case OPT_THREADS:
-            if (!parse_whole(optarg, "--threads", 1, 256, &overrides.threads)) {
-                return 2;
+            if (!units_parse_count(optarg, "--threads", 1, 256, &overrides.threads, &error)) {
+                return usage_error(&error);
             }
             overrides.has_threads = true;
             break;
         case OPT_WARMUP:
-            if (!parse_duration(optarg, "--warmup", true, &overrides.warmup_ms)) {
-                return 2;
+            if (!units_parse_flag_duration(optarg, "--warmup", 1000, true, &overrides.warmup_ms, &error)) {
+                return usage_error(&error);
             }
             overrides.has_warmup = true;
             break;
         case OPT_DURATION:
-            if (!parse_duration(optarg, "--duration", false, &overrides.duration_ms)) {
-                return 2;
+            if (!units_parse_flag_duration(optarg, "--duration", 1000, false, &overrides.duration_ms, &error)) {
+                return usage_error(&error);
             }
             overrides.has_duration = true;
             break;
         case OPT_EMPTY:
-            if (!parse_duration(optarg, "--empty-duration", false, &overrides.empty_ms)) {
-                return 2;
+            if (!units_parse_flag_duration(optarg, "--empty-duration", 1000, false, &overrides.empty_ms, &error)) {
+                return usage_error(&error);
             }
             overrides.has_empty = true;
             break;
         case OPT_SEED:
-            if (!parse_whole(optarg, "--seed", 0, INT64_MAX, &overrides.seed)) {
-                return 2;
+            if (!units_parse_count(optarg, "--seed", 0, INT64_MAX, &overrides.seed, &error)) {
+                return usage_error(&error);
             }
             overrides.has_seed = true;
             break;

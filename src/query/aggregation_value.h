@@ -32,9 +32,6 @@ uint64_t aggregation_value_hash(const bson_value_t *value);
 /* Value::coerceToBool: false for false, null, undefined, missing and numeric zero. */
 bool aggregation_value_truthy(const bson_value_t *value);
 
-/* The name $type answers for a type ("double", "objectId", "missing" for EOD). */
-const char *aggregation_value_type_name(bson_type_t type);
-
 /* Numeric coercions; the value must be a number (decimal128 goes through double). */
 double aggregation_value_as_double(const bson_value_t *value);
 int64_t aggregation_value_as_int64(const bson_value_t *value);

@@ -4,6 +4,7 @@
  * makes a double) and error codes. decimal128 operands are computed through double, so
  * results that need more than 15 significant digits are approximate. */
 #include "query/expression_private.h"
+#include "query/value_format.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -48,7 +49,7 @@ enum { RANK_INT32 = 0, RANK_INT64 = 1, RANK_DOUBLE = 2, RANK_DECIMAL = 3 };
 
 static const char *type_name(const bson_value_t *value)
 {
-    return aggregation_value_type_name(value->value_type);
+    return value_type_name(value->value_type);
 }
 
 /* A double result, made decimal128 when an operand was decimal128. */

@@ -3,6 +3,7 @@
  * timezone given as "UTC"/"GMT" or a fixed offset ("+05:30"). Olson names other than
  * UTC/GMT are refused (no timezone database here). */
 #include "query/expression_private.h"
+#include "query/value_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,7 @@ static bool date_milliseconds(const bson_value_t *value, int64_t *out_millisecon
         return true;
     default:
         return tc_error_set(error, DATE_ERROR_NOT_DATE, "can't convert from BSON type %s to Date",
-                            aggregation_value_type_name(value->value_type));
+                            value_type_name(value->value_type));
     }
 }
 
@@ -180,7 +181,7 @@ static bool evaluate_date_part(const expression_t *expression,
         if (operands[1].value_type != BSON_TYPE_UTF8) {
             tc_error_set(error, DATE_ERROR_TIMEZONE_TYPE,
                          "timezone must evaluate to a string, found %s",
-                         aggregation_value_type_name(operands[1].value_type));
+                         value_type_name(operands[1].value_type));
             goto done;
         }
         if (!parse_timezone(operands[1].value.v_utf8.str, &offset)) {

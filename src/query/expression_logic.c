@@ -3,6 +3,7 @@
  * expression operators. Comparisons use aggregation order, where missing sorts below
  * null. */
 #include "query/expression_private.h"
+#include "query/value_format.h"
 
 #include <string.h>
 
@@ -31,7 +32,7 @@ enum {
 
 static const char *type_name(const bson_value_t *value)
 {
-    return aggregation_value_type_name(value->value_type);
+    return value_type_name(value->value_type);
 }
 
 /* ---- comparisons ---- */

@@ -2,6 +2,7 @@
  * type conversions $toString, $toInt, $toLong, $toDouble (MongoDB's $convert without
  * onError: failures are ConversionFailure 241). */
 #include "query/expression_private.h"
+#include "query/value_format.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,7 +25,7 @@ enum {
 
 static const char *type_name(const bson_value_t *value)
 {
-    return aggregation_value_type_name(value->value_type);
+    return value_type_name(value->value_type);
 }
 
 /* Value::coerceToString: numbers, strings, dates and timestamps become text,
@@ -255,7 +256,7 @@ static bool evaluate_type(const expression_t *expression, const expression_evalu
     if (!expression_evaluate_in(expression->children[0], evaluation, &operand, error)) {
         return false;
     }
-    const char *name = aggregation_value_type_name(operand.value_type);
+    const char *name = value_type_name(operand.value_type);
     bson_value_destroy(&operand);
     aggregation_value_set_utf8(out_value, name, strlen(name));
     return true;
@@ -268,7 +269,7 @@ static bool unsupported_conversion(const bson_value_t *input, bson_type_t target
 {
     return tc_error_set(error, TC_ERR_CONVERSION_FAILURE,
                         "Unsupported conversion from %s to %s in $convert with no onError value",
-                        type_name(input), aggregation_value_type_name(target));
+                        type_name(input), value_type_name(target));
 }
 
 static bool parse_failure(const char *text, const char *reason, bson_error_t *error)

@@ -6,6 +6,7 @@
 #include "query/match.h"
 
 #include "query/order.h"
+#include "query/value_format.h"
 
 #include <math.h>
 #include <pcre2.h>
@@ -1435,33 +1436,6 @@ static match_node_t *parse_mod(const char *path, const bson_value_t *value, bson
     return node;
 }
 
-static const struct {
-    const char *alias;
-    bson_type_t type;
-} type_aliases[] = {
-    {"double", BSON_TYPE_DOUBLE},
-    {"string", BSON_TYPE_UTF8},
-    {"object", BSON_TYPE_DOCUMENT},
-    {"array", BSON_TYPE_ARRAY},
-    {"binData", BSON_TYPE_BINARY},
-    {"undefined", BSON_TYPE_UNDEFINED},
-    {"objectId", BSON_TYPE_OID},
-    {"bool", BSON_TYPE_BOOL},
-    {"date", BSON_TYPE_DATE_TIME},
-    {"null", BSON_TYPE_NULL},
-    {"regex", BSON_TYPE_REGEX},
-    {"dbPointer", BSON_TYPE_DBPOINTER},
-    {"javascript", BSON_TYPE_CODE},
-    {"symbol", BSON_TYPE_SYMBOL},
-    {"javascriptWithScope", BSON_TYPE_CODEWSCOPE},
-    {"int", BSON_TYPE_INT32},
-    {"timestamp", BSON_TYPE_TIMESTAMP},
-    {"long", BSON_TYPE_INT64},
-    {"decimal", BSON_TYPE_DECIMAL128},
-    {"minKey", BSON_TYPE_MINKEY},
-    {"maxKey", BSON_TYPE_MAXKEY},
-};
-
 static bool parse_single_type(match_node_t *node, const bson_value_t *value, bson_error_t *error)
 {
     if (value->value_type == BSON_TYPE_UTF8) {
@@ -1470,11 +1444,10 @@ static bool parse_single_type(match_node_t *node, const bson_value_t *value, bso
             node->u.type.all_numbers = true;
             return true;
         }
-        for (size_t i = 0; i < sizeof type_aliases / sizeof type_aliases[0]; i++) {
-            if (strcmp(alias, type_aliases[i].alias) == 0) {
-                node->u.type.types[(uint8_t)type_aliases[i].type] = true;
-                return true;
-            }
+        bson_type_t type;
+        if (value_type_from_name(alias, &type)) {
+            node->u.type.types[(uint8_t)type] = true;
+            return true;
         }
         return tc_error_set(error, TC_ERR_BAD_VALUE, "Unknown type name alias: %s", alias);
     }

@@ -7,6 +7,7 @@
 
 #include "query/aggregation_value.h"
 #include "query/match.h"
+#include "query/value_format.h"
 
 #include <math.h>
 #include <string.h>
@@ -337,7 +338,7 @@ static bool replace_root_next(pipeline_cursor_t *cursor, bson_t *out_document, b
         tc_error_set(error, PIPELINE_ERROR_REPLACE_ROOT_NOT_OBJECT,
                      "%s must evaluate to an object, but resulting value was: %s. Type of "
                      "resulting value: '%s'. Input document: %s",
-                     replace->what, value_text, aggregation_value_type_name(root.value_type),
+                     replace->what, value_text, value_type_name(root.value_type),
                      input_text);
         bson_free(value_text);
         bson_free(input_text);
@@ -377,7 +378,7 @@ static bool compile_replace_root(const bson_value_t *argument, pipeline_stage_t 
     if (argument->value_type != BSON_TYPE_DOCUMENT) {
         return tc_error_set(error, PIPELINE_ERROR_REPLACE_ROOT_SPEC,
                             "expected an object as specification for $replaceRoot stage, got %s",
-                            aggregation_value_type_name(argument->value_type));
+                            value_type_name(argument->value_type));
     }
     bson_iter_t iter;
     bson_iter_t new_root;

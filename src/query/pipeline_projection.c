@@ -7,6 +7,7 @@
 #include "query/pipeline_private.h"
 
 #include "query/aggregation_value.h"
+#include "query/value_format.h"
 
 #include <string.h>
 
@@ -689,7 +690,7 @@ bool pipeline_projection_compile(const char *stage_name, const bson_value_t *arg
         } else {
             tc_error_set(error, PROJECTION_ERROR_ADD_FIELDS_OBJECT,
                          "%s specification stage must be an object, got %s", stage_name,
-                         aggregation_value_type_name(argument->value_type));
+                         value_type_name(argument->value_type));
         }
         goto done;
     } else {

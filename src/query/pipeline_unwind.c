@@ -4,6 +4,7 @@
 #include "query/pipeline_private.h"
 
 #include "query/aggregation_value.h"
+#include "query/value_format.h"
 
 #include <string.h>
 
@@ -232,7 +233,7 @@ static bool parse_unwind_path(const bson_value_t *path, unwind_spec_t *unwind, b
     if (path->value_type != BSON_TYPE_UTF8) {
         return tc_error_set(error, PIPELINE_ERROR_UNWIND_PATH_STRING,
                             "expected a string as the path for $unwind stage, got %s",
-                            aggregation_value_type_name(path->value_type));
+                            value_type_name(path->value_type));
     }
     const char *text = path->value.v_utf8.str;
     if (text[0] == '\0') {
@@ -269,7 +270,7 @@ bool pipeline_unwind_compile(const bson_value_t *argument, pipeline_stage_t *out
                     tc_error_set(error, PIPELINE_ERROR_UNWIND_PRESERVE_BOOL,
                                  "expected a boolean for the preserveNullAndEmptyArrays option to "
                                  "$unwind stage, got %s",
-                                 aggregation_value_type_name(value->value_type));
+                                 value_type_name(value->value_type));
                     goto done;
                 }
                 unwind->preserve_null_and_empty = value->value.v_bool;
@@ -278,7 +279,7 @@ bool pipeline_unwind_compile(const bson_value_t *argument, pipeline_stage_t *out
                     tc_error_set(error, PIPELINE_ERROR_UNWIND_INDEX_STRING,
                                  "expected a non-empty string for the includeArrayIndex option to "
                                  "$unwind stage, got %s",
-                                 aggregation_value_type_name(value->value_type));
+                                 value_type_name(value->value_type));
                     goto done;
                 }
                 if (value->value.v_utf8.str[0] == '$') {
@@ -306,7 +307,7 @@ bool pipeline_unwind_compile(const bson_value_t *argument, pipeline_stage_t *out
         tc_error_set(error, PIPELINE_ERROR_UNWIND_SPEC,
                      "expected either a string or an object as specification for $unwind stage, "
                      "got %s",
-                     aggregation_value_type_name(argument->value_type));
+                     value_type_name(argument->value_type));
         goto done;
     }
     out_stage->kind = &unwind_kind;

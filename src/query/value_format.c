@@ -2,6 +2,7 @@
 #include "query/value_format.h"
 
 #include <math.h>
+#include <string.h>
 
 const char *value_type_name(bson_type_t type)
 {
@@ -30,6 +31,19 @@ const char *value_type_name(bson_type_t type)
     case BSON_TYPE_EOD: return "missing";
     default: return "unknown";
     }
+}
+
+bool value_type_from_name(const char *name, bson_type_t *out_type)
+{
+    /* Every BSON type: 0x01 (double) to 0x13 (decimal), then maxKey and minKey. */
+    for (int code = BSON_TYPE_DOUBLE; code <= BSON_TYPE_MINKEY; code++) {
+        bool is_type = code <= BSON_TYPE_DECIMAL128 || code == BSON_TYPE_MAXKEY || code == BSON_TYPE_MINKEY;
+        if (is_type && strcmp(name, value_type_name((bson_type_t)code)) == 0) {
+            *out_type = (bson_type_t)code;
+            return true;
+        }
+    }
+    return false;
 }
 
 static void append_document(bson_string_t *out, const uint8_t *data, uint32_t length, bool is_array)

@@ -10,6 +10,10 @@
  * "double", "string", "object", "array", "int", "long", "minKey"... */
 const char *value_type_name(bson_type_t type);
 
+/* The type a $type alias names (value_type_name's inverse over the BSON types:
+ * not "missing", "unknown", nor $type's "number", which names several). */
+bool value_type_from_name(const char *name, bson_type_t *out_type);
+
 /* Appends value's text to out. */
 void value_format_append(bson_string_t *out, const bson_value_t *value);
 

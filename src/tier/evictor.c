@@ -62,29 +62,18 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
     bson_append_array_end(&command, &documents);
     BSON_APPEND_BOOL(&command, "ordered", false);
     bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
-    bson_iter_t iter, errors, field;
-    if (!ok && bson_iter_init_find(&iter, &reply, "writeErrors") && bson_iter_recurse(&iter, &errors)) {
+    bson_iter_t errors;
+    tier_write_error_t write_error;
+    if (!ok && tier_write_errors_init(&errors, &reply)) {
         ok = true;
-        while (bson_iter_next(&errors)) {
-            bson_iter_t item;
-            int64_t index = -1, code = 0;
-            if (!bson_iter_recurse(&errors, &item)) {
-                continue;
-            }
-            while (bson_iter_next(&item)) {
-                if (strcmp(bson_iter_key(&item), "index") == 0) {
-                    index = bson_iter_as_int64(&item);
-                } else if (strcmp(bson_iter_key(&item), "code") == 0) {
-                    code = bson_iter_as_int64(&item);
-                }
-            }
-            if (code != TC_ERR_DUPLICATE_KEY || index < 0 || (size_t)index >= count) {
+        while (tier_write_errors_next(&errors, &write_error)) {
+            if (write_error.code != TC_ERR_DUPLICATE_KEY || write_error.index < 0 ||
+                (size_t)write_error.index >= count) {
                 ok = false;
             } else {
-                out_refused[index] = true;
+                out_refused[write_error.index] = true;
             }
         }
-        (void)field;
     }
     bson_destroy(&reply);
     bson_destroy(&command);

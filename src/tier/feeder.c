@@ -163,20 +163,12 @@ static bool fast_write_until_done(feeder_t *feeder, const bson_t *command, const
 
 static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, filter = BSON_INITIALIZER, reply, batch;
+    bson_t filter = BSON_INITIALIZER, batch;
     bson_iter_t iter, field;
-    BSON_APPEND_UTF8(&command, "find", TIER_FEEDER_COLLECTION);
-    BSON_APPEND_DOCUMENT(&command, "filter", &filter);
-    BSON_APPEND_INT32(&command, "batchSize", 10000);
-    bool ok = tier_command(feeder->fast, TIER_DATABASE, &command, &reply, error);
-    bson_destroy(&command);
+    bool ok = tier_read_state(feeder->fast, TIER_FEEDER_COLLECTION, &filter, &batch, error);
     bson_destroy(&filter);
-    if (!ok || !view_field_document(&reply, "cursor.firstBatch", &batch)) {
-        bson_destroy(&reply);
-        return ok ? tc_error_set(error, TC_ERR_OPERATION_FAILED, "unexpected reply reading the checkpoint") : false;
-    }
     bson_iter_init(&iter, &batch);
-    while (bson_iter_next(&iter)) {
+    while (ok && bson_iter_next(&iter)) {
         bson_t document, token;
         uint32_t length;
         const uint8_t *data;
@@ -221,8 +213,8 @@ static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
             }
         }
     }
-    bson_destroy(&reply);
-    return true;
+    bson_destroy(&batch);
+    return ok;
 }
 
 static bool start_feeder(feeder_t *feeder)
@@ -685,29 +677,15 @@ static apply_result_t apply_namespace(feeder_t *feeder, size_t index, feeder_op_
         }
         bool ok = mongoc_bulk_operation_execute(bulk, &reply, &error) != 0;
         mongoc_bulk_operation_destroy(bulk);
-        bson_iter_t iter, first, field;
+        bson_iter_t errors;
+        tier_write_error_t write_error;
         if (ok) {
             position = count;
-        } else if (bson_iter_init_find(&iter, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&iter) &&
-                   bson_iter_recurse(&iter, &first) && bson_iter_next(&first) && BSON_ITER_HOLDS_DOCUMENT(&first)) {
-            bson_t write_error;
-            uint32_t length;
-            const uint8_t *data;
-            int32_t code = 0;
-            int64_t failed = 0;
-            const char *message = "write error";
-            bson_iter_document(&first, &length, &data);
-            bson_init_static(&write_error, data, length);
-            if (bson_iter_init_find(&field, &write_error, "index")) {
-                failed = bson_iter_as_int64(&field);
-            }
-            if (bson_iter_init_find(&field, &write_error, "code")) {
-                code = (int32_t)bson_iter_as_int64(&field);
-            }
-            if (bson_iter_init_find(&field, &write_error, "errmsg") && BSON_ITER_HOLDS_UTF8(&field)) {
-                message = bson_iter_utf8(&field, NULL);
-            }
-            size_t failed_position = position + (size_t)failed;
+        } else if (tier_write_errors_init(&errors, &reply) && tier_write_errors_next(&errors, &write_error)) {
+            /* Ordered: the first error is where the bulk stopped. */
+            int32_t code = (int32_t)write_error.code;
+            const char *message = write_error.message;
+            size_t failed_position = position + (size_t)(write_error.index > 0 ? write_error.index : 0);
             if (failed_position >= count) {
                 failed_position = count - 1;
             }

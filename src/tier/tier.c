@@ -58,13 +58,12 @@ bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
         BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
         BSON_APPEND_UTF8(&concern, "w", "majority");
         bson_append_document_end(&command, &concern);
-        bson_iter_t iter;
+        bson_iter_t errors;
+        tier_write_error_t write_error;
         ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
         /* A checkpoint already there refuses the insert: the feeder has a start. */
-        if (ok && bson_iter_init_find(&iter, &reply, "writeErrors")) {
-            bson_iter_t errors, first;
-            ok = bson_iter_recurse(&iter, &errors) && bson_iter_next(&errors) && bson_iter_recurse(&errors, &first) &&
-                 bson_iter_find(&first, "code") && bson_iter_as_int64(&first) == TC_ERR_DUPLICATE_KEY;
+        if (ok && tier_write_errors_init(&errors, &reply)) {
+            ok = tier_write_errors_next(&errors, &write_error) && write_error.code == TC_ERR_DUPLICATE_KEY;
             if (!ok) {
                 tc_error_set(error, TC_ERR_OPERATION_FAILED, "cannot record the feeder's start in the fast tier");
             }

@@ -52,6 +52,34 @@ bool tier_command(mongoc_client_t *client, const char *database, const bson_t *c
     return mongoc_client_command_with_opts(client, database, command, NULL, NULL, reply, error);
 }
 
+bool tier_read_state(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
+                     bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, reply;
+    bson_iter_t iter, batch;
+    bson_init(out_array);
+    BSON_APPEND_UTF8(&command, "find", collection);
+    BSON_APPEND_DOCUMENT(&command, "filter", filter);
+    BSON_APPEND_INT32(&command, "batchSize", 10000);
+    BSON_APPEND_BOOL(&command, "singleBatch", true);
+    bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
+    if (ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&
+        BSON_ITER_HOLDS_ARRAY(&batch)) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t view;
+        bson_iter_array(&batch, &length, &data);
+        bson_init_static(&view, data, length);
+        bson_concat(out_array, &view);
+    } else if (ok) {
+        ok = tc_error_set(error, TC_ERR_OPERATION_FAILED, "unexpected reply reading %s.%s", TIER_DATABASE,
+                          collection);
+    }
+    bson_destroy(&command);
+    bson_destroy(&reply);
+    return ok;
+}
+
 int32_t tier_error_code(const bson_error_t *error)
 {
     if (error->domain == MONGOC_ERROR_SERVER || error->domain == MONGOC_ERROR_WRITE_CONCERN ||
@@ -90,6 +118,38 @@ bool tier_error_is_transient(const bson_error_t *error)
         if (code == retryable[i]) {
             return true;
         }
+    }
+    return false;
+}
+
+bool tier_write_errors_init(bson_iter_t *out_iter, const bson_t *reply)
+{
+    bson_iter_t field;
+    return bson_iter_init_find(&field, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&field) &&
+           bson_iter_recurse(&field, out_iter);
+}
+
+bool tier_write_errors_next(bson_iter_t *iter, tier_write_error_t *out)
+{
+    while (bson_iter_next(iter)) {
+        bson_iter_t field;
+        if (!BSON_ITER_HOLDS_DOCUMENT(iter) || !bson_iter_recurse(iter, &field)) {
+            continue;
+        }
+        out->index = -1;
+        out->code = 0;
+        out->message = "write error";
+        while (bson_iter_next(&field)) {
+            const char *key = bson_iter_key(&field);
+            if (strcmp(key, "index") == 0) {
+                out->index = bson_iter_as_int64(&field);
+            } else if (strcmp(key, "code") == 0) {
+                out->code = bson_iter_as_int64(&field);
+            } else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&field)) {
+                out->message = bson_iter_utf8(&field, NULL);
+            }
+        }
+        return true;
     }
     return false;
 }
@@ -307,36 +367,10 @@ void tier_progress_apply_warmer_documents(tier_progress_t *progress, const confi
     }
 }
 
-/* Every document of a small fast-tier collection, as a BSON array (caller destroys). */
-static bool find_all(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
-                     bson_error_t *error)
-{
-    bson_t command = BSON_INITIALIZER, reply;
-    bson_iter_t iter, batch;
-    bson_init(out_array);
-    BSON_APPEND_UTF8(&command, "find", collection);
-    BSON_APPEND_DOCUMENT(&command, "filter", filter);
-    BSON_APPEND_INT32(&command, "batchSize", 10000);
-    BSON_APPEND_BOOL(&command, "singleBatch", true);
-    bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
-    if (ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&
-        BSON_ITER_HOLDS_ARRAY(&batch)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t view;
-        bson_iter_array(&batch, &length, &data);
-        bson_init_static(&view, data, length);
-        bson_concat(out_array, &view);
-    }
-    bson_destroy(&command);
-    bson_destroy(&reply);
-    return ok;
-}
-
 bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, bson_error_t *error)
 {
     bson_t filter = BSON_INITIALIZER, documents;
-    bool ok = find_all(fast, TIER_FEEDER_COLLECTION, &filter, &documents, error);
+    bool ok = tier_read_state(fast, TIER_FEEDER_COLLECTION, &filter, &documents, error);
     if (ok) {
         tier_progress_apply_feeder_documents(context->progress, context->config, &documents);
     }
@@ -430,7 +464,7 @@ bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_er
         bson_append_timestamp(&since, "$lte", 4, seconds > min_age_seconds ? seconds - min_age_seconds : 0, 0);
         bson_append_document_end(&filter, &since);
     }
-    bool ok = find_all(fast, TIER_MARKS_COLLECTION, &filter, &marks, error);
+    bool ok = tier_read_state(fast, TIER_MARKS_COLLECTION, &filter, &marks, error);
     bson_iter_t iter, field;
     bson_iter_init(&iter, &marks);
     while (ok && bson_iter_next(&iter)) {

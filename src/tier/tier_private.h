@@ -35,6 +35,26 @@ mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_
 bool tier_command(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *reply,
                   bson_error_t *error);
 
+/* Every document of one of the workers' state collections in the thermocline
+ * database (feeder, warmer, workerWrites: small) that matches filter, read in one
+ * batch, as a BSON array. out_array is always initialised (caller destroys). False
+ * on an error, or a reply without cursor.firstBatch (OperationFailed). */
+bool tier_read_state(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
+                     bson_error_t *error);
+
+/* One entry of a write reply's writeErrors. */
+typedef struct tier_write_error {
+    int64_t index;       /* the statement's position in the command; -1 when missing */
+    int64_t code;        /* 0 when missing */
+    const char *message; /* errmsg, or "write error"; borrows the reply */
+} tier_write_error_t;
+
+/* Walks reply's writeErrors: init is false when the reply has none; next fills out
+ * with the next entry (entries that are not documents are skipped), false at the end:
+ *     if (tier_write_errors_init(&errors, &reply)) while (tier_write_errors_next(&errors, &e)) ... */
+bool tier_write_errors_init(bson_iter_t *out_iter, const bson_t *reply);
+bool tier_write_errors_next(bson_iter_t *iter, tier_write_error_t *out);
+
 /* Whether error is worth retrying later as is: the tier unreachable, stepping
  * down, or a time limit (not a write the server refused). */
 bool tier_error_is_transient(const bson_error_t *error);

@@ -170,15 +170,11 @@ static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
 
 static bool load_states(warmer_t *warmer, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, filter = BSON_INITIALIZER, reply, batch;
+    bson_t filter = BSON_INITIALIZER, batch;
     bson_iter_t iter, field;
-    BSON_APPEND_UTF8(&command, "find", TIER_WARMER_COLLECTION);
-    BSON_APPEND_DOCUMENT(&command, "filter", &filter);
-    BSON_APPEND_INT32(&command, "batchSize", 10000);
-    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
-    bson_destroy(&command);
+    bool ok = tier_read_state(warmer->fast, TIER_WARMER_COLLECTION, &filter, &batch, error);
     bson_destroy(&filter);
-    if (ok && view_array(&reply, "cursor.firstBatch", &batch)) {
+    if (ok) {
         bson_iter_init(&iter, &batch);
         while (bson_iter_next(&iter)) {
             bson_t document;
@@ -215,7 +211,7 @@ static bool load_states(warmer_t *warmer, bson_error_t *error)
             }
         }
     }
-    bson_destroy(&reply);
+    bson_destroy(&batch);
     return ok;
 }
 
@@ -502,7 +498,6 @@ static bool insert_copies(warmer_t *warmer, const char *database, const char *co
                           size_t count, bool *inserted, uint64_t *out_time, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, reply;
-    bson_iter_t iter, errors, item;
     BSON_APPEND_UTF8(&command, "insert", collection);
     BSON_APPEND_ARRAY(&command, "documents", documents);
     BSON_APPEND_BOOL(&command, "ordered", false);
@@ -516,26 +511,17 @@ static bool insert_copies(warmer_t *warmer, const char *database, const char *co
         inserted[i] = true;
     }
     bool ok = tier_command(warmer->fast, database, &command, &reply, error);
-    if (bson_iter_init_find(&iter, &reply, "writeErrors") && bson_iter_recurse(&iter, &errors)) {
+    bson_iter_t errors;
+    tier_write_error_t write_error;
+    if (tier_write_errors_init(&errors, &reply)) {
         ok = true;
-        while (bson_iter_next(&errors)) {
-            int64_t index = -1, code = 0;
-            if (!bson_iter_recurse(&errors, &item)) {
-                continue;
+        while (tier_write_errors_next(&errors, &write_error)) {
+            if (write_error.index >= 0 && (size_t)write_error.index < count) {
+                inserted[write_error.index] = false;
             }
-            while (bson_iter_next(&item)) {
-                if (strcmp(bson_iter_key(&item), "index") == 0) {
-                    index = bson_iter_as_int64(&item);
-                } else if (strcmp(bson_iter_key(&item), "code") == 0) {
-                    code = bson_iter_as_int64(&item);
-                }
-            }
-            if (index >= 0 && (size_t)index < count) {
-                inserted[index] = false;
-            }
-            if (code != TC_ERR_DUPLICATE_KEY) {
+            if (write_error.code != TC_ERR_DUPLICATE_KEY) {
                 TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "the fast tier refused a copy of %s.%s (code %lld)", database,
-                       collection, (long long)code);
+                       collection, (long long)write_error.code);
             }
         }
     }

@@ -347,11 +347,9 @@ def time_limit():
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.fixture
-def store(tmp_path, request):
-    """A running `thermocline store` with a fresh dbpath, stopped and checked
-    after the test."""
-    process = StoreProcess(tmp_path)
+def checked_store(process, request):
+    """Starts process for a fixture and yields it; after the test, prints its log
+    tail if the test failed, stops and checks it."""
     process.start()
     yield process
     call_report = getattr(request.node, "report_call", None)
@@ -363,6 +361,20 @@ def store(tmp_path, request):
         # Data files of a passing test are not worth the disk: a run starts
         # over a hundred stores.
         shutil.rmtree(process.dbpath, ignore_errors=True)
+
+
+@pytest.fixture
+def store(tmp_path, request):
+    """A running `thermocline store` with a fresh dbpath, stopped and checked
+    after the test."""
+    yield from checked_store(StoreProcess(tmp_path), request)
+
+
+@pytest.fixture
+def replica_store(tmp_path, request):
+    """The same as a one-member replica set (--replSet rs0): an oplog, change
+    streams, operationTime in replies."""
+    yield from checked_store(StoreProcess(tmp_path, replica_set="rs0"), request)
 
 
 @pytest.fixture

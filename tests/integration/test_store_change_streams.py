@@ -25,18 +25,6 @@ def open_client(store, **options):
 
 
 @pytest.fixture
-def replica_store(tmp_path, request):
-    """A store started as a one-node replica set, checked after the test."""
-    process = StoreProcess(tmp_path, extra_args=REPLICA_SET)
-    process.start()
-    yield process
-    call_report = getattr(request.node, "report_call", None)
-    if call_report is not None and call_report.failed:
-        print("---- store log tail (%s) ----\n%s" % (process.log_path, process.log_tail()))
-    process.stop()
-
-
-@pytest.fixture
 def rs_client(replica_store):
     client = open_client(replica_store)
     yield client
@@ -325,6 +313,26 @@ def test_resume_after_restart_delivers_every_event_exactly_once(tmp_path, how):
         store.stop()
 
 
+def roll_oplog_past(coll, token):
+    """Writes about 3 MB into coll through the 1 MB oplog of a store started with
+    --oplog-size 1, until resuming after token fails; returns that failure."""
+    payload = "x" * 20000
+    for i in range(150):
+        coll.insert_one({"_id": i, "payload": payload})
+
+    def lost():
+        try:
+            with coll.watch(resume_after=token, max_await_time_ms=100) as stream:
+                stream.try_next()
+            return None
+        except OperationFailure as failure:
+            return failure
+
+    failure = wait_until(lost, timeout=10)
+    assert failure is not None, "the oplog was never trimmed past the token"
+    return failure
+
+
 def test_token_older_than_the_oplog_gives_history_lost(tmp_path):
     store = StoreProcess(tmp_path, extra_args=REPLICA_SET + ["--oplog-size", "1"])
     store.start()
@@ -335,20 +343,7 @@ def test_token_older_than_the_oplog_gives_history_lost(tmp_path):
             coll.insert_one({"_id": "first"})
             token = next_events(stream, 1)[0]["_id"]
         start_time = client.admin.command("ping")["operationTime"]
-        payload = "x" * 20000
-        for i in range(150):  # about 3 MB through a 1 MB oplog
-            coll.insert_one({"_id": i, "payload": payload})
-
-        def lost():
-            try:
-                with coll.watch(resume_after=token, max_await_time_ms=100) as stream:
-                    stream.try_next()
-                return None
-            except OperationFailure as failure:
-                return failure
-
-        failure = wait_until(lost, timeout=10)
-        assert failure is not None, "the oplog was never trimmed past the token"
+        failure = roll_oplog_past(coll, token)
         assert failure.code == 286
         assert failure.details["codeName"] == "ChangeStreamHistoryLost"
         with pytest.raises(OperationFailure) as raised:

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "query/match.h"
+#include "query/value_format.h"
 
 typedef struct match_case {
     const char *filter;
@@ -394,6 +395,25 @@ static void test_type(void **state)
         {"{'a.b': {'%type': 'object'}}", "{'a': [{'b': {}}]}", true},
     };
     RUN_MATCHES(cases);
+
+    /* The aliases are value_format's type names, each naming its one type. */
+    static const bson_type_t types[] = {
+        BSON_TYPE_DOUBLE,  BSON_TYPE_UTF8,       BSON_TYPE_DOCUMENT,  BSON_TYPE_ARRAY,     BSON_TYPE_BINARY,
+        BSON_TYPE_UNDEFINED, BSON_TYPE_OID,      BSON_TYPE_BOOL,      BSON_TYPE_DATE_TIME, BSON_TYPE_NULL,
+        BSON_TYPE_REGEX,   BSON_TYPE_DBPOINTER,  BSON_TYPE_CODE,      BSON_TYPE_SYMBOL,    BSON_TYPE_CODEWSCOPE,
+        BSON_TYPE_INT32,   BSON_TYPE_TIMESTAMP,  BSON_TYPE_INT64,     BSON_TYPE_DECIMAL128, BSON_TYPE_MAXKEY,
+        BSON_TYPE_MINKEY,
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        bson_type_t found = BSON_TYPE_EOD;
+        assert_true(value_type_from_name(value_type_name(types[i]), &found));
+        assert_int_equal(found, types[i]);
+    }
+    static const char *const not_types[] = {"number", "missing", "unknown", "Double", "", "string "};
+    for (size_t i = 0; i < sizeof not_types / sizeof not_types[0]; i++) {
+        bson_type_t found;
+        assert_false(value_type_from_name(not_types[i], &found));
+    }
 }
 
 static void test_size(void **state)
@@ -534,6 +554,7 @@ static void test_parse_errors(void **state)
          "malformed mod, remainder value is invalid :: caused by :: Unable to coerce NaN/Inf to integral "
          "type"},
         {"{'a': {'%type': 'foo'}}", 2, "Unknown type name alias: foo"},
+        {"{'a': {'%type': 'missing'}}", 2, "Unknown type name alias: missing"},
         {"{'a': {'%type': 100}}", 2, "Invalid numerical type code: 100"},
         {"{'a': {'%type': 2.5}}", 2, "Invalid numerical type code: 2.5"},
         {"{'a': {'%type': true}}", 14, "type must be represented as a number or a string"},

@@ -1,5 +1,5 @@
 /* The tier workers' pure helpers (src/tier/tier_common.c): resume-token times,
- * exact-version filters, time values, the pacer; and the progress module's pins
+ * exact-version filters, time values, writeErrors, the pacer; and the progress module's pins
  * (src/tier/progress.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +37,45 @@ static void test_token_time_reads_the_keystring_timestamp(void **state)
         assert_int_equal(tier_token_time(token), 0);
         bson_destroy(token);
     }
+}
+
+static void test_write_errors_walk_index_code_and_message(void **state)
+{
+    (void)state;
+    bson_t *reply = json("{\"ok\": 1, \"n\": 1, \"writeErrors\": ["
+                         "{\"index\": 2, \"code\": 11000, \"errmsg\": \"E11000 duplicate key\"},"
+                         " 5,"
+                         " {\"code\": {\"$numberLong\": \"121\"}},"
+                         " {\"index\": 0, \"code\": 2.0, \"errmsg\": 7}]}");
+    bson_iter_t errors;
+    tier_write_error_t write_error;
+    assert_true(tier_write_errors_init(&errors, reply));
+    assert_true(tier_write_errors_next(&errors, &write_error));
+    assert_int_equal(write_error.index, 2);
+    assert_int_equal(write_error.code, 11000);
+    assert_string_equal(write_error.message, "E11000 duplicate key");
+    /* 5 is not a document: skipped; missing fields take their defaults */
+    assert_true(tier_write_errors_next(&errors, &write_error));
+    assert_int_equal(write_error.index, -1);
+    assert_int_equal(write_error.code, 121);
+    assert_string_equal(write_error.message, "write error");
+    assert_true(tier_write_errors_next(&errors, &write_error));
+    assert_int_equal(write_error.index, 0);
+    assert_int_equal(write_error.code, 2);
+    assert_string_equal(write_error.message, "write error");
+    assert_false(tier_write_errors_next(&errors, &write_error));
+    bson_destroy(reply);
+
+    const char *without[] = {"{\"ok\": 1, \"n\": 3}", "{\"writeErrors\": {\"index\": 0}}"};
+    for (size_t i = 0; i < sizeof without / sizeof without[0]; i++) {
+        reply = json(without[i]);
+        assert_false(tier_write_errors_init(&errors, reply));
+        bson_destroy(reply);
+    }
+    reply = json("{\"writeErrors\": []}");
+    assert_true(tier_write_errors_init(&errors, reply));
+    assert_false(tier_write_errors_next(&errors, &write_error));
+    bson_destroy(reply);
 }
 
 static void test_version_filter_pins_every_field(void **state)
@@ -153,6 +192,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_time_reads_the_keystring_timestamp),
         cmocka_unit_test(test_version_filter_pins_every_field),
+        cmocka_unit_test(test_write_errors_walk_index_code_and_message),
         cmocka_unit_test(test_time_value_of_dates_arrays_and_paths),
         cmocka_unit_test(test_pacer_backs_off_when_the_tier_slows),
         cmocka_unit_test(test_pins_keep_documents_from_the_evictor),
