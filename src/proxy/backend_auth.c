@@ -217,10 +217,10 @@ static bool read_step(const uint8_t *reply, size_t length, int32_t *out_conversa
 bool backend_auth_step(backend_auth_t *auth, const uint8_t *reply, size_t length, uint8_t **out_message,
                        size_t *out_length, bson_error_t *error)
 {
-    int32_t conversation_id;
-    bool done;
-    const uint8_t *payload;
-    uint32_t payload_length;
+    int32_t conversation_id = 0;
+    bool done = false;
+    const uint8_t *payload = NULL;
+    uint32_t payload_length = 0;
     *out_message = NULL;
     if (!read_step(reply, length, &conversation_id, &done, &payload, &payload_length, error)) {
         return false;
