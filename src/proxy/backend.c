@@ -235,11 +235,26 @@ static void on_write(uv_write_t *write_request, int status)
 /* Writes bytes (taken over) to the socket. false: the connection failed. */
 static bool write_bytes(backend_connection_t *connection, uint8_t *bytes, size_t length)
 {
+    uv_buf_t buffer = uv_buf_init((char *)bytes, (unsigned int)length);
+    /* A request fits the socket buffer: written at once, it needs no write
+     * request, whose completion would also change the epoll set. libuv refuses
+     * (EAGAIN) while earlier writes wait, so the order holds. */
+    int written = uv_try_write((uv_stream_t *)&connection->tcp, &buffer, 1);
+    if (written == (int)length) {
+        bson_free(bytes);
+        return true;
+    }
+    if (written > 0) {
+        buffer = uv_buf_init((char *)bytes + written, (unsigned int)(length - (size_t)written));
+    } else if (written != UV_EAGAIN) {
+        bson_free(bytes);
+        backend_connection_fail(connection, uv_strerror(written));
+        return false;
+    }
     backend_write_t *write = bson_malloc0(sizeof *write);
     write->connection = connection;
     write->bytes = bytes;
     write->request.data = write;
-    uv_buf_t buffer = uv_buf_init((char *)bytes, (unsigned int)length);
     int result = uv_write(&write->request, (uv_stream_t *)&connection->tcp, &buffer, 1, on_write);
     if (result != 0) {
         bson_free(bytes);
