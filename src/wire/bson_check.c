@@ -5,6 +5,7 @@
 #include "wire/wire_private.h"
 
 #include <stdio.h>
+#include <string.h>
 
 typedef struct check_frame {
     size_t end;           /* offset just past this object's terminating byte */
@@ -55,6 +56,22 @@ static bool check_skip_string(check_cursor_t *cursor, bson_error_t *error)
     }
     if (length == 0 || cursor->data[cursor->position - 1] != 0) {
         return check_fail(cursor, error, TC_ERR_INVALID_BSON, "Not null terminated string");
+    }
+    return true;
+}
+
+/* A code or DBPointer string: as check_skip_string, and without a NUL inside.
+ * libbson appends these with strlen(), so one would be cut short silently the
+ * first time a document holding it is rewritten: refused at the door instead. */
+static bool check_skip_string_without_nul(check_cursor_t *cursor, bson_error_t *error)
+{
+    size_t start = cursor->position + 4;
+    if (!check_skip_string(cursor, error)) {
+        return false;
+    }
+    if (memchr(cursor->data + start, 0, cursor->position - start - 1) != NULL) {
+        return check_fail(cursor, error, TC_ERR_INVALID_BSON,
+                          "a JavaScript code or DBPointer string holds a NUL byte, which this server cannot store");
     }
     return true;
 }
@@ -112,9 +129,10 @@ static bool check_element_value(check_cursor_t *cursor, uint8_t type, check_fram
     case BSON_TYPE_DECIMAL128:
         return check_skip(cursor, 16, error);
     case BSON_TYPE_UTF8:
-    case BSON_TYPE_CODE:
     case BSON_TYPE_SYMBOL:
         return check_skip_string(cursor, error);
+    case BSON_TYPE_CODE:
+        return check_skip_string_without_nul(cursor, error);
     case BSON_TYPE_DOCUMENT:
     case BSON_TYPE_ARRAY:
         return check_push_frame(cursor, frames, depth, false, error);
@@ -137,11 +155,11 @@ static bool check_element_value(check_cursor_t *cursor, uint8_t type, check_fram
     case BSON_TYPE_REGEX:
         return check_skip_cstring(cursor, error) && check_skip_cstring(cursor, error);
     case BSON_TYPE_DBPOINTER:
-        return check_skip_string(cursor, error) && check_skip(cursor, 12, error);
+        return check_skip_string_without_nul(cursor, error) && check_skip(cursor, 12, error);
     case BSON_TYPE_CODEWSCOPE:
         /* A frame for the total size, then the code string, then the scope object. */
         return check_push_frame(cursor, frames, depth, true, error) &&
-               check_skip_string(cursor, error) &&
+               check_skip_string_without_nul(cursor, error) &&
                check_push_frame(cursor, frames, depth, false, error);
     default: {
         char reason[64];

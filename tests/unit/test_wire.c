@@ -1108,6 +1108,46 @@ static void test_op_msg_code_with_scope_size_lies(void **state)
     bson_destroy(scope);
 }
 
+/* libbson appends code and DBPointer strings with strlen(): one holding a NUL
+ * would be cut short the first time its document is rewritten (the fuzzers
+ * found it), so such a string is refused at the door. Strings and symbols keep
+ * their length and may hold NULs. */
+static void test_op_msg_nul_inside_code_or_dbpointer(void **state)
+{
+    (void)state;
+    for (size_t kind = 0; kind < 4; kind++) {
+        bson_t body = BSON_INITIALIZER;
+        bson_t *scope = BCON_NEW("x", BCON_INT32(1));
+        bson_oid_t oid;
+        bson_oid_init_from_string(&oid, "5f1e9d7c8a3b4c5d6e7f8091");
+        if (kind == 0) {
+            BSON_APPEND_CODE(&body, "c", "a_b");
+        } else if (kind == 1) {
+            BSON_APPEND_DBPOINTER(&body, "c", "a_b", &oid);
+        } else if (kind == 2) {
+            BSON_APPEND_CODE_WITH_SCOPE(&body, "c", "a_b", scope);
+        } else {
+            bson_append_utf8(&body, "c", 1, "a_b", 3);
+        }
+        uint8_t *bytes = exact_copy(bson_get_data(&body), body.len);
+        bson_error_t error;
+        assert_true(parse_body_bytes(bytes, body.len, &error));
+        uint8_t *underscore = memchr(bytes, '_', body.len);
+        assert_non_null(underscore);
+        *underscore = 0;
+        bool parsed = parse_body_bytes(bytes, body.len, &error);
+        if (kind == 3) {
+            assert_true(parsed);
+        } else {
+            assert_false(parsed);
+            assert_error(&error, TC_ERR_INVALID_BSON, "holds a NUL byte");
+        }
+        free(bytes);
+        bson_destroy(&body);
+        bson_destroy(scope);
+    }
+}
+
 static void test_op_msg_size_limits(void **state)
 {
     (void)state;
@@ -1826,6 +1866,7 @@ int main(void)
         cmocka_unit_test(test_op_msg_nesting_depth),
         cmocka_unit_test(test_op_msg_every_bson_type),
         cmocka_unit_test(test_op_msg_code_with_scope_size_lies),
+        cmocka_unit_test(test_op_msg_nul_inside_code_or_dbpointer),
         cmocka_unit_test(test_op_msg_size_limits),
         cmocka_unit_test(test_op_msg_truncations_and_corruption),
         cmocka_unit_test(test_builders_match_documented_layout),
