@@ -274,24 +274,13 @@ static bool conversation_succeeded(const access_client_t *client, access_session
     const char *user = sasl_conversation_user(conversation);
     const char *database = sasl_conversation_database(conversation);
     if (session->user.name != NULL) {
-        bool same_database = strcmp(session->user.database, database) == 0;
-        bool ok = same_database && strcmp(session->user.name, user) == 0;
-        if (ok) {
+        bool same = privileges_admit_another_login(&session->user, user, database, error);
+        if (same) {
             TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, client->connection_id,
                    "Client has attempted to reauthenticate as a single user: %s@%s", user, database);
-        } else if (same_database) {
-            tc_error_set(error, TC_ERR_AUTHENTICATED_AS_ANOTHER_USER,
-                         "Each client connection may only be authenticated once. Previously authenticated as: "
-                         "%s@%s",
-                         session->user.name, session->user.database);
-        } else {
-            tc_error_set(error, TC_ERR_AUTHENTICATED_ON_ANOTHER_DATABASE,
-                         "Client has attempted to authenticate on multiple databases.Already authenticated as: "
-                         "%s@%s",
-                         session->user.name, session->user.database);
         }
         conversation_reset(session);
-        return ok;
+        return same;
     }
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, client->connection_id,
            "Authentication succeeded: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "

@@ -1,4 +1,5 @@
-/* A tier's connection pool on the proxy's loop. Each connection runs this state
+/* A connection pool on the proxy's loop: a tier's, to its primary, or one of its
+ * secondaries' (backend_members.c opens those). Each connection runs this state
  * machine; every change goes through backend_set_state(), which aborts on an
  * impossible one:
  *
@@ -7,6 +8,7 @@
  *        │                        │    │ credentials:    │ └──────▶ BUSY ┘
  *        │                        │    └─▶ AUTHENTICATING┘ (SCRAM, backend_auth.c)
  *        │                        │ not the primary: retarget the pool
+ *        │                        │ (a secondary's pool: not a secondary of the set: fail)
  *        └──── error / timeout ───┴──────────── any state ──▶ CLOSING ─▶ freed
  *
  * A request that was on a connection when it failed is failed with
@@ -15,6 +17,7 @@
  * HANDSHAKING starts with the TLS handshake (backend_tls.c, under the connect
  * timeout): the hello waits in the TLS layer until it is done. */
 #include "proxy/backend.h"
+#include "proxy/backend_members.h"
 #include "proxy/backend_tls.h"
 
 #include "common/log.h"
@@ -49,6 +52,7 @@ typedef struct backend_request {
     size_t length;
     backend_reply_fn done;
     void *context;
+    uint64_t sent_ns; /* uv_hrtime() when written to a connection */
 } backend_request_t;
 
 typedef struct backend_connection {
@@ -70,8 +74,17 @@ typedef struct backend_connection {
     size_t length;
 } backend_connection_t;
 
+/* What a pool's handshake accepts: the replica set's writable primary (the tier's
+ * pool follows it), or a secondary of the tier's set (a member's pool). */
+typedef enum backend_role {
+    BACKEND_ROLE_PRIMARY,
+    BACKEND_ROLE_SECONDARY,
+} backend_role_t;
+
 struct backend_pool {
     uv_loop_t *loop;
+    backend_role_t role;
+    char expected_set_name[128]; /* BACKEND_ROLE_SECONDARY: the tier's set */
     char *name;
     char host[256];
     int port;
@@ -93,12 +106,17 @@ struct backend_pool {
     uint64_t failed;
     backend_server_info_t info;
     int consecutive_failures;
-    backend_credentials_t *credentials; /* the URI's user, or NULL */
-    tls_context_t *tls_context; /* NULL: the URI does not ask for TLS */
+    /* The URI's user (NULL: none) and TLS context (NULL: no TLS): a member's pool
+     * borrows its tier's, which outlives it. */
+    backend_credentials_t *credentials;
+    tls_context_t *tls_context;
     uint8_t *tls_read_buffer;   /* ciphertext as read, for every connection (one loop thread) */
     char last_error[256];       /* why the last connection attempt failed; "" after one succeeds */
     uint64_t generation; /* raised by backend_pool_clear */
-    bson_t *hello;       /* the primary's last hello reply */
+    bson_t *hello;       /* the server's hello in the last handshake (the primary's, for a tier's pool) */
+    int64_t round_trip_us; /* of the reply being handed to its request's done */
+    backend_members_t *members; /* the tier's secondaries; NULL until first used */
+    bool direct_connection;     /* the URI's directConnection=true: its host only */
 };
 
 /* One write to the socket with its bytes. */
@@ -235,11 +253,26 @@ static void on_write(uv_write_t *write_request, int status)
 /* Writes bytes (taken over) to the socket. false: the connection failed. */
 static bool write_bytes(backend_connection_t *connection, uint8_t *bytes, size_t length)
 {
+    uv_buf_t buffer = uv_buf_init((char *)bytes, (unsigned int)length);
+    /* A request fits the socket buffer: written at once, it needs no write
+     * request, whose completion would also change the epoll set. libuv refuses
+     * (EAGAIN) while earlier writes wait, so the order holds. */
+    int written = uv_try_write((uv_stream_t *)&connection->tcp, &buffer, 1);
+    if (written == (int)length) {
+        bson_free(bytes);
+        return true;
+    }
+    if (written > 0) {
+        buffer = uv_buf_init((char *)bytes + written, (unsigned int)(length - (size_t)written));
+    } else if (written != UV_EAGAIN) {
+        bson_free(bytes);
+        backend_connection_fail(connection, uv_strerror(written));
+        return false;
+    }
     backend_write_t *write = bson_malloc0(sizeof *write);
     write->connection = connection;
     write->bytes = bytes;
     write->request.data = write;
-    uv_buf_t buffer = uv_buf_init((char *)bytes, (unsigned int)length);
     int result = uv_write(&write->request, (uv_stream_t *)&connection->tcp, &buffer, 1, on_write);
     if (result != 0) {
         bson_free(bytes);
@@ -316,6 +349,7 @@ static void start_request(backend_connection_t *connection, backend_request_t *r
     backend_set_state(connection, BACKEND_BUSY);
     connection->request = request;
     connection->pool->sent++;
+    request->sent_ns = uv_hrtime();
     uint8_t *message = request->message;
     request->message = NULL;
     write_message(connection, message, request->length);
@@ -391,6 +425,34 @@ static bool continue_authentication(backend_connection_t *connection, const uint
     return true;
 }
 
+static bool finish_accepted_handshake(backend_connection_t *connection, const bson_t *body);
+
+/* A member's pool takes only a secondary of the tier's set: reads go there for
+ * their $readPreference, and a member that became the primary, or is recovering,
+ * or belongs to another set, must not answer them. Returns false if it closed. */
+static bool accept_secondary(backend_connection_t *connection, const bson_t *body)
+{
+    backend_pool_t *pool = connection->pool;
+    bson_iter_t iter;
+    char reason[256];
+    const char *set_name = "";
+    if (bson_iter_init_find(&iter, body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
+        set_name = bson_iter_utf8(&iter, NULL);
+    }
+    bool secondary = bson_iter_init_find(&iter, body, "secondary") && bson_iter_as_bool(&iter);
+    if (strcmp(set_name, pool->expected_set_name) != 0) {
+        snprintf(reason, sizeof reason, "belongs to replica set '%s', not '%s'", set_name, pool->expected_set_name);
+        backend_connection_fail(connection, reason);
+        return false;
+    }
+    if (!secondary) {
+        snprintf(reason, sizeof reason, "is no longer a secondary of %s", pool->expected_set_name);
+        backend_connection_fail(connection, reason);
+        return false;
+    }
+    return finish_accepted_handshake(connection, body);
+}
+
 /* Reads the hello reply: records the server's limits, and follows a replica
  * set's primary when this member is not it. Returns false if it closed. */
 static bool finish_handshake(backend_connection_t *connection, const uint8_t *reply, size_t length)
@@ -405,6 +467,9 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
     }
     bool writable = (bson_iter_init_find(&iter, &body, "isWritablePrimary") && bson_iter_as_bool(&iter)) ||
                     (bson_iter_init_find(&iter, &body, "ismaster") && bson_iter_as_bool(&iter));
+    if (pool->role == BACKEND_ROLE_SECONDARY) {
+        return accept_secondary(connection, &body);
+    }
     if (!writable) {
         const char *primary = NULL;
         if (bson_iter_init_find(&iter, &body, "primary") && BSON_ITER_HOLDS_UTF8(&iter)) {
@@ -429,18 +494,26 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
         backend_connection_close(connection);
         return false;
     }
+    return finish_accepted_handshake(connection, &body);
+}
+
+/* The server is the one the pool wants: record its limits, then authenticate. */
+static bool finish_accepted_handshake(backend_connection_t *connection, const bson_t *body)
+{
+    backend_pool_t *pool = connection->pool;
+    bson_iter_t iter;
     pool->info.known = true;
-    pool->info.max_wire_version = bson_iter_init_find(&iter, &body, "maxWireVersion") ? bson_iter_as_int64(&iter) : 0;
-    pool->info.min_wire_version = bson_iter_init_find(&iter, &body, "minWireVersion") ? bson_iter_as_int64(&iter) : 0;
+    pool->info.max_wire_version = bson_iter_init_find(&iter, body, "maxWireVersion") ? bson_iter_as_int64(&iter) : 0;
+    pool->info.min_wire_version = bson_iter_init_find(&iter, body, "minWireVersion") ? bson_iter_as_int64(&iter) : 0;
     pool->info.logical_session_timeout_minutes =
-        bson_iter_init_find(&iter, &body, "logicalSessionTimeoutMinutes") ? (int32_t)bson_iter_as_int64(&iter) : -1;
-    if (bson_iter_init_find(&iter, &body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
+        bson_iter_init_find(&iter, body, "logicalSessionTimeoutMinutes") ? (int32_t)bson_iter_as_int64(&iter) : -1;
+    if (bson_iter_init_find(&iter, body, "setName") && BSON_ITER_HOLDS_UTF8(&iter)) {
         snprintf(pool->info.set_name, sizeof pool->info.set_name, "%s", bson_iter_utf8(&iter, NULL));
     }
     bson_destroy(pool->hello);
-    pool->hello = bson_copy(&body);
+    pool->hello = bson_copy(body);
     if (pool->credentials != NULL) {
-        return start_authentication(connection, &body);
+        return start_authentication(connection, body);
     }
     pool->consecutive_failures = 0;
     pool->last_error[0] = '\0';
@@ -511,6 +584,7 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
             backend_request_t *request = connection->request;
             connection->request = NULL;
             backend_set_state(connection, BACKEND_IDLE);
+            connection->pool->round_trip_us = (int64_t)((uv_hrtime() - request->sent_ns) / 1000);
             request->done(request->context, connection->buffer, message_length, NULL);
             bson_free(request->message);
             bson_free(request);
@@ -689,6 +763,7 @@ backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *
     pool->max_connections = options->max_connections > 0 ? options->max_connections : 100;
     pool->connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 5000;
     pool->info.logical_session_timeout_minutes = -1;
+    pool->direct_connection = mongoc_uri_get_option_as_bool(uri, MONGOC_URI_DIRECTCONNECTION, false);
     mongoc_uri_destroy(uri);
     return pool;
 }
@@ -716,19 +791,55 @@ void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t leng
     backend_pool_pump(pool);
 }
 
-void backend_pool_close(backend_pool_t *pool)
+backend_pool_t *backend_pool_new_member(backend_pool_t *tier, const char *address, const char *set_name)
 {
-    pool->closing = true;
-    fail_queue(pool, "the proxy is shutting down");
+    const char *colon = strrchr(address, ':');
+    const char *host = address;
+    size_t host_length = colon != NULL ? (size_t)(colon - address) : 0;
+    if (host_length >= 2 && address[0] == '[' && address[host_length - 1] == ']') { /* [::1]:27017 */
+        host++;
+        host_length -= 2;
+    }
+    int port = colon != NULL ? atoi(colon + 1) : 0;
+    if (host_length == 0 || host_length >= sizeof tier->host || port <= 0 || port > 65535) {
+        return NULL;
+    }
+    backend_pool_t *pool = BSON_ALIGNED_ALLOC0(backend_pool_t);
+    pool->loop = tier->loop;
+    pool->role = BACKEND_ROLE_SECONDARY;
+    snprintf(pool->expected_set_name, sizeof pool->expected_set_name, "%s", set_name);
+    pool->name = bson_strdup(tier->name);
+    snprintf(pool->host, sizeof pool->host, "%.*s", (int)host_length, host);
+    pool->port = port;
+    pool->credentials = tier->credentials;
+    pool->tls_context = tier->tls_context;
+    pool->max_connections = tier->max_connections;
+    pool->connect_timeout_ms = tier->connect_timeout_ms;
+    pool->info.logical_session_timeout_minutes = -1;
+    return pool;
+}
+
+void backend_pool_close_with_reason(backend_pool_t *pool, const char *reason)
+{
+    pool->closing = true; /* what the members' closing fails and sends again fails here at once */
+    if (pool->members != NULL) {
+        backend_members_close(pool->members);
+    }
+    fail_queue(pool, reason);
     for (backend_connection_t *connection = pool->connections; connection != NULL;) {
         backend_connection_t *next = connection->next;
         if (connection->request != NULL) {
-            fail_request(pool, connection->request, TC_ERR_HOST_UNREACHABLE, "the proxy is shutting down");
+            fail_request(pool, connection->request, TC_ERR_HOST_UNREACHABLE, reason);
             connection->request = NULL;
         }
         backend_connection_close(connection);
         connection = next;
     }
+}
+
+void backend_pool_close(backend_pool_t *pool)
+{
+    backend_pool_close_with_reason(pool, "the proxy is shutting down");
 }
 
 void backend_pool_clear(backend_pool_t *pool)
@@ -743,7 +854,8 @@ void backend_pool_clear(backend_pool_t *pool)
 
 bool backend_pool_closed(const backend_pool_t *pool)
 {
-    return pool->connections == NULL && !pool->resolving;
+    return pool->connections == NULL && !pool->resolving &&
+           (pool->members == NULL || backend_members_closed(pool->members));
 }
 
 void backend_pool_destroy(backend_pool_t *pool)
@@ -751,10 +863,13 @@ void backend_pool_destroy(backend_pool_t *pool)
     if (pool == NULL) {
         return;
     }
-    backend_credentials_destroy(pool->credentials);
+    backend_members_destroy(pool->members);
+    if (pool->role == BACKEND_ROLE_PRIMARY) {
+        backend_credentials_destroy(pool->credentials);
+        tls_context_destroy(pool->tls_context);
+    }
     bson_destroy(pool->hello);
     bson_free(pool->name);
-    tls_context_destroy(pool->tls_context);
     bson_free(pool->tls_read_buffer);
     bson_free(pool);
 }
@@ -772,6 +887,68 @@ const bson_t *backend_pool_hello(const backend_pool_t *pool)
 const char *backend_pool_name(const backend_pool_t *pool)
 {
     return pool->name;
+}
+
+int64_t backend_pool_round_trip_us(const backend_pool_t *pool)
+{
+    return pool->round_trip_us;
+}
+
+/* --- the tier's members (backend_members.c) -------------------------------------- */
+
+void backend_pool_discover(backend_pool_t *pool, backend_discover_fn done, void *context)
+{
+    if (pool->role != BACKEND_ROLE_PRIMARY || pool->direct_connection || pool->closing) {
+        done(context);
+        return;
+    }
+    if (pool->members == NULL) {
+        pool->members = backend_members_new(pool, pool->loop, pool->connect_timeout_ms);
+    }
+    backend_members_discover(pool->members, done, context);
+}
+
+bool backend_pool_select(backend_pool_t *pool, const read_preference_t *preference, uint64_t *out_member_id,
+                         bson_error_t *error)
+{
+    *out_member_id = 0;
+    if (pool->members != NULL && backend_members_known(pool->members)) {
+        return backend_members_select(pool->members, preference, out_member_id, error);
+    }
+    /* Members not discovered: what the primary's handshake said, where only the
+     * primary can be chosen (its staleness is 0 whenever its hello arrived). Not
+     * reached yet: the send finds out. */
+    if (pool->hello == NULL) {
+        return true;
+    }
+    read_preference_topology_t topology;
+    size_t index;
+    read_preference_topology_from_hello(pool->hello, 0, &topology);
+    bool ok = read_preference_select(&topology, preference, 0, &index, error);
+    read_preference_topology_cleanup(&topology);
+    return ok;
+}
+
+backend_pool_t *backend_pool_member(backend_pool_t *pool, uint64_t member_id)
+{
+    if (member_id == 0) {
+        return pool;
+    }
+    return pool->members != NULL ? backend_members_pool(pool->members, member_id) : NULL;
+}
+
+void backend_pool_member_failed(backend_pool_t *pool, uint64_t member_id, const char *reason)
+{
+    if (pool->members != NULL && member_id != 0) {
+        backend_members_mark_failed(pool->members, member_id, reason);
+    }
+}
+
+void backend_pool_append_members(const backend_pool_t *pool, bson_t *out)
+{
+    if (pool->members != NULL) {
+        backend_members_append_status(pool->members, out);
+    }
 }
 
 backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)

@@ -1,11 +1,13 @@
 /* Connections from the proxy to one tier: a pool of wire-protocol connections to
- * the tier's primary, on the proxy's event loop. Each connection carries one
- * request at a time, as a driver's pooled connection does; requests beyond the
- * pool's size wait in a FIFO queue. Nothing here blocks. */
+ * the tier's primary, on the proxy's event loop, and (once a read asks for them)
+ * one pool per secondary of the tier's replica set (backend_members.c). Each
+ * connection carries one request at a time, as a driver's pooled connection does;
+ * requests beyond the pool's size wait in a FIFO queue. Nothing here blocks. */
 #ifndef TC_PROXY_BACKEND_H
 #define TC_PROXY_BACKEND_H
 
 #include "common/error.h"
+#include "proxy/read_preference.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,7 +55,8 @@ void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t leng
  * follows the replica set's primary. Queued requests stay queued. */
 void backend_pool_clear(backend_pool_t *pool);
 
-/* Fails every queued and in-flight request and closes every connection. */
+/* Fails every queued and in-flight request and closes every connection, the
+ * members' pools' too. */
 void backend_pool_close(backend_pool_t *pool);
 
 /* True when no libuv handle of the pool remains open. */
@@ -80,5 +83,43 @@ typedef struct backend_pool_stats {
 } backend_pool_stats_t;
 
 backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool);
+
+/* --- the tier's replica set members ------------------------------------------------
+ * Reads with a $readPreference other than primary may go to a secondary, as a mongos
+ * sends them. The first backend_pool_discover() learns the members from the
+ * primary's hello (hosts and passives: not arbiters; hidden members are not
+ * listed), opens a pool to each secondary with the tier URI's credentials and TLS
+ * options, and from then on monitors every member, the primary included: a hello
+ * every READ_PREFERENCE_HEARTBEAT_MS, and at once after a failure (its type, tags,
+ * lastWrite and round trip). Members the primary no longer lists are dropped. A
+ * member is named by an id, never reused; 0 is the primary (the pool itself). */
+
+typedef void (*backend_discover_fn)(void *context);
+
+/* Calls done once the tier's members are known: at once when they are (or the pool
+ * is closing, or its URI says directConnection=true: no other member is reached),
+ * else once the primary and every member it lists have answered a first hello or
+ * failed, within the connect timeout. Maybe before this returns. */
+void backend_pool_discover(backend_pool_t *pool, backend_discover_fn done, void *context);
+
+/* The member that answers a read with preference (read_preference_select(), at
+ * random within the latency window): *out_member_id, 0 for the primary. Before
+ * discovery, or on a tier never reached or a standalone, the primary. Errors:
+ * FailedToSatisfyReadPreference 133 with mongos's message. */
+bool backend_pool_select(backend_pool_t *pool, const read_preference_t *preference, uint64_t *out_member_id,
+                         bson_error_t *error) TC_MUST_CHECK;
+
+/* The pool that reaches member_id (pool for 0), or NULL when that member has left
+ * the replica set. */
+backend_pool_t *backend_pool_member(backend_pool_t *pool, uint64_t member_id);
+
+/* A request to member_id failed (a network error, or a reply saying it is not a
+ * secondary): no read goes to it until a hello answers again, asked at once; its
+ * pool is cleared. Nothing for 0 (the primary's pool follows the primary). */
+void backend_pool_member_failed(backend_pool_t *pool, uint64_t member_id, const char *reason);
+
+/* thermoclineStatus: appends `members`, the secondaries and the primary as the
+ * monitoring sees them, once discovered. */
+void backend_pool_append_members(const backend_pool_t *pool, bson_t *out);
 
 #endif

@@ -1,5 +1,5 @@
-/* The proxy's cursor ids: an open-addressing table from proxy id to the tier and
- * the tier's own id. Ids are random positive int64, never 0, never reused while
+/* The proxy's cursor ids: an open-addressing table from proxy id to the tier, its
+ * member and that server's own id. Ids are random positive int64, never 0, never reused while
  * mapped. Loop thread only. */
 #include "proxy/proxy_private.h"
 
@@ -63,12 +63,13 @@ static void grow(cursor_map_t *map)
     bson_free(old);
 }
 
-int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, int64_t backend_id, const char *ns)
+int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, uint64_t member_id, int64_t backend_id, const char *ns)
 {
     if ((map->count + 1) * 2 > map->capacity) {
         grow(map);
     }
-    proxy_cursor_t cursor = {.backend_id = backend_id, .tier = tier, .last_used_ms = proxy_now_ms()};
+    proxy_cursor_t cursor = {
+        .backend_id = backend_id, .tier = tier, .member_id = member_id, .last_used_ms = proxy_now_ms()};
     snprintf(cursor.ns, sizeof cursor.ns, "%s", ns);
     do {
         uint64_t random_id = ((uint64_t)(uint32_t)rand() << 32) ^ ((uint64_t)(uint32_t)rand() << 1) ^

@@ -90,6 +90,7 @@ static void append_tier_status(proxy_t *proxy, bson_t *out)
                 BSON_APPEND_UTF8(&item, "setName", info->set_name);
             }
         }
+        backend_pool_append_members(proxy->tiers[tier], &item);
         bson_append_document_end(&tiers, &item);
     }
     bson_append_document_end(out, &tiers);

@@ -42,11 +42,13 @@ typedef struct namespace_state {
 
 /* --- cursor_map.c ------------------------------------------------------------
  * The proxy owns the cursor-id namespace, as mongos does: clients see only
- * proxy ids, each mapped to (tier, the tier's id), so two tiers never collide. */
+ * proxy ids, each mapped to (tier, the member that holds it, the tier's id), so
+ * two servers never collide. */
 typedef struct proxy_cursor {
     int64_t proxy_id;
     int64_t backend_id;
     proxy_tier_t tier;
+    uint64_t member_id; /* backend_pool_member(): 0 for the tier's primary */
     char ns[PLAN_NAMESPACE_SIZE];
     int64_t last_used_ms;
 } proxy_cursor_t;
@@ -55,8 +57,8 @@ typedef struct cursor_map cursor_map_t;
 
 cursor_map_t *cursor_map_new(void);
 void cursor_map_destroy(cursor_map_t *map);
-/* Registers a tier's cursor; returns the proxy id handed to the client. */
-int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, int64_t backend_id, const char *ns);
+/* Registers a cursor of the tier's member; returns the proxy id handed to the client. */
+int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, uint64_t member_id, int64_t backend_id, const char *ns);
 /* NULL when unknown. The pointer is valid until the next add or remove. */
 proxy_cursor_t *cursor_map_find(cursor_map_t *map, int64_t proxy_id);
 void cursor_map_remove(cursor_map_t *map, int64_t proxy_id);
@@ -262,6 +264,31 @@ void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *me
 void cluster_time_prepare_reply(proxy_t *proxy, uint8_t *message, size_t length);
 void cluster_time_append(proxy_t *proxy, bson_t *body);
 void cluster_time_cleanup(proxy_t *proxy);
+
+/* member_route.c: which member of each tier a read goes to. A read (find,
+ * aggregate without $out/$merge, count, distinct, inline mapReduce, explain of
+ * those) outside a transaction, with a $readPreference other than primary, goes
+ * to the member backend_pool_select() picks, once the tier's members are
+ * discovered; other commands with a $readPreference are only checked against the
+ * topology (FailedToSatisfyReadPreference 133, as mongos) and go to the primary.
+ * An archive read that must see writes the feeder applied (read-your-writes, I5:
+ * its namespace, or any tiered one for a pipeline reading others, had fast-tier
+ * writes acknowledged through this proxy) reads the archive's primary: its
+ * secondaries may not have replicated the feeder's writes yet. choose calls done
+ * once, maybe before it returns, with member_ids[PROXY_TIER_COUNT] (0: the
+ * primary) or the error to answer (bad $readPreference, 133; prefixed as mongos
+ * prefixes a find's). */
+typedef void (*member_route_fn)(void *context, const uint64_t *member_ids, const bson_error_t *error);
+void member_route_choose(proxy_t *proxy, const bson_t *command, const char *command_name,
+                         const plan_decision_t *decision, const namespace_state_t *state, member_route_fn done,
+                         void *context);
+
+/* A read sent to member failed_member of tier failed (failure: a network error, or
+ * a retryable reply's code name): the member is marked unknown until it answers
+ * hello again, and another is chosen by the command's $readPreference, maybe the
+ * primary. false (error set) when none can be. */
+bool member_route_choose_again(proxy_t *proxy, const bson_t *command, proxy_tier_t tier, uint64_t failed_member,
+                               const char *failure, uint64_t *out_member_id, bson_error_t *error) TC_MUST_CHECK;
 
 int64_t proxy_now_ms(void);
 int64_t proxy_wall_clock_ms(void);

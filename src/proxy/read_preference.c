@@ -301,6 +301,38 @@ void read_preference_topology_from_hello(const bson_t *hello, int64_t now_ms, re
     }
 }
 
+size_t read_preference_hello_hosts(const bson_t *hello, char (*out_addresses)[READ_PREFERENCE_ADDRESS_SIZE],
+                                   size_t capacity)
+{
+    bson_iter_t iter, child;
+    const char *me = "";
+    size_t count = 0;
+    if (bson_iter_init_find(&iter, hello, "me") && BSON_ITER_HOLDS_UTF8(&iter)) {
+        me = bson_iter_utf8(&iter, NULL);
+    }
+    static const char *const lists[] = {"hosts", "passives"};
+    for (size_t list = 0; list < sizeof lists / sizeof lists[0]; list++) {
+        if (!bson_iter_init_find(&iter, hello, lists[list]) || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+            continue;
+        }
+        bson_iter_recurse(&iter, &child);
+        while (bson_iter_next(&child) && count < capacity) {
+            if (!BSON_ITER_HOLDS_UTF8(&child)) {
+                continue;
+            }
+            const char *address = bson_iter_utf8(&child, NULL);
+            bool seen = strcmp(address, me) == 0 || strlen(address) >= READ_PREFERENCE_ADDRESS_SIZE;
+            for (size_t i = 0; i < count && !seen; i++) {
+                seen = strcmp(out_addresses[i], address) == 0;
+            }
+            if (!seen) {
+                snprintf(out_addresses[count++], READ_PREFERENCE_ADDRESS_SIZE, "%s", address);
+            }
+        }
+    }
+    return count;
+}
+
 void read_preference_topology_cleanup(read_preference_topology_t *topology)
 {
     if (topology == NULL) {
@@ -407,31 +439,59 @@ static size_t filter_candidates(const read_preference_topology_t *topology, cons
     return 0;
 }
 
-/* The lowest round trip (unknown counts as 0: inside any latency window); ties go
- * to the primary, then to the first listed. */
-static size_t nearest_eligible(const read_preference_topology_t *topology, const bool *eligible)
+/* A member's round trip for the latency window: unknown counts as 0 (inside any window). */
+static int64_t window_round_trip(const read_preference_member_t *member)
 {
-    size_t best = SIZE_MAX;
+    return member->round_trip_ms < 0 ? 0 : member->round_trip_ms;
+}
+
+/* Whether member i comes before member j in the window: the lower round trip,
+ * then the primary, then the first listed. */
+static bool window_before(const read_preference_topology_t *topology, size_t i, size_t j)
+{
+    int64_t here = window_round_trip(&topology->members[i]);
+    int64_t there = window_round_trip(&topology->members[j]);
+    if (here != there) {
+        return here < there;
+    }
+    bool i_primary = topology->members[i].type == READ_PREFERENCE_MEMBER_PRIMARY;
+    bool j_primary = topology->members[j].type == READ_PREFERENCE_MEMBER_PRIMARY;
+    if (i_primary != j_primary) {
+        return i_primary;
+    }
+    return i < j;
+}
+
+/* The eligible members within READ_PREFERENCE_LATENCY_WINDOW_MS of the lowest round
+ * trip, in window order; random picks one, as a mongos spreads reads among them. */
+static size_t choose_in_window(const read_preference_topology_t *topology, const bool *eligible, uint32_t random)
+{
+    int64_t lowest = INT64_MAX;
     for (size_t i = 0; i < topology->member_count; i++) {
-        if (!eligible[i]) {
-            continue;
-        }
-        if (best == SIZE_MAX) {
-            best = i;
-            continue;
-        }
-        int64_t here = topology->members[i].round_trip_ms < 0 ? 0 : topology->members[i].round_trip_ms;
-        int64_t there = topology->members[best].round_trip_ms < 0 ? 0 : topology->members[best].round_trip_ms;
-        if (here < there || (here == there && topology->members[i].type == READ_PREFERENCE_MEMBER_PRIMARY &&
-                             topology->members[best].type != READ_PREFERENCE_MEMBER_PRIMARY)) {
-            best = i;
+        if (eligible[i] && window_round_trip(&topology->members[i]) < lowest) {
+            lowest = window_round_trip(&topology->members[i]);
         }
     }
-    return best;
+    size_t *window = bson_malloc0((topology->member_count + 1) * sizeof *window);
+    size_t count = 0;
+    for (size_t i = 0; i < topology->member_count; i++) {
+        if (!eligible[i] || window_round_trip(&topology->members[i]) > lowest + READ_PREFERENCE_LATENCY_WINDOW_MS) {
+            continue;
+        }
+        size_t position = count++;
+        while (position > 0 && window_before(topology, i, window[position - 1])) {
+            window[position] = window[position - 1];
+            position--;
+        }
+        window[position] = i;
+    }
+    size_t chosen = window[random % count];
+    bson_free(window);
+    return chosen;
 }
 
 bool read_preference_select(const read_preference_topology_t *topology, const read_preference_t *preference,
-                            size_t *out_index, bson_error_t *error)
+                            uint32_t random, size_t *out_index, bson_error_t *error)
 {
     const read_preference_member_t *primary = find_primary(topology);
     bool *eligible = bson_malloc0(topology->member_count + 1);
@@ -470,7 +530,7 @@ bool read_preference_select(const read_preference_topology_t *topology, const re
         bson_free(described);
         return false;
     }
-    *out_index = nearest_eligible(topology, eligible);
+    *out_index = choose_in_window(topology, eligible, random);
     bson_free(eligible);
     return true;
 }

@@ -16,6 +16,7 @@
 #define READ_PREFERENCE_ADDRESS_SIZE 270          /* host:port */
 #define READ_PREFERENCE_LATENCY_WINDOW_MS 15      /* localThresholdMS */
 #define READ_PREFERENCE_HEARTBEAT_MS 10000        /* heartbeatFrequencyMS, for staleness */
+#define READ_PREFERENCE_MAX_MEMBERS 50            /* a replica set's voting and non-voting members, at most */
 
 typedef enum read_preference_mode {
     READ_PREFERENCE_PRIMARY,
@@ -74,19 +75,28 @@ typedef struct read_preference_topology {
  * without setName is a standalone. Free with read_preference_topology_cleanup(). */
 void read_preference_topology_from_hello(const bson_t *hello, int64_t now_ms, read_preference_topology_t *out);
 
+/* The other data-bearing members a hello lists (hosts, then passives; not arbiters,
+ * not the member itself, `me`; hidden members are never listed), at most capacity,
+ * each once: the members a tier's reads may go to. Returns how many were stored. */
+size_t read_preference_hello_hosts(const bson_t *hello, char (*out_addresses)[READ_PREFERENCE_ADDRESS_SIZE],
+                                   size_t capacity);
+
 /* Adds a member (its tags copied); returns it for the caller to fill in. */
 read_preference_member_t *read_preference_topology_add(read_preference_topology_t *topology, const char *address,
                                                         read_preference_member_type_t type, const bson_t *tags);
 
 void read_preference_topology_cleanup(read_preference_topology_t *topology);
 
-/* The member that should answer: *out_index into topology->members. Among several
- * suitable members, the one with the lowest known round trip; ties go to the
- * primary, then to the first listed. A standalone always answers. Fails with
+/* The member that should answer: *out_index into topology->members. Among the
+ * suitable members, those whose round trip (unknown counts as 0) is within
+ * READ_PREFERENCE_LATENCY_WINDOW_MS of the lowest form the latency window, ordered by
+ * round trip (the primary first among equals, then as listed); random picks one of
+ * them (random % their number: 0 is the nearest), as mongos picks at random to
+ * spread the reads. A standalone always answers. Fails with
  * FailedToSatisfyReadPreference 133: "Could not find host matching read preference
  * { mode: \"secondary\" } for set rs0". */
 bool read_preference_select(const read_preference_topology_t *topology, const read_preference_t *preference,
-                            size_t *out_index, bson_error_t *error) TC_MUST_CHECK;
+                            uint32_t random, size_t *out_index, bson_error_t *error) TC_MUST_CHECK;
 
 /* mongos's rendering: { mode: "nearest", tags: [ { dc: "ny" } ], maxStalenessSeconds: 120,
  * hedge: { enabled: true } }. The caller bson_free()s it. */

@@ -22,7 +22,6 @@
  * requestID and, for getMore, the cursor id change), and its reply comes back the
  * same way, with the tier's cursor id replaced by the proxy's. */
 #include "proxy/router_private.h"
-#include "proxy/read_preference.h"
 #include "proxy/retry.h"
 
 #include "common/log.h"
@@ -231,20 +230,30 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
 
 static void on_call_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
 
-/* Sends the call's message, readied for its tier (cluster_time.c). */
+/* Sends the call's message, readied for its tier (cluster_time.c), to the tier's
+ * member chosen for the request. */
 static void send_call(proxy_request_t *request)
 {
     tier_call_t *call = &request->call;
     uint8_t *rebuilt;
     size_t rebuilt_length;
+    backend_pool_t *pool = backend_pool_member(request->proxy->tiers[call->tier], request->members[call->tier]);
+    if (pool == NULL) {
+        bson_error_t error;
+        tc_error_set(&error, TC_ERR_HOST_UNREACHABLE,
+                     "the member of the %s tier this read (or its cursor) was on left its replica set",
+                     proxy_tier_name(call->tier));
+        on_call_reply(request, NULL, 0, &error);
+        return;
+    }
     cluster_time_prepare_request(request->proxy, call->tier, call->message, call->length, &request->command, &rebuilt,
                                  &rebuilt_length);
     if (rebuilt != NULL) {
-        backend_pool_send(request->proxy->tiers[call->tier], rebuilt, rebuilt_length, on_call_reply, request);
+        backend_pool_send(pool, rebuilt, rebuilt_length, on_call_reply, request);
         bson_free(rebuilt);
         return;
     }
-    backend_pool_send(request->proxy->tiers[call->tier], call->message, call->length, on_call_reply, request);
+    backend_pool_send(pool, call->message, call->length, on_call_reply, request);
 }
 
 /* Sends message to tier; done gets the reply. owned (NULL for the client's own
@@ -286,6 +295,27 @@ static void on_call_recovered(void *context, bool recovered)
     bson_free(failed_reply);
 }
 
+/* A read a secondary failed runs once more at once, on a member chosen again
+ * (member_route.c), as a driver's retryable read selects a server again; with
+ * none left, the first failure is answered. */
+static void retry_on_another_member(proxy_request_t *request, const uint8_t *reply, size_t length,
+                                    const bson_error_t *error, int32_t code)
+{
+    tier_call_t *call = &request->call;
+    bson_error_t select_error;
+    uint64_t failed = request->members[call->tier];
+    if (!member_route_choose_again(request->proxy, &request->command, call->tier, failed,
+                                   error != NULL ? error->message : tc_error_code_name(code),
+                                   &request->members[call->tier], &select_error)) {
+        call->done(request, reply, length, error);
+        return;
+    }
+    request->proxy->requests_retried++;
+    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id, "%s failed on a member of the %s tier (%s); sent again",
+           request->command_name, proxy_tier_name(call->tier), error != NULL ? error->message : tc_error_code_name(code));
+    send_call(request);
+}
+
 static void on_call_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
     proxy_request_t *request = context;
@@ -315,6 +345,10 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
         return;
     }
     call->retried = true;
+    if (request->members[call->tier] != 0) {
+        retry_on_another_member(request, reply, length, error, code);
+        return;
+    }
     if (error != NULL) {
         call->failed_on_network = true;
         call->network_error = *error;
@@ -389,7 +423,8 @@ void router_on_tier_reply(void *context, const uint8_t *reply, size_t length, co
                 bson_iter_find(&ns_iter, "ns") && BSON_ITER_HOLDS_UTF8(&ns_iter)) {
                 cursor_ns = bson_iter_utf8(&ns_iter, NULL);
             }
-            int64_t proxy_id = cursor_map_add(proxy->cursors, request->tier, read_int64(cursor_id), cursor_ns);
+            int64_t proxy_id = cursor_map_add(proxy->cursors, request->tier, request->members[request->tier],
+                                              read_int64(cursor_id), cursor_ns);
             write_int64(cursor_id, proxy_id);
         }
     }
@@ -435,29 +470,36 @@ static void route_get_more(proxy_request_t *request)
         return;
     }
     request->getmore_proxy_id = proxy_id;
+    request->members[cursor->tier] = cursor->member_id;
     write_int64(id_bytes, cursor->backend_id);
     router_forward(request, cursor->tier);
 }
 
-/* killCursors names proxy ids that may belong to both tiers: answered here from
- * the map, each tier told of its own ids (no reply awaited from them). */
+/* killCursors names proxy ids that may belong to both tiers and to several
+ * members of each: answered here from the map, each server told of its own ids
+ * (no reply awaited from them). */
 static void on_kill_sent(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
     (void)context, (void)reply, (void)length, (void)error;
 }
+
+/* The cursors of one server. */
+typedef struct kill_group {
+    proxy_tier_t tier;
+    uint64_t member_id;
+    bson_t *ids;
+    uint32_t count;
+} kill_group_t;
 
 static void route_kill_cursors(proxy_request_t *request)
 {
     bson_iter_t iter, ids;
     bson_t killed = BSON_INITIALIZER, missing = BSON_INITIALIZER;
     uint32_t killed_count = 0, missing_count = 0;
-    bson_t per_tier[PROXY_TIER_COUNT];
-    uint32_t per_tier_count[PROXY_TIER_COUNT] = {0};
+    kill_group_t *groups = NULL;
+    size_t group_count = 0;
     bson_error_t error;
     const char *collection = "";
-    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
-        bson_init(&per_tier[tier]);
-    }
     bson_iter_init(&iter, &request->command);
     if (bson_iter_next(&iter) && BSON_ITER_HOLDS_UTF8(&iter)) {
         collection = bson_iter_utf8(&iter, NULL);
@@ -470,8 +512,19 @@ static void route_kill_cursors(proxy_request_t *request)
             int64_t proxy_id = BSON_ITER_HOLDS_INT64(&ids) ? bson_iter_int64(&ids) : 0;
             proxy_cursor_t *cursor = cursor_map_find(request->proxy->cursors, proxy_id);
             if (cursor != NULL && strcmp(cursor->ns, request->ns) == 0) {
-                bson_uint32_to_string(per_tier_count[cursor->tier]++, &key_string, key, sizeof key);
-                BSON_APPEND_INT64(&per_tier[cursor->tier], key_string, cursor->backend_id);
+                size_t group = 0;
+                while (group < group_count &&
+                       (groups[group].tier != cursor->tier || groups[group].member_id != cursor->member_id)) {
+                    group++;
+                }
+                if (group == group_count) {
+                    groups = bson_realloc(groups, (group_count + 1) * sizeof *groups);
+                    groups[group] =
+                        (kill_group_t){.tier = cursor->tier, .member_id = cursor->member_id, .ids = bson_new()};
+                    group_count++;
+                }
+                bson_uint32_to_string(groups[group].count++, &key_string, key, sizeof key);
+                BSON_APPEND_INT64(groups[group].ids, key_string, cursor->backend_id);
                 cursor_map_remove(request->proxy->cursors, proxy_id);
                 bson_uint32_to_string(killed_count++, &key_string, key, sizeof key);
                 BSON_APPEND_INT64(&killed, key_string, proxy_id);
@@ -481,25 +534,25 @@ static void route_kill_cursors(proxy_request_t *request)
             }
         }
     }
-    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
-        if (per_tier_count[tier] > 0) {
-            bson_iter_t database;
-            bson_t kill = BSON_INITIALIZER;
-            uint8_t *encoded;
-            size_t length;
-            BSON_APPEND_UTF8(&kill, "killCursors", collection);
-            BSON_APPEND_ARRAY(&kill, "cursors", &per_tier[tier]);
-            if (bson_iter_init_find(&database, &request->command, "$db")) {
-                bson_append_iter(&kill, "$db", 3, &database);
-            }
-            if (wire_op_msg_build(0, 0, 0, &kill, NULL, 0, &encoded, &length, &error)) {
-                backend_pool_send(request->proxy->tiers[tier], encoded, length, on_kill_sent, NULL);
-                bson_free(encoded);
-            }
-            bson_destroy(&kill);
+    for (size_t group = 0; group < group_count; group++) {
+        bson_iter_t database;
+        bson_t kill = BSON_INITIALIZER;
+        uint8_t *encoded;
+        size_t length;
+        backend_pool_t *pool = backend_pool_member(request->proxy->tiers[groups[group].tier], groups[group].member_id);
+        BSON_APPEND_UTF8(&kill, "killCursors", collection);
+        BSON_APPEND_ARRAY(&kill, "cursors", groups[group].ids);
+        if (bson_iter_init_find(&database, &request->command, "$db")) {
+            bson_append_iter(&kill, "$db", 3, &database);
         }
-        bson_destroy(&per_tier[tier]);
+        if (pool != NULL && wire_op_msg_build(0, 0, 0, &kill, NULL, 0, &encoded, &length, &error)) {
+            backend_pool_send(pool, encoded, length, on_kill_sent, NULL);
+            bson_free(encoded);
+        }
+        bson_destroy(&kill);
+        bson_destroy(groups[group].ids);
     }
+    bson_free(groups);
     bson_t body = BSON_INITIALIZER, empty = BSON_INITIALIZER;
     BSON_APPEND_ARRAY(&body, "cursorsKilled", &killed);
     BSON_APPEND_ARRAY(&body, "cursorsNotFound", &missing);
@@ -515,50 +568,17 @@ static void route_kill_cursors(proxy_request_t *request)
 
 /* --- planning ------------------------------------------------------------------------ */
 
-/* $readPreference as a mongos applies it, to the tier (or both tiers) that will
- * answer a read: the member is chosen from what the tier's primary said in its
- * hello (read_preference.c). The pools reach only each tier's primary, and the
- * choice is the primary whenever the preference can be met with what the proxy
- * knows: the hello names the other members, but the proxy has not heard from
- * them. So with one-member tiers, every mode but `secondary` reads the primary, and
- * `secondary` fails with FailedToSatisfyReadPreference as on a mongos. */
-static bool apply_read_preference(proxy_request_t *request, bson_error_t *error)
+static void route_decided(proxy_request_t *request);
+
+static void on_members_chosen(void *context, const uint64_t *member_ids, const bson_error_t *error)
 {
-    const plan_decision_t *decision = &request->decision;
-    read_preference_t preference;
-    proxy_tier_t tiers[PROXY_TIER_COUNT];
-    size_t tier_count = 0;
-    bool ok = true;
-    if ((decision->kind != PLAN_KIND_READ && decision->kind != PLAN_KIND_OTHER) ||
-        !bson_has_field(&request->command, "$readPreference")) {
-        return true;
+    proxy_request_t *request = context;
+    if (error != NULL) {
+        router_finish_with_error(request, error);
+        return;
     }
-    if (decision->route == PLAN_ROUTE_FAST || decision->route == PLAN_ROUTE_FAST_THEN_ARCHIVE) {
-        tiers[tier_count++] = PROXY_TIER_FAST;
-    }
-    if (decision->route == PLAN_ROUTE_ARCHIVE || decision->route == PLAN_ROUTE_FAST_THEN_ARCHIVE) {
-        tiers[tier_count++] = PROXY_TIER_ARCHIVE;
-    }
-    if (!read_preference_parse(&request->command, &preference, error)) {
-        read_preference_cleanup(&preference);
-        return false;
-    }
-    for (size_t i = 0; i < tier_count && ok && preference.mode != READ_PREFERENCE_PRIMARY; i++) {
-        const bson_t *hello = backend_pool_hello(request->proxy->tiers[tiers[i]]);
-        read_preference_topology_t topology;
-        size_t member;
-        if (hello == NULL) {
-            continue; /* not reached yet: the send finds out */
-        }
-        read_preference_topology_from_hello(hello, proxy_wall_clock_ms(), &topology);
-        ok = read_preference_select(&topology, &preference, &member, error);
-        read_preference_topology_cleanup(&topology);
-    }
-    read_preference_cleanup(&preference);
-    if (!ok && strcmp(request->command_name, "find") == 0) {
-        tc_error_prefix(error, "Encountered non-retryable error during query :: caused by :: ");
-    }
-    return ok;
+    memcpy(request->members, member_ids, sizeof request->members);
+    route_decided(request);
 }
 
 static void route_planned(proxy_request_t *request)
@@ -581,11 +601,14 @@ static void route_planned(proxy_request_t *request)
         router_finish_with_error(request, &error);
         return;
     }
+    member_route_choose(proxy, &request->command, request->command_name, &request->decision,
+                        request->namespace_state, on_members_chosen, request);
+}
+
+/* Planned, and each tier's member chosen for a read with a $readPreference. */
+static void route_decided(proxy_request_t *request)
+{
     plan_decision_t *decision = &request->decision;
-    if (!apply_read_preference(request, &error)) {
-        router_finish_with_error(request, &error);
-        return;
-    }
     count_route(request, decision->route);
     TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, request->connection_id, "%s on %s: %s (%s)", request->command_name,
            request->ns, plan_route_name(decision->route), decision->reason_text);

@@ -42,6 +42,7 @@ typedef struct proxy_request {
     namespace_state_t *namespace_state;
     char ns[PLAN_NAMESPACE_SIZE];
     proxy_tier_t tier;
+    uint64_t members[PROXY_TIER_COUNT]; /* the member of each tier its reads go to (0: the primary) */
     int64_t getmore_proxy_id; /* getMore: the client's cursor id */
     bool opens_cursor;        /* the reply may carry a new cursor to map */
     bool pinned; /* the documents it faults in are pinned against the evictor */

@@ -551,6 +551,24 @@ static bool collect(const rule_input_t *input, const char *name, requirements_t 
 
 /* --- the check ----------------------------------------------------------------------- */
 
+bool privileges_admit_another_login(const privileges_user_t *current, const char *user, const char *database,
+                                    bson_error_t *error)
+{
+    bool same_database = strcmp(current->database, database) == 0;
+    if (same_database && strcmp(current->name, user) == 0) {
+        return true;
+    }
+    if (same_database) {
+        return tc_error_set(error, TC_ERR_AUTHENTICATED_AS_ANOTHER_USER,
+                            "Each client connection may only be authenticated once. Previously authenticated as: "
+                            "%s@%s",
+                            current->name, current->database);
+    }
+    return tc_error_set(error, TC_ERR_AUTHENTICATED_ON_ANOTHER_DATABASE,
+                        "Client has attempted to authenticate on multiple databases.Already authenticated as: %s@%s",
+                        current->name, current->database);
+}
+
 bool privileges_runs_unauthenticated(const char *name)
 {
     const command_rule_t *rule = find_rule(name);

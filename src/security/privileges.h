@@ -28,6 +28,12 @@ void privileges_user_copy(const privileges_user_t *from, privileges_user_t *out_
 /* Frees what user owns and leaves it nobody. */
 void privileges_user_cleanup(privileges_user_t *user);
 
+/* A connection that holds current authenticates again as user@database: as
+ * mongod's addAndAuthorizeUser, the same user is accepted (true); another is
+ * refused with mongod's error (false). */
+bool privileges_admit_another_login(const privileges_user_t *current, const char *user, const char *database,
+                                    bson_error_t *error);
+
 /* Whether mongod runs command name before authentication: the handshake
  * (hello, isMaster), buildInfo, the SASL steps, logout, ping, connectionStatus. */
 bool privileges_runs_unauthenticated(const char *name);

@@ -158,26 +158,13 @@ static bool conversation_succeeded(command_context_t *context, auth_session_t *s
     bson_error_t reason;
 
     if (session->user.name != NULL) {
-        bool same_database = strcmp(session->user.database, database) == 0;
-        if (same_database && strcmp(session->user.name, user) == 0) {
+        bool same = privileges_admit_another_login(&session->user, user, database, error);
+        if (same) {
             TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, context->connection_id,
                    "Client has attempted to reauthenticate as a single user: %s@%s", user, database);
-            conversation_reset(session);
-            return true;
-        }
-        if (same_database) {
-            tc_error_set(error, TC_ERR_AUTHENTICATED_AS_ANOTHER_USER,
-                         "Each client connection may only be authenticated once. Previously authenticated as: "
-                         "%s@%s",
-                         session->user.name, session->user.database);
-        } else {
-            tc_error_set(error, TC_ERR_AUTHENTICATED_ON_ANOTHER_DATABASE,
-                         "Client has attempted to authenticate on multiple databases.Already authenticated as: "
-                         "%s@%s",
-                         session->user.name, session->user.database);
         }
         conversation_reset(session);
-        return false;
+        return same;
     }
     bool read = auth_users_find(context->session, user, database, &document, &found, &reason);
     if (!read || !found) {

@@ -172,7 +172,7 @@ static void run_selection(const read_preference_topology_t *topology, const sele
         bson_error_t error;
         size_t index;
         assert_true(read_preference_parse(command, &preference, &error));
-        if (read_preference_select(topology, &preference, &index, &error)) {
+        if (read_preference_select(topology, &preference, 0, &index, &error)) {
             if (strcmp(topology->members[index].address, cases[i].expected) != 0) {
                 fail_msg("%s: chose %s, expected %s", cases[i].preference, topology->members[index].address,
                          cases[i].expected);
@@ -286,6 +286,91 @@ static void test_topologies_from_hello(void **state)
     bson_destroy(hello);
 }
 
+/* The latency window: members within 15 ms of the nearest, in window order (round
+ * trip, the primary first among equals, then as listed); random picks among them. */
+static void test_latency_window_and_random_choice(void **state)
+{
+    (void)state;
+    read_preference_topology_t topology;
+    memset(&topology, 0, sizeof topology);
+    snprintf(topology.set_name, sizeof topology.set_name, "rs0");
+    static const struct {
+        const char *address;
+        read_preference_member_type_t type;
+        int64_t round_trip_ms;
+    } members[] = {
+        {"p:1", READ_PREFERENCE_MEMBER_PRIMARY, 300},   /* outside every window below */
+        {"s1:1", READ_PREFERENCE_MEMBER_SECONDARY, 12},
+        {"s2:1", READ_PREFERENCE_MEMBER_SECONDARY, 2},
+        {"s3:1", READ_PREFERENCE_MEMBER_SECONDARY, 18}, /* 16 ms behind s2: outside */
+        {"s4:1", READ_PREFERENCE_MEMBER_SECONDARY, -1}, /* unknown: counts as 0 */
+    };
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++) {
+        read_preference_member_t *member =
+            read_preference_topology_add(&topology, members[i].address, members[i].type, NULL);
+        member->round_trip_ms = members[i].round_trip_ms;
+    }
+    /* The window from s4 (0 ms): s4, s2, s1 (12 <= 15); s3 (18) and the primary stay out. */
+    static const char *const window[] = {"s4:1", "s2:1", "s1:1"};
+    const char *const modes[] = {"{'mode': 'nearest'}", "{'mode': 'secondary'}", "{'mode': 'secondaryPreferred'}"};
+    for (size_t mode = 0; mode < sizeof modes / sizeof modes[0]; mode++) {
+        char json[128];
+        snprintf(json, sizeof json, "{'find': 'c', '$readPreference': %s}", modes[mode]);
+        bson_t *command = document(json);
+        read_preference_t preference;
+        bson_error_t error;
+        assert_true(read_preference_parse(command, &preference, &error));
+        for (uint32_t random = 0; random < 7; random++) {
+            size_t index;
+            assert_true(read_preference_select(&topology, &preference, random, &index, &error));
+            assert_string_equal(topology.members[index].address, window[random % 3]);
+        }
+        read_preference_cleanup(&preference);
+        bson_destroy(command);
+    }
+    /* Equal round trips: the primary first, then as listed. */
+    topology.members[0].round_trip_ms = 2;
+    topology.members[4].round_trip_ms = 2;
+    bson_t *command = document("{'find': 'c', '$readPreference': {'mode': 'nearest'}}");
+    read_preference_t preference;
+    bson_error_t error;
+    size_t index;
+    assert_true(read_preference_parse(command, &preference, &error));
+    static const char *const tied[] = {"p:1", "s2:1", "s4:1", "s1:1"};
+    for (uint32_t random = 0; random < 4; random++) {
+        assert_true(read_preference_select(&topology, &preference, random, &index, &error));
+        assert_string_equal(topology.members[index].address, tied[random]);
+    }
+    read_preference_cleanup(&preference);
+    bson_destroy(command);
+    read_preference_topology_cleanup(&topology);
+}
+
+static void test_hello_hosts_are_the_other_data_bearing_members(void **state)
+{
+    (void)state;
+    char addresses[4][READ_PREFERENCE_ADDRESS_SIZE];
+    bson_t *hello = document("{'isWritablePrimary': true, 'setName': 'rs0', 'me': 'a:1', "
+                             "'hosts': ['a:1', 'b:1', 'b:1', 7, 'c:1'], 'passives': ['d:1', 'c:1'], "
+                             "'arbiters': ['e:1'], 'ok': 1}");
+    size_t count = read_preference_hello_hosts(hello, addresses, 4);
+    assert_int_equal(count, 3); /* not me, not twice, not a number, not the arbiter */
+    assert_string_equal(addresses[0], "b:1");
+    assert_string_equal(addresses[1], "c:1");
+    assert_string_equal(addresses[2], "d:1");
+    assert_int_equal(read_preference_hello_hosts(hello, addresses, 2), 2); /* at most capacity */
+    bson_destroy(hello);
+
+    /* A secondary's hello lists the primary too; a standalone's lists nobody. */
+    hello = document("{'secondary': true, 'setName': 'rs0', 'me': 'b:1', 'hosts': ['a:1', 'b:1'], 'ok': 1}");
+    assert_int_equal(read_preference_hello_hosts(hello, addresses, 4), 1);
+    assert_string_equal(addresses[0], "a:1");
+    bson_destroy(hello);
+    hello = document("{'isWritablePrimary': true, 'ok': 1}");
+    assert_int_equal(read_preference_hello_hosts(hello, addresses, 4), 0);
+    bson_destroy(hello);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +379,8 @@ int main(void)
         cmocka_unit_test(test_selection_with_a_primary),
         cmocka_unit_test(test_selection_without_a_primary),
         cmocka_unit_test(test_topologies_from_hello),
+        cmocka_unit_test(test_latency_window_and_random_choice),
+        cmocka_unit_test(test_hello_hosts_are_the_other_data_bearing_members),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
