@@ -34,7 +34,7 @@ typedef struct namespace_state {
      * to the namespace, and what the tier workers last reported (copied on the
      * loop thread by proxy_refresh_progress). */
     uint64_t last_write_time;
-    uint64_t last_delete_time;  /* the same for deletes only (see router.c) */
+    uint64_t last_delete_time;  /* the same for deletes only (see router_wait.c) */
     tier_namespace_progress_t progress;
     uint64_t reads_waited;      /* reads held until the feeder caught up */
     uint64_t reads_wait_failed; /* ... that failed after readYourWritesWait */
@@ -194,7 +194,7 @@ typedef struct proxy {
     bool poll_timer_started;
     int polls_in_flight;
     int64_t last_poll_ms;
-    /* Reads waiting for the feeder (router.c), oldest first. */
+    /* Reads waiting for the feeder (router_wait.c), oldest first. */
     struct read_wait *waits_head;
     struct read_wait *waits_tail;
     size_t wait_count;
@@ -228,7 +228,7 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply);
 /* router.c: the server's handle_on_loop callback. */
 void router_handle(void *application, server_pending_t *pending, const server_request_t *request);
 
-/* router.c: reads waiting for the feeder (read-your-writes across tiers). resume
+/* router_wait.c: reads waiting for the feeder (read-your-writes across tiers). resume
  * sends those whose namespace the feeder has caught up on, or fails those whose
  * feed stopped; expire fails those past readYourWritesWait; cancel fails them all
  * (shutdown). */

@@ -1,0 +1,159 @@
+/* Fault-in: before a write runs on the fast tier, the archive documents it may
+ * touch (the ids it names, the documents its filters match, the ids an insert or
+ * upsert may create) are copied there, so the write sees what MongoDB would. */
+#include "proxy/router_private.h"
+
+#include "wire/wire.h"
+
+#include <string.h>
+
+static void on_fault_in_inserted(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    (void)reply, (void)length;
+    if (error != NULL) {
+        router_finish_with_error(request, error);
+        return;
+    }
+    /* Duplicate keys are expected: the fast tier already had a newer version. */
+    router_forward(request, PROXY_TIER_FAST);
+}
+
+static void on_fault_in_found(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_request_t *request = context;
+    bson_t body;
+    bson_iter_t iter, cursor, batch;
+    bson_error_t parse_error;
+    if (error != NULL) {
+        router_finish_with_error(request, error);
+        return;
+    }
+    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !bson_iter_init_find(&iter, &body, "cursor") ||
+        !bson_iter_recurse(&iter, &cursor) || !bson_iter_find(&cursor, "firstBatch") ||
+        !bson_iter_recurse(&cursor, &batch)) {
+        tc_error_set(&parse_error, TC_ERR_OPERATION_FAILED,
+                     "cannot copy the documents this write touches from the archive: unexpected reply");
+        router_finish_with_error(request, &parse_error);
+        return;
+    }
+    bson_t documents = BSON_INITIALIZER;
+    uint32_t count = 0;
+    while (bson_iter_next(&batch)) {
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(count++, &key_string, key, sizeof key);
+        bson_append_iter(&documents, key_string, -1, &batch);
+    }
+    if ((int64_t)count > request->proxy->config->fault_in_limit) {
+        bson_destroy(&documents);
+        tc_error_set(&parse_error, TC_ERR_OPERATION_FAILED,
+                     "this write may touch more than %lld documents held only by the archive (faultInLimit): "
+                     "narrow it, or raise faultInLimit in the proxy's config",
+                     (long long)request->proxy->config->fault_in_limit);
+        router_finish_with_error(request, &parse_error);
+        return;
+    }
+    if (count == 0) {
+        bson_destroy(&documents);
+        router_forward(request, PROXY_TIER_FAST);
+        return;
+    }
+    if (request->namespace_state != NULL) {
+        request->namespace_state->fault_ins += count;
+    }
+    const char *dot = strchr(request->ns, '.');
+    bson_t insert = BSON_INITIALIZER;
+    uint8_t *encoded;
+    size_t encoded_length;
+    BSON_APPEND_UTF8(&insert, "insert", dot + 1);
+    BSON_APPEND_ARRAY(&insert, "documents", &documents);
+    BSON_APPEND_BOOL(&insert, "ordered", false);
+    bson_append_utf8(&insert, "$db", 3, request->ns, (int)(dot - request->ns));
+    bool built = wire_op_msg_build(0, 0, 0, &insert, NULL, 0, &encoded, &encoded_length, &parse_error);
+    bson_destroy(&insert);
+    bson_destroy(&documents);
+    if (!built) {
+        router_finish_with_error(request, &parse_error);
+        return;
+    }
+    router_send_to_tier(request, PROXY_TIER_FAST, encoded, encoded_length, encoded, on_fault_in_inserted);
+}
+
+/* Asks the archive for every document the write may touch: the ids named, and
+ * the documents the filters match, at most faultInLimit of them. */
+static void start_fault_in(proxy_request_t *request)
+{
+    plan_decision_t *decision = &request->decision;
+    const char *dot = strchr(request->ns, '.');
+    bson_t find = BSON_INITIALIZER, filter, clauses;
+    uint8_t *encoded;
+    size_t length;
+    bson_error_t error;
+    uint32_t clause = 0;
+    char key[16];
+    const char *key_string;
+
+    /* The clauses: {_id: {$in: ids}} and each filter. One clause is sent alone:
+     * {$or: [...]} of one would cost the archive a collection scan where the
+     * clause alone uses an index. */
+    bson_init(&clauses);
+    if (decision->fault_in_id_count + decision->unique_id_check_count > 0) {
+        bson_t id_clause, id_condition, ids;
+        bson_uint32_to_string(clause++, &key_string, key, sizeof key);
+        bson_append_document_begin(&clauses, key_string, -1, &id_clause);
+        BSON_APPEND_DOCUMENT_BEGIN(&id_clause, "_id", &id_condition);
+        BSON_APPEND_ARRAY_BEGIN(&id_condition, "$in", &ids);
+        bson_iter_t iter;
+        uint32_t index = 0;
+        const bson_t *lists[] = {&decision->fault_in_ids, &decision->unique_id_checks};
+        for (size_t list = 0; list < 2; list++) {
+            bson_iter_init(&iter, lists[list]);
+            while (bson_iter_next(&iter)) {
+                bson_uint32_to_string(index++, &key_string, key, sizeof key);
+                bson_append_iter(&ids, key_string, -1, &iter);
+            }
+        }
+        bson_append_array_end(&id_condition, &ids);
+        bson_append_document_end(&id_clause, &id_condition);
+        bson_append_document_end(&clauses, &id_clause);
+    }
+    bson_iter_t filters;
+    bson_iter_init(&filters, &decision->fault_in_filters);
+    while (bson_iter_next(&filters)) {
+        bson_iter_t item;
+        if (BSON_ITER_HOLDS_DOCUMENT(&filters) && bson_iter_recurse(&filters, &item) &&
+            bson_iter_find(&item, "filter") && BSON_ITER_HOLDS_DOCUMENT(&item)) {
+            bson_uint32_to_string(clause++, &key_string, key, sizeof key);
+            bson_append_iter(&clauses, key_string, -1, &item);
+        }
+    }
+    BSON_APPEND_UTF8(&find, "find", dot + 1);
+    bson_iter_t only;
+    if (clause == 1 && bson_iter_init(&only, &clauses) && bson_iter_next(&only)) {
+        bson_append_iter(&find, "filter", 6, &only);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+        BSON_APPEND_ARRAY(&filter, "$or", &clauses);
+        bson_append_document_end(&find, &filter);
+    }
+    bson_destroy(&clauses);
+    /* One more than the limit: a cursor left open means the write touches too many. */
+    BSON_APPEND_INT64(&find, "batchSize", request->proxy->config->fault_in_limit + 1);
+    bson_append_utf8(&find, "$db", 3, request->ns, (int)(dot - request->ns));
+    bool built = wire_op_msg_build(0, 0, 0, &find, NULL, 0, &encoded, &length, &error);
+    bson_destroy(&find);
+    if (!built) {
+        router_finish_with_error(request, &error);
+        return;
+    }
+    router_send_to_tier(request, PROXY_TIER_ARCHIVE, encoded, length, encoded, on_fault_in_found);
+}
+
+/* Once the documents are pinned: the archive must show the deletes acknowledged
+ * before the write first, or a copy of a document deleted since would bring it
+ * back (I6). */
+void router_fault_in_after_deletes(proxy_request_t *request)
+{
+    router_after_feeder_caught_up(request, true, start_fault_in);
+}

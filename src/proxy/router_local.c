@@ -1,0 +1,135 @@
+/* What the proxy answers itself, without a tier: hello (and the legacy isMaster,
+ * as a mongos: msg "isdbgrid", the tiers' lowest maxWireVersion and session
+ * timeout), ping and thermoclineStatus. */
+#include "proxy/router_private.h"
+
+#include "wire/wire.h"
+
+#include <string.h>
+
+#define MAX_WIRE_VERSION 17 /* MongoDB 6.0: the proxy speaks no newer protocol */
+#define DEFAULT_LOGICAL_SESSION_TIMEOUT_MINUTES 30
+
+/* extra: what access.c adds for authentication (NULL: nothing). */
+static void append_hello_fields(proxy_request_t *request, bool legacy_name, const bson_t *extra, bson_t *body)
+{
+    proxy_t *proxy = request->proxy;
+    int32_t max_wire = MAX_WIRE_VERSION;
+    int32_t session_minutes = DEFAULT_LOGICAL_SESSION_TIMEOUT_MINUTES;
+    for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
+        const backend_server_info_t *info = backend_pool_server_info(proxy->tiers[tier]);
+        if (info->known) {
+            max_wire = info->max_wire_version < max_wire ? info->max_wire_version : max_wire;
+            if (info->logical_session_timeout_minutes >= 0 && info->logical_session_timeout_minutes < session_minutes) {
+                session_minutes = info->logical_session_timeout_minutes;
+            }
+        }
+    }
+    BSON_APPEND_BOOL(body, legacy_name ? "ismaster" : "isWritablePrimary", true);
+    /* mongos's mark: drivers treat the proxy as a router and never look past it. */
+    BSON_APPEND_UTF8(body, "msg", "isdbgrid");
+    bson_t topology;
+    BSON_APPEND_DOCUMENT_BEGIN(body, "topologyVersion", &topology);
+    BSON_APPEND_OID(&topology, "processId", &proxy->process_id);
+    BSON_APPEND_INT64(&topology, "counter", 0);
+    bson_append_document_end(body, &topology);
+    BSON_APPEND_INT32(body, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
+    BSON_APPEND_INT32(body, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
+    BSON_APPEND_INT32(body, "maxWriteBatchSize", WIRE_MAX_WRITE_BATCH_SIZE);
+    BSON_APPEND_DATE_TIME(body, "localTime", proxy_wall_clock_ms());
+    BSON_APPEND_INT32(body, "logicalSessionTimeoutMinutes", session_minutes);
+    BSON_APPEND_INT64(body, "connectionId", (int64_t)request->connection_id);
+    BSON_APPEND_INT32(body, "minWireVersion", 0);
+    BSON_APPEND_INT32(body, "maxWireVersion", max_wire);
+    BSON_APPEND_BOOL(body, "readOnly", false);
+
+    wire_negotiate_compression(&request->command, body);
+    if (extra != NULL) {
+        bson_concat(body, extra);
+    }
+    BSON_APPEND_DOUBLE(body, "ok", 1.0);
+}
+
+/* An awaitable hello with our current topologyVersion waits maxAwaitTimeMS. */
+static uint32_t awaitable_delay_ms(proxy_request_t *request)
+{
+    bson_iter_t iter, version;
+    if (!bson_iter_init_find(&iter, &request->command, "topologyVersion") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        return 0;
+    }
+    bson_iter_recurse(&iter, &version);
+    if (!bson_iter_find(&version, "processId") || !BSON_ITER_HOLDS_OID(&version) ||
+        !bson_oid_equal(bson_iter_oid(&version), &request->proxy->process_id)) {
+        return 0;
+    }
+    if (!bson_iter_init_find(&iter, &request->command, "maxAwaitTimeMS") || !BSON_ITER_HOLDS_NUMBER(&iter)) {
+        return 0;
+    }
+    int64_t wait = bson_iter_as_int64(&iter);
+    return wait <= 0 ? 0 : (uint32_t)(wait > 600000 ? 600000 : wait);
+}
+
+static void answer_legacy_hello(proxy_request_t *request, const bson_t *extra)
+{
+    bson_t body = BSON_INITIALIZER;
+    uint8_t *encoded;
+    size_t length;
+    bson_error_t error;
+    append_hello_fields(request, true, extra, &body);
+    const bson_t *documents[] = {&body};
+    bool built = wire_op_reply_build(0, request->client_request_id, 0, 0, 0, documents, 1, &encoded, &length, &error);
+    bson_destroy(&body);
+    if (!built) {
+        server_reply_t close_reply = {.close_after = true};
+        server_complete(request->pending, &close_reply);
+        router_request_free(request);
+        return;
+    }
+    router_finish_with_message(request, encoded, length);
+}
+
+static bool is_hello(const char *name)
+{
+    return strcmp(name, "hello") == 0 || strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0;
+}
+
+static void answer_hello(proxy_request_t *request, const bson_t *extra)
+{
+    if (request->legacy_hello) {
+        answer_legacy_hello(request, extra);
+        return;
+    }
+    bson_t body = BSON_INITIALIZER;
+    append_hello_fields(request, strcmp(request->command_name, "hello") != 0, extra, &body);
+    router_finish_with_document(request, &body, awaitable_delay_ms(request));
+    bson_destroy(&body);
+}
+
+/* hello's authentication fields are ready (access.c never fails a hello). */
+static void on_hello_fields(void *context, const bson_t *fields, const bson_error_t *error)
+{
+    (void)error;
+    answer_hello(context, fields);
+}
+
+void router_answer_locally(proxy_request_t *request)
+{
+    const char *name = request->command_name;
+    if (is_hello(name)) {
+        if (access_hello_wanted(&request->command)) {
+            access_hello(request->proxy, &request->client, &request->command, on_hello_fields, request);
+            return;
+        }
+        answer_hello(request, NULL);
+        return;
+    }
+    bson_t body = BSON_INITIALIZER;
+    if (strcmp(name, "thermoclineStatus") == 0) {
+        proxy_append_status(request->proxy, &body);
+        BSON_APPEND_DOUBLE(&body, "ok", 1.0);
+    } else {
+        BSON_APPEND_DOUBLE(&body, "ok", 1.0); /* ping */
+    }
+    router_finish_with_document(request, &body, 0);
+    bson_destroy(&body);
+}

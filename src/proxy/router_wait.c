@@ -1,0 +1,334 @@
+/* Requests that wait on the loop: reads of the archive until the feeder has
+ * applied the writes acknowledged before them (read-your-writes across tiers),
+ * and writes until the documents they fault in can be pinned against the evictor. */
+#include "proxy/router_private.h"
+
+#include <string.h>
+
+/* --- read-your-writes across tiers ----------------------------------------------------
+ * A read the archive answers waits here until the feeder has applied every write to
+ * its namespace that the fast tier acknowledged before the read arrived (the
+ * operationTime of those replies, note_fast_write), bounded by readYourWritesWait.
+ * The feeder's progress arrives on the loop through proxy_refresh_progress. */
+
+typedef struct read_wait {
+    struct read_wait *next;
+    proxy_request_t *request;
+    bool for_pin; /* waits for an eviction to end, not for the feeder */
+    bool deletes_only;
+    namespace_state_t *blocking; /* the namespace the feeder is behind on */
+    int64_t deadline_ms;
+    int64_t started_ms;
+    router_resume_fn resume;
+} read_wait_t;
+
+typedef enum feed_state {
+    FEED_CAUGHT_UP,
+    FEED_BEHIND,
+    FEED_STOPPED, /* the namespace's feed stopped with writes not in the archive */
+} feed_state_t;
+
+static feed_state_t namespace_feed_state(const namespace_state_t *state, bool deletes_only)
+{
+    uint64_t required = deletes_only ? state->last_delete_time : state->last_write_time;
+    if (required == 0 || state->progress.applied_time >= required) {
+        return FEED_CAUGHT_UP;
+    }
+    return state->progress.feed_stopped ? FEED_STOPPED : FEED_BEHIND;
+}
+
+bool router_namespace_in_database(const char *ns, const char *database)
+{
+    size_t length = strlen(database);
+    return length > 0 && strncmp(ns, database, length) == 0 && ns[length] == '.';
+}
+
+/* Whether the request waits for the feeder's writes to state: its own namespace,
+ * every namespace for a pipeline that reads others, the tiered namespaces of the
+ * database a dropDatabase drops. */
+static bool request_waits_for(const proxy_request_t *request, const namespace_state_t *state)
+{
+    return state == request->namespace_state || (request->has_decision && request->decision.reads_other_namespaces) ||
+           (request->wait_database != NULL && router_namespace_in_database(state->config->ns, request->wait_database));
+}
+
+static feed_state_t request_feed_state(proxy_request_t *request, bool deletes_only, namespace_state_t **out_blocking)
+{
+    proxy_t *proxy = request->proxy;
+    feed_state_t worst = FEED_CAUGHT_UP;
+    *out_blocking = NULL;
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        namespace_state_t *state = &proxy->namespaces[i];
+        if (!request_waits_for(request, state)) {
+            continue;
+        }
+        feed_state_t feed = namespace_feed_state(state, deletes_only);
+        if (feed > worst) {
+            worst = feed;
+            *out_blocking = state;
+        }
+    }
+    return worst;
+}
+
+static void fail_stopped_feed(proxy_request_t *request, const namespace_state_t *blocking)
+{
+    bson_error_t error;
+    tc_error_set(&error, TC_ERR_OPERATION_FAILED,
+                 "cannot read %s from the archive: writes acknowledged before this read are not in the archive, "
+                 "because the feeder stopped: %s",
+                 blocking->config->ns, blocking->progress.feed_error);
+    router_finish_with_error(request, &error);
+}
+
+static void fail_wait_expired(proxy_request_t *request, const namespace_state_t *blocking, int64_t waited_ms)
+{
+    bson_error_t error;
+    bool catalog = request->has_decision && request->decision.kind == PLAN_KIND_CATALOG;
+    tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                 "read-your-writes: the feeder has not yet applied to the archive the writes to %s acknowledged "
+                 "before this %s (waited %lld ms, readYourWritesWait); retry the %s",
+                 blocking->config->ns, catalog ? request->command_name : "read", (long long)waited_ms,
+                 catalog ? "command" : "read");
+    router_finish_with_error(request, &error);
+}
+
+static void on_wait_deadline(uv_timer_t *timer)
+{
+    router_expire_waits(timer->data);
+}
+
+static void arm_wait_timer(proxy_t *proxy)
+{
+    int64_t earliest = INT64_MAX;
+    for (read_wait_t *wait = proxy->waits_head; wait != NULL; wait = wait->next) {
+        earliest = wait->deadline_ms < earliest ? wait->deadline_ms : earliest;
+    }
+    if (earliest == INT64_MAX) {
+        uv_timer_stop(&proxy->wait_timer);
+        return;
+    }
+    int64_t delay = earliest - proxy_now_ms();
+    uv_timer_start(&proxy->wait_timer, on_wait_deadline, delay < 0 ? 0 : (uint64_t)delay, 0);
+}
+
+/* --- pins: the documents a write faults in stay until it has run ---------------------- */
+
+static void pin_list(proxy_request_t *request, const bson_t *ids, bool pin, bool *out_failed, uint32_t *out_done,
+                     uint32_t limit)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, ids);
+    while (bson_iter_next(&iter) && *out_done < limit) {
+        size_t index = request->namespace_state->index;
+        if (!pin) {
+            tier_progress_unpin(request->proxy->progress, index, bson_iter_value(&iter));
+        } else if (!tier_progress_pin(request->proxy->progress, index, bson_iter_value(&iter))) {
+            *out_failed = true;
+            return;
+        }
+        (*out_done)++;
+    }
+}
+
+/* Pins (pin) or unpins the first limit ids the write faults in, then its namespace
+ * when it faults in by filter; *out_done counts what was done. */
+static bool change_pins(proxy_request_t *request, bool pin, uint32_t limit, uint32_t *out_done)
+{
+    plan_decision_t *decision = &request->decision;
+    bool failed = false;
+    *out_done = 0;
+    pin_list(request, &decision->fault_in_ids, pin, &failed, out_done, limit);
+    if (!failed) {
+        pin_list(request, &decision->unique_id_checks, pin, &failed, out_done, limit);
+    }
+    if (!failed && decision->fault_in_filter_count > 0 && *out_done < limit) {
+        if (!pin) {
+            tier_progress_unpin(request->proxy->progress, request->namespace_state->index, NULL);
+        } else if (!tier_progress_pin(request->proxy->progress, request->namespace_state->index, NULL)) {
+            failed = true;
+        }
+        *out_done += failed ? 0 : 1;
+    }
+    return !failed;
+}
+
+bool router_pin_fault_in(proxy_request_t *request)
+{
+    uint32_t done, undone;
+    if (request->namespace_state == NULL) {
+        return true;
+    }
+    if (!change_pins(request, true, UINT32_MAX, &done)) {
+        change_pins(request, false, done, &undone);
+        return false;
+    }
+    request->pinned = true;
+    return true;
+}
+
+void router_unpin_fault_in(proxy_request_t *request)
+{
+    uint32_t done;
+    change_pins(request, false, UINT32_MAX, &done);
+    request->pinned = false;
+}
+
+/* Runs resume once the feeder has applied the writes to the request's namespace
+ * acknowledged so far: all of them for a read the archive answers; only the
+ * deletes (deletes_only) before copying archive documents into the fast tier (a
+ * fault-in) or reading the ids the fast tier lacks (a point read). Those need no
+ * more: a document the fast tier lacks was never written there since the archive
+ * got it, or was evicted once the archive held its last version, or was deleted. */
+void router_after_feeder_caught_up(proxy_request_t *request, bool deletes_only, router_resume_fn resume)
+{
+    proxy_t *proxy = request->proxy;
+    namespace_state_t *blocking;
+    feed_state_t feed = request_feed_state(request, deletes_only, &blocking);
+    if (feed == FEED_CAUGHT_UP || (feed == FEED_STOPPED && request->tolerates_stopped_feed)) {
+        resume(request);
+        return;
+    }
+    if (feed == FEED_STOPPED) {
+        fail_stopped_feed(request, blocking);
+        return;
+    }
+    if (proxy->config->read_your_writes_wait_ms <= 0) {
+        blocking->reads_wait_failed++;
+        fail_wait_expired(request, blocking, 0);
+        return;
+    }
+    router_queue_wait(request, false, deletes_only, blocking, resume);
+}
+
+void router_queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking,
+                       router_resume_fn resume)
+{
+    proxy_t *proxy = request->proxy;
+    read_wait_t *wait = bson_malloc0(sizeof *wait);
+    wait->request = request;
+    wait->for_pin = for_pin;
+    wait->deletes_only = deletes_only;
+    wait->blocking = blocking;
+    wait->resume = resume;
+    wait->started_ms = proxy_now_ms();
+    wait->deadline_ms = wait->started_ms + proxy->config->read_your_writes_wait_ms;
+    if (proxy->waits_tail != NULL) {
+        proxy->waits_tail->next = wait;
+    } else {
+        proxy->waits_head = wait;
+    }
+    proxy->waits_tail = wait;
+    proxy->wait_count++;
+    if (!for_pin) {
+        blocking->reads_waited++;
+    }
+    arm_wait_timer(proxy);
+}
+
+/* Takes the waits for which keep() is false out of the queue, in order, and hands
+ * each to done(). done may queue new waits: they are not visited this time. */
+static void sweep_waits(proxy_t *proxy, bool (*keep)(read_wait_t *wait, int64_t now),
+                        void (*done)(read_wait_t *wait, int64_t now))
+{
+    int64_t now = proxy_now_ms();
+    read_wait_t *list = proxy->waits_head;
+    read_wait_t *kept_head = NULL, *kept_tail = NULL, *leaving_head = NULL, *leaving_tail = NULL;
+    proxy->waits_head = proxy->waits_tail = NULL;
+    while (list != NULL) {
+        read_wait_t *wait = list;
+        list = list->next;
+        wait->next = NULL;
+        read_wait_t **head = keep(wait, now) ? &kept_head : &leaving_head;
+        read_wait_t **tail = head == &kept_head ? &kept_tail : &leaving_tail;
+        if (*tail != NULL) {
+            (*tail)->next = wait;
+        } else {
+            *head = wait;
+        }
+        *tail = wait;
+    }
+    proxy->waits_head = kept_head;
+    proxy->waits_tail = kept_tail;
+    while (leaving_head != NULL) {
+        read_wait_t *wait = leaving_head;
+        leaving_head = wait->next;
+        proxy->wait_count--;
+        done(wait, now);
+        bson_free(wait);
+    }
+    if (proxy->wait_timer_started) {
+        arm_wait_timer(proxy);
+    }
+}
+
+static bool keep_while_behind(read_wait_t *wait, int64_t now)
+{
+    namespace_state_t *blocking;
+    (void)now;
+    if (wait->for_pin) {
+        return !router_pin_fault_in(wait->request); /* pins as it succeeds */
+    }
+    return request_feed_state(wait->request, wait->deletes_only, &blocking) == FEED_BEHIND;
+}
+
+static void resume_or_fail(read_wait_t *wait, int64_t now)
+{
+    namespace_state_t *blocking;
+    (void)now;
+    if (!wait->for_pin && !wait->request->tolerates_stopped_feed &&
+        request_feed_state(wait->request, wait->deletes_only, &blocking) == FEED_STOPPED) {
+        fail_stopped_feed(wait->request, blocking);
+    } else {
+        wait->resume(wait->request);
+    }
+}
+
+static bool keep_until_deadline(read_wait_t *wait, int64_t now)
+{
+    return now < wait->deadline_ms;
+}
+
+static void expire(read_wait_t *wait, int64_t now)
+{
+    if (wait->for_pin) {
+        bson_error_t error;
+        tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                     "a document this write needs was being evicted from the fast tier for over %lld ms; retry the "
+                     "write",
+                     (long long)(now - wait->started_ms));
+        router_finish_with_error(wait->request, &error);
+        return;
+    }
+    wait->blocking->reads_wait_failed++;
+    fail_wait_expired(wait->request, wait->blocking, now - wait->started_ms);
+}
+
+static bool keep_none(read_wait_t *wait, int64_t now)
+{
+    (void)wait, (void)now;
+    return false;
+}
+
+static void cancel(read_wait_t *wait, int64_t now)
+{
+    bson_error_t error;
+    (void)now;
+    tc_error_set(&error, TC_ERR_INTERRUPTED, "the proxy is shutting down");
+    router_finish_with_error(wait->request, &error);
+}
+
+void router_resume_waits(proxy_t *proxy)
+{
+    sweep_waits(proxy, keep_while_behind, resume_or_fail);
+}
+
+void router_expire_waits(proxy_t *proxy)
+{
+    sweep_waits(proxy, keep_until_deadline, expire);
+}
+
+void router_cancel_waits(proxy_t *proxy)
+{
+    sweep_waits(proxy, keep_none, cancel);
+}
