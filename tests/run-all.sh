@@ -19,7 +19,7 @@ unit_failed=$(echo "$unit_line" | sed -n 's/^unit: \([0-9]*\) passed, \([0-9]*\)
 rm -f "$unit_log"
 
 integration_log=$(mktemp)
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1 | tee "$integration_log"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=12 tests/integration 2>&1 | tee "$integration_log"
 pytest_status=${PIPESTATUS[0]}
 summary=$(grep -E "[0-9]+ (passed|failed)" "$integration_log" | tail -1)
 count_of() { echo "$summary" | grep -o "[0-9][0-9]* $1" | head -1 | cut -d' ' -f1; }
