@@ -225,22 +225,51 @@ void lab_process_describe_exit(const lab_process_t *process, char *out, size_t s
 
 /* --- ports -------------------------------------------------------------------------- */
 
-int lab_free_port(void)
+/* Binds a loopback socket to a port the kernel picks; -1 on failure. */
+static int bind_free_port(int *out_port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        return 0;
+        return -1;
     }
     struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = 0};
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t length = sizeof address;
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 ||
+        getsockname(fd, (struct sockaddr *)&address, &length) != 0) {
+        close(fd);
+        return -1;
+    }
+    *out_port = ntohs(address.sin_port);
+    return fd;
+}
+
+int lab_free_port(void)
+{
     int port = 0;
-    if (bind(fd, (struct sockaddr *)&address, sizeof address) == 0 &&
-        getsockname(fd, (struct sockaddr *)&address, &length) == 0) {
-        port = ntohs(address.sin_port);
+    int fd = bind_free_port(&port);
+    if (fd < 0) {
+        return 0;
     }
     close(fd);
     return port;
+}
+
+bool lab_free_ports(int *ports, size_t count)
+{
+    int descriptors[8];
+    size_t bound = 0;
+    bool ok = count <= sizeof descriptors / sizeof descriptors[0];
+    for (; ok && bound < count; bound++) {
+        descriptors[bound] = bind_free_port(&ports[bound]);
+        ok = descriptors[bound] >= 0;
+    }
+    for (size_t i = 0; i < bound; i++) {
+        if (descriptors[i] >= 0) {
+            close(descriptors[i]);
+        }
+    }
+    return ok;
 }
 
 bool lab_port_open(int port)

@@ -448,7 +448,11 @@ bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
     mongoc_client_t *proxy_client = NULL;
     warm_state_t warm = {0};
     bool ok = false;
-    int archive_port = lab_free_port(), fast_port = lab_free_port(), proxy_port = lab_free_port();
+    int ports[3] = {0, 0, 0};
+    if (!lab_free_ports(ports, 3)) {
+        ports[0] = 0;
+    }
+    int archive_port = ports[0], fast_port = ports[1], proxy_port = ports[2];
 
     memset(warm_up, 0, sizeof *warm_up);
     warm_up->attempted = true;
@@ -540,7 +544,11 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     mongoc_client_t *archive_client = NULL, *proxy_client = NULL;
     sample_list_t samples = {0};
     bool ok = false;
-    int archive_port = lab_free_port(), fast_port = lab_free_port(), proxy_port = lab_free_port();
+    int ports[3] = {0, 0, 0};
+    if (!lab_free_ports(ports, 3)) {
+        ports[0] = 0;
+    }
+    int archive_port = ports[0], fast_port = ports[1], proxy_port = ports[2];
     int64_t warmup_ms = mode == LAB_MODE_EMPTY_START ? 0 : settings->warmup_ms;
     int64_t duration_ms = mode == LAB_MODE_EMPTY_START ? settings->empty_start_ms : settings->duration_ms;
 
