@@ -51,6 +51,9 @@ typedef struct lab_settings {
     bool keep;                    /* keep the data directories */
 } lab_settings_t;
 
+/* The lab's children, in the order of the CPU figures: the servers, then bench. */
+typedef enum lab_role { LAB_ROLE_ARCHIVE, LAB_ROLE_FAST, LAB_ROLE_PROXY, LAB_ROLE_BENCH, LAB_ROLE_COUNT } lab_role_t;
+
 /* One child process: this executable, run again with a subcommand. */
 typedef struct lab_process {
     pid_t pid;        /* 0: not running */
@@ -88,6 +91,9 @@ typedef struct lab_run {
     /* From the archive's serverStatus over the measured window. */
     double archive_pages_read_per_second;
     double archive_disk_reads_per_second;
+    /* CPU microseconds each child spent per operation over the measured window
+     * (lab_role_t order): where a CPU-bound run's time goes. -1: not running. */
+    double cpu_us_per_operation[LAB_ROLE_COUNT];
     /* Through the proxy: what the workers said. -1: not reported. */
     bool warmer_reported;
     bool fast_tier_warm;
@@ -171,6 +177,10 @@ void lab_process_stop(lab_process_t *process, int64_t timeout_ms);
 /* Whether it exited by itself with status 0. */
 bool lab_process_succeeded(const lab_process_t *process);
 
+/* CPU seconds it has used so far, user and system, every thread (from
+ * /proc/PID/stat); -1 when it is not running. */
+double lab_process_cpu_seconds(const lab_process_t *process);
+
 /* "exited with status 1", "was killed by signal 9". */
 void lab_process_describe_exit(const lab_process_t *process, char *out, size_t size);
 
@@ -209,13 +219,26 @@ mongoc_client_t *lab_client_new(int port, bson_error_t *error) TC_MUST_CHECK;
  * early if it exits or the lab is interrupted. */
 bool lab_wait_ready(lab_process_t *process, int port, int64_t timeout_ms, bson_error_t *error) TC_MUST_CHECK;
 
-/* One reading of the archive's cumulative read counters. */
+/* The cumulative counters the lab samples every second during a run. */
+typedef enum lab_counter {
+    LAB_COUNTER_PAGES_READ,  /* the archive's wiredTiger.cache."pages read into cache" */
+    LAB_COUNTER_DISK_READS,  /* the archive's thermocline.readIops.reads: data-file reads */
+    /* CPU seconds (user + system, every thread) of each server, from /proc; -1
+     * when it is not running. In the order of lab_role_t (bench measures its
+     * own, over its measured window exactly). */
+    LAB_COUNTER_CPU_ARCHIVE,
+    LAB_COUNTER_CPU_FAST,
+    LAB_COUNTER_CPU_PROXY,
+    LAB_COUNTER_COUNT
+} lab_counter_t;
+
+/* One reading of them. */
 typedef struct lab_counters {
-    int64_t at_ms;      /* wall clock: serverStatus's localTime (midway through the call if absent) */
-    int64_t pages_read; /* wiredTiger.cache."pages read into cache" */
-    int64_t disk_reads; /* thermocline.readIops.reads: data-file reads */
+    int64_t at_ms; /* wall clock: serverStatus's localTime (midway through the call if absent) */
+    double values[LAB_COUNTER_COUNT];
 } lab_counters_t;
 
+/* Fills at_ms and the archive's counters; the CPU counters are the caller's. */
 bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_t *error) TC_MUST_CHECK;
 
 /* The collection's count, BSON size and on-disk size (collection and indexes). */
@@ -278,7 +301,7 @@ bool lab_read_bench_report(const char *path, lab_run_t *run, bson_error_t *error
 
 /* The value of a cumulative counter at at_ms, linearly between the samples
  * around it (the first or last sample outside them). samples in time order. */
-double lab_counter_at(const lab_counters_t *samples, size_t count, int64_t at_ms, bool disk_reads);
+double lab_counter_at(const lab_counters_t *samples, size_t count, int64_t at_ms, lab_counter_t counter);
 
 /* The empty start against the direct reference: the first second at which the
  * trailing window-second average reaches reference (-1: never), and the

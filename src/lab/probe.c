@@ -110,9 +110,9 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
         out->at_ms = bson_iter_init_find(&local_time, &reply, "localTime") && BSON_ITER_HOLDS_DATE_TIME(&local_time)
                          ? bson_iter_date_time(&local_time)
                          : before + (after - before) / 2;
-        out->pages_read = number_at(&reply, pages_path, 3);
-        out->disk_reads = number_at(&reply, reads_path, 3);
-        if (out->pages_read < 0) {
+        out->values[LAB_COUNTER_PAGES_READ] = (double)number_at(&reply, pages_path, 3);
+        out->values[LAB_COUNTER_DISK_READS] = (double)number_at(&reply, reads_path, 3);
+        if (out->values[LAB_COUNTER_PAGES_READ] < 0) {
             ok = tc_error_set(error, TC_ERR_OPERATION_FAILED,
                               "the archive's serverStatus has no wiredTiger.cache \"pages read into cache\"");
         }

@@ -209,6 +209,32 @@ bool lab_process_succeeded(const lab_process_t *process)
     return process->exited && WIFEXITED(process->wait_status) && WEXITSTATUS(process->wait_status) == 0;
 }
 
+double lab_process_cpu_seconds(const lab_process_t *process)
+{
+    if (process->pid <= 0) {
+        return -1.0;
+    }
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)process->pid);
+    FILE *file = fopen(path, "r");
+    if (file == NULL) {
+        return -1.0;
+    }
+    size_t length = fread(text, 1, sizeof text - 1, file);
+    fclose(file);
+    text[length] = '\0';
+    /* The command name, field 2, is in parentheses and may hold spaces: count
+     * from the last ')'. utime and stime are fields 14 and 15, in clock ticks. */
+    const char *after_name = strrchr(text, ')');
+    unsigned long user_ticks, system_ticks;
+    if (after_name == NULL ||
+        sscanf(after_name + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &user_ticks, &system_ticks) !=
+            2) {
+        return -1.0;
+    }
+    return (double)(user_ticks + system_ticks) / (double)sysconf(_SC_CLK_TCK);
+}
+
 void lab_process_describe_exit(const lab_process_t *process, char *out, size_t size)
 {
     if (!process->exited) {

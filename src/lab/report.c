@@ -110,6 +110,9 @@ bool lab_read_bench_report(const char *path, lab_run_t *run, bson_error_t *error
         run->ops_per_second = number_of(&total, "ops_per_second");
         run->operations = (int64_t)number_of(&total, "count");
     }
+    bson_t generator;
+    run->cpu_us_per_operation[LAB_ROLE_BENCH] =
+        find_child(&report, "generator", &generator) ? number_of(&generator, "cpu_us_per_op") : -1.0;
     if (find_child(&report, "time_series", &series)) {
         int count = (int)bson_count_keys(&series);
         run->ops_series = bson_malloc0(((size_t)count + 1) * sizeof *run->ops_series);
@@ -136,9 +139,9 @@ done:
     return ok;
 }
 
-double lab_counter_at(const lab_counters_t *samples, size_t count, int64_t at_ms, bool disk_reads)
+double lab_counter_at(const lab_counters_t *samples, size_t count, int64_t at_ms, lab_counter_t counter)
 {
-#define VALUE(index) ((double)(disk_reads ? samples[index].disk_reads : samples[index].pages_read))
+#define VALUE(index) (samples[index].values[counter])
     if (count == 0) {
         return 0.0;
     }
@@ -305,6 +308,44 @@ static void print_empty_start(FILE *stream, const lab_t *lab)
     }
 }
 
+static const char *const role_names[LAB_ROLE_COUNT] = {"archive", "fast", "proxy", "bench"};
+
+static void print_cpu_row(FILE *stream, const char *workload, const char *mode, const lab_run_t *run)
+{
+    if (!run->ok) {
+        return;
+    }
+    fprintf(stream, "%-13s %-14s", workload, mode);
+    double total = 0;
+    for (int role = 0; role < LAB_ROLE_COUNT; role++) {
+        double micros = run->cpu_us_per_operation[role];
+        if (micros >= 0) {
+            fprintf(stream, " %9.1f", micros);
+            total += micros;
+        } else {
+            fprintf(stream, " %9s", "-");
+        }
+    }
+    fprintf(stream, " %9.1f\n", total);
+}
+
+/* Where each operation's CPU goes: on two shared cores a tiered run is bound by
+ * the sum of its processes' CPU per operation, a direct one by the archive's disk. */
+static void print_cpu_table(FILE *stream, const lab_t *lab)
+{
+    fprintf(stream, "\nCPU per operation, microseconds (user + system, every thread, over the measured window):\n");
+    fprintf(stream, "%-13s %-14s", "workload", "run");
+    for (int role = 0; role < LAB_ROLE_COUNT; role++) {
+        fprintf(stream, " %9s", role_names[role]);
+    }
+    fprintf(stream, " %9s\n", "total");
+    for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
+        print_cpu_row(stream, lab->workloads[i], "direct", &lab->direct[i]);
+        print_cpu_row(stream, "", "tiered", &lab->tiered[i]);
+    }
+    print_cpu_row(stream, "empty start", "tiered", &lab->empty_start);
+}
+
 void lab_report_table(FILE *stream, const lab_t *lab)
 {
     const lab_settings_t *settings = &lab->settings;
@@ -344,6 +385,7 @@ void lab_report_table(FILE *stream, const lab_t *lab)
         print_ratio_row(stream, &lab->fixed_direct, &lab->fixed_tiered);
     }
     print_empty_start(stream, lab);
+    print_cpu_table(stream, lab);
     if (lab->note_count > 0) {
         fprintf(stream, "\nnotes:\n");
         for (int i = 0; i < lab->note_count; i++) {
@@ -402,6 +444,13 @@ static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bo
         BSON_APPEND_DOUBLE(&child, "measured_seconds", run->measured_seconds);
         append_latency(&child, "read_latency_ms", &run->read);
         append_latency(&child, "update_latency_ms", &run->update);
+        bson_t cpu;
+        BSON_APPEND_DOCUMENT_BEGIN(&child, "cpu_us_per_op", &cpu);
+        for (int role = 0; role < LAB_ROLE_COUNT; role++) {
+            append_number_or_null(&cpu, role_names[role], run->cpu_us_per_operation[role],
+                                  run->cpu_us_per_operation[role] >= 0);
+        }
+        bson_append_document_end(&child, &cpu);
     }
     if (proxied && run->attempted) {
         BSON_APPEND_BOOL(&child, "warmer_reported", run->warmer_reported);

@@ -199,18 +199,36 @@ typedef struct sample_list {
     size_t count, capacity;
 } sample_list_t;
 
-static void sample_take(sample_list_t *samples, mongoc_client_t *archive)
+static void sample_take(lab_t *lab, sample_list_t *samples, mongoc_client_t *archive)
 {
     lab_counters_t reading;
     bson_error_t error;
     if (archive == NULL || !lab_read_counters(archive, &reading, &error)) {
         return; /* a missed sample only widens the interpolation */
     }
+    /* Read right after serverStatus returns, so close to its localTime. */
+    const lab_process_t *servers[] = {&lab->archive, &lab->fast, &lab->proxy}; /* lab_role_t order */
+    for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
+        reading.values[LAB_COUNTER_CPU_ARCHIVE + role] = lab_process_cpu_seconds(servers[role]);
+    }
     if (samples->count == samples->capacity) {
         samples->capacity = samples->capacity == 0 ? 64 : samples->capacity * 2;
         samples->items = bson_realloc(samples->items, samples->capacity * sizeof *samples->items);
     }
     samples->items[samples->count++] = reading;
+}
+
+/* How much counter grew between from_ms and to_ms; -1 when a sample lacks it
+ * (a CPU counter of a child that was not running throughout). */
+static double counter_change(const sample_list_t *samples, lab_counter_t counter, int64_t from_ms, int64_t to_ms)
+{
+    for (size_t i = 0; i < samples->count; i++) {
+        if (samples->items[i].values[counter] < 0) {
+            return -1.0;
+        }
+    }
+    return lab_counter_at(samples->items, samples->count, to_ms, counter) -
+           lab_counter_at(samples->items, samples->count, from_ms, counter);
 }
 
 static void show_progress(const lab_t *lab, const char *label, int64_t elapsed_ms, int64_t total_ms)
@@ -247,7 +265,7 @@ static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int
         }
         int64_t now = lab_monotonic_ms();
         if (now >= next_sample) {
-            sample_take(samples, archive);
+            sample_take(lab, samples, archive);
             next_sample += LAB_SAMPLE_INTERVAL_MS;
             show_progress(lab, label, now - started, expected_ms);
         }
@@ -557,6 +575,9 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     run->documents_warmed = -1;
     run->feeder_lag_ms_at_end = -1;
     run->feeder_drain_seconds = -1;
+    for (int role = 0; role < LAB_ROLE_COUNT; role++) {
+        run->cpu_us_per_operation[role] = -1.0;
+    }
     bson_init(&run->proxy_namespace_status);
     reset_processes(lab);
     if (mode == LAB_MODE_EMPTY_START) {
@@ -624,11 +645,11 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     archive_client = lab_client_new(archive_port, &error);
     TC_CHECK(archive_client != NULL);
 
-    sample_take(&samples, archive_client);
+    sample_take(lab, &samples, archive_client);
     snprintf(log_path, sizeof log_path, "%s/%s-bench.log", lab->logs_dir, run_name);
     TC_CHECK(start_bench(lab, workload, uri, warmup_ms, duration_ms, target_ops, json_path, log_path, &error));
     TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, archive_client, &samples, &error));
-    sample_take(&samples, archive_client);
+    sample_take(lab, &samples, archive_client);
     TC_CHECK(bench_finished_well(lab, &error));
     TC_CHECK(lab_read_bench_report(json_path, run, &error));
 
@@ -642,12 +663,13 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
         int64_t from = run->started_at_ms, to = run->started_at_ms + (int64_t)(run->measured_seconds * 1000.0);
         double seconds = (double)(to - from) / 1000.0;
         if (seconds > 0) {
-            run->archive_pages_read_per_second =
-                (lab_counter_at(samples.items, samples.count, to, false) -
-                 lab_counter_at(samples.items, samples.count, from, false)) / seconds;
-            run->archive_disk_reads_per_second =
-                (lab_counter_at(samples.items, samples.count, to, true) -
-                 lab_counter_at(samples.items, samples.count, from, true)) / seconds;
+            run->archive_pages_read_per_second = counter_change(&samples, LAB_COUNTER_PAGES_READ, from, to) / seconds;
+            run->archive_disk_reads_per_second = counter_change(&samples, LAB_COUNTER_DISK_READS, from, to) / seconds;
+            for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
+                double cpu_seconds = counter_change(&samples, LAB_COUNTER_CPU_ARCHIVE + role, from, to);
+                run->cpu_us_per_operation[role] =
+                    cpu_seconds >= 0 && run->operations > 0 ? cpu_seconds * 1e6 / (double)run->operations : -1.0;
+            }
         }
     } else {
         lab_note(lab, "%s: too few serverStatus samples of the archive to measure its page reads", run_name);

@@ -106,6 +106,7 @@ def test_tiny_lab_end_to_end(tmp_path):
         assert lines[row + 2].split()[0] == "tiered/direct"
         assert lines[row + 2].split()[1].endswith("x")
     assert "empty start:" in stdout
+    assert "CPU per operation, microseconds" in stdout
 
     report = json.loads(json_path.read_text())
     assert report == json.loads((output / "lab.json").read_text())
@@ -128,6 +129,15 @@ def test_tiny_lab_end_to_end(tmp_path):
             # 1/20 s it may bank while idle).
             assert 0 <= run["archive_disk_reads_per_second"] <= settings["read_iops"] * 1.1
             assert run["operations"] > 0 and run["errors"] >= 0
+            # Where each operation's CPU went: every process the run had, from
+            # /proc (the servers) or bench's own rusage; none for the tiers a
+            # direct run does not start.
+            cpu = run["cpu_us_per_op"]
+            assert cpu["archive"] >= 0 and cpu["bench"] > 0, cpu
+            if mode == "direct":
+                assert cpu["fast"] is None and cpu["proxy"] is None, cpu
+            else:
+                assert cpu["fast"] > 0 and cpu["proxy"] > 0, cpu
         for figure in TABLE_FIGURES:
             ratio = modes["tiered_over_direct"][figure]
             direct, tiered = modes["direct"][figure], modes["tiered"][figure]

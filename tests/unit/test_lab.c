@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -19,40 +20,71 @@ static void test_counter_interpolates_between_samples(void **state)
 {
     (void)state;
     const lab_counters_t samples[] = {
-        {.at_ms = 1000, .pages_read = 100, .disk_reads = 10},
-        {.at_ms = 2000, .pages_read = 300, .disk_reads = 20},
-        {.at_ms = 4000, .pages_read = 700, .disk_reads = 60},
+        {.at_ms = 1000, .values = {[LAB_COUNTER_PAGES_READ] = 100, [LAB_COUNTER_DISK_READS] = 10}},
+        {.at_ms = 2000, .values = {[LAB_COUNTER_PAGES_READ] = 300, [LAB_COUNTER_DISK_READS] = 20}},
+        {.at_ms = 4000, .values = {[LAB_COUNTER_PAGES_READ] = 700, [LAB_COUNTER_DISK_READS] = 60}},
     };
-    assert_float_equal(lab_counter_at(samples, 3, 1000, false), 100.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 3, 1500, false), 200.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 3, 3000, false), 500.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 3, 3000, true), 40.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 3, 4000, true), 60.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 1000, LAB_COUNTER_PAGES_READ), 100.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 1500, LAB_COUNTER_PAGES_READ), 200.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 3000, LAB_COUNTER_PAGES_READ), 500.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 3000, LAB_COUNTER_DISK_READS), 40.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 4000, LAB_COUNTER_DISK_READS), 60.0, 1e-9);
 }
 
 static void test_counter_outside_samples_takes_the_nearest(void **state)
 {
     (void)state;
     const lab_counters_t samples[] = {
-        {.at_ms = 1000, .pages_read = 100, .disk_reads = 10},
-        {.at_ms = 2000, .pages_read = 300, .disk_reads = 20},
+        {.at_ms = 1000, .values = {[LAB_COUNTER_PAGES_READ] = 100, [LAB_COUNTER_DISK_READS] = 10}},
+        {.at_ms = 2000, .values = {[LAB_COUNTER_PAGES_READ] = 300, [LAB_COUNTER_DISK_READS] = 20}},
     };
-    assert_float_equal(lab_counter_at(samples, 2, 0, false), 100.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 2, 99999, false), 300.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 0, 1000, false), 0.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 2, 0, LAB_COUNTER_PAGES_READ), 100.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 2, 99999, LAB_COUNTER_PAGES_READ), 300.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 0, 1000, LAB_COUNTER_PAGES_READ), 0.0, 1e-9);
 }
 
 static void test_counter_with_two_samples_at_one_instant(void **state)
 {
     (void)state;
     const lab_counters_t samples[] = {
-        {.at_ms = 1000, .pages_read = 100, .disk_reads = 0},
-        {.at_ms = 1000, .pages_read = 150, .disk_reads = 0},
-        {.at_ms = 3000, .pages_read = 350, .disk_reads = 0},
+        {.at_ms = 1000, .values = {[LAB_COUNTER_PAGES_READ] = 100, [LAB_COUNTER_DISK_READS] = 0}},
+        {.at_ms = 1000, .values = {[LAB_COUNTER_PAGES_READ] = 150, [LAB_COUNTER_DISK_READS] = 0}},
+        {.at_ms = 3000, .values = {[LAB_COUNTER_PAGES_READ] = 350, [LAB_COUNTER_DISK_READS] = 0}},
     };
     /* No division by a zero span. */
-    assert_float_equal(lab_counter_at(samples, 3, 1000, false), 100.0, 1e-9);
-    assert_float_equal(lab_counter_at(samples, 3, 2000, false), 250.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 1000, LAB_COUNTER_PAGES_READ), 100.0, 1e-9);
+    assert_float_equal(lab_counter_at(samples, 3, 2000, LAB_COUNTER_PAGES_READ), 250.0, 1e-9);
+}
+
+/* --- a child's CPU time ------------------------------------------------------------------ */
+
+static void test_cpu_seconds_of_a_running_process(void **state)
+{
+    (void)state;
+    lab_process_t self = {.pid = getpid()};
+    double before = lab_process_cpu_seconds(&self);
+    assert_true(before >= 0.0);
+    /* Burn 100 ms of CPU as the kernel counts it; /proc, in 10 ms ticks, must
+     * show most of it. */
+    struct timespec start, now;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
+    volatile uint64_t sum = 0;
+    do {
+        for (int i = 0; i < 100000; i++) {
+            sum += (uint64_t)i;
+        }
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    } while ((double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9 < 0.1);
+    double after = lab_process_cpu_seconds(&self);
+    assert_true(after >= before + 0.07);
+    assert_true(after <= before + 5.0);
+}
+
+static void test_cpu_seconds_of_no_process(void **state)
+{
+    (void)state;
+    lab_process_t none = {.pid = 0};
+    assert_true(lab_process_cpu_seconds(&none) < 0.0);
 }
 
 /* --- the empty start's catch-up -------------------------------------------------------- */
@@ -256,6 +288,8 @@ int main(void)
         cmocka_unit_test(test_counter_interpolates_between_samples),
         cmocka_unit_test(test_counter_outside_samples_takes_the_nearest),
         cmocka_unit_test(test_counter_with_two_samples_at_one_instant),
+        cmocka_unit_test(test_cpu_seconds_of_a_running_process),
+        cmocka_unit_test(test_cpu_seconds_of_no_process),
         cmocka_unit_test(test_catch_up_finds_the_first_window_at_the_reference),
         cmocka_unit_test(test_catch_up_that_never_happens),
         cmocka_unit_test(test_grouped_numbers),
