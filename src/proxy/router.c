@@ -151,6 +151,22 @@ bool router_reply_is_ok(const bson_t *body)
     return bson_iter_init_find(&iter, body, "ok") && bson_iter_as_double(&iter) == 1.0;
 }
 
+bool router_take_ok_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error,
+                          bson_t *out_body)
+{
+    bson_error_t parse_error;
+    if (error != NULL) {
+        request->proxy->requests_failed++;
+        router_finish_with_error(request, error);
+        return false;
+    }
+    if (!wire_op_msg_peek_body(reply, length, out_body, &parse_error) || !router_reply_is_ok(out_body)) {
+        router_relay_reply(request, reply, length);
+        return false;
+    }
+    return true;
+}
+
 /* --- forwarding ------------------------------------------------------------------ */
 
 /* The int64 value of body.path[0].path[1] inside a message we own, to patch. */

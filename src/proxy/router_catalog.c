@@ -161,17 +161,12 @@ static void on_fast_collection_created(void *context, const uint8_t *reply, size
     proxy_request_t *request = context;
     bson_t body;
     bson_error_t parse_error;
-    if (error != NULL) {
-        request->proxy->requests_failed++;
-        fail_on_fast_tier_send(request, error);
-        return;
-    }
-    if (wire_op_msg_peek_body(reply, length, &body, &parse_error) &&
+    if (error == NULL && wire_op_msg_peek_body(reply, length, &body, &parse_error) &&
         (router_reply_is_ok(&body) || reply_code(&body) == TC_ERR_NAMESPACE_EXISTS)) {
         send_both_to_fast(request);
         return;
     }
-    on_both_fast_reply(context, reply, length, NULL);
+    on_both_fast_reply(context, reply, length, error); /* the create failed: answered as collMod failing there */
 }
 
 /* collMod on a tiered namespace the fast tier has no collection for (no write has
@@ -245,17 +240,12 @@ static void on_both_archive_reply(void *context, const uint8_t *reply, size_t le
     proxy_request_t *request = context;
     bson_t body;
     bson_error_t parse_error;
-    if (error != NULL) {
-        request->proxy->requests_failed++;
-        router_finish_with_error(request, error); /* the fast tier is untouched */
-        return;
+    /* A removal the archive had nothing for goes on: the fast tier may hold it. */
+    request->archive_lacked = error == NULL && wire_op_msg_peek_body(reply, length, &body, &parse_error) &&
+                              !router_reply_is_ok(&body) && code_means_absent(request, reply_code(&body));
+    if (!request->archive_lacked && !router_take_ok_reply(request, reply, length, error, &body)) {
+        return; /* the archive failed or refused: the fast tier is untouched */
     }
-    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) ||
-        (!router_reply_is_ok(&body) && !code_means_absent(request, reply_code(&body)))) {
-        router_relay_reply(request, reply, length); /* the archive refused: the fast tier is untouched */
-        return;
-    }
-    request->archive_lacked = !router_reply_is_ok(&body);
     request->archive_reply = bson_malloc(length);
     memcpy(request->archive_reply, reply, length);
     request->archive_reply_length = length;

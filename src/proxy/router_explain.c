@@ -2,8 +2,6 @@
  * chose and why; a point read's explain runs on both tiers. */
 #include "proxy/router_private.h"
 
-#include "wire/wire.h"
-
 #include <string.h>
 
 /* --- explain: the tier's own explain, and which tier the planner chose and why ---------
@@ -76,14 +74,7 @@ static void on_explain_archive_reply(void *context, const uint8_t *reply, size_t
 {
     proxy_request_t *request = context;
     bson_t body;
-    bson_error_t parse_error;
-    if (error != NULL) {
-        request->proxy->requests_failed++;
-        router_finish_with_error(request, error);
-        return;
-    }
-    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !router_reply_is_ok(&body)) {
-        router_relay_reply(request, reply, length);
+    if (!router_take_ok_reply(request, reply, length, error, &body)) {
         return;
     }
     router_finish_explain(request, request->explain_fast_body, &body);
@@ -98,14 +89,7 @@ static void on_explain_fast_reply(void *context, const uint8_t *reply, size_t le
 {
     proxy_request_t *request = context;
     bson_t body;
-    bson_error_t parse_error;
-    if (error != NULL) {
-        request->proxy->requests_failed++;
-        router_finish_with_error(request, error);
-        return;
-    }
-    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !router_reply_is_ok(&body)) {
-        router_relay_reply(request, reply, length);
+    if (!router_take_ok_reply(request, reply, length, error, &body)) {
         return;
     }
     request->explain_fast_body = bson_copy(&body);

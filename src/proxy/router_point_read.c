@@ -44,20 +44,27 @@ static bool build_point_find(proxy_request_t *request, const bson_t *filter, uin
     return ok;
 }
 
-/* The reply's firstBatch (a view), or false for a reply that is not ok: 1. */
-static bool point_reply_batch(const uint8_t *reply, size_t length, bson_t *out_body, bson_t *out_batch)
+/* The opening of a find's reply (router_take_ok_reply): true with its body and
+ * firstBatch (views into reply); false, the request finished, otherwise (an ok
+ * reply without a firstBatch is relayed as it is too). */
+static bool take_point_batch(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error,
+                             bson_t *out_body, bson_t *out_batch)
 {
     bson_iter_t iter, batch;
-    bson_error_t error;
     uint32_t batch_length;
     const uint8_t *data;
-    if (!wire_op_msg_peek_body(reply, length, out_body, &error) || !bson_iter_init_find(&iter, out_body, "ok") ||
-        bson_iter_as_double(&iter) != 1.0 || !bson_iter_init(&iter, out_body) ||
-        !bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) || !BSON_ITER_HOLDS_ARRAY(&batch)) {
+    if (!router_take_ok_reply(request, reply, length, error, out_body)) {
         return false;
     }
-    bson_iter_array(&batch, &batch_length, &data);
-    return bson_init_static(out_batch, data, batch_length);
+    if (bson_iter_init(&iter, out_body) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&
+        BSON_ITER_HOLDS_ARRAY(&batch)) {
+        bson_iter_array(&batch, &batch_length, &data);
+        if (bson_init_static(out_batch, data, batch_length)) {
+            return true;
+        }
+    }
+    router_relay_reply(request, reply, length);
+    return false;
 }
 
 /* Raw bytes, not a bson_t: qsort moves these, and a static bson_t points into itself. */
@@ -152,13 +159,7 @@ static void on_point_archive_reply(void *context, const uint8_t *reply, size_t l
 {
     proxy_request_t *request = context;
     bson_t body, batch;
-    if (error != NULL) {
-        request->proxy->requests_failed++;
-        router_finish_with_error(request, error);
-        return;
-    }
-    if (!point_reply_batch(reply, length, &body, &batch)) {
-        router_relay_reply(request, reply, length);
+    if (!take_point_batch(request, reply, length, error, &body, &batch)) {
         return;
     }
     finish_point_read(request, &batch);
@@ -208,13 +209,7 @@ static void on_point_fast_reply(void *context, const uint8_t *reply, size_t leng
 {
     proxy_request_t *request = context;
     bson_t body, batch;
-    if (error != NULL) {
-        request->proxy->requests_failed++;
-        router_finish_with_error(request, error);
-        return;
-    }
-    if (!point_reply_batch(reply, length, &body, &batch)) {
-        router_relay_reply(request, reply, length);
+    if (!take_point_batch(request, reply, length, error, &body, &batch)) {
         return;
     }
     /* The client's own find came back with every id: its reply goes back as it is. */

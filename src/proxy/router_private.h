@@ -80,6 +80,12 @@ void router_finish_with_error(proxy_request_t *request, const bson_error_t *erro
 /* A tier's reply (an error), as it is. */
 void router_relay_reply(proxy_request_t *request, const uint8_t *reply, size_t length);
 bool router_reply_is_ok(const bson_t *body);
+/* The opening of a tier's reply (a backend_reply_fn's arguments): true with
+ * out_body (a view into reply) when the reply is ok: 1; else false, the request
+ * finished: with the error of a tier not reached (counted in requestsFailed), or
+ * with the tier's reply (an error, or unreadable) relayed as it is. */
+bool router_take_ok_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error,
+                          bson_t *out_body) TC_MUST_CHECK;
 
 /* Sends message to tier; done gets the reply. owned (NULL for the client's own
  * message) is kept until the request ends, for a retry. */

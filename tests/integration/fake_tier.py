@@ -77,17 +77,71 @@ def parse_op_query(message):
     return bson.decode(message[position:position + size])
 
 
+def build_message(opcode, payload, response_to):
+    return struct.pack("<iiii", 16 + len(payload), 0, response_to, opcode) + payload
+
+
 def build_op_reply(document, response_to):
-    payload = struct.pack("<iqii", 0, 0, 0, 1) + bson.encode(document)
-    return struct.pack("<iiii", 16 + len(payload), 0, response_to, OP_REPLY) + payload
+    return build_message(OP_REPLY, struct.pack("<iqii", 0, 0, 0, 1) + bson.encode(document), response_to)
 
 
 def build_op_msg(document, response_to):
-    payload = struct.pack("<I", 0) + b"\0" + bson.encode(document)
-    return struct.pack("<iiii", 16 + len(payload), 0, response_to, OP_MSG) + payload
+    return build_message(OP_MSG, struct.pack("<I", 0) + b"\0" + bson.encode(document), response_to)
 
 
-class FakeTier:
+def read_exactly(connection, count):
+    """count bytes from connection, or None once it closed."""
+    data = b""
+    while len(data) < count:
+        chunk = connection.recv(count - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+class LoopbackServer:
+    """A listener on a free loopback port; each connection it accepts is served by
+    _serve(connection) in a thread of its own, until close()."""
+
+    def __init__(self):
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.running = True
+        self.connections = []  # closed by close(); _serve may add its own
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def close(self):
+        self.running = False
+        self.listener.close()
+        for connection in list(self.connections):
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+                connection.close()
+            except OSError:
+                pass
+
+    def _accept(self):
+        while self.running:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections.append(connection)
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection):
+        raise NotImplementedError
+
+
+class FakeTier(LoopbackServer):
     _cursor_ids = itertools.count(1000)
 
     def __init__(self, key_id, set_name="rs0", seconds=1700000000, secondary=False, tags=None, lag_seconds=0,
@@ -110,22 +164,11 @@ class FakeTier:
         self.commands = []
         self.refused = []
         self.lock = threading.Lock()
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
-        self.running = True
-        self.connections = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
     @property
     def uri(self):
         return "mongodb://127.0.0.1:%d/?replicaSet=%s" % (self.port, self.set_name)
-
-    @property
-    def address(self):
-        return "127.0.0.1:%d" % self.port
 
     def names(self):
         with self.lock:
@@ -142,34 +185,15 @@ class FakeTier:
             return {"clusterTime": Timestamp(self.seconds, self.increment),
                     "signature": {"hash": bson.Binary(bytes([self.key_id % 256]) * 20), "keyId": Int64(self.key_id)}}
 
-    def close(self):
-        self.running = False
-        self.listener.close()
-        for connection in list(self.connections):
-            try:
-                connection.shutdown(socket.SHUT_RDWR)
-                connection.close()
-            except OSError:
-                pass
-
     # -- serving ------------------------------------------------------------
-    def _accept(self):
-        while self.running:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections.append(connection)
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
-
     def _serve(self, connection):
         try:
             while self.running:
-                header = self._read(connection, 16)
+                header = read_exactly(connection, 16)
                 if header is None:
                     return
                 length, request_id, _, opcode = struct.unpack("<iiii", header)
-                rest = self._read(connection, length - 16)
+                rest = read_exactly(connection, length - 16)
                 if rest is None or opcode not in (OP_MSG, OP_QUERY):
                     return
                 if opcode == OP_QUERY:
@@ -188,16 +212,6 @@ class FakeTier:
             return
         finally:
             connection.close()
-
-    @staticmethod
-    def _read(connection, count):
-        data = b""
-        while len(data) < count:
-            chunk = connection.recv(count - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
 
     def _answer(self, command):
         name = next(iter(command))
@@ -328,7 +342,7 @@ class FakeReplicaSet:
             member.close()
 
 
-class MemberRelay:
+class MemberRelay(LoopbackServer):
     """A replica set member made of a real server: each message goes to a
     `thermocline store` and its reply comes back, but hello replies are rewritten
     so that the store answers as the primary or a secondary of set_name with the
@@ -345,40 +359,11 @@ class MemberRelay:
         self.primary_address = None
         self.commands = []
         self.lock = threading.Lock()
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
-        self.running = True
-        self.sockets = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def address(self):
-        return "127.0.0.1:%d" % self.port
+        super().__init__()
 
     def names(self):
         with self.lock:
             return list(self.commands)
-
-    def close(self):
-        self.running = False
-        self.listener.close()
-        for each in list(self.sockets):
-            try:
-                each.close()
-            except OSError:
-                pass
-
-    def _accept(self):
-        while self.running:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            self.sockets.append(connection)
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
 
     def _serve(self, connection):
         upstream = None
@@ -386,7 +371,7 @@ class MemberRelay:
             if self.server_context is not None:
                 connection = self.server_context.wrap_socket(connection, server_side=True)
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            self.sockets.append(upstream)
+            self.connections.append(upstream)
             while self.running:
                 request = self._message(connection)
                 if request is None:
@@ -421,8 +406,8 @@ class MemberRelay:
 
     @staticmethod
     def _message(connection):
-        header = FakeTier._read(connection, 4)
+        header = read_exactly(connection, 4)
         if header is None:
             return None
-        rest = FakeTier._read(connection, struct.unpack("<i", header)[0] - 4)
+        rest = read_exactly(connection, struct.unpack("<i", header)[0] - 4)
         return None if rest is None else header + rest

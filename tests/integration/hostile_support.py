@@ -1,8 +1,8 @@
 """Helpers for the tests of clients that misbehave (test_store_limits.py
 against the store, test_proxy_hostile.py against the proxy): a well-behaved
 client that keeps working in a thread and must never fail, a wait for the
-server to close a socket, a watch on a process's resident memory, and the
-malformed frames hostile clients send."""
+server to close a socket, a watch on a process's resident memory, slowloris
+clients, and the malformed frames hostile clients send."""
 
 import socket
 import struct
@@ -109,6 +109,42 @@ class RssWatch:
 
 def frame_header(length, opcode=2013, request_id=1):
     return struct.pack("<iiii", length, request_id, 0, opcode)
+
+
+class Slowloris:
+    """count clients (each from connect()) that announce a 40 MB message, an
+    OP_MSG insert, and send its first first_bytes bytes; drip() then sends the
+    rest a byte at a time. They would pin count x 40 MB if a server's buffers
+    followed the announced size."""
+
+    BODY = struct.pack("<I", 0) + b"\x00" + bson.encode({"insert": "c", "$db": "slow"})
+
+    def __init__(self, connect, count, first_bytes):
+        self.sockets = []
+        for _ in range(count):
+            sock = connect()
+            sock.sendall(frame_header(40 * MIB) + self.BODY[:first_bytes])
+            self.sockets.append(sock)
+        self.sent = first_bytes
+
+    def drip(self, interval, limit=15, after_each_round=None):
+        """Every interval seconds, sends each client's next byte (an "x" past the
+        message's end) and then runs after_each_round(), until the server has
+        closed every client or limit seconds have passed. Returns the seconds
+        that took and the clients still open."""
+        started = time.monotonic()
+        open_ones = list(self.sockets)
+        while open_ones and time.monotonic() - started < limit:
+            time.sleep(interval)
+            for sock in list(open_ones):
+                try:
+                    sock.sendall(self.BODY[self.sent:self.sent + 1] or b"x")
+                except (BrokenPipeError, ConnectionResetError):
+                    open_ones.remove(sock)
+            self.sent += 1
+            if after_each_round is not None:
+                after_each_round()
+        return time.monotonic() - started, open_ones
 
 
 def malformed_frames():

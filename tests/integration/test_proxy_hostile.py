@@ -19,7 +19,8 @@ import bson
 import pytest
 
 from conftest import ProxyProcess, StoreProcess, op_msg, read_reply, wait_until
-from hostile_support import MIB, GoodClientProbe, RssWatch, closed_by_server, good_client, malformed_frames
+from hostile_support import (MIB, GoodClientProbe, RssWatch, Slowloris, closed_by_server, good_client,
+                             malformed_frames)
 from tier_support import tier_config
 
 CONNECTIONS = 10_000
@@ -179,12 +180,7 @@ def test_slowloris_and_clients_that_never_read(deployment):
     good = probe(proxy)
     memory = RssWatch(proxy)
     # Slowloris: each announces a 40 MB message, then sends a byte a second.
-    body = struct.pack("<I", 0) + b"\x00" + bson.encode({"insert": "c", "$db": "slow"})
-    slow = []
-    for _ in range(20):
-        sock = connect(proxy)
-        sock.sendall(struct.pack("<iiii", 40 * MIB, 1, 0, 2013) + body[:4])
-        slow.append(sock)
+    slow = Slowloris(lambda: connect(proxy), 20, 4)
     # Never-readers: three pipelined 6 MB finds each, behind a 4 KiB receive buffer.
     stalled = []
     for _ in range(4):
@@ -192,19 +188,8 @@ def test_slowloris_and_clients_that_never_read(deployment):
         for request_id in range(1, 4):
             sock.sendall(op_msg({"find": "docs", "batchSize": 100, "$db": "big"}, request_id))
         stalled.append(sock)
-    started = time.monotonic()
-    open_ones = list(slow)
-    sent = 4
-    while open_ones and time.monotonic() - started < 15:
-        time.sleep(1)
-        for sock in list(open_ones):
-            try:
-                sock.sendall(body[sent:sent + 1] or b"x")
-            except (BrokenPipeError, ConnectionResetError):
-                open_ones.remove(sock)
-        sent += 1
-    slow_closed = time.monotonic() - started
-    for sock in slow + stalled:
+    slow_closed, open_ones = slow.drip(1)
+    for sock in slow.sockets + stalled:
         assert closed_by_server(sock, SEND_TIMEOUT_S + 10)
         sock.close()
     good.finish()

@@ -5,14 +5,12 @@ thousands of idle connections. Each time a good client keeps working, the
 server's memory stays bounded, and the bad clients are closed and logged."""
 
 import socket
-import struct
 import time
 
-import bson
 import pytest
 
 from conftest import StoreProcess, op_msg, read_reply
-from hostile_support import MIB, GoodClientProbe, closed_by_server, good_client
+from hostile_support import MIB, GoodClientProbe, Slowloris, closed_by_server, good_client
 
 
 @pytest.fixture
@@ -46,31 +44,18 @@ def test_slowloris_is_closed_while_a_good_client_works(start_store):
     limited_store = start_store("--receive-timeout", "2s")
     probe = GoodClientProbe(limited_store)
     baseline = limited_store.rss_kib()
-    # Twenty clients each announce a 40 MB message and then send a byte every
-    # half second: they would pin 800 MB if buffers followed the announced size.
-    body = struct.pack("<I", 0) + b"\x00" + bson.encode({"insert": "c", "$db": "slow"})
-    header = struct.pack("<iiii", 40 * MIB, 1, 0, 2013)
-    slow = []
-    for _ in range(20):
-        sock = socket.create_connection(("127.0.0.1", limited_store.port), timeout=5)
-        sock.sendall(header + body[:8])
-        slow.append(sock)
-    started = time.monotonic()
-    open_ones = list(slow)
-    sent = 8
-    while open_ones and time.monotonic() - started < 15:
-        time.sleep(0.5)
-        for sock in list(open_ones):
-            try:
-                sock.sendall(body[sent:sent + 1] or b"x")
-            except (BrokenPipeError, ConnectionResetError):
-                open_ones.remove(sock)
-        sent += 1
+    grown = 0
+
+    def check_memory():
+        nonlocal grown
         grown = limited_store.rss_kib() - baseline
         assert grown < 100 * 1024, "RSS grew by %d KiB with 20 slow clients" % grown
+
+    # Twenty clients each send a byte every half second.
+    slow = Slowloris(lambda: socket.create_connection(("127.0.0.1", limited_store.port), timeout=5), 20, 8)
+    elapsed, _ = slow.drip(0.5, after_each_round=check_memory)
     print("slowloris: RSS grew by at most %d KiB" % grown)
-    elapsed = time.monotonic() - started
-    for sock in slow:
+    for sock in slow.sockets:
         assert closed_by_server(sock, 5)
         sock.close()
     assert elapsed < 10, "slow clients were still open after %.1f s" % elapsed
