@@ -12,6 +12,7 @@ static void on_fault_in_inserted(void *context, const uint8_t *reply, size_t len
     proxy_request_t *request = context;
     (void)reply, (void)length;
     if (error != NULL) {
+        request->proxy->requests_failed++; /* a tier failed, as in every other route */
         router_finish_with_error(request, error);
         return;
     }
@@ -26,6 +27,7 @@ static void on_fault_in_found(void *context, const uint8_t *reply, size_t length
     bson_iter_t iter, cursor, batch;
     bson_error_t parse_error;
     if (error != NULL) {
+        request->proxy->requests_failed++; /* a tier failed, as in every other route */
         router_finish_with_error(request, error);
         return;
     }
