@@ -24,6 +24,7 @@
  * at once count against a server-wide bound (max_queued_reply_bytes).
  */
 #include "net/server_private.h"
+#include "net/stream_write.h"
 #include "net/transport.h"
 
 #include "common/log.h"
@@ -430,6 +431,12 @@ static void connection_on_write(uv_write_t *request, int status)
     connection_finish_write(request->data, status);
 }
 
+static uv_write_t *connection_write_request(void *context)
+{
+    connection_t *connection = context;
+    return &connection->write_request;
+}
+
 static void connection_write_reply(connection_t *connection)
 {
     connection_set_state(connection, CONNECTION_WRITING);
@@ -448,27 +455,17 @@ static void connection_write_reply(connection_t *connection)
         connection_close(connection);
         return;
     }
-    uv_buf_t buffer = uv_buf_init((char *)wire, (unsigned int)wire_length);
-    /* Most replies fit the socket buffer: written here, they cost one system call
-     * and no write request, whose completion would also change the epoll set. */
-    int written = uv_try_write((uv_stream_t *)&connection->tcp, &buffer, 1);
-    if (written == (int)wire_length) {
+    int error = 0;
+    switch (stream_write((uv_stream_t *)&connection->tcp, wire, wire_length, connection_write_request, connection,
+                         connection_on_write, &error)) {
+    case STREAM_WRITE_DONE:
         connection_finish_write(connection, 0);
         return;
-    }
-    if (written > 0) {
-        buffer = uv_buf_init((char *)wire + written, (unsigned int)(wire_length - (size_t)written));
-    } else if (written != UV_EAGAIN) {
-        connection_finish_write(connection, written);
+    case STREAM_WRITE_FAILED:
+        connection_finish_write(connection, error);
         return;
-    }
-    int result = uv_write(&connection->write_request, (uv_stream_t *)&connection->tcp, &buffer, 1,
-                          connection_on_write);
-    if (result != 0) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s",
-               connection->peer, uv_strerror(result));
-        connection_close(connection);
-        return;
+    case STREAM_WRITE_QUEUED:
+        break;
     }
     /* libuv wrote what the kernel took; whatever is left waits on this client and
      * keeps the whole reply allocated until it is written. */

@@ -21,6 +21,7 @@
 #include "proxy/backend_tls.h"
 
 #include "common/log.h"
+#include "net/stream_write.h"
 #include "proxy/backend_auth.h"
 #include "wire/wire.h"
 
@@ -250,37 +251,43 @@ static void on_write(uv_write_t *write_request, int status)
     }
 }
 
+/* stream_write's request for what the socket did not take at once: a write of
+ * its own, which keeps the bytes until on_write. */
+typedef struct backend_pending_write {
+    backend_connection_t *connection;
+    uint8_t *bytes;
+    backend_write_t *write; /* NULL until the socket leaves some bytes over */
+} backend_pending_write_t;
+
+static uv_write_t *backend_write_request(void *context)
+{
+    backend_pending_write_t *pending = context;
+    pending->write = bson_malloc0(sizeof *pending->write);
+    pending->write->connection = pending->connection;
+    pending->write->bytes = pending->bytes;
+    pending->write->request.data = pending->write;
+    return &pending->write->request;
+}
+
 /* Writes bytes (taken over) to the socket. false: the connection failed. */
 static bool write_bytes(backend_connection_t *connection, uint8_t *bytes, size_t length)
 {
-    uv_buf_t buffer = uv_buf_init((char *)bytes, (unsigned int)length);
-    /* A request fits the socket buffer: written at once, it needs no write
-     * request, whose completion would also change the epoll set. libuv refuses
-     * (EAGAIN) while earlier writes wait, so the order holds. */
-    int written = uv_try_write((uv_stream_t *)&connection->tcp, &buffer, 1);
-    if (written == (int)length) {
+    backend_pending_write_t pending = {.connection = connection, .bytes = bytes};
+    int error = 0;
+    switch (stream_write((uv_stream_t *)&connection->tcp, bytes, length, backend_write_request, &pending, on_write,
+                         &error)) {
+    case STREAM_WRITE_DONE:
         bson_free(bytes);
         return true;
+    case STREAM_WRITE_QUEUED:
+        return true;
+    case STREAM_WRITE_FAILED:
+        break;
     }
-    if (written > 0) {
-        buffer = uv_buf_init((char *)bytes + written, (unsigned int)(length - (size_t)written));
-    } else if (written != UV_EAGAIN) {
-        bson_free(bytes);
-        backend_connection_fail(connection, uv_strerror(written));
-        return false;
-    }
-    backend_write_t *write = bson_malloc0(sizeof *write);
-    write->connection = connection;
-    write->bytes = bytes;
-    write->request.data = write;
-    int result = uv_write(&write->request, (uv_stream_t *)&connection->tcp, &buffer, 1, on_write);
-    if (result != 0) {
-        bson_free(bytes);
-        bson_free(write);
-        backend_connection_fail(connection, uv_strerror(result));
-        return false;
-    }
-    return true;
+    bson_free(bytes);
+    bson_free(pending.write);
+    backend_connection_fail(connection, uv_strerror(error));
+    return false;
 }
 
 /* Writes the TLS records the session has for the server. */
