@@ -6,6 +6,7 @@
 #include "store/store.h"
 #include "tier/tier.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +36,10 @@ int main(int argc, char **argv)
         print_usage(stderr);
         return 2;
     }
+    /* A peer that resets its connection must cost that connection, not the
+     * process: libuv writes with write(2), which raises SIGPIPE (as mongod, ignore
+     * it and take EPIPE). */
+    signal(SIGPIPE, SIG_IGN);
     const char *command = argv[1];
     if (strcmp(command, "proxy") == 0) {
         return proxy_main(argc - 1, argv + 1);

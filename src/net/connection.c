@@ -14,6 +14,10 @@
  *   any state ── EOF, error, close_after, shutdown, timeout ──▶ CLOSING, then
  *   freed once its handles are closed and no request of it is with a worker.
  *
+ * In worker mode a worker writes a plain reply itself when the kernel takes it
+ * whole, and the loop takes the request back only when it next needs the
+ * connection (connection_take_back_request): no wake-up of the loop per request.
+ *
  * Bytes reach the socket through a transport (transport.h: plain, or TLS found by
  * its first byte). One deadline timer guards the states a client controls
  * (pgbouncer's client_idle_timeout, nginx's client_body_timeout): READING with
@@ -30,10 +34,12 @@
 #include "common/log.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define LOG_COMPONENT "NETWORK"
 #define MESSAGE_HEADER_BYTES 16
@@ -52,6 +58,16 @@ typedef enum connection_state {
 static const char *const connection_state_names[CONNECTION_STATE_COUNT] = {
     "READING", "EXECUTING", "HOLDING", "WRITING", "CLOSING",
 };
+
+/* Worker mode: who finishes the request with the workers. The common case (a
+ * plain reply the kernel takes at once) costs no wake-up of the loop: the worker
+ * writes it and leaves the request for the loop to take back when it next needs
+ * the connection (connection_take_back_request). */
+typedef enum connection_handoff {
+    HANDOFF_LOOP,             /* the worker queues the job for connection_complete_request() */
+    HANDOFF_WORKER_MAY_WRITE, /* the worker may write the reply itself */
+    HANDOFF_WORKER_WROTE,     /* it did, whole: the request is over but not yet taken back */
+} connection_handoff_t;
 
 /* Which limit deadline_timer enforces; follows from state and buffers. */
 typedef enum connection_deadline {
@@ -86,8 +102,16 @@ struct connection {
 
     worker_job_t job;
     uint8_t *job_message; /* the allocation behind job.request.message */
+    size_t job_message_capacity; /* its size when it was the input buffer, lent whole; else 0 */
     server_reply_t reply; /* held or being written; data freed by on_write or free */
     uint8_t *wire;        /* the reply as written (the same as reply.data, or TLS records) */
+    size_t wire_sent;     /* bytes of wire a worker already wrote (plain only) */
+
+    /* Worker mode. The lock orders a worker's write to the socket with the loop
+     * taking the request back or closing the socket. */
+    pthread_mutex_t handoff_lock;
+    connection_handoff_t handoff; /* under handoff_lock while the job is with a worker */
+    uv_os_fd_t socket_fd;
     size_t queued_reply_bytes; /* this reply's share of server->queued_reply_bytes */
     void *connection_data;     /* the application's (server_request_t.connection_data) */
 
@@ -111,6 +135,7 @@ typedef struct connection_extra_write {
 
 static void connection_process_input(connection_t *connection);
 static void connection_update_deadline(connection_t *connection);
+static bool connection_take_back_request(connection_t *connection);
 
 static void connection_set_state(connection_t *connection, connection_state_t next)
 {
@@ -188,6 +213,7 @@ static void connection_free_if_unused(connection_t *connection)
     bson_free(connection->job_message);
     bson_free(connection->reply.data);
     bson_free(connection->wire);
+    pthread_mutex_destroy(&connection->handoff_lock);
     bson_free(connection);
     server_on_connection_freed(server);
 }
@@ -206,6 +232,7 @@ static void connection_close(connection_t *connection)
     if (connection->state == CONNECTION_CLOSING) {
         return;
     }
+    connection_take_back_request(connection); /* no worker writes to the socket closed below */
     connection_set_state(connection, CONNECTION_CLOSING);
     connection->reading = false;
     uv_close((uv_handle_t *)&connection->tcp, connection_on_handle_closed);
@@ -214,6 +241,36 @@ static void connection_close(connection_t *connection)
 }
 
 static void connection_resume_reading(connection_t *connection);
+
+/* Keeps an empty input buffer of the usual size for a later read, or frees it. */
+static void connection_spare_buffer(server_t *server, uint8_t *buffer, size_t capacity)
+{
+    if (capacity == READ_BUFFER_KEEP_BYTES && server->spare_read_buffer_count < SERVER_SPARE_READ_BUFFERS) {
+        server->spare_read_buffers[server->spare_read_buffer_count++] = buffer;
+    } else {
+        bson_free(buffer);
+    }
+}
+
+/* The request is over: its message's memory goes back to the spares or is freed. */
+static void connection_release_job_message(connection_t *connection)
+{
+    connection_spare_buffer(connection->server, connection->job_message, connection->job_message_capacity);
+    connection->job_message = NULL;
+    connection->job_message_capacity = 0;
+}
+
+/* A read brought nothing: an input buffer holding nothing goes back to the spares. */
+static void connection_release_empty_input(connection_t *connection)
+{
+    if (connection->buffer != NULL && connection->end == connection->start) {
+        connection_spare_buffer(connection->server, connection->buffer, connection->capacity);
+        connection->buffer = NULL;
+        connection->capacity = 0;
+        connection->start = 0;
+        connection->end = 0;
+    }
+}
 
 uint8_t *connection_input_space(connection_t *connection, size_t minimum, size_t *out_available)
 {
@@ -232,6 +289,14 @@ uint8_t *connection_input_space(connection_t *connection, size_t minimum, size_t
         }
     }
     size_t wanted_capacity = goal > READ_BUFFER_KEEP_BYTES ? goal : READ_BUFFER_KEEP_BYTES;
+    server_t *server = connection->server;
+    if (connection->buffer == NULL && wanted_capacity == READ_BUFFER_KEEP_BYTES &&
+        server->spare_read_buffer_count > 0) {
+        connection->buffer = server->spare_read_buffers[--server->spare_read_buffer_count];
+        connection->capacity = READ_BUFFER_KEEP_BYTES;
+        connection->start = 0;
+        connection->end = 0;
+    }
 
     if (connection->capacity > wanted_capacity && wanted_capacity == READ_BUFFER_KEEP_BYTES) {
         /* A large message has gone: give its memory back. */
@@ -275,6 +340,9 @@ static void connection_on_alloc(uv_handle_t *handle, size_t suggested_size, uv_b
 static void connection_on_read(uv_stream_t *stream, ssize_t read_count, const uv_buf_t *buffer)
 {
     connection_t *connection = stream->data;
+    if (read_count <= 0) {
+        connection_release_empty_input(connection);
+    }
     if (read_count == UV_EOF) {
         connection_close(connection);
         return;
@@ -327,6 +395,7 @@ static void connection_dispatch(connection_t *connection, size_t length)
     if (connection->end - connection->start == length) {
         /* The buffer holds exactly this message: lend it whole instead of copying. */
         connection->job_message = connection->buffer;
+        connection->job_message_capacity = connection->capacity;
         connection->job.request.message = connection->buffer + connection->start;
         connection->buffer = NULL;
         connection->capacity = 0;
@@ -334,6 +403,7 @@ static void connection_dispatch(connection_t *connection, size_t length)
         connection->end = 0;
     } else {
         connection->job_message = bson_malloc(length);
+        connection->job_message_capacity = 0;
         memcpy(connection->job_message, connection->buffer + connection->start, length);
         connection->job.request.message = connection->job_message;
         connection->start += length;
@@ -349,6 +419,19 @@ static void connection_dispatch(connection_t *connection, size_t length)
     connection_submit(connection);
 }
 
+/* Whether a whole next message is buffered. */
+static bool connection_has_whole_message(const connection_t *connection)
+{
+    size_t buffered = connection->end - connection->start;
+    if (buffered < 4) {
+        return false;
+    }
+    const uint8_t *prefix = connection->buffer + connection->start;
+    uint32_t length = (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 | (uint32_t)prefix[2] << 16 |
+                      (uint32_t)prefix[3] << 24;
+    return buffered >= length;
+}
+
 /* Hands the job's request to the application: a worker, or the loop callback. */
 static void connection_submit(connection_t *connection)
 {
@@ -361,7 +444,86 @@ static void connection_submit(connection_t *connection)
         connection->dispatching = false;
         return;
     }
+    /* No lock: the job is with no worker yet, and the pool's queue orders this
+     * write before the worker's read. The loop must see the request end when it
+     * has a next message to dispatch (reading stays paused until then), and with
+     * an idle timeout, which starts then. */
+    uint32_t idle_timeout_ms = connection->server->options.idle_timeout_ms;
+    bool may_write = connection->transport == &transport_plain &&
+                     (idle_timeout_ms == 0 || idle_timeout_ms == SERVER_NO_TIMEOUT) &&
+                     !connection_has_whole_message(connection);
+    connection->handoff = may_write ? HANDOFF_WORKER_MAY_WRITE : HANDOFF_LOOP;
     worker_pool_submit(connection->server->workers, &connection->job);
+}
+
+/* Worker mode, loop thread: a request whose reply a worker wrote whole is taken
+ * back (the connection returns to READING: true); otherwise the worker is told to
+ * leave the reply to the loop, which then needs its completion (false). Called
+ * before the loop needs the request over: a next message is waiting, or the
+ * socket closes. */
+static bool connection_take_back_request(connection_t *connection)
+{
+    if (connection->state != CONNECTION_EXECUTING || !connection->request_in_flight ||
+        connection->server->callbacks.handle_on_loop != NULL) {
+        return false;
+    }
+    pthread_mutex_lock(&connection->handoff_lock);
+    bool wrote = connection->handoff == HANDOFF_WORKER_WROTE;
+    connection->handoff = HANDOFF_LOOP;
+    pthread_mutex_unlock(&connection->handoff_lock);
+    if (!wrote) {
+        return false;
+    }
+    memset(&connection->job.reply, 0, sizeof connection->job.reply);
+    memset(&connection->job.request, 0, sizeof connection->job.request);
+    connection_release_job_message(connection);
+    connection->request_in_flight = false;
+    connection_set_state(connection, CONNECTION_READING);
+    return true;
+}
+
+bool connection_finish_on_worker(worker_job_t *job)
+{
+    connection_t *connection = job->owner;
+    server_reply_t *reply = &job->reply;
+    if (reply->run_again || reply->close_after || reply->delay_ms > 0 || reply->length > SSIZE_MAX) {
+        return false;
+    }
+    bool finished = false;
+    pthread_mutex_lock(&connection->handoff_lock);
+    if (connection->handoff == HANDOFF_WORKER_MAY_WRITE) {
+        /* Plain, and the previous reply is written: the socket's write queue is
+         * empty, so writing here keeps the order. */
+        size_t length = reply->data != NULL ? reply->length : 0;
+        ssize_t written = 0;
+        if (length > 0) {
+            do {
+                written = send(connection->socket_fd, reply->data, length, MSG_DONTWAIT | MSG_NOSIGNAL);
+            } while (written < 0 && errno == EINTR);
+        }
+        if (written == (ssize_t)length) {
+            bson_free(reply->data);
+            reply->data = NULL;
+            connection->handoff = HANDOFF_WORKER_WROTE;
+            finished = true;
+        } else if (written >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+            /* The loop writes the rest and keeps the limits (send timeout, queued bytes). */
+            connection->wire_sent = written > 0 ? (size_t)written : 0;
+            connection->handoff = HANDOFF_LOOP;
+        } else {
+            /* The kernel reports a reset once: a second write would raise SIGPIPE.
+             * Nothing reaches this client any more, so the loop just closes. */
+            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s", connection->peer,
+                   uv_strerror(uv_translate_sys_error(errno)));
+            bson_free(reply->data);
+            reply->data = NULL;
+            reply->length = 0;
+            reply->close_after = true;
+            connection->handoff = HANDOFF_LOOP;
+        }
+    }
+    pthread_mutex_unlock(&connection->handoff_lock);
+    return finished; /* when true the loop may free connection at any time now */
 }
 
 /* Runs after every change of what is buffered or of state: dispatches the next
@@ -390,7 +552,7 @@ static void connection_process_input(connection_t *connection)
             connection_resume_reading(connection);
             return;
         }
-        if (connection->state != CONNECTION_READING) {
+        if (connection->state != CONNECTION_READING && !connection_take_back_request(connection)) {
             connection_pause_reading(connection);
             return;
         }
@@ -406,6 +568,7 @@ static void connection_finish_write(connection_t *connection, int status)
     connection->queued_reply_bytes = 0;
     bson_free(connection->wire);
     connection->wire = NULL;
+    connection->wire_sent = 0;
     memset(&connection->reply, 0, sizeof connection->reply); /* its data was handed to the transport */
     if (connection->state == CONNECTION_CLOSING) {
         return; /* cancelled by the close; the close callbacks free the connection */
@@ -455,8 +618,10 @@ static void connection_write_reply(connection_t *connection)
         connection_close(connection);
         return;
     }
+    /* A worker may have written the start already (plain replies only). */
     int error = 0;
-    switch (stream_write((uv_stream_t *)&connection->tcp, wire, wire_length, connection_write_request, connection,
+    switch (stream_write((uv_stream_t *)&connection->tcp, wire + connection->wire_sent,
+                         wire_length - connection->wire_sent, connection_write_request, connection,
                          connection_on_write, &error)) {
     case STREAM_WRITE_DONE:
         connection_finish_write(connection, 0);
@@ -519,8 +684,7 @@ void connection_complete_request(worker_job_t *job)
     server_reply_t reply = job->reply;
     memset(&job->reply, 0, sizeof job->reply);
     memset(&job->request, 0, sizeof job->request);
-    bson_free(connection->job_message);
-    connection->job_message = NULL;
+    connection_release_job_message(connection);
     connection->request_in_flight = false;
 
     if (connection->state == CONNECTION_CLOSING) {
@@ -568,6 +732,8 @@ void connection_accept(server_t *server)
     }
     uv_timer_init(&server->loop, &connection->delay_timer);
     uv_timer_init(&server->loop, &connection->deadline_timer);
+    pthread_mutex_init(&connection->handoff_lock, NULL);
+    connection->socket_fd = -1;
     connection->server = server;
     connection->state = CONNECTION_READING;
     connection->transport = server->options.tls_mode == TLS_MODE_DISABLED ? &transport_plain : &transport_detect;
@@ -595,6 +761,7 @@ void connection_accept(server_t *server)
     }
     /* Replies are whole messages written at once: Nagle would only delay them. */
     uv_tcp_nodelay(&connection->tcp, 1);
+    uv_fileno((uv_handle_t *)&connection->tcp, &connection->socket_fd);
     connection_describe_peer(connection);
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id,
            "connection accepted from %s #%llu (%llu connection%s now open)", connection->peer,

@@ -318,7 +318,8 @@ bool server_run(server_t *server, bson_error_t *error)
     server->ran = true;
     if (server->options.worker_count > 0) {
         server->workers = worker_pool_new(server->options.worker_count, &server->callbacks,
-                                          server_notify_completion, server, error);
+                                          connection_finish_on_worker, server_notify_completion, server,
+                                          error);
         if (server->workers == NULL) {
             return false;
         }
@@ -396,6 +397,9 @@ void server_destroy(server_t *server)
     }
     pthread_mutex_destroy(&server->stop_lock);
     bson_free(server->tls_read_buffer);
+    for (int index = 0; index < server->spare_read_buffer_count; index++) {
+        bson_free(server->spare_read_buffers[index]);
+    }
     bson_free(server->bind_address);
     bson_free(server);
 }

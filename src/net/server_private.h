@@ -13,6 +13,8 @@
 
 typedef struct connection connection_t;
 
+#define SERVER_SPARE_READ_BUFFERS 8
+
 struct server {
     server_options_t options; /* options.bind_address points at bind_address */
     char *bind_address;
@@ -44,6 +46,12 @@ struct server {
      * once, so one buffer serves every connection. Allocated on first use. */
     uint8_t *tls_read_buffer;
 
+    /* Loop thread only: empty input buffers of the usual size no connection holds
+     * (connection.c), so a read that brings nothing (EOF) allocates nothing and a
+     * request's buffer serves a later read. */
+    uint8_t *spare_read_buffers[SERVER_SPARE_READ_BUFFERS];
+    int spare_read_buffer_count;
+
     /* Read from any thread by server_connection_stats(). */
     _Atomic uint64_t current_connections;
     _Atomic uint64_t total_created;
@@ -62,6 +70,12 @@ void connection_close_all(server_t *server);
 
 /* Loop thread: a worker finished job; sends or holds its reply. */
 void connection_complete_request(worker_job_t *job);
+
+/* Worker thread, right after the handler: writes a plain reply straight to the
+ * socket when the connection allows it and the kernel takes it whole; true when
+ * the job is done (the loop takes the request back lazily), false: complete it
+ * on the loop with connection_complete_request(). */
+bool connection_finish_on_worker(worker_job_t *job);
 
 /* server.c */
 

@@ -1,5 +1,6 @@
 /* Worker threads for the server: a mutex+condvar queue of submitted jobs and a
- * mutex-protected list of completed ones, handed back through the notify hook. */
+ * mutex-protected list of completed ones, handed back through the notify hook
+ * (one call per batch the submitter has not taken yet). */
 #include "net/worker_pool.h"
 
 #include <pthread.h>
@@ -18,6 +19,7 @@ typedef struct worker_job_queue {
 
 struct worker_pool {
     server_callbacks_t callbacks;
+    worker_pool_finish_fn finish;
     worker_pool_notify_fn notify;
     void *notify_context;
 
@@ -25,6 +27,7 @@ struct worker_pool {
     pthread_cond_t submitted_ready;
     worker_job_queue_t submitted;
     bool stopping; /* under submitted_lock: workers exit once the queue is empty */
+    int sleeping_count; /* under submitted_lock: workers waiting on submitted_ready */
 
     pthread_mutex_t completed_lock;
     worker_job_queue_t completed;
@@ -69,7 +72,9 @@ static void *worker_thread_main(void *argument)
     for (;;) {
         pthread_mutex_lock(&pool->submitted_lock);
         while (pool->submitted.head == NULL && !pool->stopping) {
+            pool->sleeping_count++;
             pthread_cond_wait(&pool->submitted_ready, &pool->submitted_lock);
+            pool->sleeping_count--;
         }
         worker_job_t *job = worker_job_queue_pop(&pool->submitted);
         pthread_mutex_unlock(&pool->submitted_lock);
@@ -78,10 +83,18 @@ static void *worker_thread_main(void *argument)
         }
 
         pool->callbacks.handle(pool->callbacks.application, state, &job->request, &job->reply);
+        if (pool->finish != NULL && pool->finish(job)) {
+            continue; /* the job may be gone already */
+        }
 
         pthread_mutex_lock(&pool->completed_lock);
+        bool first = pool->completed.head == NULL;
         worker_job_queue_push(&pool->completed, job);
-        pool->notify(pool->notify_context);
+        if (first) {
+            /* Later completions join the batch the submitter has not taken yet:
+             * one wake-up of the loop serves them all. */
+            pool->notify(pool->notify_context);
+        }
         pthread_mutex_unlock(&pool->completed_lock);
     }
 
@@ -92,8 +105,8 @@ static void *worker_thread_main(void *argument)
 }
 
 worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callbacks,
-                               worker_pool_notify_fn notify, void *notify_context,
-                               bson_error_t *error)
+                               worker_pool_finish_fn finish, worker_pool_notify_fn notify,
+                               void *notify_context, bson_error_t *error)
 {
     if (worker_count < 1 || callbacks == NULL || callbacks->handle == NULL || notify == NULL) {
         tc_error_set(error, TC_ERR_BAD_VALUE,
@@ -102,6 +115,7 @@ worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callb
     }
     worker_pool_t *pool = BSON_ALIGNED_ALLOC0(worker_pool_t);
     pool->callbacks = *callbacks;
+    pool->finish = finish;
     pool->notify = notify;
     pool->notify_context = notify_context;
     pthread_mutex_init(&pool->submitted_lock, NULL);
@@ -130,8 +144,12 @@ void worker_pool_submit(worker_pool_t *pool, worker_job_t *job)
     memset(&job->reply, 0, sizeof job->reply);
     pthread_mutex_lock(&pool->submitted_lock);
     worker_job_queue_push(&pool->submitted, job);
-    pthread_cond_signal(&pool->submitted_ready);
+    bool wake = pool->sleeping_count > 0;
     pthread_mutex_unlock(&pool->submitted_lock);
+    if (wake) {
+        /* After unlocking, so the woken worker does not block at once on the lock. */
+        pthread_cond_signal(&pool->submitted_ready);
+    }
 }
 
 worker_job_t *worker_pool_take_completed(worker_pool_t *pool)

@@ -1,6 +1,7 @@
 /* Private to src/net: a fixed group of worker threads (WiredTiger's thread group)
  * that runs server requests off the event loop. Jobs go in through one queue and
- * come back through another; the pool never touches libuv, it only calls notify. */
+ * come back through another (unless finish completed them on the worker); the
+ * pool never touches libuv, it only calls notify. */
 #ifndef TC_NET_WORKER_POOL_H
 #define TC_NET_WORKER_POOL_H
 
@@ -17,17 +18,24 @@ typedef struct worker_job {
     server_reply_t reply;    /* zeroed by submit, filled by the handler */
 } worker_job_t;
 
-/* Called on a worker thread each time a job completes, with the pool's completion
- * lock held: once the submitter has taken a job, notify for it has returned. It
- * must not block or call into the pool (uv_async_send is the intended use). */
+/* Called on a worker thread when a completed job is queued where none waited to
+ * be taken (later ones join that batch), with the pool's completion lock held:
+ * once the submitter has taken a job, notify for it has returned. It must not
+ * block or call into the pool (uv_async_send is the intended use). */
 typedef void (*worker_pool_notify_fn)(void *context);
+
+/* Called on the worker thread once handle has filled job->reply: true when the
+ * submitter finished the job right there (e.g. wrote the reply itself), so the
+ * job is not queued as completed and notify is not called for it; the pool does
+ * not touch the job again. May be NULL. */
+typedef bool (*worker_pool_finish_fn)(worker_job_t *job);
 
 /* Starts worker_count threads; each calls callbacks->worker_start first. Returns
  * NULL and fills error if a thread cannot start (those already started are
  * stopped). Free with worker_pool_destroy(). */
 worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callbacks,
-                               worker_pool_notify_fn notify, void *notify_context,
-                               bson_error_t *error) TC_MUST_CHECK;
+                               worker_pool_finish_fn finish, worker_pool_notify_fn notify,
+                               void *notify_context, bson_error_t *error) TC_MUST_CHECK;
 
 /* Queues job; a worker runs callbacks->handle on it, in submission order. */
 void worker_pool_submit(worker_pool_t *pool, worker_job_t *job);

@@ -690,6 +690,67 @@ static void test_large_message_then_small_ones(void **state)
     test_server_stop(fixture);
 }
 
+/* A reply the kernel cannot take at once (the client reads only later): the
+ * worker writes what fits, the loop the rest, in order and whole. */
+static void test_reply_larger_than_the_socket_buffer(void **state)
+{
+    test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
+    int fd = client_connect(fixture->port);
+    const size_t large_bytes = 8 * 1024 * 1024 + 5;
+    uint8_t *large = malloc(large_bytes);
+    for (size_t index = 0; index < large_bytes; index++) {
+        large[index] = (uint8_t)(index * 7);
+    }
+    put_int32(large, (int32_t)large_bytes);
+    put_int32(large + 4, 21);
+    put_int32(large + 8, 0);
+    put_int32(large + 12, OP_ECHO);
+    put_int32(large + 16, 0);
+    client_send(fd, large, large_bytes);
+    while (atomic_load(&fixture->application.requests_finished) == 0) {
+        sleep_ms(2);
+    }
+    sleep_ms(50); /* the reply fills the socket buffers before the client reads */
+
+    test_reply_t reply = client_read_reply(fd);
+    assert_int_equal(reply.length, (int32_t)large_bytes);
+    assert_int_equal(reply.response_to, 21);
+    assert_memory_equal(reply.payload, large + HEADER_BYTES, large_bytes - HEADER_BYTES);
+    free(reply.payload);
+    free(large);
+    client_send_message(fd, 22, OP_ECHO, 0, "small after the large reply");
+    client_expect_echo(fd, 22, "small after the large reply");
+    assert_int_equal(server_connection_stats(fixture->server).queued_reply_bytes, 0);
+    close(fd);
+    test_server_stop(fixture);
+}
+
+/* Clients that leave with a request running and another buffered: whether the
+ * loop or a worker meets the reset first, the connection closes and the server
+ * lives on (a second write to a reset socket would raise SIGPIPE). */
+static void test_client_gone_before_its_replies(void **state)
+{
+    const int rounds = 10;
+    test_server_t *fixture = test_server_start("127.0.0.1", rounds + 1, 2);
+    for (int round = 0; round < rounds; round++) {
+        int fd = client_connect(fixture->port);
+        client_send_message(fd, 1, OP_SLOW, 10, "slow");
+        client_send_message(fd, 2, OP_ECHO, 0, "never read");
+        close(fd);
+    }
+    /* Accepted first (the kernel completes connects before the server accepts), then gone. */
+    long long deadline = now_ms() + 5000;
+    while (server_connection_stats(fixture->server).total_created < (uint64_t)rounds && now_ms() < deadline) {
+        sleep_ms(5);
+    }
+    wait_for_current_connections(fixture->server, 0);
+    int fd = client_connect(fixture->port);
+    client_send_message(fd, 3, OP_ECHO, 0, "still serving");
+    client_expect_echo(fd, 3, "still serving");
+    close(fd);
+    test_server_stop(fixture);
+}
+
 static void test_stop_waits_for_the_request_in_flight(void **state)
 {
     test_server_t *fixture = test_server_start("127.0.0.1", 10, 2);
@@ -951,6 +1012,8 @@ int main(void)
         cmocka_unit_test(test_flooding_client_is_paused),
         cmocka_unit_test(test_large_message_then_small_ones),
         cmocka_unit_test(test_stop_waits_for_the_request_in_flight),
+        cmocka_unit_test(test_reply_larger_than_the_socket_buffer),
+        cmocka_unit_test(test_client_gone_before_its_replies),
         cmocka_unit_test(test_sigterm_stops_the_server),
         cmocka_unit_test(test_ipv6_literal),
         cmocka_unit_test(test_new_reports_bad_options_and_busy_port),
