@@ -944,9 +944,14 @@ backend_pool_t *backend_pool_member(backend_pool_t *pool, uint64_t member_id)
     return pool->members != NULL ? backend_members_pool(pool->members, member_id) : NULL;
 }
 
+uint64_t backend_pool_member_applied_time(backend_pool_t *pool, uint64_t member_id)
+{
+    return pool->members != NULL ? backend_members_applied_time(pool->members, member_id) : 0;
+}
+
 void backend_pool_member_failed(backend_pool_t *pool, uint64_t member_id, const char *reason)
 {
-    if (pool->members != NULL && member_id != 0) {
+    if (pool->members != NULL) {
         backend_members_mark_failed(pool->members, member_id, reason);
     }
 }

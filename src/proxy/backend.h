@@ -115,8 +115,13 @@ backend_pool_t *backend_pool_member(backend_pool_t *pool, uint64_t member_id);
 
 /* A request to member_id failed (a network error, or a reply saying it is not a
  * secondary): no read goes to it until a hello answers again, asked at once; its
- * pool is cleared. Nothing for 0 (the primary's pool follows the primary). */
+ * pool is cleared. For 0, the primary: reads that may leave it do so until then
+ * (its pool, the tier's, follows the primary). */
 void backend_pool_member_failed(backend_pool_t *pool, uint64_t member_id, const char *reason);
+
+/* The cluster time up to which member_id has applied its oplog, as its last hello
+ * (every READ_PREFERENCE_HEARTBEAT_MS) said; 0 when unknown. */
+uint64_t backend_pool_member_applied_time(backend_pool_t *pool, uint64_t member_id);
 
 /* thermoclineStatus: appends `members`, the secondaries and the primary as the
  * monitoring sees them, once discovered. */

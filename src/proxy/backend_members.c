@@ -23,6 +23,7 @@ typedef struct backend_member {
     read_preference_member_type_t type; /* OTHER until a hello says, and after a failure */
     bson_t tags;
     int64_t last_write_ms;  /* its hello's lastWrite.lastWriteDate */
+    uint64_t last_write_time; /* its hello's lastWrite.opTime.ts: it has applied the oplog up to it */
     int64_t last_update_ms; /* wall clock when that hello arrived */
     double round_trip_ms;   /* moving average; < 0: none since it was last unknown */
     bool heard;             /* a hello answered or failed since it was listed */
@@ -152,6 +153,7 @@ static void record_hello(backend_member_t *member, const read_preference_member_
     bson_destroy(&member->tags);
     bson_copy_to(&self->tags, &member->tags);
     member->last_write_ms = self->last_write_ms;
+    member->last_write_time = self->last_write_time;
     member->last_update_ms = self->last_update_ms;
     member->round_trip_ms = member->round_trip_ms < 0
                                 ? sample
@@ -464,9 +466,17 @@ backend_pool_t *backend_members_pool(backend_members_t *members, uint64_t member
     return member != NULL ? member->pool : NULL;
 }
 
+uint64_t backend_members_applied_time(backend_members_t *members, uint64_t member_id)
+{
+    backend_member_t *member = members->closing ? NULL : find_member(members, member_id);
+    return member != NULL && member->type != READ_PREFERENCE_MEMBER_OTHER ? member->last_write_time : 0;
+}
+
 void backend_members_mark_failed(backend_members_t *members, uint64_t member_id, const char *reason)
 {
-    backend_member_t *member = members->closing || member_id == 0 ? NULL : find_member(members, member_id);
+    /* The primary too (id 0): a read whose preference allows it goes to a
+     * secondary until the primary answers hello again. */
+    backend_member_t *member = members->closing || members->standalone ? NULL : find_member(members, member_id);
     if (member == NULL) {
         return;
     }

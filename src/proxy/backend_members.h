@@ -25,6 +25,10 @@ bool backend_members_select(backend_members_t *members, const read_preference_t 
 /* The member's pool, NULL for an unknown id (0 is not a member here). */
 backend_pool_t *backend_members_pool(backend_members_t *members, uint64_t member_id);
 
+/* The cluster time up to which the member has applied its oplog, as its last hello
+ * said (lastWrite.opTime); 0 when unknown. */
+uint64_t backend_members_applied_time(backend_members_t *members, uint64_t member_id);
+
 void backend_members_mark_failed(backend_members_t *members, uint64_t member_id, const char *reason);
 void backend_members_append_status(const backend_members_t *members, bson_t *out);
 

@@ -36,6 +36,27 @@ static bool reads_feeder_writes(const proxy_t *proxy, const plan_decision_t *dec
     return false;
 }
 
+/* Whether a fast-tier member holds every copy of the warmer: a secondary that has
+ * not applied the warmer's last copy (the cluster time it published when coverage
+ * became valid) may miss documents a range read routed there expects, so the read
+ * goes to the primary until the member's hello says it caught up. The latest time
+ * of any namespace: simpler than one per namespace, and only for those seconds. */
+static bool holds_warm_copies(proxy_t *proxy, proxy_tier_t tier, uint64_t member_id)
+{
+    uint64_t copy_time = 0;
+    for (size_t i = 0; tier == PROXY_TIER_FAST && member_id != 0 && i < proxy->namespace_count; i++) {
+        uint64_t time = proxy->namespaces[i].progress.warm_copy_time;
+        copy_time = time > copy_time ? time : copy_time;
+    }
+    return copy_time == 0 || backend_pool_member_applied_time(proxy->tiers[tier], member_id) >= copy_time;
+}
+
+/* Writes, $out/$merge and transactions stay on the primary, as on a mongos. */
+static bool may_leave_primary(const plan_decision_t *decision)
+{
+    return decision->kind == PLAN_KIND_READ && !decision->writes_output && !decision->in_transaction;
+}
+
 static void finish_choice(member_choice_t *choice)
 {
     uint64_t member_ids[PROXY_TIER_COUNT] = {0};
@@ -45,7 +66,8 @@ static void finish_choice(member_choice_t *choice)
         proxy_tier_t tier = choice->tiers[i];
         uint64_t member_id;
         ok = backend_pool_select(choice->proxy->tiers[tier], &choice->preference, &member_id, &error);
-        if (ok && choice->sends_to_members && !(tier == PROXY_TIER_ARCHIVE && choice->archive_from_primary)) {
+        if (ok && choice->sends_to_members && !(tier == PROXY_TIER_ARCHIVE && choice->archive_from_primary) &&
+            holds_warm_copies(choice->proxy, tier, member_id)) {
             member_ids[tier] = member_id;
         }
     }
@@ -102,8 +124,7 @@ void member_route_choose(proxy_t *proxy, const bson_t *command, const char *comm
         return;
     }
     choice->proxy = proxy;
-    /* Writes, $out/$merge and transactions stay on the primary, as on a mongos. */
-    choice->sends_to_members = decision->kind == PLAN_KIND_READ && !decision->writes_output && !decision->in_transaction;
+    choice->sends_to_members = may_leave_primary(decision);
     choice->archive_from_primary = reads_feeder_writes(proxy, decision, state);
     choice->query_prefix = strcmp(command_name, "find") == 0;
     choice->done = done;
@@ -119,5 +140,33 @@ bool member_route_choose_again(proxy_t *proxy, const bson_t *command, proxy_tier
     bool ok = read_preference_parse(command, &preference, error) &&
               backend_pool_select(proxy->tiers[tier], &preference, out_member_id, error);
     read_preference_cleanup(&preference);
+    if (ok && !holds_warm_copies(proxy, tier, *out_member_id)) {
+        *out_member_id = 0;
+    }
     return ok;
+}
+
+bool member_route_leave_failed_primary(proxy_t *proxy, const bson_t *command, const plan_decision_t *decision,
+                                       const namespace_state_t *state, proxy_tier_t tier, const char *failure,
+                                       uint64_t *out_member_id)
+{
+    read_preference_t preference;
+    bson_error_t error;
+    *out_member_id = 0;
+    if (!may_leave_primary(decision) || (tier == PROXY_TIER_ARCHIVE && reads_feeder_writes(proxy, decision, state)) ||
+        !bson_has_field(command, "$readPreference")) {
+        return false;
+    }
+    bool leaves = read_preference_parse(command, &preference, &error) &&
+                  preference.mode != READ_PREFERENCE_PRIMARY && preference.mode != READ_PREFERENCE_SECONDARY;
+    if (leaves) {
+        backend_pool_member_failed(proxy->tiers[tier], 0, failure);
+        leaves = backend_pool_select(proxy->tiers[tier], &preference, out_member_id, &error) && *out_member_id != 0 &&
+                 holds_warm_copies(proxy, tier, *out_member_id);
+    }
+    read_preference_cleanup(&preference);
+    if (!leaves) {
+        *out_member_id = 0;
+    }
+    return leaves;
 }

@@ -290,6 +290,17 @@ void member_route_choose(proxy_t *proxy, const bson_t *command, const char *comm
 bool member_route_choose_again(proxy_t *proxy, const bson_t *command, proxy_tier_t tier, uint64_t failed_member,
                                const char *failure, uint64_t *out_member_id, bson_error_t *error) TC_MUST_CHECK;
 
+/* A read sent to tier's primary failed (failure as above): when its $readPreference
+ * lets a secondary answer (primaryPreferred, secondaryPreferred, nearest) and the
+ * proxy's rules let it leave the primary (a read outside a transaction, not an
+ * archive read that must see the feeder's writes), the primary is marked unknown
+ * until it answers hello again and a secondary is chosen, as a driver selects a
+ * server again for a retryable read. false when none is: the caller waits for the
+ * primary, as for any read. */
+bool member_route_leave_failed_primary(proxy_t *proxy, const bson_t *command, const plan_decision_t *decision,
+                                       const namespace_state_t *state, proxy_tier_t tier, const char *failure,
+                                       uint64_t *out_member_id);
+
 int64_t proxy_now_ms(void);
 int64_t proxy_wall_clock_ms(void);
 

@@ -287,6 +287,12 @@ void read_preference_topology_from_hello(const bson_t *hello, int64_t now_ms, re
         BSON_ITER_HOLDS_DATE_TIME(&child)) {
         self->last_write_ms = bson_iter_date_time(&child);
     }
+    if (bson_iter_init(&iter, hello) && bson_iter_find_descendant(&iter, "lastWrite.opTime.ts", &child) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&child)) {
+        uint32_t seconds, increment;
+        bson_iter_timestamp(&child, &seconds, &increment);
+        self->last_write_time = (uint64_t)seconds << 32 | increment;
+    }
     static const char *const lists[] = {"hosts", "passives", "arbiters"};
     for (size_t list = 0; list < sizeof lists / sizeof lists[0]; list++) {
         if (!bson_iter_init_find(&iter, hello, lists[list]) || !BSON_ITER_HOLDS_ARRAY(&iter)) {

@@ -56,6 +56,7 @@ typedef struct read_preference_member {
     read_preference_member_type_t type;
     bson_t tags;             /* its hello's tags: {dc: "ny"}; empty when none */
     int64_t last_write_ms;   /* its hello's lastWrite.lastWriteDate; 0: unknown */
+    uint64_t last_write_time; /* its hello's lastWrite.opTime.ts (seconds << 32 | increment); 0: unknown */
     int64_t last_update_ms;  /* when that hello arrived */
     int64_t round_trip_ms;   /* -1: unknown */
 } read_preference_member_t;

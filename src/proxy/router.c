@@ -365,6 +365,20 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
         retry_on_another_member(request, reply, length, error, code);
         return;
     }
+    /* primaryPreferred (or any preference a secondary may answer) does not wait for
+     * a primary that is gone (a network error, or "not primary" and the like, after
+     * which a driver marks it unknown): it runs once more at once on a secondary. */
+    const char *failure = error != NULL ? error->message : tc_error_code_name(code);
+    if (request->has_decision && (error != NULL || retry_code_changes_primary(code)) &&
+        member_route_leave_failed_primary(proxy, &request->command, &request->decision, request->namespace_state,
+                                          call->tier, failure, &request->members[call->tier])) {
+        proxy->requests_retried++;
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
+               "%s failed on the %s tier's primary (%s); sent again to a secondary", request->command_name,
+               proxy_tier_name(call->tier), failure);
+        send_call(request);
+        return;
+    }
     if (error != NULL) {
         call->failed_on_network = true;
         call->network_error = *error;

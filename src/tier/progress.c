@@ -315,6 +315,9 @@ void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bso
     if (item.warm_completed_ms > 0) {
         BSON_APPEND_DATE_TIME(&warmer, "firstPassCompleted", item.warm_completed_ms);
     }
+    if (item.warm_copy_time != 0) {
+        append_time(&warmer, "lastCopyTime", item.warm_copy_time);
+    }
     bson_append_document_end(out, &warmer);
     BSON_APPEND_DOCUMENT_BEGIN(out, "evictor", &evictor);
     BSON_APPEND_INT64(&evictor, "evicted", item.evicted);

@@ -349,8 +349,10 @@ void tier_progress_apply_warmer_documents(tier_progress_t *progress, const confi
         }
         bool complete = bson_iter_init_find(&field, &document, "complete") && bson_iter_as_bool(&field);
         tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
-        bool changed = item->coverage_valid != complete;
+        uint64_t copy_time = complete ? tier_time_of(&document, "lastCopyTime") : 0;
+        bool changed = item->coverage_valid != complete || item->warm_copy_time != copy_time;
         item->coverage_valid = complete;
+        item->warm_copy_time = copy_time;
         if (bson_iter_init_find(&field, &document, "copied") && BSON_ITER_HOLDS_NUMBER(&field)) {
             item->warm_copied = bson_iter_as_int64(&field);
         }
@@ -377,6 +379,19 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
     bson_destroy(&documents);
     bson_destroy(&filter);
     return ok;
+}
+
+bool tier_applied_time(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t *out_time)
+{
+    bson_error_t error;
+    *out_time = 0;
+    if (!context->feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
+        return false;
+    }
+    tier_namespace_progress_t item;
+    tier_progress_namespace(context->progress, index, &item);
+    *out_time = item.applied_time;
+    return !item.feed_stopped && item.applied_time != 0;
 }
 
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,

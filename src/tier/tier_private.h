@@ -97,6 +97,11 @@ bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms);
  * the archive, as the feeder reports (in memory, or its checkpoint in the fast
  * tier when it runs elsewhere). False after timeout_ms, when the namespace's
  * feed is stopped, or when the group stops. */
+/* The time up to which every fast-tier write to namespace index is in the
+ * archive, now, without waiting; false when the feeder has not reported one yet
+ * or the namespace's feed is stopped. */
+bool tier_applied_time(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t *out_time);
+
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
                        int64_t timeout_ms);
 
@@ -130,7 +135,9 @@ bool tier_version_filter(const bson_t *document, bson_t *out_filter);
 
 /* Keeps background work on a tier to a share of its time: after each request of
  * latency L it asks for a pause of L * (1 - share) / share, longer when L grows
- * well past the best latency seen lately (the tier is busy with clients). */
+ * well past the best latency seen lately (the tier is busy with clients), but at
+ * most 4 times longer (and 5 s): the work keeps share / (share + 4 (1 - share)) of
+ * the time (a fifth at share 0.5) on a saturated tier, so it always progresses. */
 typedef struct tier_pacer {
     double share;
     double best_ms;

@@ -2,19 +2,25 @@
  * the fast tier, newest first, once; then the namespace's coverage horizon is
  * valid and range reads inside it go to the fast tier. One batch:
  *
- *   T0 = the fast tier's cluster time; wait until the feeder applied up to T0,
- *        so every delete acknowledged before T0 is already in the archive
+ *   T0 = the fast tier's cluster time; A = the time up to which the feeder has
+ *        applied the fast tier's writes: every delete acknowledged before A is
+ *        already in the archive (no waiting for the feeder to reach T0: under a
+ *        saturated archive it lags by seconds, and each batch would pay the lag)
  *   read the next documents of the window from the archive (time desc, _id desc)
  *   mark {ns, _id, "warm", pending} in thermocline.workerWrites
  *   insert them into the fast tier: insert only, never replace, so a document
  *        the fast tier already holds (newer: I6) refuses the copy (DuplicateKey)
  *   mark done with (T0, T1]: the feeder does not copy them back to the archive
- *   read the fast tier's deletes of these _id in (T0, T1]: a copy that landed
- *        after a client deleted the document is deleted again (I6)
+ *   read the fast tier's deletes of these _id in (min(A, T0), T1]: a copy that
+ *        landed after a client deleted the document is deleted again (I6)
  *   persist the position (thermocline.warmer): a restart resumes there
  *
  * The pace follows the archive's latency (tier_pacer_t): warming never lengthens
- * the tail of the client reads and fault-ins that must go there. */
+ * the tail of the client reads and fault-ins that must go there. The batch size
+ * does not change that share (one read in flight, a pause in proportion to its
+ * time), so batches grow up to a read time budget, also on a busy archive, where
+ * a read's cost is mostly the queue for its first page misses and the batch's
+ * round trips to both tiers, amortised over more documents. */
 #include "tier/tier_private.h"
 
 #include "common/log.h"
@@ -27,9 +33,10 @@
 #define BATCH_FIRST 200
 #define BATCH_MIN 50
 #define BATCH_MAX 1000
-#define TARGET_LATENCY_MS 50
+#define READ_BUDGET_MS 2000 /* one batch's archive read: short enough to follow the load and to stop */
 #define ARCHIVE_SHARE 0.5
 #define APPLIED_WAIT_MS 5000
+#define RESURRECTION_WAIT_MS 600000 /* the feeder's lag, however long, unless its feed stops */
 #define DELETE_CHECK_WAIT_MS 10000
 #define PROGRESS_LOG_MS 5000
 
@@ -73,6 +80,9 @@ typedef struct warm_namespace {
     int64_t last_log_ms;
     int64_t copied_at_last_log;
     int32_t batch_size;
+    uint64_t last_copy_time; /* the fast tier's cluster time of the last copy: published with coverage */
+    int64_t last_read_ms;  /* the last batch's archive read, for the progress log */
+    int64_t last_pause_ms; /* the pause the pace asked after it */
 } warm_namespace_t;
 
 typedef struct warmer {
@@ -124,6 +134,7 @@ static void publish(warmer_t *warmer, size_t index, bool notify)
                                                                    : 0;
     item->warm_started_ms = state->started_ms;
     item->warm_completed_ms = state->completed_ms;
+    item->warm_copy_time = state->complete ? state->last_copy_time : 0; /* with the coverage it makes valid */
     tier_progress_unlock(warmer->context->progress, notify);
 }
 
@@ -156,6 +167,9 @@ static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
     }
     if (state->completed_ms > 0) {
         BSON_APPEND_DATE_TIME(&document, "completedAt", state->completed_ms);
+    }
+    if (state->last_copy_time != 0) {
+        tier_append_time(&document, "lastCopyTime", state->last_copy_time);
     }
     bson_append_document_end(&statement, &document);
     BSON_APPEND_BOOL(&statement, "upsert", true);
@@ -204,6 +218,7 @@ static bool load_states(warmer_t *warmer, bson_error_t *error)
             if (bson_iter_init_find(&field, &document, "completedAt") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
                 state->completed_ms = bson_iter_date_time(&field);
             }
+            state->last_copy_time = tier_time_of(&document, "lastCopyTime");
             bson_iter_t id_iter;
             if (bson_iter_init_find(&field, &document, "cursorTime") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
                 cursor_set(&state->cursor, bson_iter_date_time(&field),
@@ -661,13 +676,16 @@ static bool archive_holds(warmer_t *warmer, const char *database, const char *co
 }
 
 /* Deletes again the copies of documents a client deleted while they were copied.
- * A delete seen in (T0, T1] may also be the evictor's (of an earlier copy, the
+ * A delete seen in (min(A, T0), T1] may also be the evictor's (of an earlier copy, the
  * window having moved meanwhile): once the feeder has applied up to T1, a client's
- * delete is in the archive and an eviction is not, so the archive tells them apart. */
+ * delete is in the archive and an eviction is not, so the archive tells them apart.
+ * That wait is the feeder's lag, as long as it takes (RESURRECTION_WAIT_MS): rare
+ * (only a batch whose documents were deleted meanwhile pays it), and the one place
+ * where the warmer still needs the feeder to catch up. */
 static void undo_resurrections(warmer_t *warmer, size_t index, const char *database, const char *collection,
                                const bson_t *documents, const bson_t *deleted, uint64_t end_time)
 {
-    if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, APPLIED_WAIT_MS)) {
+    if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, RESURRECTION_WAIT_MS)) {
         tier_report_error(warmer->context, TIER_WORKER_WARMER,
                           "%s.%s: a document was deleted while it was copied, and the feeder has not applied the "
                           "delete yet: the copy stays until the evictor removes it",
@@ -756,12 +774,17 @@ static void log_progress(warmer_t *warmer, size_t index, bool force)
     double seconds = state->last_log_ms > 0 ? (double)(now - state->last_log_ms) / 1000.0 : 0;
     double rate = seconds > 0 ? (double)(state->copied - state->copied_at_last_log) / seconds : 0;
     if (state->total_estimate >= 0) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: copied %lld of about %lld documents of the window (%.0f/s)",
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+               "%s: copied %lld of about %lld documents of the window (%.0f/s; batches of %d, last read %lld ms, "
+               "pause %lld ms)",
                warmer->context->config->namespaces[index].ns, (long long)state->copied,
-               (long long)state->total_estimate, rate);
+               (long long)state->total_estimate, rate, state->batch_size, (long long)state->last_read_ms,
+               (long long)state->last_pause_ms);
     } else {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: copied %lld documents of the window (%.0f/s)",
-               warmer->context->config->namespaces[index].ns, (long long)state->copied, rate);
+        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+               "%s: copied %lld documents of the window (%.0f/s; batches of %d, last read %lld ms, pause %lld ms)",
+               warmer->context->config->namespaces[index].ns, (long long)state->copied, rate, state->batch_size,
+               (long long)state->last_read_ms, (long long)state->last_pause_ms);
     }
     state->last_log_ms = now;
     state->copied_at_last_log = state->copied;
@@ -797,15 +820,19 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         state->last_log_ms = tier_monotonic_ms();
         publish(warmer, index, false);
     }
-    /* Every delete acknowledged before T0 is in the archive before we read it. */
-    if (!tier_wait_applied(context, warmer->fast, index, start_time, APPLIED_WAIT_MS)) {
+    /* Every delete acknowledged before A is in the archive before we read it; those
+     * after are checked once the copies landed. The wait is only for the feeder's
+     * first report (a time of 1: any). */
+    uint64_t applied_time = 0;
+    if (!tier_wait_applied(context, warmer->fast, index, 1, APPLIED_WAIT_MS) ||
+        !tier_applied_time(context, warmer->fast, index, &applied_time)) {
         if (!tier_group_stopping(context->group)) {
             tier_report_error(context, TIER_WORKER_WARMER,
-                              "%s: waiting for the feeder (stopped, lagging or not running) before copying more",
-                              policy->ns);
+                              "%s: waiting for the feeder (stopped or not running) before copying more", policy->ns);
         }
         return BATCH_BLOCKED;
     }
+    uint64_t check_from = applied_time < start_time ? applied_time : start_time;
 
     bson_t documents;
     uint32_t count = 0;
@@ -828,10 +855,11 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         int64_t budget_ms = (int64_t)count * 1000 / rate_limit - latency;
         *out_pause_ms = budget_ms > *out_pause_ms ? budget_ms : *out_pause_ms;
     }
-    /* Bigger batches while the archive answers quickly, smaller when it strains. */
-    if (latency < TARGET_LATENCY_MS && state->batch_size < BATCH_MAX) {
+    /* Bigger batches while a read stays well within its budget, smaller past it:
+     * not smaller because the archive is busy (see the top of the file). */
+    if (latency < READ_BUDGET_MS / 2 && state->batch_size < BATCH_MAX) {
         state->batch_size = state->batch_size * 5 / 4 + 1;
-    } else if (latency > 2 * TARGET_LATENCY_MS && state->batch_size > BATCH_MIN) {
+    } else if (latency > READ_BUDGET_MS && state->batch_size > BATCH_MIN) {
         state->batch_size /= 2;
     }
     if (state->batch_size > BATCH_MAX) {
@@ -843,6 +871,8 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     if (rate_limit > 0 && state->batch_size > rate_limit) {
         state->batch_size = (int32_t)rate_limit; /* a batch is at most a second's worth */
     }
+    state->last_read_ms = latency;
+    state->last_pause_ms = *out_pause_ms;
 
     if (count == 0 && !exhausted) {
         /* Only moved past a time the next read takes whole. */
@@ -855,10 +885,15 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         cursor_clear(&next_cursor);
         state->complete = true;
         state->completed_ms = tier_wall_clock_ms();
+        /* T0 of this last batch follows every write of the pass (copies, and copies
+         * deleted again): a fast-tier secondary that has applied it lacks none. */
+        uint64_t copy_time_before = state->last_copy_time;
+        state->last_copy_time = start_time > state->last_copy_time ? start_time : state->last_copy_time;
         bson_destroy(&documents);
         if (!save_state(warmer, index, &error)) {
             state->complete = false;
             state->completed_ms = 0;
+            state->last_copy_time = copy_time_before;
             tier_report_error(context, TIER_WORKER_WARMER, "cannot record the end of %s's pass: %s", policy->ns,
                               error.message);
             return BATCH_BLOCKED;
@@ -905,7 +940,7 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         ok = finish_marks(warmer, policy->ns, ids, inserted, index_in_batch, start_time, end_time, &error);
     }
     if (ok && copied > 0) {
-        ok = deletes_since(warmer, database, collection, &id_array, start_time, end_time, &deleted, &error);
+        ok = deletes_since(warmer, database, collection, &id_array, check_from, end_time, &deleted, &error);
         if (ok && !bson_empty(&deleted)) {
             undo_resurrections(warmer, index, database, collection, &documents, &deleted, end_time);
         }
@@ -915,6 +950,9 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         state->cursor = next_cursor;
         memset(&next_cursor, 0, sizeof next_cursor);
         state->copied += (int64_t)copied;
+        if (copied > 0 && end_time > state->last_copy_time) {
+            state->last_copy_time = end_time;
+        }
         ok = save_state(warmer, index, &error);
     }
     cursor_clear(&next_cursor);

@@ -13,7 +13,8 @@ or, with FakeReplicaSet, a primary and secondaries (a store cannot be a secondar
 - It records every command it receives.
 - find honours batchSize with a cursor that getMore and killCursors go on with.
 - As a member of a FakeReplicaSet, its hello says what it is (primary or
-  secondary, tags, a lastWrite `lag_seconds` behind, after `hello_delay` seconds),
+  secondary, tags, a lastWrite `lag_seconds` behind and, when `applied_time` is
+  set, its opTime, after `hello_delay` seconds),
   and a secondary refuses reads without a $readPreference that allows it
   (NotPrimaryNoSecondaryOk 13435), as mongod does.
 
@@ -157,6 +158,7 @@ class FakeTier(LoopbackServer):
         self.secondary = secondary
         self.tags = tags or {}
         self.lag_seconds = lag_seconds
+        self.applied_time = None  # a Timestamp: hello's lastWrite.opTime.ts
         self.hello_delay = hello_delay
         self.hosts = None  # the set's members; None: only this one
         self.primary_address = None
@@ -262,6 +264,8 @@ class FakeTier(LoopbackServer):
         if self.hosts is not None:
             written = datetime.datetime.utcnow() - datetime.timedelta(seconds=self.lag_seconds)
             reply["lastWrite"] = {"lastWriteDate": written.replace(microsecond=written.microsecond // 1000 * 1000)}
+            if self.applied_time is not None:
+                reply["lastWrite"]["opTime"] = {"ts": self.applied_time, "t": Int64(1)}
         return reply
 
     def _cursor_reply(self, command, documents, batch_size, field, cursor_id=None):

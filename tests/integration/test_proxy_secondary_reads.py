@@ -17,7 +17,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 from pymongo.read_preferences import Nearest, Primary, PrimaryPreferred, Secondary, SecondaryPreferred
 
-from conftest import ProxyProcess, StoreProcess, proxy_config, wire_command
+from conftest import ProxyProcess, StoreProcess, proxy_config, wait_until, wire_command
 from fake_tier import FakeReplicaSet, FakeTier, MemberRelay
 from tls_support import certificates  # noqa: F401 (a fixture)
 
@@ -271,3 +271,71 @@ def test_member_pools_authenticate_and_check_certificates_as_the_primary(tmp_pat
             relay.close()
         fast.close()
         store.stop()
+
+
+def test_primary_preferred_leaves_a_failed_primary_for_a_secondary(deployment):
+    archive, fast, _, client = deployment
+    plain = client.shop.get_collection("plain", read_preference=PrimaryPreferred())
+    assert served_by(plain) == "primary"
+    retried = client.admin.command("thermoclineStatus")["requestsRetried"]
+    # The primary drops the connection: the read runs once more at once on a
+    # secondary, as a driver selects a server again, not on the primary when it
+    # is found again (it still answers ping).
+    archive.primary.hang_ups["find"] = 1
+    assert served_by(plain) in ("secondary0", "secondary1")
+    assert len(archive.primary.received("find")) == 2
+    assert client.admin.command("thermoclineStatus")["requestsRetried"] == retried + 1
+    # It answers "not primary" (stepped down): the same. Once its hello says it is
+    # the primary again, it answers again.
+    assert wait_until(lambda: served_by(plain) == "primary", 10, 0.1)
+    archive.primary.failures["find"] = [10107]
+    assert served_by(plain) in ("secondary0", "secondary1")
+    assert wait_until(lambda: served_by(plain) == "primary", 10, 0.1)
+    # A read that must see the feeder's writes stays on the archive's primary
+    # (read-your-writes across tiers): it waits for it, as before.
+    orders = client.shop.get_collection("orders", read_preference=PrimaryPreferred())
+    orders.insert_one({"_id": 30, "createdAt": NOW})
+    archive.primary.hang_ups["find"] = 1
+    assert served_by(orders) == "primary"
+    # The fast tier's primary is gone for good: its range reads go to its secondary
+    # instead of failing after failoverWait.
+    recent = {"createdAt": {"$gte": NOW - datetime.timedelta(days=1)}}
+    assert {document["member"] for document in orders.find(recent)} == {"primary"}
+    fast.primary.close()
+    for _ in range(3):
+        assert {document["member"] for document in orders.find(recent)} == {"secondary0"}
+
+
+def test_secondary_preferred_falls_back_to_the_primary_when_its_secondary_fails(deployment):
+    _, fast, _, client = deployment
+    recent = {"createdAt": {"$gte": NOW - datetime.timedelta(days=1)}}
+    orders = client.shop.get_collection("orders", read_preference=SecondaryPreferred())
+    assert {document["member"] for document in orders.find(recent)} == {"secondary0"}  # the fast tier's only one
+    fast.names["secondary0"].hang_ups["find"] = 1
+    assert {document["member"] for document in orders.find(recent)} == {"primary"}
+    assert len(fast.names["secondary0"].received("find")) == 2
+
+
+def test_fast_tier_secondaries_behind_the_warmer_s_last_copy_are_not_read(deployment):
+    """The warmer publishes the fast tier's cluster time of its last copy (here its
+    state document, as a warmer of another process leaves it): until a secondary's
+    hello says it applied that time, the fast tier's reads go to its primary."""
+    _, fast, proxy, client = deployment
+    secondary = fast.names["secondary0"]
+    secondary.applied_time = Timestamp(FAST_SECONDS, 1)
+    copied_at = Timestamp(FAST_SECONDS + 50, 0)
+    fast.primary.collections["warmer"] = [{"_id": "shop.orders", "complete": True, "copied": 5,
+                                           "lastCopyTime": copied_at}]
+
+    def published():
+        status = client.admin.command("thermoclineStatus")["namespaces"]["shop.orders"]["warmer"]
+        return status.get("lastCopyTime") == copied_at
+    assert wait_until(published, 10)
+    recent = {"createdAt": {"$gte": NOW - datetime.timedelta(days=1)}}
+    orders = client.shop.get_collection("orders", read_preference=SecondaryPreferred())
+    for _ in range(3):
+        assert {document["member"] for document in orders.find(recent)} == {"primary"}
+    assert fast.served("find", "orders") == ["primary"]
+    # Caught up: its next hello (every 10 s) says so, and it serves reads again.
+    secondary.applied_time = Timestamp(FAST_SECONDS + 60, 0)
+    assert wait_until(lambda: {document["member"] for document in orders.find(recent)} == {"secondary0"}, 30, 0.5)

@@ -16,8 +16,8 @@ import pytest
 
 from conftest import ProxyProcess, StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import (NS, client_for, namespace_status, raw_documents, start_proxy, status, tier_config, track,
-                          wait_equal, wait_feeder, wait_warm)
+from tier_support import (NS, WorkerProcess, client_for, namespace_status, raw_documents, start_proxy, status,
+                          tier_config, track, wait_equal, wait_feeder, wait_warm)
 
 
 def utc_now():
@@ -230,22 +230,6 @@ def test_unique_key_only_the_archive_holds_stops_the_feed_loudly(replicated_tier
     with client_for(fast) as client:
         assert wait_until(lambda: client.thermocline.feeder.find_one({"_id": "stopped:shop.orders"}) is None, 10)
     proxy.stop()
-
-
-class WorkerProcess(ProxyProcess):
-    """`thermocline feeder|evictor|warmer --config FILE`, alone."""
-
-    def __init__(self, work_dir, config_text, worker):
-        super().__init__(work_dir, config_text)
-        self.worker = worker
-
-    def command_line(self):
-        return [str(self.binary), self.worker, "--config", str(self.config_path)]
-
-    def wait_ready(self, timeout=10):
-        time.sleep(0.3)
-        if self.process.poll() is not None:
-            pytest.fail("%s exited at once: %s" % (self.worker, self.log_tail()), pytrace=False)
 
 
 def test_workers_as_their_own_processes(replicated_tiers, tmp_path):

@@ -5,6 +5,7 @@ delete during warm, eviction of a document being updated, insert of an _id only
 the archive holds), each checked against the invariants I1-I7."""
 import datetime
 import random
+import signal
 import threading
 import time
 
@@ -15,8 +16,8 @@ from pymongo import MongoClient
 
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import (NS, client_for, namespace_status, raw_documents, start_proxy, status, track, wait_equal,
-                          wait_feeder, wait_warm)
+from tier_support import (NS, WorkerProcess, client_for, namespace_status, raw_documents, start_proxy, status,
+                          tier_config, track, wait_equal, wait_feeder, wait_warm)
 
 
 def utc_now():
@@ -207,7 +208,11 @@ def test_warmer_copies_the_window_then_coverage_is_valid(replicated_tiers, tmp_p
     assert held <= {document["_id"] for document in documents if document["createdAt"] >= ago(600)}
     assert item["warmer"]["copied"] == len(held)
     with client_for(fast) as client:                              # progress is resumable
-        assert client.thermocline.warmer.find_one({"_id": NS})["complete"] is True
+        state = client.thermocline.warmer.find_one({"_id": NS})
+        assert state["complete"] is True
+        # The fast tier's time after the last copy, for the proxy's secondary reads.
+        assert state["lastCopyTime"] == item["warmer"]["lastCopyTime"]
+        assert state["lastCopyTime"] <= client.admin.command("ping")["operationTime"]
     # Range reads inside the horizon now go to the fast tier, and agree with the archive.
     before = item["routes"]["fast"]
     since = ago(300)
@@ -223,6 +228,64 @@ def test_warmer_copies_the_window_then_coverage_is_valid(replicated_tiers, tmp_p
     assert wait_until(lambda: namespace_status(proxy)["coverageHorizon"] is not None, 5, 0.1)
     assert namespace_status(proxy)["warmer"]["copied"] == len(held)
     proxy.stop()
+
+
+def test_warmer_progresses_on_a_saturated_archive_while_the_feeder_lags(tmp_path):
+    """The empty start: clients' reads saturate the archive's disk (--read-iops on a
+    cache smaller than the data) and the feeder, which writes to that archive, lags
+    (here: stopped with SIGSTOP, so the lag only grows). The warmer neither waits
+    for the feeder to reach the fast tier's present (it checks the deletes since
+    the feeder's position instead) nor shrinks its batches because the archive is
+    slow: it completes the window within a generous bound."""
+    archive = track(StoreProcess(tmp_path / "archive", replica_set="rs0", extra_args=["--cache-size", "1MB"])).start()
+    fast = track(StoreProcess(tmp_path / "fast", replica_set="rs1")).start()
+    rng = random.Random(7)
+    window = [{"_id": i, "createdAt": ago(rng.uniform(0, 1800)), "pad": "w" * 500} for i in range(300)]
+    old = [{"_id": 1000 + i, "createdAt": ago(rng.uniform(7200, 86400)), "pad": "o" * 1500} for i in range(2000)]
+    with client_for(archive) as client:
+        client.shop.orders.create_index("createdAt")
+        client.shop.orders.insert_many(old + window)
+    archive.stop()  # loaded at full speed; from now on its disk reads 100 pages a second
+    archive.extra_args += ["--read-iops", "100"]
+    archive.start()
+    config = tier_config(archive, fast, max_age="1h", slack="1m")
+    feeder = track(WorkerProcess(tmp_path / "feeder", config, "feeder")).start()
+    stop = threading.Event()
+    readers = []
+    try:
+        with client_for(fast) as client:
+            assert wait_until(lambda: (client.thermocline.feeder.find_one({"_id": "stream"}) or {}).get("appliedTime"),
+                              30, 0.1)
+            feeder.process.send_signal(signal.SIGSTOP)
+            client.shop.other.insert_one({"_id": "after the feeder's position"})  # the fast tier moves on
+
+        def read_old_documents(seed):
+            local = random.Random(seed)
+            with client_for(archive) as client:
+                while not stop.is_set():
+                    client.shop.orders.find_one({"_id": 1000 + local.randrange(len(old))})
+        readers = [threading.Thread(target=read_old_documents, args=(seed,), daemon=True) for seed in range(8)]
+        for reader in readers:
+            reader.start()
+        proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", slack="1m",
+                            top={"feederEnabled": "false"})
+        wait_warm(proxy, timeout=40)
+        with client_for(archive) as client:  # the load did saturate the archive's disk
+            assert client.admin.command("serverStatus")["thermocline"]["readIops"]["throttledReads"] > 0
+        with client_for(fast) as client:
+            held = {document["_id"] for document in client.shop.orders.find({}, {"_id": 1})}
+        assert {document["_id"] for document in window} <= held
+        assert namespace_status(proxy)["warmer"]["copied"] == len(held)
+        proxy.stop()
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join(30)
+        if feeder.is_alive():
+            feeder.process.send_signal(signal.SIGCONT)
+            feeder.stop()
+        fast.stop()
+        archive.stop()
 
 
 def test_updates_and_deletes_during_warm(replicated_tiers, tmp_path):

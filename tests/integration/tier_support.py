@@ -54,6 +54,22 @@ def stop_leftovers():
             process.kill9()
 
 
+class WorkerProcess(ProxyProcess):
+    """`thermocline feeder|evictor|warmer --config FILE`, alone."""
+
+    def __init__(self, work_dir, config_text, worker):
+        super().__init__(work_dir, config_text)
+        self.worker = worker
+
+    def command_line(self):
+        return [str(self.binary), self.worker, "--config", str(self.config_path)]
+
+    def wait_ready(self, timeout=10):
+        time.sleep(0.3)
+        if self.process.poll() is not None:
+            pytest.fail("%s exited at once: %s" % (self.worker, self.log_tail()), pytrace=False)
+
+
 def start_proxy(work_dir, archive, fast, **config):
     return track(ProxyProcess(work_dir, tier_config(archive, fast, **config))).start()
 

@@ -260,11 +260,14 @@ static void test_topologies_from_hello(void **state)
     /* Three members: the others are listed but unheard of, so not chosen. */
     hello = document("{'isWritablePrimary': true, 'setName': 'rs0', 'hosts': ['a:1', 'b:1'], 'passives': ['c:1'], "
                      "'arbiters': ['d:1'], 'me': 'a:1', 'tags': {'dc': 'ny'}, "
-                     "'lastWrite': {'lastWriteDate': {'$date': 1700000000000}}, 'ok': 1}");
+                     "'lastWrite': {'lastWriteDate': {'$date': 1700000000000}, "
+                     "'opTime': {'ts': {'$timestamp': {'t': 1700000000, 'i': 7}}, 't': 1}}, 'ok': 1}");
     read_preference_topology_from_hello(hello, NOW_MS, &topology);
     assert_int_equal(topology.member_count, 4);
     assert_int_equal(topology.members[0].type, READ_PREFERENCE_MEMBER_PRIMARY);
     assert_true(topology.members[0].last_write_ms == INT64_C(1700000000000));
+    assert_true(topology.members[0].last_write_time == ((uint64_t)1700000000 << 32 | 7)); /* what it applied */
+    assert_true(topology.members[1].last_write_time == 0);                                 /* unheard of */
     assert_string_equal(topology.members[2].address, "c:1");
     assert_int_equal(topology.members[3].type, READ_PREFERENCE_MEMBER_OTHER);
     static const select_case_t three[] = {
