@@ -38,7 +38,8 @@ typedef struct feeder_namespace {
     bool stopped;         /* the archive rejected a write: nothing more is applied */
     bool retrying;        /* was stopped at start: applied again from its own resume point */
     uint64_t skip_until;  /* its events at or before this time are in the archive already */
-    bson_t stopped_token; /* where it resumes after a restart */
+    bson_t stopped_token; /* where it resumes after a restart; empty when the stream had no token yet... */
+    uint64_t stopped_start_at; /* ...and it resumes from this cluster time instead */
     uint64_t stopped_time;
 } feeder_namespace_t;
 
@@ -161,6 +162,36 @@ static bool fast_write_until_done(feeder_t *feeder, const bson_t *command, const
 
 /* --- start: the checkpoint and the stopped namespaces ---------------------------------- */
 
+/* A namespace a rejected write stopped: it is applied again from its own point,
+ * a resume token, or (stopped before the stream had one) a cluster time. */
+static void load_stopped_namespace(feeder_t *feeder, const bson_t *document, const char *ns, uint64_t stopped_time)
+{
+    char database[128];
+    const char *collection;
+    tier_split_namespace(ns, database, sizeof database, &collection);
+    ssize_t index = find_namespace(feeder, database, collection);
+    if (index < 0) {
+        return; /* no longer in the config */
+    }
+    feeder_namespace_t *item = &feeder->namespaces[index];
+    bson_t token;
+    bson_reinit(&item->stopped_token);
+    item->stopped_start_at = tier_time_of(document, "startAtOperationTime");
+    if (view_field_document(document, "resumeToken", &token) && !bson_empty(&token)) {
+        bson_concat(&item->stopped_token, &token);
+    } else if (item->stopped_start_at == 0) {
+        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, 0,
+               "%s was stopped by a rejected write, but its record has neither a resume token nor a start time; "
+               "it is fed from the main checkpoint",
+               ns);
+        return;
+    }
+    item->retrying = true;
+    item->stopped_time = stopped_time;
+    TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s was stopped by a rejected write; applying it again from where it stopped",
+           ns);
+}
+
 static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
 {
     bson_t filter = BSON_INITIALIZER, batch;
@@ -179,6 +210,12 @@ static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
         }
         const char *id = bson_iter_utf8(&field, NULL);
         uint64_t time = tier_time_of(&document, "appliedTime");
+        bson_iter_t ns_iter;
+        if (strncmp(id, "stopped:", 8) == 0 && bson_iter_init_find(&ns_iter, &document, "ns") &&
+            BSON_ITER_HOLDS_UTF8(&ns_iter)) {
+            load_stopped_namespace(feeder, &document, bson_iter_utf8(&ns_iter, NULL), time);
+            continue;
+        }
         if (!view_field_document(&document, "resumeToken", &token)) {
             /* The start the proxy recorded before its first client (tier_feeder_ensure_start). */
             if (strcmp(id, "stream") == 0) {
@@ -192,25 +229,6 @@ static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
             bson_concat(&feeder->token, &token);
             feeder->have_token = true;
             feeder->applied_time = time;
-            continue;
-        }
-        bson_iter_t ns_iter;
-        if (strncmp(id, "stopped:", 8) == 0 && bson_iter_init_find(&ns_iter, &document, "ns") &&
-            BSON_ITER_HOLDS_UTF8(&ns_iter)) {
-            char database[128];
-            const char *collection;
-            tier_split_namespace(bson_iter_utf8(&ns_iter, NULL), database, sizeof database, &collection);
-            ssize_t index = find_namespace(feeder, database, collection);
-            if (index >= 0) {
-                feeder_namespace_t *item = &feeder->namespaces[index];
-                item->retrying = true;
-                item->stopped_time = time;
-                bson_reinit(&item->stopped_token);
-                bson_concat(&item->stopped_token, &token);
-                TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-                       "%s was stopped by a rejected write; applying it again from where it stopped",
-                       bson_iter_utf8(&ns_iter, NULL));
-            }
         }
     }
     bson_destroy(&batch);
@@ -255,8 +273,12 @@ static bool start_feeder(feeder_t *feeder)
         /* The stream starts at the oldest point anything must be applied from. */
         if (item->retrying && (!feeder->have_token || item->stopped_time < feeder->applied_time)) {
             bson_reinit(&feeder->token);
-            bson_concat(&feeder->token, &item->stopped_token);
-            feeder->have_token = true;
+            feeder->have_token = !bson_empty(&item->stopped_token);
+            if (feeder->have_token) {
+                bson_concat(&feeder->token, &item->stopped_token);
+            } else {
+                feeder->start_at = item->stopped_start_at;
+            }
         }
     }
     if (feeder->have_token || feeder->start_at != 0) {
@@ -590,8 +612,13 @@ static void stop_namespace(feeder_t *feeder, size_t index, const feeder_op_t *op
     item->stopped = true;
     if (!item->retrying) {
         bson_reinit(&item->stopped_token);
+        /* Without a token yet, the stream's own start (or this write's time) is
+         * where the namespace resumes: an empty token would not resume at all. */
+        item->stopped_start_at = 0;
         if (feeder->have_token) {
             bson_concat(&item->stopped_token, &feeder->token);
+        } else {
+            item->stopped_start_at = feeder->start_at != 0 ? feeder->start_at : op->first_time;
         }
         item->stopped_time = feeder->applied_time;
     }
@@ -609,7 +636,11 @@ static void stop_namespace(feeder_t *feeder, size_t index, const feeder_op_t *op
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
     BSON_APPEND_UTF8(&document, "_id", stopped_id);
     BSON_APPEND_UTF8(&document, "ns", ns);
-    BSON_APPEND_DOCUMENT(&document, "resumeToken", &item->stopped_token);
+    if (!bson_empty(&item->stopped_token)) {
+        BSON_APPEND_DOCUMENT(&document, "resumeToken", &item->stopped_token);
+    } else {
+        tier_append_time(&document, "startAtOperationTime", item->stopped_start_at);
+    }
     tier_append_time(&document, "appliedTime", item->stopped_time);
     BSON_APPEND_UTF8(&document, "error", text);
     BSON_APPEND_INT32(&document, "code", code);
