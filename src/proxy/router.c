@@ -691,6 +691,9 @@ static void route_decided(proxy_request_t *request)
             router_after_feeder_caught_up(request, false, router_forward_to_archive);
             return;
         }
+        if (router_route_catalog_listing(request)) {
+            return;
+        }
         router_forward(request, PROXY_TIER_ARCHIVE);
         return;
     }

@@ -319,6 +319,31 @@ void router_route_both_tiers(proxy_request_t *request)
     router_after_feeder_caught_up(request, false, send_both_to_archive);
 }
 
+/* The archive learns of a database or collection the fast tier created (by a
+ * write) only when the feeder replays a write to it: a listing waits for the
+ * feeder as a read does (read-your-writes across tiers). A stopped feed does not
+ * block it: listing is how an operator looks for the cause. */
+bool router_route_catalog_listing(proxy_request_t *request)
+{
+    if (is_command(request, "listDatabases")) {
+        if (request->proxy->namespace_count == 0) {
+            return false;
+        }
+        request->waits_for_every_namespace = true;
+    } else if (is_command(request, "listCollections")) {
+        const char *database = command_database(request);
+        if (!database_is_tiered(request->proxy, database)) {
+            return false;
+        }
+        request->wait_database = database;
+    } else {
+        return false;
+    }
+    request->tolerates_stopped_feed = true;
+    router_after_feeder_caught_up(request, false, router_forward_to_archive);
+    return true;
+}
+
 /* $out, $merge or mapReduce's out writes a collection in the archive directly,
  * around the fast tier: refused when that collection is tiered, or unnamed. */
 bool router_refuse_tiered_output(proxy_request_t *request)

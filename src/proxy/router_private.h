@@ -59,7 +59,8 @@ typedef struct proxy_request {
     bson_error_t refusal; /* a transaction's command refused: sent once its abort is done */
     /* A command applied to both tiers, the archive first (a catalog command on a
      * tiered namespace, a session command). */
-    const char *wait_database;   /* dropDatabase: the feeder wait covers its tiered namespaces */
+    const char *wait_database;   /* dropDatabase, listCollections: the feeder wait covers its tiered namespaces */
+    bool waits_for_every_namespace; /* listDatabases: the feeder wait covers every tiered namespace */
     bool tolerates_stopped_feed; /* a stopped feed does not hold it back (it may be the fix) */
     uint8_t *archive_reply;      /* the archive's reply, answered once the fast tier has the change */
     size_t archive_reply_length;
@@ -158,6 +159,11 @@ void router_note_transaction_commit(proxy_request_t *request, const bson_t *body
 
 /* A command the planner says applies to both tiers (catalog, sessions). */
 void router_route_both_tiers(proxy_request_t *request);
+
+/* listDatabases, and listCollections of a database with tiered namespaces, which
+ * the archive answers: after the feeder caught up (true), like reads. false: not
+ * such a command. */
+bool router_route_catalog_listing(proxy_request_t *request);
 /* Refuses (and answers) $out, $merge or mapReduce output into a tiered namespace,
  * or one the planner cannot name; false when the request goes on. */
 bool router_refuse_tiered_output(proxy_request_t *request);

@@ -44,11 +44,12 @@ bool router_namespace_in_database(const char *ns, const char *database)
 }
 
 /* Whether the request waits for the feeder's writes to state: its own namespace,
- * every namespace for a pipeline that reads others, the tiered namespaces of the
- * database a dropDatabase drops. */
+ * every namespace for a pipeline that reads others or a listDatabases, the tiered
+ * namespaces of the database a dropDatabase drops or a listCollections lists. */
 static bool request_waits_for(const proxy_request_t *request, const namespace_state_t *state)
 {
-    return state == request->namespace_state || (request->has_decision && request->decision.reads_other_namespaces) ||
+    return state == request->namespace_state || request->waits_for_every_namespace ||
+           (request->has_decision && request->decision.reads_other_namespaces) ||
            (request->wait_database != NULL && router_namespace_in_database(state->config->ns, request->wait_database));
 }
 

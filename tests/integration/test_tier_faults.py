@@ -232,6 +232,37 @@ def test_unique_key_only_the_archive_holds_stops_the_feed_loudly(replicated_tier
     proxy.stop()
 
 
+def test_listings_wait_for_the_feeder(replicated_tiers, tmp_path):
+    """listDatabases and listCollections, which the archive answers, wait for the
+    feeder to apply the writes acknowledged before them, as reads do (I5): past
+    readYourWritesWait they fail with a retryable error instead of leaving out the
+    database or collection the client has just created through the proxy."""
+    archive, fast = replicated_tiers
+    top = {"feederEnabled": "false", "readYourWritesWait": "1s"}
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete", top=top)
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": 1, "createdAt": utc_now()})
+        for listing in (client.list_database_names, client.shop.list_collection_names):
+            with pytest.raises(pymongo.errors.OperationFailure) as raised:
+                listing()
+            assert raised.value.code == 262 and "read-your-writes" in str(raised.value)
+        # A database without tiered namespaces lives in the archive alone: no wait.
+        client.other.things.insert_one({})
+        assert client.other.list_collection_names() == ["things"]
+    feeder = track(WorkerProcess(tmp_path / "feeder", tier_config(archive, fast, max_age="1h"), "feeder")).start()
+    try:
+        with client_for(proxy) as client:
+            def listed():
+                try:
+                    return "shop" in client.list_database_names() and "orders" in client.shop.list_collection_names()
+                except pymongo.errors.OperationFailure:
+                    return False
+            assert wait_until(listed, 20, 0.2)
+    finally:
+        feeder.stop()
+        proxy.stop()
+
+
 def test_workers_as_their_own_processes(replicated_tiers, tmp_path):
     archive, fast = replicated_tiers
     with client_for(archive) as client:
