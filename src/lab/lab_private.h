@@ -188,7 +188,7 @@ void lab_process_describe_exit(const lab_process_t *process, char *out, size_t s
 int lab_free_port(void);
 
 /* count such ports, all different (each held until all are chosen: the kernel
- * may hand out a port again once it is released). false on failure. */
+ * may hand out a port again once it is released). false, every port 0, on failure. */
 bool lab_free_ports(int *ports, size_t count);
 
 /* Whether something accepts TCP connections on 127.0.0.1:port. */

@@ -295,6 +295,9 @@ bool lab_free_ports(int *ports, size_t count)
             close(descriptors[i]);
         }
     }
+    for (size_t i = 0; !ok && i < count; i++) {
+        ports[i] = 0;
+    }
     return ok;
 }
 

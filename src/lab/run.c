@@ -466,10 +466,8 @@ bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
     mongoc_client_t *proxy_client = NULL;
     warm_state_t warm = {0};
     bool ok = false;
-    int ports[3] = {0, 0, 0};
-    if (!lab_free_ports(ports, 3)) {
-        ports[0] = 0;
-    }
+    int ports[3];
+    bool have_ports = lab_free_ports(ports, 3);
     int archive_port = ports[0], fast_port = ports[1], proxy_port = ports[2];
 
     memset(warm_up, 0, sizeof *warm_up);
@@ -480,7 +478,7 @@ bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
     snprintf(archive_dir, sizeof archive_dir, "%s/archive", run_dir);
     snprintf(lab->fast_snapshot_dir, sizeof lab->fast_snapshot_dir, "%s/fast-warmed", lab->work_dir);
     fprintf(stderr, "warm-up: the proxy's warmer copies the recent window into an empty fast tier\n");
-    if (archive_port == 0 || fast_port == 0 || proxy_port == 0) {
+    if (!have_ports) {
         tc_error_set(error, TC_ERR_OPERATION_FAILED, "no free loopback port");
         goto done;
     }
@@ -562,10 +560,8 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     mongoc_client_t *archive_client = NULL, *proxy_client = NULL;
     sample_list_t samples = {0};
     bool ok = false;
-    int ports[3] = {0, 0, 0};
-    if (!lab_free_ports(ports, 3)) {
-        ports[0] = 0;
-    }
+    int ports[3];
+    bool have_ports = lab_free_ports(ports, 3);
     int archive_port = ports[0], fast_port = ports[1], proxy_port = ports[2];
     int64_t warmup_ms = mode == LAB_MODE_EMPTY_START ? 0 : settings->warmup_ms;
     int64_t duration_ms = mode == LAB_MODE_EMPTY_START ? settings->empty_start_ms : settings->duration_ms;
@@ -598,7 +594,7 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
             mode == LAB_MODE_DIRECT ? "bench against the archive" : "bench through the proxy",
             mode == LAB_MODE_EMPTY_START ? ", fast tier empty at the start" : "");
 
-    if (archive_port == 0 || fast_port == 0 || proxy_port == 0) {
+    if (!have_ports) {
         tc_error_set(&error, TC_ERR_OPERATION_FAILED, "no free loopback port");
         goto done;
     }

@@ -272,6 +272,14 @@ static void connection_release_empty_input(connection_t *connection)
     }
 }
 
+/* The little-endian length that opens the next buffered message (at least 4
+ * bytes are buffered). */
+static uint32_t connection_announced_length(const connection_t *connection)
+{
+    const uint8_t *prefix = connection->buffer + connection->start;
+    return (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 | (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24;
+}
+
 uint8_t *connection_input_space(connection_t *connection, size_t minimum, size_t *out_available)
 {
     size_t unconsumed = connection->end - connection->start;
@@ -280,9 +288,7 @@ uint8_t *connection_input_space(connection_t *connection, size_t minimum, size_t
         /* Grow towards the announced size as its bytes arrive, doubling, so a
          * client that announces 48 MB and sends a byte a second holds little. An
          * invalid length is refused before the next read, so it never gets here. */
-        const uint8_t *prefix = connection->buffer + connection->start;
-        uint32_t length = (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 |
-                          (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24;
+        uint32_t length = connection_announced_length(connection);
         size_t doubled = 2 * unconsumed;
         if (length <= connection->server->options.max_message_bytes && length > goal) {
             goal = length < doubled ? length : (doubled > goal ? doubled : goal);
@@ -423,13 +429,7 @@ static void connection_dispatch(connection_t *connection, size_t length)
 static bool connection_has_whole_message(const connection_t *connection)
 {
     size_t buffered = connection->end - connection->start;
-    if (buffered < 4) {
-        return false;
-    }
-    const uint8_t *prefix = connection->buffer + connection->start;
-    uint32_t length = (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 | (uint32_t)prefix[2] << 16 |
-                      (uint32_t)prefix[3] << 24;
-    return buffered >= length;
+    return buffered >= 4 && buffered >= connection_announced_length(connection);
 }
 
 /* Hands the job's request to the application: a worker, or the loop callback. */
@@ -537,9 +537,7 @@ static void connection_process_input(connection_t *connection)
             connection_resume_reading(connection);
             return;
         }
-        const uint8_t *prefix = connection->buffer + connection->start;
-        int32_t length = (int32_t)((uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 |
-                                   (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24);
+        int32_t length = (int32_t)connection_announced_length(connection);
         size_t max = connection->server->options.max_message_bytes;
         if (length < MESSAGE_HEADER_BYTES || (size_t)length > max) {
             TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id,

@@ -182,7 +182,7 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
         bson_destroy(&reply);
         return -1;
     }
-    if (!tier_wait_applied(context, evictor->fast, index, read_time, APPLIED_WAIT_MS)) {
+    if (!tier_wait_applied(context, evictor->fast, index, read_time, APPLIED_WAIT_MS, NULL)) {
         if (!tier_group_stopping(context->group)) {
             tier_report_error(context, TIER_WORKER_EVICTOR,
                               "%s: the feeder has not applied the fast tier's writes up to the candidates' read "

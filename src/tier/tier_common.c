@@ -381,21 +381,8 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
     return ok;
 }
 
-bool tier_applied_time(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t *out_time)
-{
-    bson_error_t error;
-    *out_time = 0;
-    if (!context->feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
-        return false;
-    }
-    tier_namespace_progress_t item;
-    tier_progress_namespace(context->progress, index, &item);
-    *out_time = item.applied_time;
-    return !item.feed_stopped && item.applied_time != 0;
-}
-
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
-                       int64_t timeout_ms)
+                       int64_t timeout_ms, uint64_t *out_applied_time)
 {
     int64_t deadline = tier_monotonic_ms() + timeout_ms;
     for (;;) {
@@ -409,6 +396,9 @@ bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t in
             return false;
         }
         if (item.applied_time >= time) {
+            if (out_applied_time != NULL) {
+                *out_applied_time = item.applied_time;
+            }
             return true;
         }
         int64_t remaining = deadline - tier_monotonic_ms();

@@ -95,15 +95,11 @@ bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms);
 
 /* Waits until every fast-tier write to namespace index at or before time is in
  * the archive, as the feeder reports (in memory, or its checkpoint in the fast
- * tier when it runs elsewhere). False after timeout_ms, when the namespace's
+ * tier when it runs elsewhere); out_applied_time (may be NULL) gets the time it
+ * has reached, which may be later. False after timeout_ms, when the namespace's
  * feed is stopped, or when the group stops. */
-/* The time up to which every fast-tier write to namespace index is in the
- * archive, now, without waiting; false when the feeder has not reported one yet
- * or the namespace's feed is stopped. */
-bool tier_applied_time(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t *out_time);
-
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
-                       int64_t timeout_ms);
+                       int64_t timeout_ms, uint64_t *out_applied_time);
 
 /* Reads the feeder's documents from the fast tier into context->progress. */
 bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, bson_error_t *error);

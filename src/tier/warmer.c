@@ -685,7 +685,7 @@ static bool archive_holds(warmer_t *warmer, const char *database, const char *co
 static void undo_resurrections(warmer_t *warmer, size_t index, const char *database, const char *collection,
                                const bson_t *documents, const bson_t *deleted, uint64_t end_time)
 {
-    if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, RESURRECTION_WAIT_MS)) {
+    if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, RESURRECTION_WAIT_MS, NULL)) {
         tier_report_error(warmer->context, TIER_WORKER_WARMER,
                           "%s.%s: a document was deleted while it was copied, and the feeder has not applied the "
                           "delete yet: the copy stays until the evictor removes it",
@@ -824,8 +824,7 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
      * after are checked once the copies landed. The wait is only for the feeder's
      * first report (a time of 1: any). */
     uint64_t applied_time = 0;
-    if (!tier_wait_applied(context, warmer->fast, index, 1, APPLIED_WAIT_MS) ||
-        !tier_applied_time(context, warmer->fast, index, &applied_time)) {
+    if (!tier_wait_applied(context, warmer->fast, index, 1, APPLIED_WAIT_MS, &applied_time)) {
         if (!tier_group_stopping(context->group)) {
             tier_report_error(context, TIER_WORKER_WARMER,
                               "%s: waiting for the feeder (stopped or not running) before copying more", policy->ns);

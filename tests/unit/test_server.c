@@ -662,28 +662,41 @@ static void test_flooding_client_is_paused(void **state)
     test_server_stop(fixture);
 }
 
+/* An OP_ECHO message of bytes with a patterned payload (malloc'd). */
+static uint8_t *large_echo_message(size_t bytes, int32_t request_id)
+{
+    uint8_t *message = malloc(bytes);
+    for (size_t index = 0; index < bytes; index++) {
+        message[index] = (uint8_t)(index * 31);
+    }
+    put_int32(message, (int32_t)bytes);
+    put_int32(message + 4, request_id);
+    put_int32(message + 8, 0);
+    put_int32(message + 12, OP_ECHO);
+    put_int32(message + 16, 0);
+    return message;
+}
+
+/* Reads the echo of large_echo_message's message, whole and unchanged. */
+static void expect_large_echo(int fd, const uint8_t *message, size_t bytes, int32_t request_id)
+{
+    test_reply_t reply = client_read_reply(fd);
+    assert_int_equal(reply.length, (int32_t)bytes);
+    assert_int_equal(reply.response_to, request_id);
+    assert_memory_equal(reply.payload, message + HEADER_BYTES, bytes - HEADER_BYTES);
+    free(reply.payload);
+}
+
 static void test_large_message_then_small_ones(void **state)
 {
     test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
     int fd = client_connect(fixture->port);
     const size_t large_bytes = 5 * 1024 * 1024 + 3;
-    uint8_t *large = malloc(large_bytes);
-    for (size_t index = 0; index < large_bytes; index++) {
-        large[index] = (uint8_t)(index * 31);
-    }
-    put_int32(large, (int32_t)large_bytes);
-    put_int32(large + 4, 9);
-    put_int32(large + 8, 0);
-    put_int32(large + 12, OP_ECHO);
-    put_int32(large + 16, 0);
+    uint8_t *large = large_echo_message(large_bytes, 9);
     client_send(fd, large, large_bytes);
     client_send_message(fd, 10, OP_ECHO, 0, "small after large");
 
-    test_reply_t reply = client_read_reply(fd);
-    assert_int_equal(reply.length, (int32_t)large_bytes);
-    assert_int_equal(reply.response_to, 9);
-    assert_memory_equal(reply.payload, large + HEADER_BYTES, large_bytes - HEADER_BYTES);
-    free(reply.payload);
+    expect_large_echo(fd, large, large_bytes, 9);
     free(large);
     client_expect_echo(fd, 10, "small after large");
     close(fd);
@@ -697,26 +710,14 @@ static void test_reply_larger_than_the_socket_buffer(void **state)
     test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
     int fd = client_connect(fixture->port);
     const size_t large_bytes = 8 * 1024 * 1024 + 5;
-    uint8_t *large = malloc(large_bytes);
-    for (size_t index = 0; index < large_bytes; index++) {
-        large[index] = (uint8_t)(index * 7);
-    }
-    put_int32(large, (int32_t)large_bytes);
-    put_int32(large + 4, 21);
-    put_int32(large + 8, 0);
-    put_int32(large + 12, OP_ECHO);
-    put_int32(large + 16, 0);
+    uint8_t *large = large_echo_message(large_bytes, 21);
     client_send(fd, large, large_bytes);
     while (atomic_load(&fixture->application.requests_finished) == 0) {
         sleep_ms(2);
     }
     sleep_ms(50); /* the reply fills the socket buffers before the client reads */
 
-    test_reply_t reply = client_read_reply(fd);
-    assert_int_equal(reply.length, (int32_t)large_bytes);
-    assert_int_equal(reply.response_to, 21);
-    assert_memory_equal(reply.payload, large + HEADER_BYTES, large_bytes - HEADER_BYTES);
-    free(reply.payload);
+    expect_large_echo(fd, large, large_bytes, 21);
     free(large);
     client_send_message(fd, 22, OP_ECHO, 0, "small after the large reply");
     client_expect_echo(fd, 22, "small after the large reply");
