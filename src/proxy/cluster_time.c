@@ -14,13 +14,6 @@
 
 #include <string.h>
 
-static uint64_t timestamp_of(const bson_iter_t *iter)
-{
-    uint32_t seconds, increment;
-    bson_iter_timestamp(iter, &seconds, &increment);
-    return (uint64_t)seconds << 32 | increment;
-}
-
 /* The value of body's document field `name`, in place: its bytes and length. */
 static uint8_t *find_document_in_place(const bson_t *body, const char *name, uint32_t *out_length)
 {
@@ -42,7 +35,7 @@ static uint64_t cluster_time_value(const uint8_t *data, uint32_t length)
         !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
         return 0;
     }
-    return timestamp_of(&iter);
+    return timestamp_of_iter(&iter);
 }
 
 void cluster_time_note(proxy_t *proxy, proxy_tier_t tier, const bson_t *reply_body)
@@ -80,7 +73,7 @@ static void cap_after_cluster_time(const proxy_t *proxy, proxy_tier_t tier, cons
     if (proxy->cluster_times[tier] == NULL || !bson_iter_init_find(&iter, body, "readConcern") ||
         !BSON_ITER_HOLDS_DOCUMENT(&iter) || !bson_iter_recurse(&iter, &field) ||
         !bson_iter_find(&field, "afterClusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&field) ||
-        timestamp_of(&field) <= proxy->cluster_time_values[tier]) {
+        timestamp_of_iter(&field) <= proxy->cluster_time_values[tier]) {
         return;
     }
     uint64_t capped = proxy->cluster_time_values[tier];

@@ -3,6 +3,8 @@
  * mapped. Loop thread only. */
 #include "proxy/proxy_private.h"
 
+#include "wire/wire.h"
+
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -72,10 +74,8 @@ int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, uint64_t member_id,
         .backend_id = backend_id, .tier = tier, .member_id = member_id, .last_used_ms = proxy_now_ms()};
     snprintf(cursor.ns, sizeof cursor.ns, "%s", ns);
     do {
-        uint64_t random_id = ((uint64_t)(uint32_t)rand() << 32) ^ ((uint64_t)(uint32_t)rand() << 1) ^
-                             (uint64_t)proxy_now_ms();
-        cursor.proxy_id = (int64_t)(random_id & INT64_MAX);
-    } while (cursor.proxy_id == 0 || cursor_map_find(map, cursor.proxy_id) != NULL);
+        cursor.proxy_id = wire_cursor_id_random(proxy_now_ms());
+    } while (cursor_map_find(map, cursor.proxy_id) != NULL);
     insert_slot(map, &cursor);
     return cursor.proxy_id;
 }

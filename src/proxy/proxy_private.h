@@ -5,6 +5,7 @@
 #ifndef TC_PROXY_PROXY_PRIVATE_H
 #define TC_PROXY_PROXY_PRIVATE_H
 
+#include "common/timestamp.h"
 #include "net/server.h"
 #include "proxy/backend.h"
 #include "proxy/config.h"

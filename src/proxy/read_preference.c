@@ -3,6 +3,7 @@
  * replica set: candidates by mode, maxStalenessSeconds, tag sets, latency). */
 #include "proxy/read_preference.h"
 
+#include "common/timestamp.h"
 #include "query/value_format.h"
 
 #include <math.h>
@@ -289,9 +290,7 @@ void read_preference_topology_from_hello(const bson_t *hello, int64_t now_ms, re
     }
     if (bson_iter_init(&iter, hello) && bson_iter_find_descendant(&iter, "lastWrite.opTime.ts", &child) &&
         BSON_ITER_HOLDS_TIMESTAMP(&child)) {
-        uint32_t seconds, increment;
-        bson_iter_timestamp(&child, &seconds, &increment);
-        self->last_write_time = (uint64_t)seconds << 32 | increment;
+        self->last_write_time = timestamp_of_iter(&child);
     }
     static const char *const lists[] = {"hosts", "passives", "arbiters"};
     for (size_t list = 0; list < sizeof lists / sizeof lists[0]; list++) {

@@ -216,19 +216,15 @@ static void count_route(proxy_request_t *request, plan_route_t route)
  * read must wait for (see router_after_feeder_caught_up). */
 static void note_fast_write(proxy_request_t *request, const bson_t *body)
 {
-    bson_iter_t iter;
-    uint32_t seconds, increment;
     if (strcmp(request->command_name, "commitTransaction") == 0) {
         router_note_transaction_commit(request, body);
         return;
     }
+    uint64_t time = timestamp_find(body, "operationTime");
     if (request->namespace_state == NULL || !request->has_decision || request->decision.kind != PLAN_KIND_WRITE ||
-        request->decision.is_explain || !bson_iter_init_find(&iter, body, "operationTime") ||
-        !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
+        request->decision.is_explain || time == 0) {
         return;
     }
-    bson_iter_timestamp(&iter, &seconds, &increment);
-    uint64_t time = (uint64_t)seconds << 32 | increment;
     if (time > request->namespace_state->last_write_time) {
         request->namespace_state->last_write_time = time;
     }
@@ -343,14 +339,9 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
     bool parsed = error == NULL && wire_message_opcode(reply) == WIRE_OP_MSG &&
                   wire_op_msg_peek_body(reply, length, &body, &parse_error);
     if (parsed) {
-        bson_iter_t time;
         cluster_time_note(proxy, call->tier, &body);
-        if (bson_iter_init_find(&time, &body, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&time)) {
-            uint32_t seconds, increment;
-            bson_iter_timestamp(&time, &seconds, &increment);
-            uint64_t value = (uint64_t)seconds << 32 | increment;
-            request->operation_time = value > request->operation_time ? value : request->operation_time;
-        }
+        uint64_t time = timestamp_find(&body, "operationTime");
+        request->operation_time = time > request->operation_time ? time : request->operation_time;
     }
     bool retry = !call->retried && request->retry_kind != RETRY_NEVER && proxy->config->failover_wait_ms > 0;
     if (retry) {

@@ -95,13 +95,10 @@ void router_refuse_in_transaction(proxy_request_t *request, const char *reason)
 void router_note_transaction_commit(proxy_request_t *request, const bson_t *body)
 {
     bson_iter_t iter;
-    uint32_t seconds, increment;
-    if (!bson_iter_init_find(&iter, body, "ok") || bson_iter_as_double(&iter) != 1.0 ||
-        !bson_iter_init_find(&iter, body, "operationTime") || !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
+    uint64_t time = timestamp_find(body, "operationTime");
+    if (!bson_iter_init_find(&iter, body, "ok") || bson_iter_as_double(&iter) != 1.0 || time == 0) {
         return;
     }
-    bson_iter_timestamp(&iter, &seconds, &increment);
-    uint64_t time = (uint64_t)seconds << 32 | increment;
     for (size_t i = 0; i < request->proxy->namespace_count; i++) {
         namespace_state_t *state = &request->proxy->namespaces[i];
         state->last_write_time = time > state->last_write_time ? time : state->last_write_time;

@@ -2,6 +2,8 @@
  * Operations hold a cursor checked out, never the mutex, while they run. */
 #include "store/cursors.h"
 
+#include "wire/wire.h"
+
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -85,11 +87,8 @@ void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor)
 {
     pthread_mutex_lock(&table->mutex);
     do {
-        /* Positive, random, never 0 (0 means "no cursor" on the wire). */
-        uint64_t random_id = ((uint64_t)(uint32_t)rand() << 32) ^ ((uint64_t)(uint32_t)rand() << 1) ^
-                             (uint64_t)store_now_ms();
-        cursor->id = (int64_t)(random_id & INT64_MAX);
-    } while (cursor->id == 0 || find_slot(table, cursor->id) >= 0);
+        cursor->id = wire_cursor_id_random(store_now_ms());
+    } while (find_slot(table, cursor->id) >= 0);
     if (table->count == table->capacity) {
         table->capacity = table->capacity ? table->capacity * 2 : 16;
         table->cursors = bson_realloc(table->cursors, table->capacity * sizeof(store_cursor_t *));

@@ -56,7 +56,7 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
         bson_append_document_begin(&documents, key_string, -1, &mark);
         tier_mark_key(&mark, "_id", ns, &ids[i], "evict");
         BSON_APPEND_UTF8(&mark, "state", "pending");
-        tier_append_time(&mark, "since", since);
+        timestamp_append(&mark, "since", since);
         bson_append_document_end(&documents, &mark);
     }
     bson_append_array_end(&command, &documents);
@@ -97,8 +97,8 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
         BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
         BSON_APPEND_UTF8(&set, "state", "done");
-        tier_append_time(&set, "from", since);
-        tier_append_time(&set, "to", at);
+        timestamp_append(&set, "from", since);
+        timestamp_append(&set, "to", at);
         bson_append_document_end(&update, &set);
         bson_append_document_end(&statement, &update);
     } else {
@@ -128,7 +128,7 @@ static bool delete_version(evictor_t *evictor, const char *database, const char 
     bool ok = write_command(evictor, database, &command, &reply, error);
     bson_iter_t iter;
     *out_deleted = ok && bson_iter_init_find(&iter, &reply, "n") && bson_iter_as_int64(&iter) == 1;
-    *out_time = tier_time_of(&reply, "operationTime");
+    *out_time = timestamp_find(&reply, "operationTime");
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
@@ -165,7 +165,7 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
         bson_destroy(&reply);
         return -1;
     }
-    uint64_t read_time = tier_time_of(&reply, "operationTime");
+    uint64_t read_time = timestamp_find(&reply, "operationTime");
     uint32_t length;
     const uint8_t *data;
     bson_iter_array(&found, &length, &data);

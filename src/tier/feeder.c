@@ -176,7 +176,7 @@ static void load_stopped_namespace(feeder_t *feeder, const bson_t *document, con
     feeder_namespace_t *item = &feeder->namespaces[index];
     bson_t token;
     bson_reinit(&item->stopped_token);
-    item->stopped_start_at = tier_time_of(document, "startAtOperationTime");
+    item->stopped_start_at = timestamp_find(document, "startAtOperationTime");
     if (view_field_document(document, "resumeToken", &token) && !bson_empty(&token)) {
         bson_concat(&item->stopped_token, &token);
     } else if (item->stopped_start_at == 0) {
@@ -209,7 +209,7 @@ static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
             continue;
         }
         const char *id = bson_iter_utf8(&field, NULL);
-        uint64_t time = tier_time_of(&document, "appliedTime");
+        uint64_t time = timestamp_find(&document, "appliedTime");
         bson_iter_t ns_iter;
         if (strncmp(id, "stopped:", 8) == 0 && bson_iter_init_find(&ns_iter, &document, "ns") &&
             BSON_ITER_HOLDS_UTF8(&ns_iter)) {
@@ -219,7 +219,7 @@ static bool load_checkpoint(feeder_t *feeder, bson_error_t *error)
         if (!view_field_document(&document, "resumeToken", &token)) {
             /* The start the proxy recorded before its first client (tier_feeder_ensure_start). */
             if (strcmp(id, "stream") == 0) {
-                feeder->start_at = tier_time_of(&document, "startAtOperationTime");
+                feeder->start_at = timestamp_find(&document, "startAtOperationTime");
                 feeder->applied_time = time;
             }
             continue;
@@ -335,7 +335,7 @@ static void append_pipeline(feeder_t *feeder, bson_t *command)
     if (feeder->have_token) {
         BSON_APPEND_DOCUMENT(&spec, "resumeAfter", &feeder->token);
     } else if (feeder->start_at != 0) {
-        tier_append_time(&spec, "startAtOperationTime", feeder->start_at);
+        timestamp_append(&spec, "startAtOperationTime", feeder->start_at);
     }
     bson_append_document_end(&stage, &spec);
     bson_append_document_end(&pipeline, &stage);
@@ -536,9 +536,9 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                 item->resolved = true;
                 bool in_range = false;
                 if (strcmp(state, "done") == 0) {
-                    in_range = tier_time_of(&mark, "from") < item->time && item->time <= tier_time_of(&mark, "to");
+                    in_range = timestamp_find(&mark, "from") < item->time && item->time <= timestamp_find(&mark, "to");
                 } else if (strcmp(state, "recovered") == 0 && item->is_delete) {
-                    in_range = item->time > tier_time_of(&mark, "since");
+                    in_range = item->time > timestamp_find(&mark, "since");
                 }
                 /* An eviction mark stands for one delete: the first in its range. */
                 if (in_range && item->is_delete && !mark_consumed(&feeder->consumed_marks, &key)) {
@@ -639,9 +639,9 @@ static void stop_namespace(feeder_t *feeder, size_t index, const feeder_op_t *op
     if (!bson_empty(&item->stopped_token)) {
         BSON_APPEND_DOCUMENT(&document, "resumeToken", &item->stopped_token);
     } else {
-        tier_append_time(&document, "startAtOperationTime", item->stopped_start_at);
+        timestamp_append(&document, "startAtOperationTime", item->stopped_start_at);
     }
-    tier_append_time(&document, "appliedTime", item->stopped_time);
+    timestamp_append(&document, "appliedTime", item->stopped_time);
     BSON_APPEND_UTF8(&document, "error", text);
     BSON_APPEND_INT32(&document, "code", code);
     BSON_APPEND_VALUE(&document, "documentId", &op->id);
@@ -780,7 +780,7 @@ static bool write_checkpoint(feeder_t *feeder)
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
     BSON_APPEND_DOCUMENT(&set, "resumeToken", &feeder->token);
-    tier_append_time(&set, "appliedTime", feeder->applied_time);
+    timestamp_append(&set, "appliedTime", feeder->applied_time);
     BSON_APPEND_DATE_TIME(&set, "updatedAt", tier_wall_clock_ms());
     bson_append_document_end(&update, &set);
     bson_append_document_end(&statement, &update);
@@ -814,7 +814,7 @@ static void clean_marks(feeder_t *feeder)
         bson_append_document_begin(&any, i == 0 ? "0" : "1", 1, &clause);
         BSON_APPEND_UTF8(&clause, "state", "done");
         bson_append_document_begin(&clause, time_fields[i], -1, &condition);
-        tier_append_time(&condition, "$lte", feeder->applied_time);
+        timestamp_append(&condition, "$lte", feeder->applied_time);
         bson_append_document_end(&clause, &condition);
         bson_append_document_end(&any, &clause);
     }
@@ -919,7 +919,7 @@ static size_t collect_candidates(feeder_t *feeder, const bson_t *events, candida
         }
         bson_iter_document(&iter, &length, &data);
         bson_init_static(&event, data, length);
-        uint64_t time = tier_time_of(&event, "clusterTime");
+        uint64_t time = timestamp_find(&event, "clusterTime");
         if (time > *out_last_time) {
             *out_last_time = time;
         }

@@ -3,6 +3,7 @@
  * one document when MongoDB's comparison says so (5, 5.0 and 5L). */
 #include "tier/feeder_batch.h"
 
+#include "common/timestamp.h"
 #include "query/order.h"
 #include "query/update.h"
 
@@ -464,11 +465,7 @@ bool feeder_batch_add(feeder_batch_t *batch, size_t namespace_index, const bson_
     if (bson_iter_init_find(&iter, event, "operationType") && BSON_ITER_HOLDS_UTF8(&iter)) {
         operation = bson_iter_utf8(&iter, NULL);
     }
-    if (bson_iter_init_find(&iter, event, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
-        uint32_t seconds, increment;
-        bson_iter_timestamp(&iter, &seconds, &increment);
-        time = (uint64_t)seconds << 32 | increment;
-    }
+    time = timestamp_find(event, "clusterTime");
     if (operation == NULL || time == 0 || !find_document_field(event, "documentKey._id", &id_iter)) {
         return tc_error_set(error, TC_ERR_BAD_VALUE,
                             "a change event without operationType, clusterTime or documentKey._id");

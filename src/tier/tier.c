@@ -50,8 +50,8 @@ bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
         BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);
         BSON_APPEND_DOCUMENT_BEGIN(&documents, "0", &document);
         BSON_APPEND_UTF8(&document, "_id", "stream");
-        tier_append_time(&document, "startAtOperationTime", now);
-        tier_append_time(&document, "appliedTime", now);
+        timestamp_append(&document, "startAtOperationTime", now);
+        timestamp_append(&document, "appliedTime", now);
         BSON_APPEND_DATE_TIME(&document, "updatedAt", tier_wall_clock_ms());
         bson_append_document_end(&documents, &document);
         bson_append_array_end(&command, &documents);

@@ -156,22 +156,6 @@ bool tier_write_errors_next(bson_iter_t *iter, tier_write_error_t *out)
 
 /* --- cluster times --------------------------------------------------------------- */
 
-uint64_t tier_time_of(const bson_t *document, const char *key)
-{
-    bson_iter_t iter;
-    uint32_t seconds, increment;
-    if (!bson_iter_init_find(&iter, document, key) || !BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
-        return 0;
-    }
-    bson_iter_timestamp(&iter, &seconds, &increment);
-    return (uint64_t)seconds << 32 | increment;
-}
-
-void tier_append_time(bson_t *out, const char *key, uint64_t time)
-{
-    bson_append_timestamp(out, key, -1, (uint32_t)(time >> 32), (uint32_t)time);
-}
-
 uint64_t tier_token_time(const bson_t *token)
 {
     bson_iter_t iter;
@@ -203,7 +187,7 @@ bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t
     bson_t ping = BSON_INITIALIZER, reply;
     BSON_APPEND_INT32(&ping, "ping", 1);
     bool ok = tier_command(client, "admin", &ping, &reply, error);
-    *out_time = ok ? tier_time_of(&reply, "operationTime") : 0;
+    *out_time = ok ? timestamp_find(&reply, "operationTime") : 0;
     bson_destroy(&ping);
     bson_destroy(&reply);
     return ok;
@@ -291,7 +275,7 @@ void tier_progress_apply_feeder_documents(tier_progress_t *progress, const confi
         }
         const char *id = bson_iter_utf8(&field, NULL);
         if (strcmp(id, "stream") == 0) {
-            stream_time = tier_time_of(&document, "appliedTime");
+            stream_time = timestamp_find(&document, "appliedTime");
             continue;
         }
         const char *ns = NULL;
@@ -310,7 +294,7 @@ void tier_progress_apply_feeder_documents(tier_progress_t *progress, const confi
         tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
         bool changed = !item->feed_stopped;
         item->feed_stopped = true;
-        item->applied_time = tier_time_of(&document, "appliedTime");
+        item->applied_time = timestamp_find(&document, "appliedTime");
         snprintf(item->feed_error, sizeof item->feed_error, "%s", message);
         tier_progress_unlock(progress, changed);
     }
@@ -349,7 +333,7 @@ void tier_progress_apply_warmer_documents(tier_progress_t *progress, const confi
         }
         bool complete = bson_iter_init_find(&field, &document, "complete") && bson_iter_as_bool(&field);
         tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
-        uint64_t copy_time = complete ? tier_time_of(&document, "lastCopyTime") : 0;
+        uint64_t copy_time = complete ? timestamp_find(&document, "lastCopyTime") : 0;
         bool changed = item->coverage_valid != complete || item->warm_copy_time != copy_time;
         item->coverage_valid = complete;
         item->warm_copy_time = copy_time;

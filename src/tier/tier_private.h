@@ -1,9 +1,10 @@
 /* Internals shared by the tier workers (feeder.c, evictor.c, warmer.c) and their
  * helpers (tier_common.c): the context every worker thread gets, libmongoc
- * helpers, cluster times, the worker-writes marks and the pacer. */
+ * helpers, the worker-writes marks and the pacer. */
 #ifndef TC_TIER_TIER_PRIVATE_H
 #define TC_TIER_TIER_PRIVATE_H
 
+#include "common/timestamp.h"
 #include "tier/thread_group.h"
 #include "tier/tier.h"
 
@@ -63,11 +64,6 @@ bool tier_error_is_transient(const bson_error_t *error);
 int32_t tier_error_code(const bson_error_t *error);
 
 /* --- cluster times --------------------------------------------------------------- */
-
-/* A BSON Timestamp as one number (seconds << 32 | increment); 0 when key is
- * missing or not a Timestamp. */
-uint64_t tier_time_of(const bson_t *document, const char *key);
-void tier_append_time(bson_t *out, const char *key, uint64_t time);
 
 /* The cluster time a resume token stands for: mongod's and our store's tokens
  * start with KeyString's Timestamp type (0x82) and the time, big-endian. 0 when

@@ -169,7 +169,7 @@ static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
         BSON_APPEND_DATE_TIME(&document, "completedAt", state->completed_ms);
     }
     if (state->last_copy_time != 0) {
-        tier_append_time(&document, "lastCopyTime", state->last_copy_time);
+        timestamp_append(&document, "lastCopyTime", state->last_copy_time);
     }
     bson_append_document_end(&statement, &document);
     BSON_APPEND_BOOL(&statement, "upsert", true);
@@ -218,7 +218,7 @@ static bool load_states(warmer_t *warmer, bson_error_t *error)
             if (bson_iter_init_find(&field, &document, "completedAt") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
                 state->completed_ms = bson_iter_date_time(&field);
             }
-            state->last_copy_time = tier_time_of(&document, "lastCopyTime");
+            state->last_copy_time = timestamp_find(&document, "lastCopyTime");
             bson_iter_t id_iter;
             if (bson_iter_init_find(&field, &document, "cursorTime") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
                 cursor_set(&state->cursor, bson_iter_date_time(&field),
@@ -428,7 +428,7 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
         bson_append_document_end(&statement, &query);
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
         BSON_APPEND_UTF8(&document, "state", "pending");
-        tier_append_time(&document, "since", since);
+        timestamp_append(&document, "since", since);
         bson_append_document_end(&statement, &document);
         BSON_APPEND_BOOL(&statement, "upsert", true);
         bson_append_document_end(&updates, &statement);
@@ -470,8 +470,8 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
         BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
         BSON_APPEND_UTF8(&set, "state", "done");
-        tier_append_time(&set, "from", from);
-        tier_append_time(&set, "to", to);
+        timestamp_append(&set, "from", from);
+        timestamp_append(&set, "to", to);
         bson_append_document_end(&update, &set);
         bson_append_document_end(&statement, &update);
         BSON_APPEND_BOOL(&statement, "multi", true);
@@ -540,7 +540,7 @@ static bool insert_copies(warmer_t *warmer, const char *database, const char *co
             }
         }
     }
-    *out_time = tier_time_of(&reply, "operationTime");
+    *out_time = timestamp_find(&reply, "operationTime");
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
@@ -560,7 +560,7 @@ static bool deletes_since(warmer_t *warmer, const char *database, const char *co
     BSON_APPEND_ARRAY_BEGIN(&command, "pipeline", &pipeline);
     BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "0", &stage);
     BSON_APPEND_DOCUMENT_BEGIN(&stage, "$changeStream", &spec);
-    tier_append_time(&spec, "startAtOperationTime", from);
+    timestamp_append(&spec, "startAtOperationTime", from);
     bson_append_document_end(&stage, &spec);
     bson_append_document_end(&pipeline, &stage);
     BSON_APPEND_DOCUMENT_BEGIN(&pipeline, "1", &match);

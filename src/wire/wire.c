@@ -2,6 +2,8 @@
  * and the bounds-checked reader every message parser in this folder builds on. */
 #include "wire/wire_private.h"
 
+#include <stdlib.h>
+
 bool wire_frame_check(const uint8_t first_four_bytes[4], size_t *out_message_length,
                       bson_error_t *error)
 {
@@ -84,6 +86,16 @@ int32_t wire_message_response_to(const uint8_t *message)
 int32_t wire_message_opcode(const uint8_t *message)
 {
     return wire_load_int32(message + 12);
+}
+
+int64_t wire_cursor_id_random(int64_t now_ms)
+{
+    int64_t cursor_id;
+    do {
+        uint64_t random_id = ((uint64_t)(uint32_t)rand() << 32) ^ ((uint64_t)(uint32_t)rand() << 1) ^ (uint64_t)now_ms;
+        cursor_id = (int64_t)(random_id & INT64_MAX);
+    } while (cursor_id == 0);
+    return cursor_id;
 }
 
 void wire_message_set_request_id(uint8_t *message, size_t length, int32_t request_id)

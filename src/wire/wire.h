@@ -234,6 +234,12 @@ bool wire_op_reply_build(int32_t request_id, int32_t response_to, int32_t respon
                          uint8_t **out_message, size_t *out_length,
                          bson_error_t *error) TC_MUST_CHECK;
 
+/* ---- Cursor ids ------------------------------------------------------------------- */
+
+/* A new cursor id: positive, random (rand(), salted with now_ms), never 0, which
+ * means "no cursor" on the wire. The caller retries on a collision with its table. */
+int64_t wire_cursor_id_random(int64_t now_ms);
+
 /* ---- Checksums and compression --------------------------------------------------- */
 
 /* CRC-32C (Castagnoli), as OP_MSG checksums use; SSE4.2 when the CPU has it. */

@@ -1845,6 +1845,17 @@ static void test_compression_refusals(void **state)
     bson_free(original);
 }
 
+/* Cursor ids are positive and never 0, even when rand() and the clock would
+ * combine to 0 or to a negative number. */
+static void test_cursor_ids_are_positive(void **state)
+{
+    (void)state;
+    for (int attempt = 0; attempt < 10000; attempt++) {
+        int64_t now_ms = attempt % 2 == 0 ? INT64_MAX : attempt;
+        assert_true(wire_cursor_id_random(now_ms) > 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1880,6 +1891,7 @@ int main(void)
         cmocka_unit_test(test_compression_of_op_reply_and_large_message),
         cmocka_unit_test(test_decompression_refusals),
         cmocka_unit_test(test_compression_refusals),
+        cmocka_unit_test(test_cursor_ids_are_positive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
