@@ -1,6 +1,6 @@
 /* Handshake and server information: hello/isMaster (with awaitable hello and
  * compression negotiation), ping, buildInfo, getParameter, setParameter
- * (transactionLifetimeLimitSeconds), hostInfo, whatsmyuri,
+ * (transactionLifetimeLimitSeconds, cursorTimeoutMillis), hostInfo, whatsmyuri,
  * endSessions and the small commands mongosh and the drivers send on connect;
  * serverStatus (the sections operators watch) and fsync (a checkpoint). */
 #include "store/auth.h"
@@ -196,7 +196,7 @@ static bool handle_get_parameter(command_context_t *context, bson_t *reply, bson
         found = true;
     }
     if (all || bson_has_field(context->command, "cursorTimeoutMillis")) {
-        BSON_APPEND_INT64(reply, "cursorTimeoutMillis", CURSOR_IDLE_TIMEOUT_MS);
+        BSON_APPEND_INT64(reply, "cursorTimeoutMillis", cursor_table_timeout_ms(context->store->cursors));
         found = true;
     }
     if (all || bson_has_field(context->command, "transactionLifetimeLimitSeconds")) {
@@ -210,7 +210,7 @@ static bool handle_get_parameter(command_context_t *context, bson_t *reply, bson
     return true;
 }
 
-/* setParameter: the one runtime parameter the store has, as mongod names it. */
+/* setParameter: the runtime parameters the store has, as mongod names them. */
 static bool handle_set_parameter(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     bson_iter_t iter;
@@ -225,20 +225,27 @@ static bool handle_set_parameter(command_context_t *context, bson_t *reply, bson
         if (name[0] == '$' || strcmp(name, "lsid") == 0 || strcmp(name, "comment") == 0) {
             continue;
         }
-        if (strcmp(name, "transactionLifetimeLimitSeconds") != 0) {
+        bool is_lifetime = strcmp(name, "transactionLifetimeLimitSeconds") == 0;
+        if (!is_lifetime && strcmp(name, "cursorTimeoutMillis") != 0) {
             return tc_error_set(error, TC_ERR_INVALID_OPTIONS,
                                 "attempted to set unrecognized parameter [%s], use help:true to see options ", name);
         }
         if (!BSON_ITER_HOLDS_NUMBER(&iter)) {
             return tc_error_set(error, TC_ERR_BAD_VALUE, "Invalid value for parameter %s: not a number", name);
         }
-        int64_t seconds = bson_iter_as_int64(&iter);
-        if (seconds < 1 || seconds > INT32_MAX) {
-            return tc_error_set(error, TC_ERR_BAD_VALUE,
-                                "transactionLifetimeLimitSeconds must be greater than or equal to 1s");
+        int64_t value = bson_iter_as_int64(&iter);
+        if (is_lifetime) {
+            if (value < 1 || value > INT32_MAX) {
+                return tc_error_set(error, TC_ERR_BAD_VALUE,
+                                    "transactionLifetimeLimitSeconds must be greater than or equal to 1s");
+            }
+            BSON_APPEND_INT32(reply, "was", (int32_t)transaction_lifetime_seconds(context->store->transactions));
+            transaction_set_lifetime_seconds(context->store->transactions, value);
+        } else {
+            /* No bound, as mongod: 0 or less reaps every idle cursor on the next pass. */
+            BSON_APPEND_INT64(reply, "was", cursor_table_timeout_ms(context->store->cursors));
+            cursor_table_set_timeout_ms(context->store->cursors, value);
         }
-        BSON_APPEND_INT32(reply, "was", (int32_t)transaction_lifetime_seconds(context->store->transactions));
-        transaction_set_lifetime_seconds(context->store->transactions, seconds);
         found = true;
     }
     if (!found) {

@@ -77,7 +77,7 @@ static void append_cursor_reply(bson_t *reply, const char *batch_name, batch_bui
 
 typedef struct find_request {
     char *ns;
-    bson_t filter, sort, projection, hint;
+    bson_t filter, sort, projection, hint, min, max;
     find_options_t options;
     int64_t batch_size;
     bool single_batch;
@@ -92,6 +92,8 @@ static bool parse_find(command_context_t *context, find_request_t *request, bson
         !command_get_document(context, "sort", &request->sort, error) ||
         !command_get_document(context, "projection", &request->projection, error) ||
         !read_hint(context, &request->options, &request->hint, error) ||
+        !command_get_document(context, "min", &request->min, error) ||
+        !command_get_document(context, "max", &request->max, error) ||
         !command_get_int64(context, "skip", 0, &request->options.skip, error) ||
         !command_get_int64(context, "limit", 0, &request->options.limit, error) ||
         !command_get_int64(context, "batchSize", DEFAULT_FIRST_BATCH_SIZE, &request->batch_size, error) ||
@@ -106,6 +108,8 @@ static bool parse_find(command_context_t *context, find_request_t *request, bson
     request->options.filter = &request->filter;
     request->options.sort = &request->sort;
     request->options.projection = &request->projection;
+    request->options.min = &request->min;
+    request->options.max = &request->max;
     return true;
 }
 

@@ -113,8 +113,9 @@ static bool get_batch(const command_context_t *context, const char *field, bson_
         count++;
     }
     if (count > WIRE_MAX_WRITE_BATCH_SIZE) {
-        return tc_error_set(error, 10 /* InvalidLength */, "Write batch sizes must be between 1 and %d. Got %u operations.",
-                            WIRE_MAX_WRITE_BATCH_SIZE, count);
+        return tc_error_set(error, TC_ERR_INVALID_LENGTH,
+                            "Write batch sizes must be between 1 and %d. Got %u operations.", WIRE_MAX_WRITE_BATCH_SIZE,
+                            count);
     }
     *out_count = count;
     return true;

@@ -5,6 +5,7 @@
 #include "wire/wire.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -13,6 +14,7 @@ struct cursor_table {
     store_cursor_t **cursors; /* unordered array: cursor counts are small */
     size_t count;
     size_t capacity;
+    _Atomic int64_t timeout_ms;
 };
 
 int64_t store_now_ms(void)
@@ -51,6 +53,7 @@ cursor_table_t *cursor_table_new(void)
 {
     cursor_table_t *table = BSON_ALIGNED_ALLOC0(cursor_table_t);
     pthread_mutex_init(&table->mutex, NULL);
+    atomic_init(&table->timeout_ms, CURSOR_DEFAULT_IDLE_TIMEOUT_MS);
     return table;
 }
 
@@ -190,12 +193,23 @@ void cursor_table_kill_transaction(cursor_table_t *table, uint64_t transaction_i
     bson_free(victims);
 }
 
+int64_t cursor_table_timeout_ms(cursor_table_t *table)
+{
+    return atomic_load(&table->timeout_ms);
+}
+
+void cursor_table_set_timeout_ms(cursor_table_t *table, int64_t timeout_ms)
+{
+    atomic_store(&table->timeout_ms, timeout_ms);
+}
+
 void cursor_table_reap(cursor_table_t *table, int64_t now_ms)
 {
+    int64_t timeout_ms = atomic_load(&table->timeout_ms);
     pthread_mutex_lock(&table->mutex);
     for (size_t i = 0; i < table->count;) {
         store_cursor_t *cursor = table->cursors[i];
-        if (!cursor->in_use && !cursor->no_timeout && now_ms - cursor->last_used_ms > CURSOR_IDLE_TIMEOUT_MS) {
+        if (!cursor->in_use && !cursor->no_timeout && now_ms - cursor->last_used_ms > timeout_ms) {
             remove_slot(table, i);
             store_cursor_destroy(cursor);
         } else {

@@ -1,13 +1,14 @@
 /* Server-side cursors: the table that maps cursor ids to the state a getMore
  * resumes (a find plan, or documents already computed), with mongod's rules:
  * ids are random positive int64, a cursor belongs to one namespace, is used by one
- * operation at a time (CursorInUse), and dies after 10 idle minutes. */
+ * operation at a time (CursorInUse), and dies after 10 idle minutes (mongod's
+ * cursorTimeoutMillis, which setParameter changes at runtime). */
 #ifndef TC_STORE_CURSORS_H
 #define TC_STORE_CURSORS_H
 
 #include "store/find.h"
 
-#define CURSOR_IDLE_TIMEOUT_MS (10 * 60 * 1000)
+#define CURSOR_DEFAULT_IDLE_TIMEOUT_MS (10 * 60 * 1000)
 
 typedef struct cursor_table cursor_table_t;
 
@@ -50,8 +51,12 @@ bool cursor_table_kill(cursor_table_t *table, int64_t id, const char *ns);
 /* Kills the cursors opened in the transaction (it ended), as killCursors would. */
 void cursor_table_kill_transaction(cursor_table_t *table, uint64_t transaction_id);
 
-/* Destroys cursors idle longer than CURSOR_IDLE_TIMEOUT_MS (unless noCursorTimeout). */
+/* Destroys cursors idle longer than the table's timeout (unless noCursorTimeout). */
 void cursor_table_reap(cursor_table_t *table, int64_t now_ms);
+
+/* cursorTimeoutMillis: CURSOR_DEFAULT_IDLE_TIMEOUT_MS until set. */
+int64_t cursor_table_timeout_ms(cursor_table_t *table);
+void cursor_table_set_timeout_ms(cursor_table_t *table, int64_t timeout_ms);
 
 size_t cursor_table_count(cursor_table_t *table);
 

@@ -742,6 +742,73 @@ static bool plan_or_union(find_plan_t *plan, collection_t *collection)
     return true;
 }
 
+static bool has_fields(const bson_t *document)
+{
+    return document != NULL && !bson_empty(document);
+}
+
+/* Whether left and right name the same fields in the same order. */
+static bool same_field_names(const bson_t *left, const bson_t *right)
+{
+    bson_iter_t left_fields, right_fields;
+    bson_iter_init(&left_fields, left);
+    bson_iter_init(&right_fields, right);
+    while (bson_iter_next(&left_fields)) {
+        if (!bson_iter_next(&right_fields) || strcmp(bson_iter_key(&left_fields), bson_iter_key(&right_fields)) != 0) {
+            return false;
+        }
+    }
+    return !bson_iter_next(&right_fields);
+}
+
+/* The keystring of a min or max bound, its values in the index's directions. */
+static void append_bound_keystring(keystring_t *key, const bson_t *bound, const bson_t *key_pattern)
+{
+    bson_iter_t values, fields;
+    bson_iter_init(&values, bound);
+    bson_iter_init(&fields, key_pattern);
+    while (bson_iter_next(&values) && bson_iter_next(&fields)) {
+        keystring_append_value(key, bson_iter_value(&values), index_direction(&fields) < 0);
+    }
+}
+
+/* find's min and max, as mongod's: one scan of the hinted index from min
+ * (inclusive) to max (exclusive), in index order; the filter still applies. */
+static bool use_min_max(find_plan_t *plan, index_descriptor_t *hinted, const find_options_t *options,
+                        bson_error_t *error)
+{
+    if (hinted == NULL) {
+        return tc_error_set(error, TC_ERR_MIN_MAX_WITHOUT_HINT,
+                            "When using min()/max() a hint of which index to use must be provided");
+    }
+    if ((has_fields(options->min) && !same_field_names(options->min, &hinted->key_pattern)) ||
+        (has_fields(options->max) && !same_field_names(options->max, &hinted->key_pattern))) {
+        return tc_error_set(error, TC_ERR_MIN_MAX_INCOMPATIBLE_INDEX,
+                            "The index chosen is not compatible with min/max");
+    }
+    use_index(plan, hinted);
+    clear_intervals(plan);
+    plan->intervals = bson_malloc0(sizeof(scan_bounds_t));
+    plan->interval_count = 1;
+    scan_bounds_t *interval = &plan->intervals[0];
+    scan_bounds_init(interval);
+    if (has_fields(options->min)) {
+        append_bound_keystring(&interval->lower, options->min, &hinted->key_pattern);
+    }
+    if (has_fields(options->max)) {
+        append_bound_keystring(&interval->upper, options->max, &hinted->key_pattern);
+        interval->upper_inclusive = false;
+    }
+    if (interval->lower.length > 0 && interval->upper.length > 0 &&
+        keystring_compare(&interval->lower, &interval->upper) >= 0) {
+        return tc_error_set(error, TC_ERR_MIN_NOT_BEFORE_MAX,
+                            "The value provided for min() does not come before the value provided for max() in "
+                            "the hinted index");
+    }
+    bson_reinit(&plan->index_bounds_explain); /* min and max bound the scan, not per-field intervals */
+    return true;
+}
+
 static bool choose_access_path(find_plan_t *plan, collection_t *collection, const find_options_t *options,
                                bson_error_t *error)
 {
@@ -751,6 +818,10 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     } else if (options->hint != NULL && bson_count_keys(options->hint) > 0) {
         bson_iter_t iter;
         if (bson_iter_init_find(&iter, options->hint, "$natural")) {
+            if (has_fields(options->min) || has_fields(options->max)) {
+                return tc_error_set(error, TC_ERR_NO_QUERY_EXECUTION_PLANS,
+                                    "min and max are incompatible with $natural");
+            }
             plan->access = ACCESS_COLLECTION_SCAN;
             plan->descending_scan = bson_iter_as_double(&iter) < 0;
             return true;
@@ -765,6 +836,9 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
         hinted == NULL) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "error processing query: ns=%s: hint provided does not "
                             "correspond to an existing index", collection->ns);
+    }
+    if (has_fields(options->min) || has_fields(options->max)) {
+        return use_min_max(plan, hinted, options, error);
     }
     if (hinted != NULL) {
         use_index(plan, hinted);
@@ -888,6 +962,10 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
     if (options->limit < 0) {
         tc_error_set(error, TC_ERR_NON_NEGATIVE_VALUE, "limit value must be non-negative, but received: %lld",
                      (long long)options->limit);
+        goto fail;
+    }
+    if (has_fields(options->min) && has_fields(options->max) && !same_field_names(options->min, options->max)) {
+        tc_error_set(error, TC_ERR_MIN_MAX_DIFFERENT_FIELDS, "min and max must have the same field names");
         goto fail;
     }
     plan->matcher = match_compile(&plan->filter, error);

@@ -14,6 +14,8 @@ typedef struct find_options {
     const bson_t *projection; /* NULL or empty: whole documents */
     const bson_t *hint;       /* NULL; or {key pattern}; or {$hint: "name"} form handled by caller */
     const char *hint_name;    /* index name hint, or NULL */
+    const bson_t *min;        /* NULL or empty; else the hinted index's fields: scan from here (inclusive) */
+    const bson_t *max;        /* NULL or empty; else ...: scan up to here (exclusive) */
     int64_t skip;
     int64_t limit;            /* 0: no limit */
     bool return_key_only;     /* internal: callers that only need record ids and documents */

@@ -14,7 +14,7 @@ from bson.raw_bson import RawBSONDocument
 from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument, monitoring
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
 
-from conftest import wire_command
+from conftest import wait_until, wire_command
 
 DB_NAME = "crud"
 
@@ -312,6 +312,50 @@ def test_cursor_iterates_many_get_more_batches(store):
         assert len(recorder.get_more_replies[-1]["cursor"]["nextBatch"]) == 51
     finally:
         monitored.close()
+
+
+def test_find_min_max_scan_the_hinted_index(db):
+    """min (inclusive) and max (exclusive) bound a scan of the hinted index in
+    its key order, and the filter still applies (mongod's cursor.min/max)."""
+    grid = db["grid"]
+    grid.insert_many([{"_id": i, "a": i % 10, "b": i} for i in range(100)])
+    grid.create_index([("a", ASCENDING), ("b", DESCENDING)])
+    hint = [("a", 1), ("b", -1)]
+    # In index order b runs downwards within each a.
+    found = grid.find().min([("a", 3), ("b", 60)]).max([("a", 4), ("b", 80)]).hint(hint)
+    assert [d["_id"] for d in found] == [53, 43, 33, 23, 13, 3, 94, 84]
+    assert [d["_id"] for d in grid.find({"b": {"$lt": 20}}).min([("a", 8), ("b", 50)]).hint(hint)] == [18, 8, 19, 9]
+    assert [d["_id"] for d in grid.find().max([("a", 0), ("b", 50)]).hint("a_1_b_-1")] == [90, 80, 70, 60]
+    backwards = grid.find().min([("a", 3), ("b", 60)]).max([("a", 4), ("b", 80)]).hint(hint).sort([("a", -1), ("b", 1)])
+    assert [d["_id"] for d in backwards] == [84, 94, 3, 13, 23, 33, 43, 53]
+    explained = grid.find().min([("a", 3), ("b", 60)]).max([("a", 3), ("b", 0)]).hint(hint).explain()
+    assert [s["indexName"] for s in winning_plan_stages(explained) if s["stage"] == "IXSCAN"] == ["a_1_b_-1"]
+    assert explained["executionStats"]["nReturned"] == 6
+
+
+def test_find_min_max_errors(db):
+    grid = db["grid"]
+    grid.insert_many([{"_id": i, "a": i} for i in range(5)])
+    grid.create_index([("a", ASCENDING)])
+    cases = [
+        ({"min": {"a": 1}}, 51173),                                          # no hint
+        ({"min": {"a": 1}, "hint": {"$natural": 1}}, 291),                   # not an index
+        ({"max": {"b": 1}, "hint": {"a": 1}}, 51174),                        # not the index's fields
+        ({"min": {"a": 1, "b": 1}, "hint": {"a": 1}}, 51174),
+        ({"min": {"a": 1}, "max": {"b": 1}, "hint": {"a": 1}}, 51176),       # different fields
+        ({"min": {"a": 3}, "max": {"a": 3}, "hint": {"a": 1}}, 51175),       # min not before max
+        ({"min": 3, "hint": {"a": 1}}, 14),
+    ]
+    for options, code in cases:
+        error = command_error(db, SON([("find", "grid")] + list(options.items())))
+        assert error.code == code, (options, error.details)
+        names = {14: "TypeMismatch", 291: "NoQueryExecutionPlans"}
+        assert error.details["codeName"] == names.get(code, "Location%d" % code)
+
+
+def test_single_batch_closes_the_cursor(items):
+    reply = items.database.command(SON([("find", "items"), ("batchSize", 5), ("singleBatch", True)]))
+    assert len(reply["cursor"]["firstBatch"]) == 5 and reply["cursor"]["id"] == 0
 
 
 def test_find_command_reply_shape(items):
@@ -661,6 +705,23 @@ def test_explain_indexed_find_uses_ixscan(items):
     assert explained["ok"] == 1
 
 
+def test_explain_covered_query_reads_no_documents(items):
+    """A filter and projection the index holds, _id excluded: PROJECTION_COVERED
+    over IXSCAN, no FETCH; executionStats counts keys, not documents."""
+    items.create_index([("group", ASCENDING), ("n", ASCENDING)])
+    covered = items.find({"group": 1, "n": {"$gt": 5}}, {"_id": 0, "group": 1, "n": 1}).explain()
+    stages = [s["stage"] for s in winning_plan_stages(covered)]
+    assert stages[0] == "PROJECTION_COVERED" and "IXSCAN" in stages and "FETCH" not in stages, stages
+    stats = covered["executionStats"]
+    assert stats["nReturned"] == 5  # n 7, 10, 13, 16, 19
+    assert stats["totalDocsExamined"] == 0
+    assert stats["totalKeysExamined"] >= 5
+    fetched = items.find({"group": 1, "n": {"$gt": 5}}, {"group": 1, "n": 1}).explain()
+    stages = [s["stage"] for s in winning_plan_stages(fetched)]
+    assert "FETCH" in stages and "PROJECTION_COVERED" not in stages, stages
+    assert fetched["executionStats"]["totalDocsExamined"] == 5
+
+
 def test_explain_unindexed_find_uses_collscan(items):
     explained = items.find({"name": "item05"}).explain()
     stages = [s["stage"] for s in winning_plan_stages(explained)]
@@ -928,6 +989,58 @@ def test_kill_cursors_then_get_more_is_cursor_not_found(items):
     assert reply["cursorsNotFound"] == []
     error = command_error(items.database, SON([("getMore", cursor_id), ("collection", "items")]))
     assert error.code == 43
+
+
+def test_idle_cursor_times_out_after_cursor_timeout_millis(client, items):
+    """cursorTimeoutMillis (10 minutes, as mongod) is set at runtime; an idle
+    cursor past it is reaped (getMore: CursorNotFound), a noCursorTimeout one is not."""
+    assert client.admin.command("getParameter", 1, cursorTimeoutMillis=1)["cursorTimeoutMillis"] == 600000
+    database = items.database
+    database.many.insert_many([{"_id": i} for i in range(1000)])
+    kept = database.command(SON([("find", "items"), ("batchSize", 1), ("noCursorTimeout", True)]))["cursor"]["id"]
+    assert client.admin.command("setParameter", 1, cursorTimeoutMillis=1)["was"] == 600000
+    reaped = database.command(SON([("find", "many"), ("batchSize", 1)]))["cursor"]["id"]
+
+    def reaped_cursor_is_gone():
+        # A getMore that still succeeds takes one document of 999 (the cursor
+        # cannot run out first); the reaper runs every second.
+        try:
+            reply = database.command(SON([("getMore", reaped), ("collection", "many"), ("batchSize", 1)]))
+        except OperationFailure as error:
+            assert error.code == 43 and error.details["codeName"] == "CursorNotFound"
+            return True
+        assert reply["cursor"]["id"] == reaped
+        return False
+
+    assert wait_until(reaped_cursor_is_gone, timeout=15, interval=0.5)
+    # The pass that reaped one cursor found the other idle as long: still there.
+    rest = database.command(SON([("getMore", kept), ("collection", "items")]))
+    assert len(rest["cursor"]["nextBatch"]) == 19
+    assert client.admin.command("getParameter", 1, cursorTimeoutMillis=1)["cursorTimeoutMillis"] == 1
+    error = command_error(client.admin, SON([("setParameter", 1), ("cursorTimeoutMillis", "soon")]))
+    assert error.code == 2
+
+
+def test_batches_stop_short_of_the_16_mib_reply_limit(db):
+    """Five 5 MB documents: three fit under maxBsonObjectSize in the first batch
+    (as mongod, whatever batchSize says), the other two come with getMore."""
+    big = db["big_documents"]
+    for i in range(5):
+        big.insert_one({"_id": i, "payload": "x" * 5_000_000})
+    reply = db.command(SON([("find", "big_documents"), ("sort", {"_id": 1}), ("batchSize", 100)]))
+    assert [d["_id"] for d in reply["cursor"]["firstBatch"]] == [0, 1, 2]
+    rest = db.command(SON([("getMore", reply["cursor"]["id"]), ("collection", "big_documents")]))
+    assert [d["_id"] for d in rest["cursor"]["nextBatch"]] == [3, 4] and rest["cursor"]["id"] == 0
+
+
+def test_write_batch_past_max_write_batch_size_is_invalid_length(store, db):
+    """maxWriteBatchSize is 100,000: one more operation is refused whole, with
+    mongod's InvalidLength (16), and nothing is written."""
+    reply = wire_command(store.port, SON([("insert", "batch"), ("documents", [{"_id": i} for i in range(100_001)]),
+                                          ("$db", DB_NAME)]), timeout=60)
+    assert reply["ok"] == 0 and reply["code"] == 16 and reply["codeName"] == "InvalidLength", reply
+    assert reply["errmsg"] == "Write batch sizes must be between 1 and 100000. Got 100001 operations."
+    assert db.batch.estimated_document_count() == 0
 
 
 def test_exhausted_cursor_is_closed(items):

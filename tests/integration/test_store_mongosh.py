@@ -63,6 +63,9 @@ def test_mongosh_scripted_session(store, tmp_path):
         {"_id": 1, "total": 1145, "count": 10},
         {"_id": 2, "total": 155, "count": 10},
     ]
+    assert result["manyInOrder"] is True
+    assert result["getMores"] >= 19  # 1,000 documents in batches of 50
+    assert result["distinctTags"] == ["t0", "t1", "t2", "t3"]
     assert result["indexName"] == "n_1"
     assert result["indexes"] == ["_id_", "n_1"]
     assert result["duplicateCode"] == 11000

@@ -1,5 +1,6 @@
 // A scripted mongosh session against `thermocline store`: inserts, finds,
-// updates, deletes, aggregate, createIndex and explain, then one line
+// updates, deletes, aggregate, a cursor over many getMore batches, distinct,
+// createIndex and explain, then one line
 // "SESSION_RESULT {json}" that tests/integration/test_store_mongosh.py checks.
 // Usage: mongosh mongodb://127.0.0.1:PORT/shell?directConnection=true --quiet session.js
 
@@ -32,6 +33,18 @@ out.aggregate = items.aggregate([
   { $group: { _id: '$group', total: { $sum: '$n' }, count: { $sum: 1 } } },
   { $sort: { _id: 1 } },
 ]).toArray();
+
+// A cursor iterated across many getMore batches, and distinct.
+const many = db.getCollection('many');
+many.drop();
+many.insertMany(Array.from({ length: 1000 }, (_, i) => ({ _id: i, tag: 't' + (i % 4) })));
+const getMores = () => Number(db.serverStatus().opcounters.getmore.toString());
+const getMoresBefore = getMores();
+const seen = many.find({}, { _id: 1 }).sort({ _id: 1 }).batchSize(50).toArray().map((d) => d._id);
+out.manyInOrder = seen.length === 1000 && seen.every((id, i) => id === i);
+out.getMores = getMores() - getMoresBefore;
+out.distinctTags = many.distinct('tag').sort();
+many.drop();
 
 out.indexName = items.createIndex({ n: 1 }, { unique: true });
 out.indexes = items.getIndexes().map((index) => index.name).sort();
