@@ -752,9 +752,20 @@ void router_handle(void *application, server_pending_t *pending, const server_re
 
     if (header.opcode == WIRE_OP_QUERY) {
         wire_op_query_t query;
+        bool parsed = wire_op_query_parse(request->message, request->length, &query, &error);
+        if (wire_op_query_is_removed(&query)) {
+            /* A legacy find: answered as mongod 6.0 does, from the namespace alone. */
+            uint8_t *encoded;
+            size_t encoded_length;
+            if (!wire_op_query_removed_reply_build(0, request->client_request_id, &encoded, &encoded_length,
+                                                   &error)) {
+                goto close_connection;
+            }
+            router_finish_with_message(request, encoded, encoded_length);
+            return;
+        }
         bson_destroy(&request->command);
-        if (!wire_op_query_parse(request->message, request->length, &query, &error) ||
-            !wire_op_query_command(&query, &request->command, &error)) {
+        if (!parsed || !wire_op_query_command(&query, &request->command, &error)) {
             goto close_connection;
         }
         bson_iter_t first;

@@ -112,7 +112,8 @@ static bool get_batch(const command_context_t *context, const char *field, bson_
     while (bson_iter_next(&counter)) {
         count++;
     }
-    if (count > WIRE_MAX_WRITE_BATCH_SIZE) {
+    /* An empty batch is refused as mongod does: a write that writes nothing is a client mistake. */
+    if (count == 0 || count > WIRE_MAX_WRITE_BATCH_SIZE) {
         return tc_error_set(error, TC_ERR_INVALID_LENGTH,
                             "Write batch sizes must be between 1 and %d. Got %u operations.", WIRE_MAX_WRITE_BATCH_SIZE,
                             count);

@@ -379,11 +379,18 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
     } else if (header.opcode == WIRE_OP_QUERY) {
         wire_op_query_t query;
         legacy = true;
-        bson_destroy(&command);
-        if (!wire_op_query_parse(message, length, &query, &error)) {
-            bson_init(&command);
+        bool parsed = wire_op_query_parse(message, length, &query, &error);
+        if (wire_op_query_is_removed(&query)) {
+            /* A legacy find: mongod answers it from the namespace alone. */
+            if (!wire_op_query_removed_reply_build(0, header.request_id, &encoded, &encoded_length, &error)) {
+                goto refuse;
+            }
+            goto compress;
+        }
+        if (!parsed) {
             goto error_reply;
         }
+        bson_destroy(&command);
         if (!wire_op_query_command(&query, &command, &error)) {
             goto error_reply;
         }
@@ -426,6 +433,7 @@ encode:
             goto refuse;
         }
     }
+compress:
     if (compressed && !is_never_compressed(&command)) {
         uint8_t *recompressed;
         size_t recompressed_length;

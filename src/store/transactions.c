@@ -479,7 +479,9 @@ static bool command_creates_collection(const command_context_t *context)
 {
     bson_iter_t iter, statements;
     if (is_command(context, "insert")) {
-        return true;
+        /* A batch refused whole (no documents) creates nothing, as with mongod. */
+        return bson_iter_init_find(&iter, context->command, "documents") && BSON_ITER_HOLDS_ARRAY(&iter) &&
+               bson_iter_recurse(&iter, &statements) && bson_iter_next(&statements);
     }
     if (is_command(context, "findAndModify") || is_command(context, "findandmodify")) {
         return bson_iter_init_find(&iter, context->command, "upsert") && bson_iter_as_bool(&iter);

@@ -45,6 +45,9 @@ static bool write_command(evictor_t *evictor, const char *database, bson_t *comm
 static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t *ids, size_t count,
                          uint64_t since, bool *out_refused, bson_error_t *error)
 {
+    if (count == 0) {
+        return true; /* an empty insert is InvalidLength: nothing to mark is no command */
+    }
     bson_t command = BSON_INITIALIZER, documents, reply;
     BSON_APPEND_UTF8(&command, "insert", TIER_MARKS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);

@@ -414,6 +414,9 @@ static void append_mark_keys(bson_t *array, const char *ns, const bson_value_t *
 static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, size_t count, uint64_t since,
                                 bson_error_t *error)
 {
+    if (count == 0) {
+        return true; /* an empty update is InvalidLength: nothing to mark is no command */
+    }
     bson_t command = BSON_INITIALIZER, updates, reply;
     BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);

@@ -88,6 +88,34 @@ static bool element_object(const bson_iter_t *iter, bson_t *out_document, bson_e
     return true;
 }
 
+/* NamespaceString::isCommand: the collection part (after the first dot) is "$cmd". */
+static bool is_command_namespace(const char *name)
+{
+    const char *dot = strchr(name, '.');
+    return dot != NULL && strcmp(dot + 1, "$cmd") == 0;
+}
+
+bool wire_op_query_is_removed(const wire_op_query_t *query)
+{
+    return query->full_collection_name != NULL && !is_command_namespace(query->full_collection_name);
+}
+
+bool wire_op_query_removed_reply_build(int32_t request_id, int32_t response_to, uint8_t **out_message,
+                                       size_t *out_length, bson_error_t *error)
+{
+    bson_t document = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&document, "$err",
+                     "OP_QUERY is no longer supported. The client driver may require an upgrade. For more details "
+                     "see https://dochub.mongodb.org/core/legacy-opcode-removal");
+    BSON_APPEND_INT32(&document, "code", TC_ERR_LOCATION_OP_QUERY_REMOVED);
+    BSON_APPEND_DOUBLE(&document, "ok", 0.0);
+    const bson_t *documents[] = {&document};
+    bool ok = wire_op_reply_build(request_id, response_to, WIRE_REPLY_FLAG_QUERY_FAILURE, 0, 0, documents, 1,
+                                  out_message, out_length, error);
+    bson_destroy(&document);
+    return ok;
+}
+
 /* Namespace checks of mongod's opMsgRequestFromLegacyRequest; stores the database
  * name's length within full_collection_name. */
 static bool check_command_namespace(const wire_op_query_t *query, size_t *out_database_length,
@@ -102,11 +130,11 @@ static bool check_command_namespace(const wire_op_query_t *query, size_t *out_da
         bson_free(json);
         return false;
     }
-    const char *dot = strchr(name, '.');
-    if (dot == NULL || strcmp(dot + 1, "$cmd") != 0) {
+    if (!is_command_namespace(name)) {
         return tc_error_set(error, TC_ERR_LOCATION_NOT_A_COMMAND_NAMESPACE,
                             "Trying to handle namespace %s as a command", name);
     }
+    const char *dot = strchr(name, '.');
     if (query->number_to_return != 1 && query->number_to_return != -1) {
         return tc_error_set(error, TC_ERR_LOCATION_BAD_COMMAND_NUMBER_TO_RETURN,
                             "Bad numberToReturn (%d) for $cmd type ns - can only be 1 or -1",

@@ -203,8 +203,20 @@ typedef struct wire_op_query {
 bool wire_op_query_parse(const uint8_t *message, size_t length, wire_op_query_t *out_query,
                          bson_error_t *error) TC_MUST_CHECK;
 
+/* Whether the OP_QUERY's namespace is known and not "<db>.$cmd": a legacy find,
+ * which mongod 6.0 answers with wire_op_query_removed_reply_build before reading
+ * the rest of the message. Usable on a query whose parse failed after the name. */
+bool wire_op_query_is_removed(const wire_op_query_t *query);
+
+/* mongod 6.0's answer to an OP_QUERY that is not a command: an OP_REPLY with the
+ * QueryFailure flag holding {$err: "OP_QUERY is no longer supported. ...", code:
+ * 5739101, ok: 0}. The caller frees *out_message with bson_free(). */
+bool wire_op_query_removed_reply_build(int32_t request_id, int32_t response_to, uint8_t **out_message,
+                                       size_t *out_length, bson_error_t *error) TC_MUST_CHECK;
+
 /* The command mongod executes for an OP_QUERY on "<db>.$cmd": refuses the exhaust
- * flag (18527), other namespaces (40473), numberToReturn other than 1 or -1
+ * flag (18527), other namespaces (40473: callers answer those with
+ * wire_op_query_removed_reply_build first, as mongod), numberToReturn other than 1 or -1
  * (16979) and a "$db" field (40621); unwraps {$query|query: {...},
  * $readPreference: ...} (refusing $maxTimeMS, InvalidOptions 72), lifts
  * $queryOptions, turns the secondaryOk flag into $readPreference secondaryPreferred,

@@ -326,6 +326,16 @@ def test_failed_write_aborts_the_transaction(rs_client):
     assert sorted(d["_id"] for d in db.c.find()) == [1]
 
 
+def test_empty_insert_in_a_transaction_creates_no_collection(replica_store, rs_client):
+    """An insert of no documents is refused (InvalidLength) before anything
+    happens: the collection a transaction's insert would create is not created."""
+    raw = RawSession(replica_store.port)
+    reply = raw.run("txn_empty", {"insert": "never", "documents": []}, 1, start=True)
+    assert_error(reply, 16, "InvalidLength")
+    raw.abort(1)
+    assert "never" not in rs_client.txn_empty.list_collection_names()
+
+
 def test_dropping_a_collection_aborts_the_transactions_using_it(rs_client):
     db = rs_client.txn_ddl
     db.c.insert_one({"_id": 1})

@@ -1,5 +1,6 @@
 """The wire protocol end to end against `thermocline store`, byte by byte: the
-legacy OP_QUERY handshake answered with OP_REPLY, OP_COMPRESSED (noop, snappy,
+legacy OP_QUERY handshake answered with OP_REPLY (and a legacy find refused as
+mongod 6.0 refuses it, by the store and the proxy), OP_COMPRESSED (noop, snappy,
 zlib) negotiated there and answered in kind, OP_MSG checksums, --max-conns,
 and the handshake and small server commands drivers send on connect."""
 
@@ -11,8 +12,8 @@ import bson
 import pytest
 from bson import Binary
 
-from conftest import (OP_MSG, OP_QUERY, OP_REPLY, StoreProcess, message_header, op_msg, op_msg_raw, read_reply,
-                      wait_until, wire_command)
+from conftest import (OP_MSG, OP_QUERY, OP_REPLY, ProxyProcess, StoreProcess, message_header, op_msg, op_msg_raw,
+                      proxy_config, read_reply, wait_until, wire_command)
 
 OP_COMPRESSED = 2012
 NOOP, SNAPPY, ZLIB = 0, 1, 2
@@ -138,6 +139,41 @@ def test_op_query_handshake_is_answered_with_op_reply(store):
         sock.sendall(op_query("admin.$cmd", {"noSuchCommand": 1}, 9))
         reply = read_reply(sock)
         assert reply.opcode == OP_REPLY and reply.document["code"] == 59
+
+
+LEGACY_FIND_REFUSAL = [("$err", "OP_QUERY is no longer supported. The client driver may require an upgrade. "
+                                "For more details see https://dochub.mongodb.org/core/legacy-opcode-removal"),
+                       ("code", 5739101), ("ok", 0.0)]
+
+
+def assert_legacy_find_refused(port):
+    """An OP_QUERY on a collection (a legacy find; also a name without a dot or
+    with $cmd past the collection) gets mongod 6.0's OP_REPLY: the QueryFailure
+    flag and one {$err, code: 5739101, ok: 0}. The connection stays usable."""
+    with connect(port) as sock:
+        for request_id, namespace in enumerate(["wire.items", "items", "wire.items.$cmd"], start=20):
+            sock.sendall(op_query(namespace, {"a": 1}, request_id))
+            reply = read_reply(sock)
+            assert reply is not None and reply.opcode == OP_REPLY and reply.response_to == request_id, namespace
+            flags, cursor_id, starting_from, returned = struct.unpack_from("<iqii", reply.raw, 16)
+            assert (flags, cursor_id, starting_from, returned) == (2, 0, 0, 1)
+            assert list(reply.document.items()) == LEGACY_FIND_REFUSAL
+            assert isinstance(reply.document["ok"], float)
+        sock.sendall(op_msg({"ping": 1, "$db": "admin"}, request_id=30))
+        reply = read_reply(sock)
+        assert reply.opcode == OP_MSG and reply.response_to == 30 and reply.document["ok"] == 1
+
+
+def test_op_query_on_a_collection_is_refused_as_mongod_refuses_it(store):
+    assert_legacy_find_refused(store.port)
+
+
+def test_proxy_refuses_op_query_on_a_collection_as_mongod(tiers, tmp_path):
+    proxy = ProxyProcess(tmp_path / "proxy", proxy_config(*tiers)).start()
+    try:
+        assert_legacy_find_refused(proxy.port)
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.parametrize("compressor_id", [NOOP, SNAPPY, ZLIB], ids=["noop", "snappy", "zlib"])

@@ -1406,6 +1406,69 @@ static void test_op_query_malformed(void **state)
     bson_destroy(query);
 }
 
+/* An OP_QUERY on a namespace other than "<db>.$cmd" (a legacy find) is answered as
+ * mongod 6.0 does: QueryFailure and {$err, code: 5739101, ok: 0}, from the name
+ * alone even when the rest of the message is bad. */
+static void test_op_query_not_a_command_is_removed(void **state)
+{
+    (void)state;
+    bson_t *query = BCON_NEW("a", BCON_INT32(1));
+    raw_t raw;
+    wire_op_query_t parsed;
+    bson_error_t error;
+    const char *removed[] = {"test.items", "test.items.$cmd", "items", "test.$cmdx"};
+    for (size_t i = 0; i < sizeof removed / sizeof removed[0]; i++) {
+        build_op_query(&raw, 0, removed[i], 0, 0, query, NULL);
+        assert_true(wire_op_query_parse(raw.data, raw.length, &parsed, &error));
+        assert_true(wire_op_query_is_removed(&parsed));
+        raw_free(&raw);
+    }
+    build_op_query(&raw, 0, "admin.$cmd", 0, -1, query, NULL);
+    assert_true(wire_op_query_parse(raw.data, raw.length, &parsed, &error));
+    assert_false(wire_op_query_is_removed(&parsed));
+    raw_free(&raw);
+
+    /* The name was read, then the message ran out. */
+    raw_begin(&raw);
+    raw_int32(&raw, 0);
+    raw_cstring(&raw, "test.items");
+    raw_finish(&raw, 1, 0, WIRE_OP_QUERY);
+    assert_false(wire_op_query_parse(raw.data, raw.length, &parsed, &error));
+    assert_true(wire_op_query_is_removed(&parsed));
+    raw_free(&raw);
+    /* No name at all: nothing to tell. */
+    raw_begin(&raw);
+    raw_int32(&raw, 0);
+    raw_bytes(&raw, "test.items", 10);
+    raw_finish(&raw, 1, 0, WIRE_OP_QUERY);
+    assert_false(wire_op_query_parse(raw.data, raw.length, &parsed, &error));
+    assert_false(wire_op_query_is_removed(&parsed));
+    raw_free(&raw);
+
+    uint8_t *message;
+    size_t length;
+    assert_true(wire_op_query_removed_reply_build(0, 42, &message, &length, &error));
+    wire_op_reply_t reply;
+    assert_true(wire_op_reply_parse(message, length, &reply, &error));
+    assert_int_equal(reply.header.response_to, 42);
+    assert_int_equal(reply.response_flags, WIRE_REPLY_FLAG_QUERY_FAILURE);
+    assert_int_equal(reply.cursor_id, 0);
+    assert_int_equal(reply.starting_from, 0);
+    assert_int_equal(reply.number_returned, 1);
+    wire_documents_iter_t iter;
+    bson_t document;
+    wire_documents_iter_init(&iter, &reply.documents);
+    assert_true(wire_documents_iter_next(&iter, &document));
+    bson_t *expected = BCON_NEW("$err", BCON_UTF8("OP_QUERY is no longer supported. The client driver may require an "
+                                                  "upgrade. For more details see "
+                                                  "https://dochub.mongodb.org/core/legacy-opcode-removal"),
+                                "code", BCON_INT32(5739101), "ok", BCON_DOUBLE(0));
+    assert_command_is(&document, expected);
+    bson_destroy(expected);
+    bson_free(message);
+    bson_destroy(query);
+}
+
 static void test_op_query_command_plain(void **state)
 {
     (void)state;
@@ -1883,6 +1946,7 @@ int main(void)
         cmocka_unit_test(test_builders_match_documented_layout),
         cmocka_unit_test(test_op_query_parse),
         cmocka_unit_test(test_op_query_malformed),
+        cmocka_unit_test(test_op_query_not_a_command_is_removed),
         cmocka_unit_test(test_op_query_command_plain),
         cmocka_unit_test(test_op_query_command_unwraps_query),
         cmocka_unit_test(test_op_query_command_refusals),
