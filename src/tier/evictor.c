@@ -16,6 +16,7 @@
 #include "common/log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LOG_COMPONENT "EVICTOR"
@@ -28,6 +29,13 @@ typedef struct evictor {
     tier_context_t *context;
     mongoc_client_t *fast;
     int64_t *next_due_ms;
+    /* A batch failed after writing its marks: some may be left pending, which holds
+     * the feeder back until they are resolved (before the next eviction). */
+    bool marks_unsettled;
+    /* Test hook: THERMOCLINE_TEST_FAIL_EVICT_MARK=N makes the Nth recording of a
+     * delete's outcome fail, as a fast tier lost at that moment would
+     * (tests/integration/test_tier_faults.py). */
+    long fail_mark_after;
 } evictor_t;
 
 static bool write_command(evictor_t *evictor, const char *database, bson_t *command, bson_t *reply,
@@ -235,7 +243,12 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
         tier_progress_end_eviction(context->progress, index);
         bson_destroy(&version);
         if (!ok) {
-            /* The mark stays pending: the feeder waits, and a restart resolves it. */
+            /* The mark stays pending: the feeder waits, and the next pass resolves it. */
+            break;
+        }
+        if (deleted && evictor->fail_mark_after > 0 && --evictor->fail_mark_after == 0) {
+            ok = tc_error_set(&error, TC_ERR_HOST_UNREACHABLE, "THERMOCLINE_TEST_FAIL_EVICT_MARK");
+            evicted++;
             break;
         }
         ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, read_time, at, &error);
@@ -243,6 +256,7 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
         changed += !deleted;
     }
     if (!ok) {
+        evictor->marks_unsettled = true;
         tier_report_error(context, TIER_WORKER_EVICTOR, "eviction in %s failed: %s", policy->ns, error.message);
     } else {
         tier_report_ok(context, TIER_WORKER_EVICTOR);
@@ -301,10 +315,18 @@ void evictor_run(tier_group_t *group, void *argument)
     item->running = true;
     tier_progress_unlock(context->progress, false);
 
-    /* Evictions a crash interrupted: settled before any new one starts. */
+    const char *fail_mark = getenv("THERMOCLINE_TEST_FAIL_EVICT_MARK");
+    evictor.fail_mark_after = fail_mark != NULL ? strtol(fail_mark, NULL, 10) : 0;
+
+    /* Evictions a crash or a failed batch interrupted: settled before any new one
+     * starts (the feeder would otherwise wait EVICT_MARK_RECOVER_SECONDS for them). */
     bool recovered = false;
     while (!tier_group_stopping(group) && count > 0) {
         bson_error_t error;
+        if (evictor.marks_unsettled) {
+            evictor.marks_unsettled = false;
+            recovered = false;
+        }
         if (!recovered) {
             recovered = tier_marks_recover(evictor.fast, 0, &error);
             if (!recovered) {

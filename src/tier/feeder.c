@@ -429,6 +429,22 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
 
 /* --- worker-writes marks ------------------------------------------------------------- */
 
+/* Whether an insert event's document is exactly the copy a pending warm mark
+ * recorded (its digest). */
+static bool is_the_copy(const bson_t *event, const bson_t *mark)
+{
+    bson_iter_t iter, copy;
+    uint32_t length;
+    const uint8_t *data;
+    bson_t document;
+    if (!bson_iter_init_find(&copy, mark, "copy") || !BSON_ITER_HOLDS_INT64(&copy) ||
+        !bson_iter_init_find(&iter, event, "fullDocument") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        return false;
+    }
+    bson_iter_document(&iter, &length, &data);
+    return bson_init_static(&document, data, length) && tier_document_digest(&document) == bson_iter_int64(&copy);
+}
+
 static bool mark_consumed(const bson_t *consumed, const bson_t *key)
 {
     bson_iter_t iter;
@@ -529,7 +545,13 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                     } else if (waited < WARM_MARK_WAIT_MS) {
                         waiting_warm = true;
                     } else {
-                        item->resolved = true; /* fail open: replaying a copy only costs a write */
+                        /* A copy whose outcome no warmer recorded (it crashed, or lost the fast
+                         * tier) is never replayed: the archive holds that version, or a client
+                         * deleted it before the copy landed, and replaying it would bring the
+                         * document back (I6); the warmer's retry removes such a copy. Another
+                         * insert of that _id (a client's, after a delete) is replayed. */
+                        item->resolved = true;
+                        item->suppressed = is_the_copy(&item->event, &mark);
                     }
                     continue;
                 }

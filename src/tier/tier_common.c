@@ -499,6 +499,16 @@ bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_er
     return ok;
 }
 
+int64_t tier_document_digest(const bson_t *document)
+{
+    const uint8_t *data = bson_get_data(document);
+    uint64_t hash = UINT64_C(14695981039346656037);
+    for (uint32_t i = 0; i < document->len; i++) {
+        hash = (hash ^ data[i]) * UINT64_C(1099511628211);
+    }
+    return (int64_t)hash;
+}
+
 bool tier_version_filter(const bson_t *document, bson_t *out_filter)
 {
     bson_iter_t iter;

@@ -15,6 +15,12 @@
  *        landed after a client deleted the document is deleted again (I6)
  *   persist the position (thermocline.warmer): a restart resumes there
  *
+ * A batch cut short after its copies landed (a crash, a tier lost) is retried as
+ * the same attempt: the marks written since the last saved batch (batchTime) show
+ * which copies may be in place already, which the retry's insert refuses; they
+ * keep a mark and are checked for deletes from that attempt's start on, and a copy
+ * of a document that left the window meanwhile (deleted) is found by its mark.
+ *
  * The pace follows the archive's latency (tier_pacer_t): warming never lengthens
  * the tail of the client reads and fault-ins that must go there. The batch size
  * does not change that share (one read in flight, a pause in proportion to its
@@ -26,7 +32,9 @@
 #include "common/log.h"
 #include "query/order.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LOG_COMPONENT "WARMER"
@@ -81,6 +89,8 @@ typedef struct warm_namespace {
     int64_t copied_at_last_log;
     int32_t batch_size;
     uint64_t last_copy_time; /* the fast tier's cluster time of the last copy: published with coverage */
+    uint64_t batch_time;     /* T0 of the last batch checked and saved: a mark written after it is left from
+                                an attempt that did not finish (persisted, so a crash is covered too) */
     int64_t last_read_ms;  /* the last batch's archive read, for the progress log */
     int64_t last_pause_ms; /* the pause the pace asked after it */
 } warm_namespace_t;
@@ -91,6 +101,10 @@ typedef struct warmer {
     mongoc_client_t *archive;
     warm_namespace_t *namespaces;
     tier_pacer_t pacer;
+    /* Test hook: THERMOCLINE_TEST_KILL_AFTER_COPY=N makes the process SIGKILL itself
+     * once the Nth batch's copies landed, before their marks are finished: the crash
+     * a retried batch must survive (tests/integration/test_tier_faults.py). */
+    long kill_after_batches;
 } warmer_t;
 
 typedef enum batch_result {
@@ -171,6 +185,9 @@ static bool save_state(warmer_t *warmer, size_t index, bson_error_t *error)
     if (state->last_copy_time != 0) {
         timestamp_append(&document, "lastCopyTime", state->last_copy_time);
     }
+    if (state->batch_time != 0) {
+        timestamp_append(&document, "batchTime", state->batch_time);
+    }
     bson_append_document_end(&statement, &document);
     BSON_APPEND_BOOL(&statement, "upsert", true);
     bson_append_document_end(&updates, &statement);
@@ -219,6 +236,7 @@ static bool load_states(warmer_t *warmer, bson_error_t *error)
                 state->completed_ms = bson_iter_date_time(&field);
             }
             state->last_copy_time = timestamp_find(&document, "lastCopyTime");
+            state->batch_time = timestamp_find(&document, "batchTime");
             bson_iter_t id_iter;
             if (bson_iter_init_find(&field, &document, "cursorTime") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
                 cursor_set(&state->cursor, bson_iter_date_time(&field),
@@ -410,9 +428,11 @@ static void append_mark_keys(bson_t *array, const char *ns, const bson_value_t *
     }
 }
 
-/* Marks: pending for every id before the insert. */
-static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, size_t count, uint64_t since,
-                                bson_error_t *error)
+/* Marks: pending for every id before the insert, since this batch's T0, or since
+ * the start of an unfinished attempt at it (since_of[i], see find_unfinished), with
+ * the digest of the copy (digests[i]). */
+static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, const uint64_t *since_of,
+                                const int64_t *digests, size_t count, uint64_t since, bson_error_t *error)
 {
     if (count == 0) {
         return true; /* an empty update is InvalidLength: nothing to mark is no command */
@@ -431,7 +451,8 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
         bson_append_document_end(&statement, &query);
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
         BSON_APPEND_UTF8(&document, "state", "pending");
-        timestamp_append(&document, "since", since);
+        timestamp_append(&document, "since", since_of[i] != 0 ? since_of[i] : since);
+        BSON_APPEND_INT64(&document, "copy", digests[i]);
         bson_append_document_end(&statement, &document);
         BSON_APPEND_BOOL(&statement, "upsert", true);
         bson_append_document_end(&updates, &statement);
@@ -445,47 +466,54 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
     return ok;
 }
 
-/* Marks after the insert: done with (from, to] for the copies that landed, gone
- * for the refused ones. */
-static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, const bool *inserted, size_t count,
-                         uint64_t from, uint64_t to, bson_error_t *error)
+/* Marks after the insert: done with (from, to] for the copies that landed and for
+ * the ids an unfinished attempt may have copied (from its start: the feeder must
+ * not replay that copy either), gone for the other refused ones. */
+static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, const bool *inserted,
+                         const uint64_t *since_of, size_t count, uint64_t from, uint64_t to, bson_error_t *error)
 {
     bool *refused = bson_malloc0(count + 1);
-    size_t inserted_count = 0;
+    size_t done_count = 0;
     for (size_t i = 0; i < count; i++) {
-        refused[i] = !inserted[i];
-        inserted_count += inserted[i];
+        refused[i] = !inserted[i] && since_of[i] == 0;
+        done_count += !refused[i];
     }
     bool ok = true;
     bson_t reply;
-    if (inserted_count > 0) {
-        bson_t command = BSON_INITIALIZER, updates, statement, query, condition, keys, update, set;
+    if (done_count > 0) {
+        bson_t command = BSON_INITIALIZER, updates;
+        uint32_t next = 0;
         BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
         BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
-        BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
-        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-        BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &condition);
-        BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);
-        append_mark_keys(&keys, ns, ids, inserted, count);
-        bson_append_array_end(&condition, &keys);
-        bson_append_document_end(&query, &condition);
-        bson_append_document_end(&statement, &query);
-        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
-        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-        BSON_APPEND_UTF8(&set, "state", "done");
-        timestamp_append(&set, "from", from);
-        timestamp_append(&set, "to", to);
-        bson_append_document_end(&update, &set);
-        bson_append_document_end(&statement, &update);
-        BSON_APPEND_BOOL(&statement, "multi", true);
-        bson_append_document_end(&updates, &statement);
+        for (size_t i = 0; i < count; i++) {
+            char key[16];
+            const char *key_string;
+            bson_t statement, query, update, set;
+            if (refused[i]) {
+                continue;
+            }
+            bson_uint32_to_string(next++, &key_string, key, sizeof key);
+            bson_append_document_begin(&updates, key_string, -1, &statement);
+            BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+            tier_mark_key(&query, "_id", ns, &ids[i], "warm");
+            bson_append_document_end(&statement, &query);
+            BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+            BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+            BSON_APPEND_UTF8(&set, "state", "done");
+            timestamp_append(&set, "from", since_of[i] != 0 ? since_of[i] : from);
+            timestamp_append(&set, "to", to);
+            bson_append_document_end(&update, &set);
+            bson_append_document_end(&statement, &update);
+            bson_append_document_end(&updates, &statement);
+        }
         bson_append_array_end(&command, &updates);
+        BSON_APPEND_BOOL(&command, "ordered", false);
         append_write_concern_w1(&command);
         ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
         bson_destroy(&reply);
         bson_destroy(&command);
     }
-    if (ok && inserted_count < count) {
+    if (ok && done_count < count) {
         bson_t command = BSON_INITIALIZER, deletes, statement, query, condition, keys;
         BSON_APPEND_UTF8(&command, "delete", TIER_MARKS_COLLECTION);
         BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
@@ -661,17 +689,16 @@ static bool same_value(const bson_value_t *left, const bson_value_t *right)
 
 /* Whether the archive holds a document with _id id. */
 static bool archive_holds(warmer_t *warmer, const char *database, const char *collection, const bson_value_t *id,
-                          bool *out_holds)
+                          bool *out_holds, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, filter, reply;
-    bson_error_t error;
     bson_iter_t iter, first;
     BSON_APPEND_UTF8(&command, "find", collection);
     BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
     BSON_APPEND_VALUE(&filter, "_id", id);
     bson_append_document_end(&command, &filter);
     BSON_APPEND_INT32(&command, "limit", 1);
-    bool ok = tier_command(warmer->archive, database, &command, &reply, &error);
+    bool ok = tier_command(warmer->archive, database, &command, &reply, error);
     *out_holds = ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch.0", &first);
     bson_destroy(&reply);
     bson_destroy(&command);
@@ -684,20 +711,22 @@ static bool archive_holds(warmer_t *warmer, const char *database, const char *co
  * delete is in the archive and an eviction is not, so the archive tells them apart.
  * That wait is the feeder's lag, as long as it takes (RESURRECTION_WAIT_MS): rare
  * (only a batch whose documents were deleted meanwhile pays it), and the one place
- * where the warmer still needs the feeder to catch up. */
-static void undo_resurrections(warmer_t *warmer, size_t index, const char *database, const char *collection,
-                               const bson_t *documents, const bson_t *deleted, uint64_t end_time)
+ * where the warmer still needs the feeder to catch up. False when a copy could not
+ * be judged or deleted (the feeder or a tier unavailable): the batch is retried,
+ * as an unfinished attempt (find_unfinished), instead of leaving the copy there. */
+static bool undo_resurrections(warmer_t *warmer, size_t index, const char *database, const char *collection,
+                               const bson_t *documents, const bson_t *deleted, uint64_t end_time, bson_error_t *error)
 {
     if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, RESURRECTION_WAIT_MS, NULL)) {
-        tier_report_error(warmer->context, TIER_WORKER_WARMER,
-                          "%s.%s: a document was deleted while it was copied, and the feeder has not applied the "
-                          "delete yet: the copy stays until the evictor removes it",
-                          database, collection);
-        return;
+        return tc_error_set(error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                            "a document of %s.%s was deleted while it was copied, and the feeder has not applied the "
+                            "delete yet",
+                            database, collection);
     }
+    bool ok = true;
     bson_iter_t iter, deleted_iter, id;
     bson_iter_init(&iter, documents);
-    while (bson_iter_next(&iter)) {
+    while (ok && bson_iter_next(&iter)) {
         bson_t document, version, command = BSON_INITIALIZER, deletes, statement, reply;
         uint32_t length;
         const uint8_t *data;
@@ -712,7 +741,10 @@ static void undo_resurrections(warmer_t *warmer, size_t index, const char *datab
             was_deleted = same_value(bson_iter_value(&deleted_iter), bson_iter_value(&id));
         }
         bool held = true;
-        if (!was_deleted || !archive_holds(warmer, database, collection, bson_iter_value(&id), &held) || held) {
+        if (was_deleted) {
+            ok = archive_holds(warmer, database, collection, bson_iter_value(&id), &held, error);
+        }
+        if (!ok || held) {
             bson_destroy(&command);
             continue;
         }
@@ -729,8 +761,7 @@ static void undo_resurrections(warmer_t *warmer, size_t index, const char *datab
         BSON_APPEND_INT32(&statement, "limit", 1);
         bson_append_document_end(&deletes, &statement);
         bson_append_array_end(&command, &deletes);
-        bson_error_t error;
-        bool ok = tier_command(warmer->fast, database, &command, &reply, &error);
+        ok = tier_command(warmer->fast, database, &command, &reply, error);
         bson_iter_t n;
         if (ok && bson_iter_init_find(&n, &reply, "n") && bson_iter_as_int64(&n) == 1) {
             TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
@@ -741,6 +772,142 @@ static void undo_resurrections(warmer_t *warmer, size_t index, const char *datab
         bson_destroy(&command);
         bson_destroy(&version);
     }
+    return ok;
+}
+
+/* Warm marks of the namespace written after the last batch that was checked and
+ * saved (after): an attempt that did not finish (a crash, a tier lost mid-batch)
+ * may have left copies in the fast tier. For an id of this batch, since_of[i] is
+ * that attempt's start (0: none): this attempt's insert refuses the copy as a
+ * duplicate, so the copy is covered as if this attempt had made it (mark, delete
+ * check). The other ids (out_orphans, a BSON array of {id, copy}) are no longer in
+ * the archive's window as read now, most likely deleted since: settle_orphans
+ * looks at them. */
+static bool find_unfinished(warmer_t *warmer, const char *ns, const bson_value_t *ids, size_t count, uint64_t after,
+                            uint64_t *since_of, bson_t *out_orphans, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, filter, since, reply, batch;
+    BSON_APPEND_UTF8(&command, "find", TIER_MARKS_COLLECTION);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
+    BSON_APPEND_UTF8(&filter, "_id.ns", ns);
+    BSON_APPEND_UTF8(&filter, "_id.op", "warm");
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "since", &since);
+    timestamp_append(&since, "$gt", after);
+    bson_append_document_end(&filter, &since);
+    bson_append_document_end(&command, &filter);
+    BSON_APPEND_INT32(&command, "limit", 4 * BATCH_MAX);
+    BSON_APPEND_INT32(&command, "batchSize", 4 * BATCH_MAX);
+    BSON_APPEND_BOOL(&command, "singleBatch", true);
+    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
+    uint32_t orphans = 0;
+    if (ok && view_array(&reply, "cursor.firstBatch", &batch)) {
+        bson_iter_t iter, key;
+        bson_iter_init(&iter, &batch);
+        while (bson_iter_next(&iter)) {
+            bson_t mark;
+            uint32_t length;
+            const uint8_t *data;
+            bson_iter_document(&iter, &length, &data);
+            bson_init_static(&mark, data, length);
+            if (!bson_iter_init(&key, &mark) || !bson_iter_find_descendant(&key, "_id.id", &key)) {
+                continue;
+            }
+            bool in_batch = false;
+            for (size_t i = 0; i < count; i++) {
+                if (same_value(&ids[i], bson_iter_value(&key))) {
+                    since_of[i] = timestamp_find(&mark, "since");
+                    in_batch = true;
+                }
+            }
+            bson_iter_t copy;
+            if (!in_batch && bson_iter_init_find(&copy, &mark, "copy") && BSON_ITER_HOLDS_INT64(&copy)) {
+                char index_key[16];
+                const char *index_string;
+                bson_t orphan;
+                bson_uint32_to_string(orphans++, &index_string, index_key, sizeof index_key);
+                bson_append_document_begin(out_orphans, index_string, -1, &orphan);
+                bson_append_iter(&orphan, "id", 2, &key);
+                BSON_APPEND_INT64(&orphan, "copy", bson_iter_int64(&copy));
+                bson_append_document_end(out_orphans, &orphan);
+            }
+        }
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return ok;
+}
+
+/* The copies an unfinished attempt may have left of documents the archive no
+ * longer holds. Once the feeder has applied the fast tier's writes up to end_time,
+ * every document the fast tier holds whose insert was replayed is in the archive
+ * (the archive keeps evicted documents, I3): one the archive lacks and that is
+ * exactly the copy (its digest) is a copy of a document a client deleted, which
+ * the feeder did not replay, and is deleted again (that version only: a client's
+ * later write wins). */
+static bool settle_orphans(warmer_t *warmer, size_t index, const char *database, const char *collection,
+                           const bson_t *orphans, uint64_t end_time, bson_error_t *error)
+{
+    if (bson_empty(orphans)) {
+        return true;
+    }
+    if (!tier_wait_applied(warmer->context, warmer->fast, index, end_time, RESURRECTION_WAIT_MS, NULL)) {
+        return tc_error_set(error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                            "%s.%s: the feeder has not applied the writes made while an unfinished warm batch ran",
+                            database, collection);
+    }
+    bool ok = true;
+    bson_iter_t orphan, iter, copy;
+    bson_iter_init(&orphan, orphans);
+    while (ok && bson_iter_next(&orphan)) {
+        bool held = true;
+        if (!bson_iter_recurse(&orphan, &iter) || !bson_iter_find(&iter, "id") ||
+            !bson_iter_recurse(&orphan, &copy) || !bson_iter_find(&copy, "copy")) {
+            continue;
+        }
+        ok = archive_holds(warmer, database, collection, bson_iter_value(&iter), &held, error);
+        if (!ok || held) {
+            continue;
+        }
+        bson_t find = BSON_INITIALIZER, filter, reply, version;
+        bson_iter_t first;
+        BSON_APPEND_UTF8(&find, "find", collection);
+        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+        BSON_APPEND_VALUE(&filter, "_id", bson_iter_value(&iter));
+        bson_append_document_end(&find, &filter);
+        BSON_APPEND_INT32(&find, "limit", 1);
+        ok = tier_command(warmer->fast, database, &find, &reply, error);
+        bson_destroy(&find);
+        if (ok && bson_iter_init(&first, &reply) && bson_iter_find_descendant(&first, "cursor.firstBatch.0", &first) &&
+            BSON_ITER_HOLDS_DOCUMENT(&first)) {
+            bson_t document, command = BSON_INITIALIZER, deletes, statement, deleted;
+            uint32_t length;
+            const uint8_t *data;
+            bson_iter_document(&first, &length, &data);
+            bson_init_static(&document, data, length);
+            if (tier_version_filter(&document, &version) &&
+                tier_document_digest(&document) == bson_iter_as_int64(&copy)) {
+                BSON_APPEND_UTF8(&command, "delete", collection);
+                BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+                BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+                BSON_APPEND_DOCUMENT(&statement, "q", &version);
+                BSON_APPEND_INT32(&statement, "limit", 1);
+                bson_append_document_end(&deletes, &statement);
+                bson_append_array_end(&command, &deletes);
+                ok = tier_command(warmer->fast, database, &command, &deleted, error);
+                if (ok) {
+                    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+                           "%s.%s: a copy left by an unfinished warm batch of a document deleted since is deleted "
+                           "again",
+                           database, collection);
+                }
+                bson_destroy(&deleted);
+            }
+            bson_destroy(&version);
+            bson_destroy(&command);
+        }
+        bson_destroy(&reply);
+    }
+    return ok;
 }
 
 static void count_window(warmer_t *warmer, size_t index, int64_t lower_ms)
@@ -885,13 +1052,23 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     }
     if (count == 0) {
         cursor_clear(&next_cursor);
+        bson_destroy(&documents);
+        /* The last attempt may have left copies of documents deleted since. */
+        bson_t orphans = BSON_INITIALIZER;
+        bool settled = find_unfinished(warmer, policy->ns, NULL, 0, state->batch_time, NULL, &orphans, &error) &&
+                       settle_orphans(warmer, index, database, collection, &orphans, start_time, &error);
+        bson_destroy(&orphans);
+        if (!settled) {
+            tier_report_error(context, TIER_WORKER_WARMER, "cannot end %s's pass: %s; retrying", policy->ns,
+                              error.message);
+            return BATCH_BLOCKED;
+        }
         state->complete = true;
         state->completed_ms = tier_wall_clock_ms();
         /* T0 of this last batch follows every write of the pass (copies, and copies
          * deleted again): a fast-tier secondary that has applied it lacks none. */
         uint64_t copy_time_before = state->last_copy_time;
         state->last_copy_time = start_time > state->last_copy_time ? start_time : state->last_copy_time;
-        bson_destroy(&documents);
         if (!save_state(warmer, index, &error)) {
             state->complete = false;
             state->completed_ms = 0;
@@ -909,6 +1086,7 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     }
 
     bson_value_t *ids = bson_malloc0(count * sizeof *ids);
+    int64_t *digests = bson_malloc0(count * sizeof *digests);
     bool *inserted = bson_malloc0(count * sizeof *inserted);
     bson_t id_array = BSON_INITIALIZER;
     bson_iter_t iter, id;
@@ -922,6 +1100,7 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         bson_init_static(&document, data, length);
         if (bson_iter_init_find(&id, &document, "_id")) {
             ids[index_in_batch] = *bson_iter_value(&id);
+            digests[index_in_batch] = tier_document_digest(&document);
             char key[16];
             const char *key_string;
             bson_uint32_to_string((uint32_t)index_in_batch, &key_string, key, sizeof key);
@@ -931,21 +1110,35 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
     }
 
     uint64_t end_time = 0;
-    bson_t deleted = BSON_INITIALIZER;
-    bool ok = write_pending_marks(warmer, policy->ns, ids, index_in_batch, start_time, &error) &&
+    uint64_t *since_of = bson_malloc0(count * sizeof *since_of);
+    bson_t deleted = BSON_INITIALIZER, orphans = BSON_INITIALIZER;
+    bool ok = find_unfinished(warmer, policy->ns, ids, index_in_batch, state->batch_time, since_of, &orphans, &error) &&
+              write_pending_marks(warmer, policy->ns, ids, since_of, digests, index_in_batch, start_time, &error) &&
               insert_copies(warmer, database, collection, &documents, index_in_batch, inserted, &end_time, &error);
-    size_t copied = 0;
+    size_t copied = 0, unfinished = 0;
     for (size_t i = 0; ok && i < index_in_batch; i++) {
         copied += inserted[i];
+        if (since_of[i] != 0) {
+            unfinished++;
+            check_from = since_of[i] < check_from ? since_of[i] : check_from;
+        }
+    }
+    if (ok && copied > 0 && warmer->kill_after_batches > 0 && --warmer->kill_after_batches == 0) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
+               "THERMOCLINE_TEST_KILL_AFTER_COPY: killing the process before the copies' marks are finished");
+        raise(SIGKILL);
     }
     if (ok) {
-        ok = finish_marks(warmer, policy->ns, ids, inserted, index_in_batch, start_time, end_time, &error);
+        ok = finish_marks(warmer, policy->ns, ids, inserted, since_of, index_in_batch, start_time, end_time, &error);
     }
-    if (ok && copied > 0) {
+    if (ok && (copied > 0 || unfinished > 0)) {
         ok = deletes_since(warmer, database, collection, &id_array, check_from, end_time, &deleted, &error);
         if (ok && !bson_empty(&deleted)) {
-            undo_resurrections(warmer, index, database, collection, &documents, &deleted, end_time);
+            ok = undo_resurrections(warmer, index, database, collection, &documents, &deleted, end_time, &error);
         }
+    }
+    if (ok) {
+        ok = settle_orphans(warmer, index, database, collection, &orphans, end_time, &error);
     }
     if (ok) {
         cursor_clear(&state->cursor);
@@ -955,11 +1148,15 @@ static batch_result_t warm_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         if (copied > 0 && end_time > state->last_copy_time) {
             state->last_copy_time = end_time;
         }
+        state->batch_time = start_time;
         ok = save_state(warmer, index, &error);
     }
     cursor_clear(&next_cursor);
+    bson_destroy(&orphans);
     bson_destroy(&deleted);
     bson_destroy(&id_array);
+    bson_free(since_of);
+    bson_free(digests);
     bson_free(inserted);
     bson_free(ids);
     bson_destroy(&documents);
@@ -985,6 +1182,8 @@ void warmer_run(tier_group_t *group, void *argument)
         warmer.namespaces[i].batch_size = rate_limit > 0 && rate_limit < BATCH_FIRST ? (int32_t)rate_limit : BATCH_FIRST;
     }
     tier_pacer_init(&warmer.pacer, ARCHIVE_SHARE);
+    const char *kill_after = getenv("THERMOCLINE_TEST_KILL_AFTER_COPY");
+    warmer.kill_after_batches = kill_after != NULL ? strtol(kill_after, NULL, 10) : 0;
     warmer.fast = mongoc_client_pool_pop(context->fast_pool);
     warmer.archive = mongoc_client_pool_pop(context->archive_pool);
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_WARMER);

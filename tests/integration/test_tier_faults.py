@@ -6,18 +6,20 @@ as their own processes (`thermocline feeder|evictor|warmer`)."""
 import datetime
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
 import time
 
+import bson
 import pymongo
 import pytest
 
 from conftest import ProxyProcess, StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import (NS, WorkerProcess, client_for, namespace_status, raw_documents, start_proxy, status,
-                          tier_config, track, wait_equal, wait_feeder, wait_warm)
+from tier_support import (NS, WorkerProcess, client_for, documents_by_id, namespace_status, raw_documents,
+                          start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
 
 
 def utc_now():
@@ -298,14 +300,307 @@ def test_kill9_during_the_warm_resumes_where_it_stopped(replicated_tiers, tmp_pa
                                         for i in range(6000)])
     proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", slack="1m")
     assert wait_until(lambda: namespace_status(proxy)["warmer"]["copied"] >= 800, 30, 0.05)
+    # Progress in thermoclineStatus: copied and the estimate of what remains.
+    warmer = namespace_status(proxy)["warmer"]
+    assert warmer["remainingEstimate"] == 6000 - warmer["copied"], warmer
     proxy.kill9()
     with client_for(fast) as client:
         position = client.thermocline.warmer.find_one({"_id": NS})
+        held = {document["_id"] for document in client.shop.orders.find({}, {"_id": 1})}
     assert position["complete"] is False and position["copied"] >= 800
+    assert held == set(range(len(held))), "not copied newest first"  # _id i is i/10 s old
     proxy.restart()
     wait_warm(proxy, timeout=40)
-    copied = namespace_status(proxy)["warmer"]["copied"]
-    assert 6000 <= copied <= 6000 + 1000  # resumed: at most the interrupted batch again
+    warmer = namespace_status(proxy)["warmer"]
+    assert 6000 <= warmer["copied"] <= 6000 + 1000  # resumed: at most the interrupted batch again
+    assert warmer["remainingEstimate"] == 0
     with client_for(fast) as client:
         assert client.shop.orders.count_documents({}) == 6000
+    # Progress lines in the log: the start of the pass, then copied of the estimate.
+    assert "shop.orders: warming the window (about 6000 documents), newest first" in proxy.log_text(0)
+    assert re.search(r"shop\.orders: copied \d+ of about 6000 documents of the window \(\d+/s",
+                     proxy.log_text()), proxy.log_tail()
+    proxy.stop()
+
+
+@pytest.mark.parametrize("archive_first", [False, True], ids=["copy-read-again", "delete-fed-first"])
+def test_warm_batch_killed_after_its_copies_landed_is_checked_again(replicated_tiers, tmp_path, monkeypatch,
+                                                                     archive_first):
+    """I6 across a warmer crash: a client deletes a document the archive still holds
+    (the feeder lags), the warmer copies it back from the archive and is killed
+    before it finished the copy's mark and checked the deletes. The feeder must not
+    replay the copy into the archive after the delete, and the restarted warmer
+    must remove the copy: whether its retried batch reads the document again (the
+    feeder still behind: the insert is refused as a duplicate, yet the deletes since
+    the first attempt are checked) or no longer (delete-fed-first: the feeder applied
+    the delete before the warmer came back)."""
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_many([{"_id": "x", "createdAt": ago(-60), "n": 0},
+                                        {"_id": "y", "createdAt": ago(-30), "n": 0}])
+    config = tier_config(archive, fast, max_age="1h", slack="1m")
+    feeder = track(WorkerProcess(tmp_path / "feeder", config, "feeder")).start()
+    with client_for(fast) as client:
+        assert wait_until(lambda: (client.thermocline.feeder.find_one({"_id": "stream"}) or {}).get("appliedTime"),
+                          30, 0.1)
+    feeder.process.send_signal(signal.SIGSTOP)  # the archive does not learn of the delete yet
+    top = {"feederEnabled": "false", "evictorEnabled": "false", "warmerEnabled": "false"}
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", slack="1m", top=top)
+    try:
+        with client_for(proxy) as client:
+            assert client.shop.orders.delete_one({"_id": "x"}).deleted_count == 1
+        monkeypatch.setenv("THERMOCLINE_TEST_KILL_AFTER_COPY", "1")
+        warmer = track(WorkerProcess(tmp_path / "warmer", config, "warmer"))
+        warmer.wait_ready = lambda timeout=None: None  # it may kill itself at once
+        warmer.start()
+        monkeypatch.delenv("THERMOCLINE_TEST_KILL_AFTER_COPY")
+        assert wait_until(lambda: not warmer.is_alive(), 20, 0.1), "the test hook did not fire"
+        assert warmer.process.returncode == -signal.SIGKILL
+        with client_for(fast) as client:  # the copy landed after the delete
+            assert client.shop.orders.find_one({"_id": "x"}) is not None
+        feeder.process.send_signal(signal.SIGCONT)
+        if archive_first:
+            with client_for(archive) as client:
+                assert wait_until(lambda: client.shop.orders.find_one({"_id": "x"}) is None, 30, 0.1)
+        warmer.restart()
+        with client_for(fast) as client:
+            assert wait_until(lambda: (client.thermocline.warmer.find_one({"_id": NS}) or {}).get("complete"),
+                              30, 0.1), "the warm did not complete"
+        with client_for(proxy) as client:  # a later write: once it is in the archive, the feeder is past the copy
+            client.shop.orders.insert_one({"_id": "z", "createdAt": utc_now(), "n": 0})
+        with client_for(archive) as client:
+            assert wait_until(lambda: client.shop.orders.find_one({"_id": "z"}) is not None, 30, 0.1)
+        assert "x" not in documents_by_id(archive), "the feeder replayed the copy after the delete"
+        assert "x" not in documents_by_id(fast), "the copy of a deleted document stayed in the fast tier"
+        assert set(documents_by_id(fast)) == {"y", "z"}
+        warmer.stop()
+    finally:
+        if feeder.is_alive():
+            feeder.process.send_signal(signal.SIGCONT)
+            feeder.stop()
+        proxy.stop()
+
+
+def test_an_eviction_whose_outcome_was_not_recorded_does_not_hold_the_feed_back(replicated_tiers, tmp_path,
+                                                                                 monkeypatch):
+    """The evictor deleted a document but could not record the outcome (the fast
+    tier lost at that moment: a test hook fails that write). Its pending mark holds
+    the feeder back, and with it every read that waits for the feeder: the evictor
+    resolves the marks of a failed batch before its next one, instead of leaving
+    them to the feeder's last resort 30 s later. The eviction still never reaches
+    the archive (I3)."""
+    archive, fast = replicated_tiers
+    monkeypatch.setenv("THERMOCLINE_TEST_FAIL_EVICT_MARK", "1")
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
+                        top={"readYourWritesWait": "8s"})
+    monkeypatch.delenv("THERMOCLINE_TEST_FAIL_EVICT_MARK")
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(1.5), "n": i} for i in range(50)])
+    with client_for(fast) as client:
+        assert wait_until(lambda: client.shop.orders.count_documents({}) == 0, 20, 0.1), \
+            "the eviction stalled (a pending mark holds the feeder back, and the evictor waits for the feeder)"
+    assert "THERMOCLINE_TEST_FAIL_EVICT_MARK" in proxy.log_text()
+    # Reads sent to the archive wait for the feeder (no driver retry: one wait of 8 s).
+    with pymongo.MongoClient(proxy.uri, serverSelectionTimeoutMS=10000, retryReads=False) as client:
+        client.shop.orders.update_one({"_id": 7}, {"$set": {"seen": True}})  # faulted in, then updated
+        assert client.shop.orders.count_documents({"seen": True}) == 1
+        assert client.shop.orders.count_documents({}) == 50
+    assert "left unfinished" in proxy.log_text()
+    wait_feeder(proxy)
+    with client_for(archive) as client:
+        assert client.shop.orders.count_documents({}) == 50
+    proxy.stop()
+
+
+class ChurnWriter(threading.Thread):
+    """Inserts (a third of them older than maxAge, evicted at once), increments,
+    refreshes the time field of and deletes documents through the proxy, the
+    seeded ones included, until stopped. Only what was acknowledged is asserted:
+    an operation that failed may or may not have happened, so its document's
+    count of increments gets a range, and a document whose insert or delete
+    failed is left out of the checks."""
+
+    def __init__(self, uri, seed, seeded_ids, first_id, max_age):
+        super().__init__(daemon=True)
+        self.uri = uri
+        self.rng = random.Random(seed)
+        self.max_age = max_age
+        self.next_id = first_id
+        self.live = list(seeded_ids)          # ids the writer may touch
+        self.inserted = set()                 # acknowledged inserts
+        self.deleted = set()                  # acknowledged deletes
+        self.uncertain = set()                # an insert or a delete that failed
+        self.increments = {}                  # id -> [acknowledged, failed]
+        self.counts = {}
+        self.anomalies = []                   # acknowledged replies that contradict what was acknowledged
+        self.stop_event = threading.Event()
+
+    def step(self, orders):
+        roll = self.rng.random()
+        if roll < 0.35 or not self.live:
+            identifier = self.next_id
+            self.next_id += 1
+            try:
+                orders.insert_one({"_id": identifier, "createdAt": ago(self.rng.uniform(0, self.max_age * 1.5)),
+                                   "n": 0})
+            except pymongo.errors.PyMongoError:
+                self.uncertain.add(identifier)
+                raise
+            self.inserted.add(identifier)
+            self.live.append(identifier)
+            return "insert"
+        position = self.rng.randrange(len(self.live))
+        identifier = self.live[position]
+        if roll < 0.65:
+            tally = self.increments.setdefault(identifier, [0, 0])
+            try:
+                matched = orders.update_one({"_id": identifier}, {"$inc": {"n": 1}}).matched_count
+            except pymongo.errors.PyMongoError:
+                tally[1] += 1
+                raise
+            if matched != 1:
+                self.anomalies.append(("increment matched %d" % matched, identifier))
+            tally[0] += 1
+            return "increment"
+        if roll < 0.75:  # back into the window (a fault-in when it was evicted)
+            orders.update_one({"_id": identifier}, {"$set": {"createdAt": utc_now()}})
+            return "refresh"
+        self.live[position] = self.live[-1]
+        self.live.pop()
+        try:
+            deleted = orders.delete_one({"_id": identifier}).deleted_count
+        except pymongo.errors.PyMongoError:
+            self.uncertain.add(identifier)
+            raise
+        if deleted != 1:
+            self.anomalies.append(("delete removed %d" % deleted, identifier))
+        self.deleted.add(identifier)
+        return "delete"
+
+    def run(self):
+        client = pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=2000, socketTimeoutMS=5000,
+                                     retryWrites=False)
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    kind = self.step(client.shop.orders)
+                except pymongo.errors.PyMongoError:
+                    kind = "failed"
+                    time.sleep(0.05)
+                self.counts[kind] = self.counts.get(kind, 0) + 1
+        finally:
+            client.close()
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(20)
+        assert not self.is_alive(), "the writer did not stop"
+
+
+def insert_until_acknowledged(proxy, document, timeout=30):
+    """A write after the faults, for the feeder to be waited for (retried: the
+    tier that was killed may still be coming back)."""
+    errors = []
+    with client_for(proxy) as client:
+        def inserted():
+            try:
+                client.shop.orders.insert_one(dict(document))
+                return True
+            except pymongo.errors.DuplicateKeyError:
+                return True  # an attempt that failed did land
+            except pymongo.errors.PyMongoError as error:
+                errors.append(str(error))
+                return False
+        assert wait_until(inserted, timeout, 0.2), "no write went through after the faults: %s\n%s" % (
+            errors[-1:], proxy.log_tail(30))
+
+
+FAULT_MAX_AGE_SECONDS = 3
+FAULT_SLACK_SECONDS = 0.5
+
+
+@pytest.mark.parametrize("victim", ["proxy", "fast", "archive"])
+def test_kill9_at_random_moments_with_every_worker_running(replicated_tiers, tmp_path, victim):
+    """kill -9 of one process (the proxy with its workers, the fast tier or the
+    archive) at random moments while a writer inserts, updates and deletes, the
+    warmer copies a window seeded in the archive and the evictor removes what
+    crosses maxAge (3 s): after a restart and quiescence, every acknowledged
+    insert is in the archive with its acknowledged increments, no acknowledged
+    delete is in either tier, the fast tier holds exactly the window, each
+    document in the archive's version, and the archive nothing more than the
+    fast tier plus what was evicted (I1, I2, I3, I6)."""
+    archive, fast = replicated_tiers
+    # TIER_FAULT_SEED=N shifts the kill moments and the writer's choices (by hand: many seeds).
+    seed = {"proxy": 21, "fast": 22, "archive": 23}[victim] + 100 * int(os.environ.get("TIER_FAULT_SEED", "0"))
+    rng = random.Random(seed)
+    # A window the warmer copies while the faults happen (future times: it stays in
+    # the window for the whole test), and old documents it must leave alone.
+    seeded = [{"_id": i, "createdAt": ago(-rng.uniform(60, 120)), "n": 0} for i in range(600)]
+    seeded += [{"_id": 600 + i, "createdAt": ago(rng.uniform(3600, 7200)), "n": 0} for i in range(400)]
+    with client_for(archive) as client:
+        client.shop.orders.create_index("createdAt")
+        client.shop.orders.insert_many(seeded)
+    top = {"readYourWritesWait": "10s", "failoverWait": "1s", "warmerRateLimit": 200}
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="%ds" % FAULT_MAX_AGE_SECONDS,
+                        slack="%dms" % (FAULT_SLACK_SECONDS * 1000), evictor_period="200ms", top=top)
+    process = {"proxy": proxy, "fast": fast, "archive": archive}[victim]
+    writer = ChurnWriter(proxy.uri, seed, [document["_id"] for document in seeded], 10000, FAULT_MAX_AGE_SECONDS)
+    writer.start()
+    try:
+        for _ in range(2):
+            time.sleep(rng.uniform(0.3, 2.0))
+            process.process.kill()
+            assert process.process.wait(10) == -signal.SIGKILL
+            process.kill9()
+            time.sleep(rng.uniform(0.2, 1.5))
+            process.restart()
+        time.sleep(1.5)
+    finally:
+        writer.stop()
+    assert not writer.anomalies, "replies contradict earlier acknowledgements: %r" % writer.anomalies[:10]
+    assert writer.counts.get("insert", 0) > 10 and writer.counts.get("delete", 0) > 5, writer.counts
+
+    # Quiescence: a last write, the feeder past it, the warm finished, the evictor done.
+    insert_until_acknowledged(proxy, {"_id": "last", "createdAt": utc_now(), "n": 0})
+    writer.inserted.add("last")
+    wait_feeder(proxy, timeout=40)
+    wait_warm(proxy, timeout=40)
+
+    def fast_holds_nothing_too_old():
+        limit = ago(FAULT_MAX_AGE_SECONDS + 1.5)
+        with client_for(fast) as client:
+            return client.shop.orders.count_documents({"createdAt": {"$lt": limit}}) == 0
+    assert wait_until(fast_holds_nothing_too_old, 20, 0.2), "the evictor did not catch up"
+    wait_feeder(proxy, timeout=20)
+
+    now = utc_now()
+    with client_for(fast) as client:
+        held = {document["_id"]: document for document in client.shop.orders.find()}
+    archived = documents_by_id(archive)
+    context = "%s killed; writer %r" % (victim, writer.counts)
+
+    lost = sorted(writer.inserted - writer.deleted - writer.uncertain - set(archived), key=repr)
+    assert not lost, "%s: acknowledged inserts lost: %r" % (context, lost[:10])
+    back = sorted(writer.deleted & (set(archived) | set(held)), key=repr)
+    assert not back, "%s: acknowledged deletes came back: %r" % (context, back[:10])
+    wrong = [(identifier, archived[identifier]["n"], tally) for identifier, tally in writer.increments.items()
+             if identifier in archived and not tally[0] <= archived[identifier]["n"] <= tally[0] + tally[1]]
+    assert not wrong, "%s: increments lost or applied twice (id, n, [acknowledged, failed]): %r" % (
+        context, wrong[:10])
+    # The fast tier: a subset of the archive, each document in the archive's version...
+    stale = [identifier for identifier, document in held.items()
+             if bson.encode(archived.get(identifier, {})) != bson.encode(document)]
+    assert not stale, "%s: the fast tier holds deleted or old versions: %r" % (context, stale[:10])
+    # ...holding the whole window, and nothing older than it (the rest: evicted).
+    horizon = now - datetime.timedelta(seconds=FAULT_MAX_AGE_SECONDS - FAULT_SLACK_SECONDS)
+    missing = sorted((identifier for identifier, document in archived.items()
+                      if document["createdAt"] >= horizon and identifier not in held), key=repr)
+    assert not missing, "%s: window documents missing from the fast tier: %r" % (context, missing[:10])
+    too_old = now - datetime.timedelta(seconds=FAULT_MAX_AGE_SECONDS + 1.5)
+    lingering = sorted((identifier for identifier, document in held.items() if document["createdAt"] < too_old),
+                       key=repr)
+    assert not lingering, "%s: documents older than the window not evicted: %r" % (context, lingering[:10])
+    evicted = [identifier for identifier in writer.inserted - writer.deleted - writer.uncertain
+               if identifier not in held]
+    assert evicted, "%s: nothing crossed the window during the test" % context
     proxy.stop()

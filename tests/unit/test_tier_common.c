@@ -1,5 +1,5 @@
 /* The tier workers' pure helpers (src/tier/tier_common.c): resume-token times,
- * exact-version filters, time values, writeErrors, the pacer; and the progress module's pins
+ * exact-version filters, document digests, time values, writeErrors, the pacer; and the progress module's pins
  * (src/tier/progress.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,6 +101,22 @@ static void test_version_filter_pins_every_field(void **state)
     }
 }
 
+static void test_document_digest_follows_the_exact_bytes(void **state)
+{
+    (void)state;
+    bson_t *copy = json("{\"_id\": 1, \"a\": 1, \"b\": \"x\"}");
+    bson_t *same = json("{\"_id\": 1, \"a\": 1, \"b\": \"x\"}");
+    bson_t *reordered = json("{\"_id\": 1, \"b\": \"x\", \"a\": 1}");
+    bson_t *changed = json("{\"_id\": 1, \"a\": 2, \"b\": \"x\"}");
+    assert_true(tier_document_digest(copy) == tier_document_digest(same));
+    assert_true(tier_document_digest(copy) != tier_document_digest(reordered));
+    assert_true(tier_document_digest(copy) != tier_document_digest(changed));
+    bson_destroy(copy);
+    bson_destroy(same);
+    bson_destroy(reordered);
+    bson_destroy(changed);
+}
+
 static void test_time_value_of_dates_arrays_and_paths(void **state)
 {
     (void)state;
@@ -195,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_version_filter_pins_every_field),
         cmocka_unit_test(test_write_errors_walk_index_code_and_message),
         cmocka_unit_test(test_time_value_of_dates_arrays_and_paths),
+        cmocka_unit_test(test_document_digest_follows_the_exact_bytes),
         cmocka_unit_test(test_pacer_backs_off_when_the_tier_slows),
         cmocka_unit_test(test_pins_keep_documents_from_the_evictor),
         cmocka_unit_test(test_applied_time_moves_forward_except_for_stopped_feeds),
