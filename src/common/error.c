@@ -114,6 +114,7 @@ static const struct {
     {TC_ERR_NO_QUERY_EXECUTION_PLANS, "NoQueryExecutionPlans"},
     {TC_ERR_FAILED_TO_SATISFY_READ_PREFERENCE, "FailedToSatisfyReadPreference"},
     {TC_ERR_MAX_STALENESS_OUT_OF_RANGE, "MaxStalenessOutOfRange"},
+    {TC_ERR_UNSUPPORTED_OP_QUERY_COMMAND, "UnsupportedOpQueryCommand"},
 };
 
 const char *tc_error_code_name(int32_t code)

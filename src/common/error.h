@@ -118,6 +118,7 @@ enum {
     TC_ERR_LOCATION_DB_IN_OP_QUERY = 40621,
     TC_ERR_LOCATION_OP_MSG_CHECKSUM_SIZE = 51251,
     TC_ERR_LOCATION_OP_QUERY_REMOVED = 5739101, /* an OP_QUERY that is not a command (a legacy find) */
+    TC_ERR_UNSUPPORTED_OP_QUERY_COMMAND = 352, /* an OP_QUERY command other than the handshake's */
     /* Numbered assertions of mongod's query matcher ($regex). */
     TC_ERR_REGEX_OPTIONS_TWICE_IN_REGEX = 51074,
     TC_ERR_REGEX_OPTIONS_TWICE_IN_OPTIONS = 51075,

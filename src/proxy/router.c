@@ -98,12 +98,17 @@ void router_finish_with_document(proxy_request_t *request, const bson_t *documen
         bson_append_timestamp(&body, "operationTime", -1, (uint32_t)(request->operation_time >> 32),
                               (uint32_t)request->operation_time);
     }
-    bool built = wire_op_msg_build(0, request->client_request_id, 0, &body, NULL, 0, &encoded, &length, &error);
+    bool built = request->legacy
+                     ? wire_op_reply_command_build(0, request->client_request_id, &body, &encoded, &length, &error)
+                     : wire_op_msg_build(0, request->client_request_id, 0, &body, NULL, 0, &encoded, &length, &error);
     bson_destroy(&body);
     if (!built) {
         bson_t fallback = BSON_INITIALIZER;
         tc_error_append_reply(&error, &fallback);
-        built = wire_op_msg_build(0, request->client_request_id, 0, &fallback, NULL, 0, &encoded, &length, &error);
+        built = request->legacy
+                    ? wire_op_reply_command_build(0, request->client_request_id, &fallback, &encoded, &length, &error)
+                    : wire_op_msg_build(0, request->client_request_id, 0, &fallback, NULL, 0, &encoded, &length,
+                                        &error);
         bson_destroy(&fallback);
         if (!built) {
             server_reply_t close_reply = {.close_after = true};
@@ -768,17 +773,42 @@ void router_handle(void *application, server_pending_t *pending, const server_re
         if (!parsed || !wire_op_query_command(&query, &request->command, &error)) {
             goto close_connection;
         }
+        /* From here on the client is answered in OP_REPLY, as mongos answers it. */
+        request->legacy = true;
+        if (!wire_op_query_check_command(&request->command, &error)) {
+            /* Refused while parsing, as mongod refuses it: no $clusterTime. */
+            bson_t refusal = BSON_INITIALIZER;
+            uint8_t *encoded;
+            size_t encoded_length;
+            tc_error_append_reply(&error, &refusal);
+            bool built = wire_op_reply_command_build(0, request->client_request_id, &refusal, &encoded,
+                                                     &encoded_length, &error);
+            bson_destroy(&refusal);
+            if (!built) {
+                goto close_connection;
+            }
+            router_finish_with_message(request, encoded, encoded_length);
+            return;
+        }
         bson_iter_t first;
-        if (bson_iter_init(&first, &request->command) && bson_iter_next(&first) &&
-            (strcmp(bson_iter_key(&first), "isMaster") == 0 || strcmp(bson_iter_key(&first), "ismaster") == 0 ||
-             strcmp(bson_iter_key(&first), "hello") == 0)) {
+        if (bson_iter_init(&first, &request->command) && bson_iter_next(&first)) {
+            request->command_name = bson_iter_key(&first);
+        }
+        if (strcmp(request->command_name, "isMaster") == 0 || strcmp(request->command_name, "ismaster") == 0 ||
+            strcmp(request->command_name, "hello") == 0) {
             request->command_name = "isMaster";
-            request->legacy_hello = true;
             router_answer_locally(request);
             return;
         }
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
-               "closing connection from %s: OP_QUERY is only for the handshake", server_request->peer_address);
+        if (access_answers(request->command_name)) {
+            /* saslStart, saslContinue, authenticate: old drivers still log in this way. */
+            access_run(proxy, &request->client, request->command_name, &request->command, on_access_reply, request);
+            return;
+        }
+        /* buildinfo and _isSelf, which mongod still lets through, would need the tier's
+         * OP_MSG reply turned back into an OP_REPLY; no driver sends them so. */
+        tc_error_set(&error, TC_ERR_COMMAND_NOT_SUPPORTED, "OP_QUERY %s is not forwarded to a tier",
+                     request->command_name);
         goto close_connection;
     }
     if (header.opcode != WIRE_OP_MSG) {

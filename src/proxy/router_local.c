@@ -76,8 +76,7 @@ static void answer_legacy_hello(proxy_request_t *request, const bson_t *extra)
     size_t length;
     bson_error_t error;
     append_hello_fields(request, true, extra, &body);
-    const bson_t *documents[] = {&body};
-    bool built = wire_op_reply_build(0, request->client_request_id, 0, 0, 0, documents, 1, &encoded, &length, &error);
+    bool built = wire_op_reply_command_build(0, request->client_request_id, &body, &encoded, &length, &error);
     bson_destroy(&body);
     if (!built) {
         server_reply_t close_reply = {.close_after = true};
@@ -95,7 +94,7 @@ static bool is_hello(const char *name)
 
 static void answer_hello(proxy_request_t *request, const bson_t *extra)
 {
-    if (request->legacy_hello) {
+    if (request->legacy) {
         answer_legacy_hello(request, extra);
         return;
     }

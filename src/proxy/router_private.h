@@ -29,7 +29,7 @@ typedef struct proxy_request {
     access_client_t client;  /* who sent it (access.c) */
     uint64_t connection_id;
     int32_t client_request_id;
-    bool legacy_hello;      /* an OP_QUERY isMaster: answered with OP_REPLY */
+    bool legacy;            /* an OP_QUERY command: answered with OP_REPLY */
     bool compressed;
     uint8_t compressor;
     bool no_reply;          /* the client sent moreToCome */

@@ -391,7 +391,7 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
             goto error_reply;
         }
         bson_destroy(&command);
-        if (!wire_op_query_command(&query, &command, &error)) {
+        if (!wire_op_query_command(&query, &command, &error) || !wire_op_query_check_command(&command, &error)) {
             goto error_reply;
         }
     } else {
@@ -420,8 +420,7 @@ encode:
         goto done; /* the client asked for no reply */
     }
     if (legacy) {
-        const bson_t *documents[] = {&reply};
-        if (!wire_op_reply_build(0, header.request_id, 0, 0, 0, documents, 1, &encoded, &encoded_length, &error)) {
+        if (!wire_op_reply_command_build(0, header.request_id, &reply, &encoded, &encoded_length, &error)) {
             goto refuse;
         }
     } else if (!wire_op_msg_build(0, header.request_id, 0, &reply, NULL, 0, &encoded, &encoded_length, &error)) {

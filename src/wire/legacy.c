@@ -7,6 +7,11 @@
 #define LEGACY_NAMESPACE_CODE TC_ERR_LOCATION_NAMESPACE_STRING
 #define LEGACY_TRUNCATED_CODE TC_ERR_LOCATION_NOT_ENOUGH_DATA
 
+/* What mongod 6.0 adds to its refusals of legacy requests. */
+#define LEGACY_UPGRADE_ADVICE                                            \
+    "The client driver may require an upgrade. For more details see " \
+    "https://dochub.mongodb.org/core/legacy-opcode-removal"
+
 #define OP_REPLY_FIXED_SIZE (WIRE_HEADER_SIZE + 4 + 8 + 4 + 4)
 
 /* mongod's DbMessage::nextJsObj, with its "Client Error" wording. */
@@ -104,9 +109,7 @@ bool wire_op_query_removed_reply_build(int32_t request_id, int32_t response_to, 
                                        size_t *out_length, bson_error_t *error)
 {
     bson_t document = BSON_INITIALIZER;
-    BSON_APPEND_UTF8(&document, "$err",
-                     "OP_QUERY is no longer supported. The client driver may require an upgrade. For more details "
-                     "see https://dochub.mongodb.org/core/legacy-opcode-removal");
+    BSON_APPEND_UTF8(&document, "$err", "OP_QUERY is no longer supported. " LEGACY_UPGRADE_ADVICE);
     BSON_APPEND_INT32(&document, "code", TC_ERR_LOCATION_OP_QUERY_REMOVED);
     BSON_APPEND_DOUBLE(&document, "ok", 0.0);
     const bson_t *documents[] = {&document};
@@ -224,6 +227,36 @@ bool wire_op_query_command(const wire_op_query_t *query, bson_t *out_command,
 done:
     bson_destroy(&read_preference_container);
     return ok;
+}
+
+bool wire_op_query_check_command(const bson_t *command, bson_error_t *error)
+{
+    /* The handshake's names, then those mongod 6.0 still lets through for old
+     * drivers and 5.0 cluster members. */
+    static const char *const allowed[] = {"hello",     "isMaster",  "ismaster",     "_isSelf",  "authenticate",
+                                          "buildinfo", "buildInfo", "saslContinue", "saslStart"};
+    const char *name = "";
+    bson_iter_t iter;
+    if (bson_iter_init(&iter, command) && bson_iter_next(&iter)) {
+        name = bson_iter_key(&iter);
+    }
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        if (strcmp(name, allowed[i]) == 0) {
+            return true;
+        }
+    }
+    return tc_error_set(error, TC_ERR_UNSUPPORTED_OP_QUERY_COMMAND,
+                        "Unsupported OP_QUERY command: %s. " LEGACY_UPGRADE_ADVICE, name);
+}
+
+bool wire_op_reply_command_build(int32_t request_id, int32_t response_to, const bson_t *reply,
+                                 uint8_t **out_message, size_t *out_length, bson_error_t *error)
+{
+    /* mongod's LegacyReplyBuilder marks every command reply, errors included,
+     * AwaitCapable and nothing else. */
+    const bson_t *documents[] = {reply};
+    return wire_op_reply_build(request_id, response_to, WIRE_REPLY_FLAG_AWAIT_CAPABLE, 0, 0, documents, 1,
+                               out_message, out_length, error);
 }
 
 bool wire_op_reply_parse(const uint8_t *message, size_t length, wire_op_reply_t *out_reply,

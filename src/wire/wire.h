@@ -224,6 +224,13 @@ bool wire_op_query_removed_reply_build(int32_t request_id, int32_t response_to, 
 bool wire_op_query_command(const wire_op_query_t *query, bson_t *out_command,
                            bson_error_t *error) TC_MUST_CHECK;
 
+/* mongod's checkAllowedOpQueryCommand, run on wire_op_query_command's result: only
+ * hello / isMaster / ismaster (and _isSelf, authenticate, buildinfo, buildInfo,
+ * saslStart, saslContinue, which 6.0 still lets through) may come in OP_QUERY;
+ * any other first field is UnsupportedOpQueryCommand 352, "Unsupported OP_QUERY
+ * command: <name>. The client driver may require an upgrade. ...". */
+bool wire_op_query_check_command(const bson_t *command, bson_error_t *error) TC_MUST_CHECK;
+
 typedef struct wire_op_reply {
     wire_header_t header;
     int32_t response_flags;
@@ -245,6 +252,12 @@ bool wire_op_reply_build(int32_t request_id, int32_t response_to, int32_t respon
                          const bson_t *const *documents, size_t document_count,
                          uint8_t **out_message, size_t *out_length,
                          bson_error_t *error) TC_MUST_CHECK;
+
+/* The OP_REPLY mongod answers an OP_QUERY command with, success or error alike
+ * (an error is {ok: 0, errmsg, code, codeName}, not QueryFailure's $err): flags
+ * AwaitCapable, no cursor, reply as its one document. Caller bson_free()s. */
+bool wire_op_reply_command_build(int32_t request_id, int32_t response_to, const bson_t *reply,
+                                 uint8_t **out_message, size_t *out_length, bson_error_t *error) TC_MUST_CHECK;
 
 /* ---- Cursor ids ------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 """The wire protocol end to end against `thermocline store`, byte by byte: the
-legacy OP_QUERY handshake answered with OP_REPLY (and a legacy find refused as
-mongod 6.0 refuses it, by the store and the proxy), OP_COMPRESSED (noop, snappy,
+legacy OP_QUERY handshake answered with OP_REPLY (and a legacy find or any other
+command in OP_QUERY refused as mongod 6.0 refuses it, by the store and the
+proxy), OP_COMPRESSED (noop, snappy,
 zlib) negotiated there and answered in kind, OP_MSG checksums, --max-conns,
 and the handshake and small server commands drivers send on connect."""
 
@@ -125,7 +126,7 @@ def test_op_query_handshake_is_answered_with_op_reply(store):
         reply = read_reply(sock)
         assert reply.opcode == OP_REPLY and reply.response_to == 7
         flags, cursor_id, starting_from, returned = struct.unpack_from("<iqii", reply.raw, 16)
-        assert (flags, cursor_id, starting_from, returned) == (0, 0, 0, 1)
+        assert (flags, cursor_id, starting_from, returned) == (AWAIT_CAPABLE, 0, 0, 1)
         hello = reply.document
         assert hello["ok"] == 1 and hello["ismaster"] is True
         assert (hello["minWireVersion"], hello["maxWireVersion"]) == (0, 17)
@@ -135,10 +136,72 @@ def test_op_query_handshake_is_answered_with_op_reply(store):
         sock.sendall(op_msg({"ping": 1, "$db": "admin"}, request_id=8))
         reply = read_reply(sock)
         assert reply.opcode == OP_MSG and reply.response_to == 8 and reply.document["ok"] == 1
-        # An OP_QUERY command error is an OP_REPLY holding mongod's error document.
+        # Any other command in OP_QUERY is refused before it is looked up (not 59 CommandNotFound).
         sock.sendall(op_query("admin.$cmd", {"noSuchCommand": 1}, 9))
         reply = read_reply(sock)
-        assert reply.opcode == OP_REPLY and reply.document["code"] == 59
+        assert reply.opcode == OP_REPLY and list(reply.document.items()) == unsupported_op_query("noSuchCommand")
+
+
+AWAIT_CAPABLE = 1 << 3  # OP_REPLY responseFlags mongod sets on every command reply
+
+
+def unsupported_op_query(name):
+    """mongod 6.0's error document for an OP_QUERY command other than the handshake's."""
+    return [("ok", 0.0),
+            ("errmsg", "Unsupported OP_QUERY command: %s. The client driver may require an upgrade. "
+                       "For more details see https://dochub.mongodb.org/core/legacy-opcode-removal" % name),
+            ("code", 352), ("codeName", "UnsupportedOpQueryCommand")]
+
+
+def assert_op_query_commands_refused(port):
+    """OP_QUERY on <db>.$cmd carries only the handshake (and the few commands mongod
+    6.0 still lets through, such as buildinfo): anything else, known or not, gets
+    an OP_REPLY flagged AwaitCapable (not QueryFailure) holding {ok: 0, errmsg,
+    code: 352, codeName}, is not run, and leaves the connection usable."""
+    with connect(port) as sock:
+        refused = [{"insert": "refused", "documents": [{"_id": 1}]}, {"ping": 1}, {"find": "refused"},
+                   {"noSuchCommand": 1}, {"logout": 1}, {"$query": {"count": "refused"}}]
+        for request_id, command in enumerate(refused, start=40):
+            sock.sendall(op_query("wire.$cmd", command, request_id))
+            reply = read_reply(sock)
+            assert reply is not None and reply.opcode == OP_REPLY and reply.response_to == request_id, command
+            flags, cursor_id, starting_from, returned = struct.unpack_from("<iqii", reply.raw, 16)
+            assert (flags, cursor_id, starting_from, returned) == (AWAIT_CAPABLE, 0, 0, 1)
+            name = next(iter(command["$query"] if "$query" in command else command))
+            assert list(reply.document.items()) == unsupported_op_query(name), command
+            assert isinstance(reply.document["ok"], float)
+        for request_id, command in enumerate([{"ismaster": 1}, {"hello": 1}], start=50):
+            sock.sendall(op_query("admin.$cmd", command, request_id))
+            reply = read_reply(sock)
+            assert reply.opcode == OP_REPLY and reply.response_to == request_id and reply.document["ok"] == 1
+        sock.sendall(op_msg({"find": "refused", "$db": "wire"}, request_id=60))
+        reply = read_reply(sock)
+        assert reply.opcode == OP_MSG and reply.response_to == 60
+        assert reply.document["ok"] == 1 and reply.document["cursor"]["firstBatch"] == []  # the insert never ran
+
+
+def test_op_query_commands_other_than_the_handshake_are_refused(store):
+    assert_op_query_commands_refused(store.port)
+    with connect(store.port) as sock:
+        # mongod 6.0 still runs buildinfo sent this way, answering in OP_REPLY.
+        sock.sendall(op_query("admin.$cmd", {"buildinfo": 1}, 70))
+        reply = read_reply(sock)
+        assert reply.opcode == OP_REPLY and reply.document["ok"] == 1 and "version" in reply.document
+
+
+def test_proxy_refuses_op_query_commands_as_mongod(tiers, tmp_path):
+    proxy = ProxyProcess(tmp_path / "proxy", proxy_config(*tiers)).start()
+    try:
+        assert_op_query_commands_refused(proxy.port)
+        with connect(proxy.port) as sock:
+            # saslStart passes the check and is run by the proxy, answering in OP_REPLY.
+            sock.sendall(op_query("admin.$cmd", {"saslStart": 1, "mechanism": "SCRAM-SHA-256",
+                                                 "payload": Binary(b"n,,n=nobody,r=abc")}, 71))
+            reply = read_reply(sock)
+            assert reply.opcode == OP_REPLY and reply.response_to == 71
+            assert reply.document["code"] == 18, reply.document  # AuthenticationFailed, as from mongod
+    finally:
+        proxy.stop()
 
 
 LEGACY_FIND_REFUSAL = [("$err", "OP_QUERY is no longer supported. The client driver may require an upgrade. "

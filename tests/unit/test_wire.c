@@ -1609,6 +1609,76 @@ static void test_op_query_command_refusals(void **state)
 
 /* ---- OP_REPLY ------------------------------------------------------------------- */
 
+/* Only the handshake (and the commands mongod 6.0 still lets through) may come in
+ * OP_QUERY; the rest is UnsupportedOpQueryCommand, answered as a command error in
+ * an OP_REPLY flagged AwaitCapable, as mongod's LegacyReplyBuilder answers. */
+static void test_op_query_check_command(void **state)
+{
+    (void)state;
+    bson_error_t error;
+    const char *allowed[] = {"hello",     "isMaster",  "ismaster",     "_isSelf",  "authenticate",
+                             "buildinfo", "buildInfo", "saslContinue", "saslStart"};
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        bson_t *query = BCON_NEW(allowed[i], BCON_INT32(1));
+        bson_t command;
+        assert_true(query_command(0, "admin.$cmd", -1, query, &command, &error));
+        if (!wire_op_query_check_command(&command, &error)) {
+            fail_msg("%s refused: %s", allowed[i], error.message);
+        }
+        bson_destroy(&command);
+        bson_destroy(query);
+    }
+    /* Known commands, unknown ones, and near misses of the allowed names. */
+    const char *refused[] = {"ping", "find", "insert", "logout", "noSuchCommand", "Hello", "ISMASTER", "isMaster2"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        bson_t *query = BCON_NEW("$query", "{", refused[i], BCON_INT32(1), "}");
+        bson_t command;
+        assert_true(query_command(0, "test.$cmd", -1, query, &command, &error));
+        assert_false(wire_op_query_check_command(&command, &error));
+        char expected[256];
+        snprintf(expected, sizeof expected,
+                 "Unsupported OP_QUERY command: %s. The client driver may require an upgrade. For more details see "
+                 "https://dochub.mongodb.org/core/legacy-opcode-removal",
+                 refused[i]);
+        assert_error(&error, TC_ERR_UNSUPPORTED_OP_QUERY_COMMAND, NULL);
+        assert_string_equal(error.message, expected);
+        bson_destroy(&command);
+        bson_destroy(query);
+    }
+    /* The name is the command's first field, wherever an allowed name appears later. */
+    bson_t *later = BCON_NEW("ping", BCON_INT32(1), "isMaster", BCON_INT32(1));
+    assert_false(wire_op_query_check_command(later, &error));
+    assert_error(&error, 352, "command: ping.");
+    bson_destroy(later);
+
+    bson_t reply = BSON_INITIALIZER;
+    tc_error_append_reply(&error, &reply);
+    uint8_t *message;
+    size_t length;
+    assert_true(wire_op_reply_command_build(0, 77, &reply, &message, &length, &error));
+    wire_op_reply_t parsed;
+    assert_true(wire_op_reply_parse(message, length, &parsed, &error));
+    assert_int_equal(parsed.header.response_to, 77);
+    assert_int_equal(parsed.response_flags, WIRE_REPLY_FLAG_AWAIT_CAPABLE);
+    assert_int_equal(parsed.cursor_id, 0);
+    assert_int_equal(parsed.starting_from, 0);
+    assert_int_equal(parsed.number_returned, 1);
+    wire_documents_iter_t iter;
+    bson_t document;
+    wire_documents_iter_init(&iter, &parsed.documents);
+    assert_true(wire_documents_iter_next(&iter, &document));
+    bson_t *expected = BCON_NEW("ok", BCON_DOUBLE(0), "errmsg",
+                                BCON_UTF8("Unsupported OP_QUERY command: ping. The client driver may require an "
+                                          "upgrade. For more details see "
+                                          "https://dochub.mongodb.org/core/legacy-opcode-removal"),
+                                "code", BCON_INT32(352), "codeName", BCON_UTF8("UnsupportedOpQueryCommand"));
+    assert_command_is(&document, expected);
+    assert_false(wire_documents_iter_next(&iter, &document));
+    bson_destroy(expected);
+    bson_free(message);
+    bson_destroy(&reply);
+}
+
 static void test_op_reply_round_trip(void **state)
 {
     (void)state;
@@ -1950,6 +2020,7 @@ int main(void)
         cmocka_unit_test(test_op_query_command_plain),
         cmocka_unit_test(test_op_query_command_unwraps_query),
         cmocka_unit_test(test_op_query_command_refusals),
+        cmocka_unit_test(test_op_query_check_command),
         cmocka_unit_test(test_op_reply_round_trip),
         cmocka_unit_test(test_compression_round_trip),
         cmocka_unit_test(test_compression_of_op_reply_and_large_message),
