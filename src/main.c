@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define THERMOCLINE_VERSION "0.1.0"
@@ -40,6 +41,10 @@ int main(int argc, char **argv)
      * process: libuv writes with write(2), which raises SIGPIPE (as mongod, ignore
      * it and take EPIPE). */
     signal(SIGPIPE, SIG_IGN);
+    /* libmongoc's shared-memory counters serve only its own diagnostics tools; a
+     * killed process leaves its segment in /dev/shm, and a later process given the
+     * same pid prints a warning (even on its way out of a bad-usage exit). */
+    setenv("MONGOC_DISABLE_SHM", "1", 0);
     const char *command = argv[1];
     if (strcmp(command, "proxy") == 0) {
         return proxy_main(argc - 1, argv + 1);

@@ -328,7 +328,7 @@ static int run(bench_options_t *options, FILE *json, bool *out_json_written)
     }
     results_ready = true;
     bool ran = workload->is_load ? bench_run_load(options, pool, &results, &error)
-                                 : bench_run_mix(options, pool, &results, &error);
+                                 : bench_run_mix(options, &results, &error);
     if (!ran) {
         fprintf(stderr, "thermocline bench: %s\n", error.message);
         goto done;
@@ -372,9 +372,6 @@ int bench_main(int argc, char **argv)
     }
     bool json_written = false;
     mongoc_log_set_handler(log_libmongoc, NULL);
-    /* libmongoc's shared-memory counters serve only its own diagnostics tools,
-     * and a killed process leaves its segment behind in /dev/shm. */
-    setenv("MONGOC_DISABLE_SHM", "1", 0);
     mongoc_init();
     status = run(&options, json, &json_written);
     mongoc_cleanup();

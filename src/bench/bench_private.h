@@ -1,5 +1,5 @@
 /* Shared by the files of src/bench: the parsed options, the results a run
- * produces, and the entry points of the runner (run.c) and the reports
+ * produces, and the entry points of the runners (run.c, mix.c) and the reports
  * (report.c). Not for use outside src/bench. */
 #ifndef TC_BENCH_BENCH_PRIVATE_H
 #define TC_BENCH_BENCH_PRIVATE_H
@@ -90,10 +90,10 @@ uint64_t bench_results_total(const bench_results_t *results);
 bool bench_run_load(const bench_options_t *options, mongoc_client_pool_t *pool, bench_results_t *results,
                     bson_error_t *error) TC_MUST_CHECK;
 
-/* Runs the workload's operation mix for warmup + duration; records the
- * measured part. options->record_count must be the documents present. */
-bool bench_run_mix(const bench_options_t *options, mongoc_client_pool_t *pool, bench_results_t *results,
-                   bson_error_t *error) TC_MUST_CHECK;
+/* Runs the workload's operation mix for warmup + duration with thread_count
+ * clients on one event loop (mix.c); records the measured part.
+ * options->record_count must be the documents present. */
+bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bson_error_t *error) TC_MUST_CHECK;
 
 /* The human table. */
 void bench_report_table(FILE *stream, const bench_options_t *options, const bench_results_t *results);

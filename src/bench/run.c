@@ -1,10 +1,9 @@
-/* The runner of `thermocline bench`: a group of worker threads, each with its
- * own mongoc_client_t popped from one pool (a client is not thread-safe), its
- * own random numbers and its own latency histograms, merged when the run ends.
- * The per-second time series is shared and updated with atomic adds. */
+/* The load of `thermocline bench`: a group of worker threads, each with its own
+ * mongoc_client_t popped from one pool (a client is not thread-safe), inserting
+ * batches of documents with insert_many; their latency histograms are merged when
+ * the load ends. The timed mixes run on one event loop instead (mix.c). */
 #include "bench/bench_private.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,19 +11,6 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Ids handed to inserts, and the count of ids below which every insert has
- * finished: reads choose among those, so they never ask for a document whose
- * insert is still in flight (YCSB's acknowledged counter). */
-typedef struct insert_ids {
-    _Atomic int64_t next;
-    _Atomic int64_t limit;
-    pthread_mutex_t lock;
-    uint8_t *finished; /* ring of window flags, indexed by id % window */
-    int64_t window;
-} insert_ids_t;
-
-#define INSERT_IDS_WINDOW (INT64_C(1) << 20)
 
 typedef struct run_shared {
     const bench_options_t *options;
@@ -37,9 +23,6 @@ typedef struct run_shared {
     int workers_ready;
     bool gate_open;
     int64_t start_ns;
-    int64_t measure_start_ns;
-    int64_t end_ns;
-    insert_ids_t ids;
     /* The load. */
     int64_t load_start_ms;
     _Atomic int64_t next_batch_start;
@@ -53,71 +36,13 @@ typedef struct run_worker {
     pthread_t thread;
     run_shared_t *shared;
     bench_rng_t rng;
-    bench_key_chooser_t chooser;
     bench_operation_result_t operations[BENCH_OP_COUNT];
     int64_t finished_ns; /* the load: when this worker found no batch left */
 } run_worker_t;
 
-static void sleep_until_ns(int64_t deadline_ns)
-{
-    struct timespec until = {.tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
-    }
-}
-
 static double cpu_seconds(const struct timeval *value)
 {
     return (double)value->tv_sec + (double)value->tv_usec / 1e6;
-}
-
-/* --- insert ids --------------------------------------------------------------------- */
-
-static bool insert_ids_init(insert_ids_t *ids, int64_t record_count, bson_error_t *error)
-{
-    atomic_init(&ids->next, record_count);
-    atomic_init(&ids->limit, record_count);
-    ids->window = INSERT_IDS_WINDOW;
-    ids->finished = calloc((size_t)ids->window, 1);
-    if (ids->finished == NULL) {
-        return tc_error_set(error, TC_ERR_INTERNAL, "out of memory for insert ids");
-    }
-    pthread_mutex_init(&ids->lock, NULL);
-    return true;
-}
-
-static void insert_ids_cleanup(insert_ids_t *ids)
-{
-    if (ids->finished != NULL) {
-        pthread_mutex_destroy(&ids->lock);
-        free(ids->finished);
-        ids->finished = NULL;
-    }
-}
-
-static int64_t insert_ids_take(insert_ids_t *ids)
-{
-    int64_t id = atomic_fetch_add(&ids->next, 1);
-    /* One stalled insert holds the limit back while the others run ahead; wait
-     * rather than overwrite a flag of the ring it still needs. */
-    while (id - atomic_load(&ids->limit) >= ids->window) {
-        usleep(100);
-    }
-    return id;
-}
-
-/* Marks id finished (acknowledged or failed: a failed id must not hold the limit
- * back forever) and moves the limit past every finished id. */
-static void insert_ids_finish(insert_ids_t *ids, int64_t id)
-{
-    pthread_mutex_lock(&ids->lock);
-    ids->finished[id % ids->window] = 1;
-    int64_t limit = atomic_load(&ids->limit);
-    while (ids->finished[limit % ids->window]) {
-        ids->finished[limit % ids->window] = 0;
-        limit++;
-    }
-    atomic_store(&ids->limit, limit);
-    pthread_mutex_unlock(&ids->lock);
 }
 
 /* --- workers ------------------------------------------------------------------------ */
@@ -129,7 +54,6 @@ static bool worker_init(run_worker_t *worker, run_shared_t *shared, int index, b
     worker->shared = shared;
     /* Distinct streams per thread, reproducible from --seed. */
     bench_rng_seed(&worker->rng, shared->options->seed * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)index + 1);
-    bench_key_chooser_init(&worker->chooser, shared->options->workload->distribution);
     for (int operation = 0; operation < BENCH_OP_COUNT; operation++) {
         worker->operations[operation].latency = bench_histogram_new(BENCH_HISTOGRAM_PRECISE);
         if (worker->operations[operation].latency == NULL) {
@@ -181,223 +105,6 @@ static void worker_disconnect(run_worker_t *worker, mongoc_client_t *client, mon
 {
     mongoc_collection_destroy(collection);
     mongoc_client_pool_push(worker->shared->pool, client);
-}
-
-/* Records one measured operation finished at done_ns. */
-static void worker_record(run_worker_t *worker, bench_operation_t operation, int64_t latency_ns, bool ok,
-                          bool found, const bson_error_t *error, int64_t done_ns)
-{
-    run_shared_t *shared = worker->shared;
-    bench_results_t *results = shared->results;
-    bench_operation_result_t *result = &worker->operations[operation];
-    uint64_t latency_us = latency_ns > 0 ? (uint64_t)(latency_ns / 1000) : 0;
-    if (ok) {
-        result->count++;
-        bench_histogram_record(result->latency, latency_us);
-        if (!found) {
-            result->not_found++;
-        }
-    } else {
-        worker_note_error(worker, operation, error->message);
-    }
-    int64_t second = (done_ns - shared->measure_start_ns) / 1000000000;
-    if (second < 0) {
-        second = 0;
-    }
-    if (second >= results->second_count) {
-        second = results->second_count - 1;
-    }
-    bench_second_t *slot = &results->seconds[second];
-    if (ok) {
-        __atomic_fetch_add(&slot->operations[operation], 1, __ATOMIC_RELAXED);
-        if (operation == BENCH_OP_READ && slot->read_latency != NULL) {
-            bench_histogram_record_shared(slot->read_latency, latency_us);
-        }
-    } else {
-        __atomic_fetch_add(&slot->errors[operation], 1, __ATOMIC_RELAXED);
-    }
-}
-
-/* Runs one write command and turns a writeErrors or writeConcernError entry of
- * an ok: 1 reply into a failure, as the driver's CRUD helpers would. */
-static bool write_command_run(mongoc_collection_t *collection, const bson_t *command, bson_t *out_reply,
-                              bson_error_t *error)
-{
-    bson_iter_t iter, entry;
-    if (!mongoc_collection_command_simple(collection, command, NULL, out_reply, error)) {
-        return false;
-    }
-    const char *fields[] = {"writeErrors.0", "writeConcernError"};
-    for (size_t index = 0; index < sizeof fields / sizeof *fields; index++) {
-        if (bson_iter_init(&iter, out_reply) && bson_iter_find_descendant(&iter, fields[index], &entry) &&
-            BSON_ITER_HOLDS_DOCUMENT(&entry)) {
-            bson_iter_t field;
-            const char *message = "write failed";
-            int32_t code = TC_ERR_INTERNAL;
-            if (bson_iter_recurse(&entry, &field) && bson_iter_find(&field, "errmsg") &&
-                BSON_ITER_HOLDS_UTF8(&field)) {
-                message = bson_iter_utf8(&field, NULL);
-            }
-            if (bson_iter_recurse(&entry, &field) && bson_iter_find(&field, "code")) {
-                code = (int32_t)bson_iter_as_int64(&field);
-            }
-            return tc_error_set(error, code, "%s", message);
-        }
-    }
-    return true;
-}
-
-/* The operations send the commands a driver's find / updateOne / insertOne
- * would, through mongoc_collection_command_simple: a find through a libmongoc
- * cursor costs the generator about 20 us of user CPU against 11 here, and the
- * generator shares the machine with the server it measures. */
-static bool operation_read(run_worker_t *worker, mongoc_collection_t *collection, bool *out_found,
-                           bson_error_t *error)
-{
-    int64_t key = bench_key_choose(&worker->chooser, &worker->rng, atomic_load(&worker->shared->ids.limit));
-    bson_t command = BSON_INITIALIZER;
-    bson_t filter;
-    bson_t reply;
-    bson_iter_t iter, batch;
-    BSON_APPEND_UTF8(&command, "find", worker->shared->options->collection);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
-    BSON_APPEND_INT64(&filter, "_id", key);
-    bson_append_document_end(&command, &filter);
-    BSON_APPEND_INT64(&command, "limit", 1);
-    BSON_APPEND_BOOL(&command, "singleBatch", true);
-    bool ok = mongoc_collection_command_simple(collection, &command, NULL, &reply, error);
-    *out_found = ok && bson_iter_init(&iter, &reply) &&
-                 bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) && BSON_ITER_HOLDS_ARRAY(&batch) &&
-                 bson_iter_recurse(&batch, &iter) && bson_iter_next(&iter);
-    bson_destroy(&reply);
-    bson_destroy(&command);
-    return ok;
-}
-
-static bool operation_update(run_worker_t *worker, mongoc_collection_t *collection, bool *out_found,
-                             bson_error_t *error)
-{
-    int64_t key = bench_key_choose(&worker->chooser, &worker->rng, atomic_load(&worker->shared->ids.limit));
-    char value[BENCH_FIELD_LENGTH];
-    bson_t command = BSON_INITIALIZER;
-    bson_t updates, statement, filter, update, set;
-    bson_t reply;
-    bson_iter_t iter;
-    bench_field_value_fill(&worker->rng, value);
-    BSON_APPEND_UTF8(&command, "update", worker->shared->options->collection);
-    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
-    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &filter);
-    BSON_APPEND_INT64(&filter, "_id", key);
-    bson_append_document_end(&statement, &filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-    bson_append_utf8(&set, bench_field_name((int)bench_rng_below(&worker->rng, BENCH_FIELD_COUNT)), -1, value,
-                     BENCH_FIELD_LENGTH);
-    bson_append_document_end(&update, &set);
-    bson_append_document_end(&statement, &update);
-    bson_append_document_end(&updates, &statement);
-    bson_append_array_end(&command, &updates);
-    BSON_APPEND_BOOL(&command, "ordered", true);
-    bool ok = write_command_run(collection, &command, &reply, error);
-    /* "n" of an update reply counts the documents matched. */
-    *out_found = !(ok && bson_iter_init_find(&iter, &reply, "n") && bson_iter_as_int64(&iter) == 0);
-    bson_destroy(&reply);
-    bson_destroy(&command);
-    return ok;
-}
-
-static bool operation_insert(run_worker_t *worker, mongoc_collection_t *collection, bson_error_t *error)
-{
-    insert_ids_t *ids = &worker->shared->ids;
-    int64_t id = insert_ids_take(ids);
-    bson_t command = BSON_INITIALIZER;
-    bson_t documents, document;
-    bson_t reply;
-    BSON_APPEND_UTF8(&command, "insert", worker->shared->options->collection);
-    BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);
-    BSON_APPEND_DOCUMENT_BEGIN(&documents, "0", &document);
-    bench_document_build(&document, id, bench_wall_ms(), &worker->rng);
-    bson_append_document_end(&documents, &document);
-    bson_append_array_end(&command, &documents);
-    BSON_APPEND_BOOL(&command, "ordered", true);
-    bool ok = write_command_run(collection, &command, &reply, error);
-    insert_ids_finish(ids, id);
-    bson_destroy(&reply);
-    bson_destroy(&command);
-    return ok;
-}
-
-static bench_operation_t worker_choose_operation(run_worker_t *worker)
-{
-    const bench_workload_t *workload = worker->shared->options->workload;
-    double draw = bench_rng_unit(&worker->rng);
-    if (draw < workload->read_fraction) {
-        return BENCH_OP_READ;
-    }
-    if (draw < workload->read_fraction + workload->update_fraction) {
-        return BENCH_OP_UPDATE;
-    }
-    return BENCH_OP_INSERT;
-}
-
-static void *worker_run_mix(void *argument)
-{
-    run_worker_t *worker = argument;
-    run_shared_t *shared = worker->shared;
-    const bench_options_t *options = shared->options;
-    mongoc_collection_t *collection;
-    mongoc_client_t *client = worker_connect(worker, &collection);
-
-    /* With --target-ops each thread offers its share on a fixed schedule, the
-     * threads staggered across one interval; latency runs from the scheduled
-     * start, so a slow server's queueing shows (no coordinated omission). */
-    int64_t interval_ns = 0;
-    int64_t intended_ns = shared->start_ns;
-    if (options->target_ops > 0) {
-        interval_ns = (int64_t)((double)options->thread_count * 1e9 / (double)options->target_ops);
-        intended_ns += interval_ns * worker->index / options->thread_count;
-    }
-    for (;;) {
-        int64_t now_ns = bench_clock_ns();
-        if (interval_ns > 0) {
-            /* Past the end, a backlog of late operations is dropped rather than
-             * run on: the shortfall shows as throughput below the target. */
-            if (intended_ns >= shared->end_ns || now_ns >= shared->end_ns) {
-                break;
-            }
-            if (now_ns < intended_ns) {
-                sleep_until_ns(intended_ns);
-            }
-        } else {
-            if (now_ns >= shared->end_ns) {
-                break;
-            }
-            intended_ns = now_ns;
-        }
-        bench_operation_t operation = worker_choose_operation(worker);
-        bool found = true;
-        bool ok;
-        bson_error_t error;
-        switch (operation) {
-        case BENCH_OP_READ:
-            ok = operation_read(worker, collection, &found, &error);
-            break;
-        case BENCH_OP_UPDATE:
-            ok = operation_update(worker, collection, &found, &error);
-            break;
-        default:
-            ok = operation_insert(worker, collection, &error);
-            break;
-        }
-        int64_t done_ns = bench_clock_ns();
-        if (intended_ns >= shared->measure_start_ns) {
-            worker_record(worker, operation, done_ns - intended_ns, ok, found, &error, done_ns);
-        }
-        intended_ns += interval_ns;
-    }
-    worker_disconnect(worker, client, collection);
-    return NULL;
 }
 
 static void *worker_run_load(void *argument)
@@ -475,9 +182,6 @@ static bool shared_init(run_shared_t *shared, const bench_options_t *options, mo
     atomic_init(&shared->documents_done, 0);
     atomic_init(&shared->documents_failed, 0);
     atomic_init(&shared->workers_done, 0);
-    if (!insert_ids_init(&shared->ids, options->record_count, error)) {
-        return false;
-    }
     pthread_mutex_init(&shared->gate_lock, NULL);
     pthread_cond_init(&shared->gate_changed, NULL);
     return true;
@@ -487,7 +191,6 @@ static void shared_cleanup(run_shared_t *shared)
 {
     pthread_mutex_destroy(&shared->gate_lock);
     pthread_cond_destroy(&shared->gate_changed);
-    insert_ids_cleanup(&shared->ids);
 }
 
 static void gate_wait_ready(run_shared_t *shared, int worker_count)
@@ -508,7 +211,7 @@ static void gate_open(run_shared_t *shared)
 }
 
 /* Starts thread_count workers running body. On failure, the workers already
- * started find no work (end time 0, no batch left), are joined, and every
+ * started find no batch left, are joined, and every
  * worker is cleaned up. */
 static bool workers_start(run_shared_t *shared, run_worker_t *workers, void *(*body)(void *),
                           bson_error_t *error)
@@ -527,7 +230,6 @@ static bool workers_start(run_shared_t *shared, run_worker_t *workers, void *(*b
         if (status != 0) {
             tc_error_set(error, TC_ERR_INTERNAL, "cannot start worker thread %d of %d: %s", index + 1, count,
                          strerror(status));
-            shared->end_ns = 0;
             atomic_store(&shared->next_batch_start, shared->options->record_count);
             gate_open(shared);
             for (int started = 0; started < index; started++) {
@@ -607,7 +309,7 @@ bool bench_run_load(const bench_options_t *options, mongoc_client_pool_t *pool, 
     bool terminal = isatty(STDERR_FILENO);
     getrusage(RUSAGE_SELF, &usage_before);
     results->started_at_ms = bench_wall_ms();
-    shared.start_ns = shared.measure_start_ns = bench_clock_ns();
+    shared.start_ns = bench_clock_ns();
     gate_open(&shared);
 
     /* Progress: redrawn in place on a terminal, a line per 10% otherwise; one
@@ -664,69 +366,6 @@ done:
         /* Only reached before the workers started. */
         free(workers);
     }
-    shared_cleanup(&shared);
-    return ok;
-}
-
-/* Prints one status line every 10 s of a long run, from the last full second. */
-static void status_print(const bench_results_t *results, int second)
-{
-    const bench_second_t *slot = &results->seconds[second];
-    uint64_t operations = 0;
-    for (int operation = 0; operation < BENCH_OP_COUNT; operation++) {
-        operations += __atomic_load_n(&slot->operations[operation], __ATOMIC_RELAXED);
-    }
-    fprintf(stderr, "thermocline bench: %d s, %llu ops/s, read p99 %.3f ms\n", second + 1,
-            (unsigned long long)operations,
-            slot->read_latency ? (double)bench_histogram_percentile(slot->read_latency, 99.0) / 1000.0 : 0.0);
-}
-
-bool bench_run_mix(const bench_options_t *options, mongoc_client_pool_t *pool, bench_results_t *results,
-                   bson_error_t *error)
-{
-    run_shared_t shared;
-    run_worker_t *workers = NULL;
-    struct rusage usage_before, usage_after;
-    bool ok = false;
-    if (!shared_init(&shared, options, pool, results, error)) {
-        return false;
-    }
-    workers = calloc((size_t)options->thread_count, sizeof *workers);
-    if (workers == NULL) {
-        tc_error_set(error, TC_ERR_INTERNAL, "out of memory for %d workers", options->thread_count);
-        goto done;
-    }
-    TC_CHECK(workers_start(&shared, workers, worker_run_mix, error));
-    gate_wait_ready(&shared, options->thread_count);
-    shared.start_ns = bench_clock_ns();
-    shared.measure_start_ns = shared.start_ns + options->warmup_ms * 1000000;
-    shared.end_ns = shared.measure_start_ns + options->duration_ms * 1000000;
-    results->records_at_start = options->record_count;
-    gate_open(&shared);
-
-    if (options->warmup_ms > 0) {
-        sleep_until_ns(shared.measure_start_ns);
-    }
-    getrusage(RUSAGE_SELF, &usage_before);
-    results->started_at_ms = bench_wall_ms();
-    for (int second = 1; second < results->second_count; second++) {
-        sleep_until_ns(shared.measure_start_ns + (int64_t)second * 1000000000);
-        if (second % 10 == 0) {
-            status_print(results, second - 1);
-        }
-    }
-    sleep_until_ns(shared.end_ns);
-    getrusage(RUSAGE_SELF, &usage_after);
-    workers_finish(&shared, workers);
-    free(workers);
-    workers = NULL;
-    results->measured_ns = shared.end_ns - shared.measure_start_ns;
-    results->cpu_user_seconds = cpu_seconds(&usage_after.ru_utime) - cpu_seconds(&usage_before.ru_utime);
-    results->cpu_system_seconds = cpu_seconds(&usage_after.ru_stime) - cpu_seconds(&usage_before.ru_stime);
-    results->records_at_end = atomic_load(&shared.ids.limit);
-    ok = true;
-done:
-    free(workers);
     shared_cleanup(&shared);
     return ok;
 }

@@ -437,9 +437,6 @@ int lab_main(int argc, char **argv)
     memcpy(lab->workloads, workloads, sizeof workloads);
     lab->stderr_is_terminal = isatty(STDERR_FILENO);
     lab_signals_install();
-    /* libmongoc's shared-memory counters serve only its own tools, and a killed
-     * process leaves its segment behind; the children inherit this too. */
-    setenv("MONGOC_DISABLE_SHM", "1", 0);
     mongoc_log_set_handler(log_libmongoc, NULL);
     mongoc_init();
 

@@ -811,7 +811,6 @@ config_t *config_load_string(const char *text, size_t length, const char *name, 
     loader_t loader = {name, &document, error};
     bool ok = false;
 
-    setenv("MONGOC_DISABLE_SHM", "1", 0); /* no /dev/shm counters: nothing here reads them */
     mongoc_init(); /* URI parsing needs libmongoc initialised; repeated calls are harmless */
     if (!yaml_parser_initialize(&parser)) {
         tc_error_set(error, TC_ERR_INTERNAL, "%s: cannot initialise the YAML parser", name);

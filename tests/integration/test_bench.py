@@ -5,7 +5,10 @@ JSON report's fields, the documents left in the collection, and bad usage
 
 import datetime
 import json
+import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -117,6 +120,41 @@ def test_fixed_offered_load(store, client, tmp_path):
     # The schedule offers 400 per second: no more, and a sanitized store keeps up.
     assert 300 <= report["total"]["count"] <= 404
     assert set(report["operations"]) == {"read", "update"}
+
+
+def test_short_runs_end(store, client, tmp_path):
+    """The run ends once the last client has stopped, whether the clients or the
+    clock see the end first (the clock once spun forever when the clients did);
+    each client sends a driver's lsid, and the sessions are ended at the end."""
+    assert run_bench("--uri", store.uri, "--workload", "load", "--records", "500",
+                     "--threads", "2").returncode == 0
+    for attempt in range(5):
+        report_path = tmp_path / ("short-%d.json" % attempt)
+        result = run_bench("--uri", store.uri, "--workload", "pointread", "--threads", "16",
+                           "--duration", "300ms", "--json", str(report_path))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(report_path.read_text())
+        assert report["measured_seconds"] == 0.3
+        assert report["total"]["count"] > 0 and report["total"]["errors"] == 0
+
+
+def test_a_server_that_stops_answering_is_given_up_on(store, client, tmp_path):
+    """Operations a stopped server never answers are failed 30 s after the end, and
+    bench exits instead of waiting for ever (a server stopped before the clients'
+    first pings were answered fails the run the same way)."""
+    assert run_bench("--uri", store.uri, "--workload", "load", "--records", "500",
+                     "--threads", "2").returncode == 0
+    bench = subprocess.Popen([str(thermocline_binary()), "bench", "--uri", store.uri, "--workload", "pointread",
+                              "--threads", "8", "--duration", "3s"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    os.kill(store.pid, signal.SIGSTOP)
+    try:
+        stdout, stderr = bench.communicate(timeout=60)
+    finally:
+        os.kill(store.pid, signal.SIGCONT)
+    assert "clients still wait for a reply after 30 s; giving up" in stderr, stderr
+    assert bench.returncode in (0, 1)
 
 
 def test_write_errors_are_counted(store, client, tmp_path):
