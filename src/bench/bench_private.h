@@ -10,6 +10,7 @@
 
 #include <mongoc/mongoc.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 typedef enum bench_operation {
     BENCH_OP_READ,
@@ -84,6 +85,9 @@ bool bench_results_reserve_seconds(bench_results_t *results, int second_count, b
 
 /* Completed operations of every kind (for the load: documents inserted). */
 uint64_t bench_results_total(const bench_results_t *results);
+
+/* The process's user and system CPU between two getrusage(RUSAGE_SELF) readings. */
+void bench_results_set_cpu(bench_results_t *results, const struct rusage *before, const struct rusage *after);
 
 /* Inserts documents 0 .. record_count - 1 with a progress bar on stderr. False
  * only if it could not run at all; lost documents show in the results. */

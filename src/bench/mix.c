@@ -47,7 +47,6 @@ typedef enum mix_phase {
 
 typedef struct mix_client {
     mix_run_t *run;
-    int index;
     bench_rng_t rng;
     bench_key_chooser_t chooser;
     uint8_t session_id[16]; /* the implicit session's lsid, a random UUID */
@@ -95,11 +94,6 @@ struct mix_run {
     bson_error_t failure; /* a message could not be built */
     bool failed;
 };
-
-static double cpu_seconds(const struct timeval *value)
-{
-    return (double)value->tv_sec + (double)value->tv_usec / 1e6;
-}
 
 /* --- insert ids --------------------------------------------------------------------- */
 
@@ -572,8 +566,6 @@ static void on_ping_reply(void *context, const uint8_t *reply, size_t length, co
 static bool client_init(mix_run_t *run, mix_client_t *client, int index, bson_error_t *error)
 {
     client->run = run;
-    client->index = index;
-    client->timer_fd = -1;
     /* Distinct streams per client, reproducible from --seed. */
     bench_rng_seed(&client->rng, run->options->seed * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)index + 1);
     bench_key_chooser_init(&client->chooser, run->options->workload->distribution);
@@ -613,7 +605,7 @@ bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bso
         goto done;
     }
     for (int index = 0; index < options->thread_count; index++) {
-        run.clients[index].timer_fd = -1;
+        run.clients[index].timer_fd = -1; /* "none", for the clean-up below whichever client_init failed */
     }
     if (uv_loop_init(&run.loop) != 0) {
         tc_error_set(error, TC_ERR_INTERNAL, "cannot start an event loop");
@@ -654,9 +646,7 @@ bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bso
         goto done;
     }
     results->measured_ns = run.end_ns - run.measure_start_ns;
-    results->cpu_user_seconds = cpu_seconds(&run.usage_after.ru_utime) - cpu_seconds(&run.usage_before.ru_utime);
-    results->cpu_system_seconds =
-        cpu_seconds(&run.usage_after.ru_stime) - cpu_seconds(&run.usage_before.ru_stime);
+    bench_results_set_cpu(results, &run.usage_before, &run.usage_after);
     results->records_at_end = run.ids.limit;
     ok = true;
 done:

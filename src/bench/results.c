@@ -14,6 +14,17 @@ const char *bench_operation_name(bench_operation_t operation)
     return operation_names[operation];
 }
 
+static double cpu_seconds(const struct timeval *value)
+{
+    return (double)value->tv_sec + (double)value->tv_usec / 1e6;
+}
+
+void bench_results_set_cpu(bench_results_t *results, const struct rusage *before, const struct rusage *after)
+{
+    results->cpu_user_seconds = cpu_seconds(&after->ru_utime) - cpu_seconds(&before->ru_utime);
+    results->cpu_system_seconds = cpu_seconds(&after->ru_stime) - cpu_seconds(&before->ru_stime);
+}
+
 int64_t bench_clock_ns(void)
 {
     struct timespec now;

@@ -40,11 +40,6 @@ typedef struct run_worker {
     int64_t finished_ns; /* the load: when this worker found no batch left */
 } run_worker_t;
 
-static double cpu_seconds(const struct timeval *value)
-{
-    return (double)value->tv_sec + (double)value->tv_usec / 1e6;
-}
-
 /* --- workers ------------------------------------------------------------------------ */
 
 static bool worker_init(run_worker_t *worker, run_shared_t *shared, int index, bson_error_t *error)
@@ -356,8 +351,7 @@ bool bench_run_load(const bench_options_t *options, mongoc_client_pool_t *pool, 
             results->documents_loaded - documents_at_last_second;
         results->second_count++;
     }
-    results->cpu_user_seconds = cpu_seconds(&usage_after.ru_utime) - cpu_seconds(&usage_before.ru_utime);
-    results->cpu_system_seconds = cpu_seconds(&usage_after.ru_stime) - cpu_seconds(&usage_before.ru_stime);
+    bench_results_set_cpu(results, &usage_before, &usage_after);
     results->records_at_start = 0;
     results->records_at_end = (int64_t)results->documents_loaded;
     ok = true;

@@ -225,9 +225,12 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
         router_note_transaction_commit(request, body);
         return;
     }
-    uint64_t time = timestamp_find(body, "operationTime");
     if (request->namespace_state == NULL || !request->has_decision || request->decision.kind != PLAN_KIND_WRITE ||
-        request->decision.is_explain || time == 0) {
+        request->decision.is_explain) {
+        return;
+    }
+    uint64_t time = timestamp_find(body, "operationTime");
+    if (time == 0) {
         return;
     }
     if (time > request->namespace_state->last_write_time) {

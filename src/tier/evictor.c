@@ -128,14 +128,8 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
 static bool delete_version(evictor_t *evictor, const char *database, const char *collection, const bson_t *filter,
                            bool *out_deleted, uint64_t *out_time, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, deletes, statement, reply;
-    BSON_APPEND_UTF8(&command, "delete", collection);
-    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-    BSON_APPEND_DOCUMENT(&statement, "q", filter);
-    BSON_APPEND_INT32(&statement, "limit", 1);
-    bson_append_document_end(&deletes, &statement);
-    bson_append_array_end(&command, &deletes);
+    bson_t command = BSON_INITIALIZER, reply;
+    tier_append_delete_version(&command, collection, filter);
     bool ok = write_command(evictor, database, &command, &reply, error);
     bson_iter_t iter;
     *out_deleted = ok && bson_iter_init_find(&iter, &reply, "n") && bson_iter_as_int64(&iter) == 1;

@@ -475,18 +475,8 @@ bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_er
         char database[128];
         const char *collection;
         tier_split_namespace(bson_iter_utf8(&ns_iter, NULL), database, sizeof database, &collection);
-        bson_t find = BSON_INITIALIZER, find_filter, reply;
-        bson_iter_t first;
-        BSON_APPEND_UTF8(&find, "find", collection);
-        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &find_filter);
-        BSON_APPEND_VALUE(&find_filter, "_id", bson_iter_value(&id_iter));
-        bson_append_document_end(&find, &find_filter);
-        BSON_APPEND_INT32(&find, "limit", 1);
-        ok = tier_command(fast, database, &find, &reply, error);
-        bool present = ok && bson_iter_init(&first, &reply) &&
-                       bson_iter_find_descendant(&first, "cursor.firstBatch.0", &field);
-        bson_destroy(&find);
-        bson_destroy(&reply);
+        bool present = false;
+        ok = tier_find_by_id(fast, database, collection, bson_iter_value(&id_iter), &present, NULL, error);
         if (ok) {
             TC_LOG(TC_LOG_WARNING, "EVICTOR", 0,
                    "resolving an eviction of %s left unfinished by a crash: the document is %s",
@@ -496,6 +486,48 @@ bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_er
     }
     bson_destroy(&marks);
     bson_destroy(&filter);
+    return ok;
+}
+
+void tier_append_delete_version(bson_t *command, const char *collection, const bson_t *version)
+{
+    bson_t deletes, statement;
+    BSON_APPEND_UTF8(command, "delete", collection);
+    BSON_APPEND_ARRAY_BEGIN(command, "deletes", &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+    BSON_APPEND_DOCUMENT(&statement, "q", version);
+    BSON_APPEND_INT32(&statement, "limit", 1);
+    bson_append_document_end(&deletes, &statement);
+    bson_append_array_end(command, &deletes);
+}
+
+bool tier_find_by_id(mongoc_client_t *client, const char *database, const char *collection, const bson_value_t *id,
+                     bool *out_found, bson_t *out_document, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, filter, reply, found;
+    bson_iter_t first;
+    BSON_APPEND_UTF8(&command, "find", collection);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
+    BSON_APPEND_VALUE(&filter, "_id", id);
+    bson_append_document_end(&command, &filter);
+    BSON_APPEND_INT32(&command, "limit", 1);
+    bool ok = tier_command(client, database, &command, &reply, error);
+    *out_found = ok && bson_iter_init(&first, &reply) &&
+                 bson_iter_find_descendant(&first, "cursor.firstBatch.0", &first) && BSON_ITER_HOLDS_DOCUMENT(&first);
+    if (out_document != NULL) {
+        uint32_t length = 0;
+        const uint8_t *data = NULL;
+        if (*out_found) {
+            bson_iter_document(&first, &length, &data);
+        }
+        if (*out_found && bson_init_static(&found, data, length)) {
+            bson_copy_to(&found, out_document);
+        } else {
+            bson_init(out_document);
+        }
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
     return ok;
 }
 

@@ -128,6 +128,16 @@ bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_er
  * read as a path or an operator (dots, leading '$'). */
 bool tier_version_filter(const bson_t *document, bson_t *out_filter);
 
+/* Appends to command the delete of one document of collection matching version
+ * (a tier_version_filter): a client's later write wins over the worker's delete. */
+void tier_append_delete_version(bson_t *command, const char *collection, const bson_t *version);
+
+/* Whether database.collection on client holds a document with _id id; when
+ * out_document is not NULL it is initialised here and, if found, holds a copy
+ * (the caller destroys it). */
+bool tier_find_by_id(mongoc_client_t *client, const char *database, const char *collection, const bson_value_t *id,
+                     bool *out_found, bson_t *out_document, bson_error_t *error);
+
 /* --- pacing ------------------------------------------------------------------------ */
 
 /* Keeps background work on a tier to a share of its time: after each request of

@@ -687,19 +687,17 @@ static bool same_value(const bson_value_t *left, const bson_value_t *right)
     return equal;
 }
 
-/* Whether the archive holds a document with _id id. */
-static bool archive_holds(warmer_t *warmer, const char *database, const char *collection, const bson_value_t *id,
-                          bool *out_holds, bson_error_t *error)
+/* Deletes the fast tier's document if it is still exactly that version (a client's
+ * later write wins), not marked: the feeder replays this delete too, a no-op in the
+ * archive. *out_deleted: it was there. */
+static bool delete_copy(warmer_t *warmer, const char *database, const char *collection, const bson_t *version,
+                        bool *out_deleted, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, filter, reply;
-    bson_iter_t iter, first;
-    BSON_APPEND_UTF8(&command, "find", collection);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
-    BSON_APPEND_VALUE(&filter, "_id", id);
-    bson_append_document_end(&command, &filter);
-    BSON_APPEND_INT32(&command, "limit", 1);
-    bool ok = tier_command(warmer->archive, database, &command, &reply, error);
-    *out_holds = ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch.0", &first);
+    bson_t command = BSON_INITIALIZER, reply;
+    bson_iter_t n;
+    tier_append_delete_version(&command, collection, version);
+    bool ok = tier_command(warmer->fast, database, &command, &reply, error);
+    *out_deleted = ok && bson_iter_init_find(&n, &reply, "n") && bson_iter_as_int64(&n) == 1;
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
@@ -727,7 +725,7 @@ static bool undo_resurrections(warmer_t *warmer, size_t index, const char *datab
     bson_iter_t iter, deleted_iter, id;
     bson_iter_init(&iter, documents);
     while (ok && bson_iter_next(&iter)) {
-        bson_t document, version, command = BSON_INITIALIZER, deletes, statement, reply;
+        bson_t document, version;
         uint32_t length;
         const uint8_t *data;
         bson_iter_document(&iter, &length, &data);
@@ -742,34 +740,20 @@ static bool undo_resurrections(warmer_t *warmer, size_t index, const char *datab
         }
         bool held = true;
         if (was_deleted) {
-            ok = archive_holds(warmer, database, collection, bson_iter_value(&id), &held, error);
+            ok = tier_find_by_id(warmer->archive, database, collection, bson_iter_value(&id), &held, NULL, error);
         }
         if (!ok || held) {
-            bson_destroy(&command);
             continue;
         }
-        if (!tier_version_filter(&document, &version)) {
-            bson_destroy(&version);
-            bson_destroy(&command);
-            continue;
+        bool copy_deleted = false;
+        if (tier_version_filter(&document, &version)) {
+            ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
         }
-        /* Not marked: the feeder replays this delete too, a no-op in the archive. */
-        BSON_APPEND_UTF8(&command, "delete", collection);
-        BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-        BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-        BSON_APPEND_DOCUMENT(&statement, "q", &version);
-        BSON_APPEND_INT32(&statement, "limit", 1);
-        bson_append_document_end(&deletes, &statement);
-        bson_append_array_end(&command, &deletes);
-        ok = tier_command(warmer->fast, database, &command, &reply, error);
-        bson_iter_t n;
-        if (ok && bson_iter_init_find(&n, &reply, "n") && bson_iter_as_int64(&n) == 1) {
+        if (copy_deleted) {
             TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
                    "%s.%s: a document was deleted while the warmer copied it; the copy is deleted again", database,
                    collection);
         }
-        bson_destroy(&reply);
-        bson_destroy(&command);
         bson_destroy(&version);
     }
     return ok;
@@ -864,48 +848,26 @@ static bool settle_orphans(warmer_t *warmer, size_t index, const char *database,
             !bson_iter_recurse(&orphan, &copy) || !bson_iter_find(&copy, "copy")) {
             continue;
         }
-        ok = archive_holds(warmer, database, collection, bson_iter_value(&iter), &held, error);
+        ok = tier_find_by_id(warmer->archive, database, collection, bson_iter_value(&iter), &held, NULL, error);
         if (!ok || held) {
             continue;
         }
-        bson_t find = BSON_INITIALIZER, filter, reply, version;
-        bson_iter_t first;
-        BSON_APPEND_UTF8(&find, "find", collection);
-        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
-        BSON_APPEND_VALUE(&filter, "_id", bson_iter_value(&iter));
-        bson_append_document_end(&find, &filter);
-        BSON_APPEND_INT32(&find, "limit", 1);
-        ok = tier_command(warmer->fast, database, &find, &reply, error);
-        bson_destroy(&find);
-        if (ok && bson_iter_init(&first, &reply) && bson_iter_find_descendant(&first, "cursor.firstBatch.0", &first) &&
-            BSON_ITER_HOLDS_DOCUMENT(&first)) {
-            bson_t document, command = BSON_INITIALIZER, deletes, statement, deleted;
-            uint32_t length;
-            const uint8_t *data;
-            bson_iter_document(&first, &length, &data);
-            bson_init_static(&document, data, length);
-            if (tier_version_filter(&document, &version) &&
-                tier_document_digest(&document) == bson_iter_as_int64(&copy)) {
-                BSON_APPEND_UTF8(&command, "delete", collection);
-                BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-                BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-                BSON_APPEND_DOCUMENT(&statement, "q", &version);
-                BSON_APPEND_INT32(&statement, "limit", 1);
-                bson_append_document_end(&deletes, &statement);
-                bson_append_array_end(&command, &deletes);
-                ok = tier_command(warmer->fast, database, &command, &deleted, error);
+        bool present = false, copy_deleted = false;
+        bson_t document, version;
+        ok = tier_find_by_id(warmer->fast, database, collection, bson_iter_value(&iter), &present, &document, error);
+        if (present && tier_document_digest(&document) == bson_iter_as_int64(&copy)) {
+            if (tier_version_filter(&document, &version)) {
+                ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
                 if (ok) {
                     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
                            "%s.%s: a copy left by an unfinished warm batch of a document deleted since is deleted "
                            "again",
                            database, collection);
                 }
-                bson_destroy(&deleted);
             }
             bson_destroy(&version);
-            bson_destroy(&command);
         }
-        bson_destroy(&reply);
+        bson_destroy(&document);
     }
     return ok;
 }

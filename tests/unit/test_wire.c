@@ -1305,6 +1305,27 @@ static void assert_command_is(const bson_t *command, const bson_t *expected)
     }
 }
 
+/* message is an OP_REPLY answering response_to with flags and exactly one
+ * document, equal to expected. */
+static void assert_one_document_reply(const uint8_t *message, size_t length, int32_t response_to, int32_t flags,
+                                      const bson_t *expected)
+{
+    bson_error_t error;
+    wire_op_reply_t reply;
+    wire_documents_iter_t iter;
+    bson_t document;
+    assert_true(wire_op_reply_parse(message, length, &reply, &error));
+    assert_int_equal(reply.header.response_to, response_to);
+    assert_int_equal(reply.response_flags, flags);
+    assert_int_equal(reply.cursor_id, 0);
+    assert_int_equal(reply.starting_from, 0);
+    assert_int_equal(reply.number_returned, 1);
+    wire_documents_iter_init(&iter, &reply.documents);
+    assert_true(wire_documents_iter_next(&iter, &document));
+    assert_command_is(&document, expected);
+    assert_false(wire_documents_iter_next(&iter, &document));
+}
+
 static void test_op_query_parse(void **state)
 {
     (void)state;
@@ -1448,22 +1469,11 @@ static void test_op_query_not_a_command_is_removed(void **state)
     uint8_t *message;
     size_t length;
     assert_true(wire_op_query_removed_reply_build(0, 42, &message, &length, &error));
-    wire_op_reply_t reply;
-    assert_true(wire_op_reply_parse(message, length, &reply, &error));
-    assert_int_equal(reply.header.response_to, 42);
-    assert_int_equal(reply.response_flags, WIRE_REPLY_FLAG_QUERY_FAILURE);
-    assert_int_equal(reply.cursor_id, 0);
-    assert_int_equal(reply.starting_from, 0);
-    assert_int_equal(reply.number_returned, 1);
-    wire_documents_iter_t iter;
-    bson_t document;
-    wire_documents_iter_init(&iter, &reply.documents);
-    assert_true(wire_documents_iter_next(&iter, &document));
     bson_t *expected = BCON_NEW("$err", BCON_UTF8("OP_QUERY is no longer supported. The client driver may require an "
                                                   "upgrade. For more details see "
                                                   "https://dochub.mongodb.org/core/legacy-opcode-removal"),
                                 "code", BCON_INT32(5739101), "ok", BCON_DOUBLE(0));
-    assert_command_is(&document, expected);
+    assert_one_document_reply(message, length, 42, WIRE_REPLY_FLAG_QUERY_FAILURE, expected);
     bson_destroy(expected);
     bson_free(message);
     bson_destroy(query);
@@ -1656,24 +1666,12 @@ static void test_op_query_check_command(void **state)
     uint8_t *message;
     size_t length;
     assert_true(wire_op_reply_command_build(0, 77, &reply, &message, &length, &error));
-    wire_op_reply_t parsed;
-    assert_true(wire_op_reply_parse(message, length, &parsed, &error));
-    assert_int_equal(parsed.header.response_to, 77);
-    assert_int_equal(parsed.response_flags, WIRE_REPLY_FLAG_AWAIT_CAPABLE);
-    assert_int_equal(parsed.cursor_id, 0);
-    assert_int_equal(parsed.starting_from, 0);
-    assert_int_equal(parsed.number_returned, 1);
-    wire_documents_iter_t iter;
-    bson_t document;
-    wire_documents_iter_init(&iter, &parsed.documents);
-    assert_true(wire_documents_iter_next(&iter, &document));
     bson_t *expected = BCON_NEW("ok", BCON_DOUBLE(0), "errmsg",
                                 BCON_UTF8("Unsupported OP_QUERY command: ping. The client driver may require an "
                                           "upgrade. For more details see "
                                           "https://dochub.mongodb.org/core/legacy-opcode-removal"),
                                 "code", BCON_INT32(352), "codeName", BCON_UTF8("UnsupportedOpQueryCommand"));
-    assert_command_is(&document, expected);
-    assert_false(wire_documents_iter_next(&iter, &document));
+    assert_one_document_reply(message, length, 77, WIRE_REPLY_FLAG_AWAIT_CAPABLE, expected);
     bson_destroy(expected);
     bson_free(message);
     bson_destroy(&reply);
