@@ -11,7 +11,7 @@ packages=(
   openssl
   libcmocka-dev
   python3 python3-pymongo python3-pytest
-  gnuplot-nox
+  default-jdk-headless libmongodb-java
 )
 
 missing=()

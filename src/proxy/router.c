@@ -63,6 +63,23 @@ void router_finish_with_message(proxy_request_t *request, uint8_t *encoded, size
     server_reply_t reply = {0};
     bson_error_t error;
     cluster_time_prepare_reply(request->proxy, encoded, length);
+    if (request->legacy && wire_message_opcode(encoded) == WIRE_OP_MSG) {
+        /* An OP_QUERY command a tier answered: the client reads OP_REPLY, as from mongos. */
+        uint8_t *converted;
+        size_t converted_length;
+        bool built = wire_op_reply_from_op_msg(encoded, length, &converted, &converted_length, &error);
+        bson_free(encoded);
+        if (!built) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, request->connection_id,
+                   "closing connection: a tier's reply to an OP_QUERY command: %s", error.message);
+            server_reply_t close_reply = {.close_after = true};
+            server_complete(request->pending, &close_reply);
+            router_request_free(request);
+            return;
+        }
+        encoded = converted;
+        length = converted_length;
+    }
     if (request->no_reply) {
         bson_free(encoded);
         encoded = NULL;
@@ -808,11 +825,20 @@ void router_handle(void *application, server_pending_t *pending, const server_re
             access_run(proxy, &request->client, request->command_name, &request->command, on_access_reply, request);
             return;
         }
-        /* buildinfo and _isSelf, which mongod still lets through, would need the tier's
-         * OP_MSG reply turned back into an OP_REPLY; no driver sends them so. */
-        tc_error_set(&error, TC_ERR_COMMAND_NOT_SUPPORTED, "OP_QUERY %s is not forwarded to a tier",
-                     request->command_name);
-        goto close_connection;
+        /* buildinfo and _isSelf (the Java driver 3.x sends buildinfo in its handshake):
+         * forwarded as their OP_MSG form, the reply turned back into OP_REPLY by
+         * router_finish_with_message. */
+        uint8_t *upconverted;
+        size_t upconverted_length;
+        if (!wire_op_msg_build(header.request_id, 0, 0, &request->command, NULL, 0, &upconverted,
+                               &upconverted_length, &error)) {
+            goto close_connection;
+        }
+        bson_free(request->message);
+        request->message = upconverted;
+        request->length = upconverted_length;
+        access_admit(proxy, &request->client, request->command_name, &request->command, on_admitted, request);
+        return;
     }
     if (header.opcode != WIRE_OP_MSG) {
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id, "closing connection from %s: opcode %d",

@@ -1,6 +1,6 @@
 /* What the proxy answers itself, without a tier: hello (and the legacy isMaster,
  * as a mongos: msg "isdbgrid", the tiers' lowest maxWireVersion and session
- * timeout), ping and thermoclineStatus. */
+ * timeout), ping, _isSelf and thermoclineStatus. */
 #include "proxy/router_private.h"
 
 #include "wire/wire.h"
@@ -125,6 +125,9 @@ void router_answer_locally(proxy_request_t *request)
     bson_t body = BSON_INITIALIZER;
     if (strcmp(name, "thermoclineStatus") == 0) {
         proxy_append_status(request->proxy, &body);
+        BSON_APPEND_DOUBLE(&body, "ok", 1.0);
+    } else if (strcmp(name, "_isSelf") == 0) {
+        BSON_APPEND_OID(&body, "id", &request->proxy->process_id);
         BSON_APPEND_DOUBLE(&body, "ok", 1.0);
     } else {
         BSON_APPEND_DOUBLE(&body, "ok", 1.0); /* ping */

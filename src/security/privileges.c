@@ -460,6 +460,7 @@ static const command_rule_t rules[] = {
     {"connectionStatus", RULE_NO_AUTH, 0, NULL},
     /* Any authenticated user. */
     {"whatsmyuri", RULE_AUTHENTICATED, 0, NULL},
+    {"_isSelf", RULE_AUTHENTICATED, 0, NULL},
     {"endSessions", RULE_AUTHENTICATED, 0, NULL},
     {"commitTransaction", RULE_AUTHENTICATED, 0, NULL}, /* the transaction's commands were checked */
     {"abortTransaction", RULE_AUTHENTICATED, 0, NULL},

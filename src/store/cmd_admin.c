@@ -132,6 +132,14 @@ static bool handle_ping(command_context_t *context, bson_t *reply, bson_error_t 
     return true;
 }
 
+/* mongod's _isSelf: replica set members ask it to learn which host is this process. */
+static bool handle_is_self(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)error;
+    BSON_APPEND_OID(reply, "id", &context->store->process_id);
+    return true;
+}
+
 static bool handle_build_info(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     (void)context, (void)error;
@@ -523,6 +531,7 @@ const command_definition_t admin_commands[] = {
     {"ping", handle_ping},
     {"buildInfo", handle_build_info},
     {"buildinfo", handle_build_info},
+    {"_isSelf", handle_is_self},
     {"getParameter", handle_get_parameter},
     {"setParameter", handle_set_parameter},
     {"hostInfo", handle_host_info},

@@ -259,6 +259,19 @@ bool wire_op_reply_command_build(int32_t request_id, int32_t response_to, const 
                                out_message, out_length, error);
 }
 
+bool wire_op_reply_from_op_msg(const uint8_t *message, size_t length, uint8_t **out_message, size_t *out_length,
+                               bson_error_t *error)
+{
+    wire_header_t header;
+    bson_t body;
+    if (!wire_header_parse(message, length, &header, error) ||
+        !wire_op_msg_peek_body(message, length, &body, error)) {
+        return false;
+    }
+    return wire_op_reply_command_build(header.request_id, header.response_to, &body, out_message, out_length,
+                                       error);
+}
+
 bool wire_op_reply_parse(const uint8_t *message, size_t length, wire_op_reply_t *out_reply,
                          bson_error_t *error)
 {

@@ -259,6 +259,13 @@ bool wire_op_reply_build(int32_t request_id, int32_t response_to, int32_t respon
 bool wire_op_reply_command_build(int32_t request_id, int32_t response_to, const bson_t *reply,
                                  uint8_t **out_message, size_t *out_length, bson_error_t *error) TC_MUST_CHECK;
 
+/* The OP_REPLY form of a command's OP_MSG reply (message, from a peer the caller
+ * trusts, as wire_op_msg_peek_body): its body as the one document, the same
+ * requestID and responseTo. For an OP_QUERY command forwarded as OP_MSG. Caller
+ * bson_free()s *out_message. */
+bool wire_op_reply_from_op_msg(const uint8_t *message, size_t length, uint8_t **out_message, size_t *out_length,
+                               bson_error_t *error) TC_MUST_CHECK;
+
 /* ---- Cursor ids ------------------------------------------------------------------- */
 
 /* A new cursor id: positive, random (rand(), salted with now_ms), never 0, which

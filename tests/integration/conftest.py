@@ -63,6 +63,30 @@ def wait_until(predicate, timeout, interval=0.05):
         time.sleep(interval)
 
 
+def build_c_client(tmp_path_factory, source):
+    """Compiles a libmongoc client of tests/integration/clients/ with cc and
+    pkg-config, as a user would build it, with the project's warnings and
+    sanitizers; returns the binary. A missing compiler or libmongoc-dev fails the
+    test (`make deps` installs both)."""
+    compiler = os.environ.get("CC", "cc")
+    for tool in (compiler, "pkg-config"):
+        if shutil.which(tool) is None:
+            pytest.fail("%s not found: run `make deps`" % tool, pytrace=False)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libmongoc-1.0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if flags.returncode != 0:
+        pytest.fail("pkg-config libmongoc-1.0: %s" % flags.stdout.decode(), pytrace=False)
+    binary = tmp_path_factory.mktemp(source.stem) / source.stem
+    command = ([compiler, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-Wshadow",
+                "-Wstrict-prototypes", "-g", "-O1", "-fno-omit-frame-pointer",
+                "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                "-o", str(binary), str(source)] + flags.stdout.decode().split())
+    built = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if built.returncode != 0:
+        pytest.fail("building %s failed:\n%s" % (source.name, built.stdout.decode()), pytrace=False)
+    return binary
+
+
 # ---------------------------------------------------------------------------
 # Raw wire protocol: enough to build frames by hand and read one reply.
 # ---------------------------------------------------------------------------

@@ -8,7 +8,6 @@ when given to watch() and when libmongoc's own automatic resume meets it."""
 
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
@@ -18,7 +17,7 @@ import pytest
 from bson import json_util
 from pymongo import MongoClient
 
-from conftest import REPO_ROOT, SANITIZER_MARKERS, StoreProcess
+from conftest import REPO_ROOT, SANITIZER_MARKERS, StoreProcess, build_c_client
 from test_store_change_streams import roll_oplog_past
 
 CLIENT_SOURCE = REPO_ROOT / "tests" / "integration" / "clients" / "watch_client.c"
@@ -29,25 +28,7 @@ LINE_TIMEOUT_SECONDS = 15
 
 @pytest.fixture(scope="session")
 def watch_client_binary(tmp_path_factory):
-    """The client, built with the project's warnings and sanitizers; a missing
-    compiler or libmongoc-dev fails the test (`make deps` installs both)."""
-    compiler = os.environ.get("CC", "cc")
-    for tool in (compiler, "pkg-config"):
-        if shutil.which(tool) is None:
-            pytest.fail("%s not found: run `make deps`" % tool, pytrace=False)
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libmongoc-1.0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if flags.returncode != 0:
-        pytest.fail("pkg-config libmongoc-1.0: %s" % flags.stdout.decode(), pytrace=False)
-    binary = tmp_path_factory.mktemp("watch_client") / "watch_client"
-    command = ([compiler, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-Wshadow",
-                "-Wstrict-prototypes", "-g", "-O1", "-fno-omit-frame-pointer",
-                "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-                "-o", str(binary), str(CLIENT_SOURCE)] + flags.stdout.decode().split())
-    built = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if built.returncode != 0:
-        pytest.fail("building watch_client failed:\n%s" % built.stdout.decode(), pytrace=False)
-    return binary
+    return build_c_client(tmp_path_factory, CLIENT_SOURCE)
 
 
 class WatchClient:

@@ -189,6 +189,75 @@ def test_op_query_commands_other_than_the_handshake_are_refused(store):
         assert reply.opcode == OP_REPLY and reply.document["ok"] == 1 and "version" in reply.document
 
 
+def op_reply_parts(reply):
+    """(responseFlags, cursorID, startingFrom, numberReturned) of an OP_REPLY, after
+    checking that its frame is exactly the header, those fields and one document."""
+    assert reply.opcode == OP_REPLY
+    length = struct.unpack_from("<i", reply.raw, 0)[0]
+    assert length == len(reply.raw) == 16 + 20 + len(bson.encode(reply.document))
+    return struct.unpack_from("<iqii", reply.raw, 16)
+
+
+def legacy_command(sock, command, request_id):
+    """Sends command as OP_QUERY on admin.$cmd and returns the OP_REPLY's document,
+    checking the reply frame as mongod and mongos 6.0 build it for a command."""
+    sock.sendall(op_query("admin.$cmd", command, request_id))
+    reply = read_reply(sock)
+    assert reply is not None and reply.response_to == request_id, command
+    assert op_reply_parts(reply) == (AWAIT_CAPABLE, 0, 0, 1), command
+    return reply.document
+
+
+def without_times(document):
+    return {key: value for key, value in document.items() if key not in ("$clusterTime", "operationTime")}
+
+
+def test_store_answers_is_self_over_op_query(store):
+    with connect(store.port) as sock:
+        hello = legacy_command(sock, {"isMaster": 1}, 1)
+        assert legacy_command(sock, {"_isSelf": 1}, 2) == {"id": hello["topologyVersion"]["processId"], "ok": 1.0}
+
+
+def test_proxy_answers_every_legacy_handshake_command_in_op_reply(tiers, tmp_path):
+    """Every command a driver may send as OP_QUERY while it connects (the Java driver
+    3.x sends isMaster, buildinfo, then getlasterror when hello names no
+    connectionId) gets an OP_REPLY from the proxy, as from mongos 6.0: the
+    handshake and _isSelf answered by the proxy itself, buildinfo by the archive
+    (its OP_MSG reply turned back into OP_REPLY, the document unchanged),
+    getlasterror refused as every 5.1+ server refuses it, and the connection stays
+    open throughout."""
+    archive, _ = tiers
+    proxy = ProxyProcess(tmp_path / "proxy", proxy_config(*tiers)).start()
+    try:
+        with connect(archive.port) as sock:
+            archive_build_info = without_times(legacy_command(sock, {"buildinfo": 1}, 1))
+            archive_is_self = legacy_command(sock, {"_isSelf": 1}, 2)
+        with connect(proxy.port) as sock:
+            for request_id, name in enumerate(["isMaster", "ismaster", "hello"], start=10):
+                hello = legacy_command(sock, {name: 1, "client": {"driver": {"name": "raw", "version": "0"}}},
+                                       request_id)
+                assert hello["ok"] == 1 and hello["ismaster"] is True and hello["msg"] == "isdbgrid", hello
+                assert hello["maxWireVersion"] == 17 and isinstance(hello["connectionId"], int)
+            for request_id, name in enumerate(["buildinfo", "buildInfo"], start=20):
+                answer = legacy_command(sock, {name: 1}, request_id)
+                assert without_times(answer) == archive_build_info
+            is_self = legacy_command(sock, {"_isSelf": 1}, 30)
+            assert is_self == {"id": hello["topologyVersion"]["processId"], "ok": 1.0}
+            assert is_self["id"] != archive_is_self["id"]
+            assert list(legacy_command(sock, {"getlasterror": 1}, 31).items()) == unsupported_op_query("getlasterror")
+            sasl = legacy_command(sock, {"saslStart": 1, "mechanism": "SCRAM-SHA-256",
+                                         "payload": Binary(b"n,,n=nobody,r=abc")}, 32)
+            assert sasl["ok"] == 0 and sasl["code"] == 18, sasl  # AuthenticationFailed
+            authenticate = legacy_command(sock, {"authenticate": 1, "mechanism": "MONGODB-X509"}, 33)
+            assert authenticate["ok"] == 0 and authenticate["codeName"] == "MechanismUnavailable", authenticate
+            sock.sendall(op_msg({"ping": 1, "$db": "admin"}, request_id=34))
+            reply = read_reply(sock)
+            assert reply.opcode == OP_MSG and reply.response_to == 34 and reply.document["ok"] == 1
+        assert "closing connection" not in proxy.log_text()
+    finally:
+        proxy.stop()
+
+
 def test_proxy_refuses_op_query_commands_as_mongod(tiers, tmp_path):
     proxy = ProxyProcess(tmp_path / "proxy", proxy_config(*tiers)).start()
     try:

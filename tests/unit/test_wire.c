@@ -1677,6 +1677,28 @@ static void test_op_query_check_command(void **state)
     bson_destroy(&reply);
 }
 
+/* A tier's OP_MSG reply to a forwarded OP_QUERY command goes back as the OP_REPLY
+ * mongod would have sent: same body, same responseTo, AwaitCapable. */
+static void test_op_reply_from_op_msg(void **state)
+{
+    (void)state;
+    bson_t *body = BCON_NEW("version", BCON_UTF8("6.0.0"), "ok", BCON_DOUBLE(1));
+    uint8_t *op_msg;
+    size_t op_msg_length;
+    bson_error_t error;
+    assert_true(wire_op_msg_build(5, 31, 0, body, NULL, 0, &op_msg, &op_msg_length, &error));
+    uint8_t *message;
+    size_t length;
+    assert_true(wire_op_reply_from_op_msg(op_msg, op_msg_length, &message, &length, &error));
+    assert_int_equal(wire_message_opcode(message), WIRE_OP_REPLY);
+    assert_one_document_reply(message, length, 31, WIRE_REPLY_FLAG_AWAIT_CAPABLE, body);
+    bson_free(message);
+    /* A cut reply is refused, not read past its end. */
+    assert_false(wire_op_reply_from_op_msg(op_msg, op_msg_length - 1, &message, &length, &error));
+    bson_free(op_msg);
+    bson_destroy(body);
+}
+
 static void test_op_reply_round_trip(void **state)
 {
     (void)state;
@@ -2020,6 +2042,7 @@ int main(void)
         cmocka_unit_test(test_op_query_command_refusals),
         cmocka_unit_test(test_op_query_check_command),
         cmocka_unit_test(test_op_reply_round_trip),
+        cmocka_unit_test(test_op_reply_from_op_msg),
         cmocka_unit_test(test_compression_round_trip),
         cmocka_unit_test(test_compression_of_op_reply_and_large_message),
         cmocka_unit_test(test_decompression_refusals),
