@@ -7,11 +7,17 @@
  *          ─▶ plan (planner.c) ─▶ [fault-in: archive find ─▶ fast insert]   (router_fault_in.c)
  *                              ─▶ forward to the tier ─▶ patch cursor ids ─▶ reply
  *
- * This file holds that path: the replies, the sends to a tier (once more after a
- * retryable failure), the cursor ids, the planning and the arrival. Beside it:
- * router_wait.c (read-your-writes waits and pins), router_point_read.c (a find by
- * _id: the fast tier, then the archive), router_explain.c, router_transaction.c,
- * router_catalog.c (commands both tiers apply), all sharing router_private.h.
+ * The request's phase (router_private.h, drawn in README.md) says what it waits
+ * for. Every asynchronous step ends in router_advance(), the one dispatcher, which
+ * hands the outcome to the phase's step; steps move the request on only through
+ * router_enter() and the transition table below.
+ *
+ * This file holds the lifecycle, the replies, the calls to a tier (once more after
+ * a retryable failure), the cursor ids, the planning and the arrival. The steps of
+ * the longer routes live beside it: router_wait.c (read-your-writes waits and
+ * pins), router_fault_in.c, router_point_read.c (a find by _id: the fast tier,
+ * then the archive), router_explain.c, router_transaction.c, router_catalog.c
+ * (commands both tiers apply), all sharing router_private.h.
  *
  * Whatever reads the archive (a read routed there, the archive half of a point
  * read, a fault-in's find) first waits in proxy->waits until the feeder has
@@ -33,6 +39,196 @@
 
 #define LOG_COMPONENT "ROUTER"
 
+/* --- the lifecycle -------------------------------------------------------------- */
+
+#define PHASE_BIT(phase) (1u << (phase))
+/* A call's reply may send the same call again (another member, a rebuilt find). */
+#define CALL_PHASES                                                                                          \
+    (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) |  \
+     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
+     PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
+     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST))
+#define RETRYING (PHASE_BIT(PHASE_AWAITING_PRIMARY) | PHASE_BIT(PHASE_FINISHED))
+
+_Static_assert(PHASE_COUNT <= 32, "the transition table holds a phase set in 32 bits");
+
+static const struct {
+    const char *name;
+    uint32_t next; /* the phases it may move to */
+} phase_table[PHASE_COUNT] = {
+    [PHASE_DECODED] = {"decoded", PHASE_BIT(PHASE_AUTHENTICATING) | PHASE_BIT(PHASE_ADMITTING) |
+                                      PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_AUTHENTICATING] = {"authenticating", PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_ANSWERING_HELLO] = {"answering hello", PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_ADMITTING] = {"admitting", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_CHOOSING_MEMBERS] = {"choosing members",
+                                PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
+                                    PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
+                                    PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_EXPLAINING_FAST) |
+                                    PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_ABORTING_TRANSACTION) |
+                                    PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_WAITING_FOR_FEEDER] = {"waiting for the feeder",
+                                  PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |
+                                      PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |
+                                      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_FORWARDING] = {"forwarding", PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+    [PHASE_FAULT_IN_FINDING] = {"finding the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_FINDING) |
+                                    PHASE_BIT(PHASE_FAULT_IN_INSERTING) | PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+    [PHASE_FAULT_IN_INSERTING] = {"inserting the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_INSERTING) |
+                                      PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+    [PHASE_POINT_READING_FAST] = {"point read on the fast tier", PHASE_BIT(PHASE_POINT_READING_FAST) |
+                                      PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
+    [PHASE_POINT_READING_ARCHIVE] = {"point read on the archive", PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | RETRYING},
+    [PHASE_EXPLAINING_FAST] = {"explain on the fast tier", PHASE_BIT(PHASE_EXPLAINING_FAST) |
+                                   PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
+    [PHASE_EXPLAINING_ARCHIVE] = {"explain on the archive", PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) | RETRYING},
+    [PHASE_BOTH_ON_ARCHIVE] = {"both tiers: the archive", PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) |
+                                   PHASE_BIT(PHASE_BOTH_ON_FAST) | RETRYING},
+    [PHASE_BOTH_CREATING_ON_FAST] = {"both tiers: creating the fast tier's collection",
+                                     PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST) | RETRYING},
+    [PHASE_BOTH_ON_FAST] = {"both tiers: the fast tier", PHASE_BIT(PHASE_BOTH_ON_FAST) |
+                                PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | RETRYING},
+    [PHASE_ABORTING_TRANSACTION] = {"aborting the transaction", PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_AWAITING_PRIMARY] = {"awaiting the primary", CALL_PHASES},
+    [PHASE_FINISHED] = {"finished", 0},
+};
+
+const char *router_phase_name(request_phase_t phase)
+{
+    return phase < PHASE_COUNT ? phase_table[phase].name : "unknown";
+}
+
+void router_enter(proxy_request_t *request, request_phase_t phase)
+{
+    if (phase >= PHASE_COUNT || !(phase_table[request->phase].next & PHASE_BIT(phase))) {
+        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, request->connection_id, "%s: impossible move from %s to %s",
+               request->command_name, router_phase_name(request->phase), router_phase_name(phase));
+        abort();
+    }
+    request->phase = phase;
+}
+
+static void route_planned(proxy_request_t *request);
+static void route_decided(proxy_request_t *request);
+static void on_call_recovered(proxy_request_t *request, bool recovered);
+
+/* The next step of a request whose wait for the feeder ended: always on the archive
+ * (what it waited for is what the archive must show). */
+static void start_after_wait(proxy_request_t *request)
+{
+    switch (request->after_wait) {
+    case PHASE_FORWARDING:
+        router_forward(request, PROXY_TIER_ARCHIVE);
+        return;
+    case PHASE_FAULT_IN_FINDING:
+        router_fault_in_find(request);
+        return;
+    case PHASE_POINT_READING_ARCHIVE:
+        router_point_read_send_archive(request);
+        return;
+    case PHASE_EXPLAINING_ARCHIVE:
+        router_explain_send_archive(request);
+        return;
+    case PHASE_BOTH_ON_ARCHIVE:
+        router_both_send_to_archive(request);
+        return;
+    default:
+        router_enter(request, request->after_wait); /* aborts: no such step after a wait */
+        return;
+    }
+}
+
+void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
+{
+    switch (request->phase) {
+    case PHASE_AUTHENTICATING:
+        if (outcome->error != NULL) {
+            router_finish_with_error(request, outcome->error);
+            return;
+        }
+        bson_t body;
+        bson_copy_to(outcome->document, &body);
+        BSON_APPEND_DOUBLE(&body, "ok", 1.0);
+        router_finish_with_document(request, &body, 0);
+        bson_destroy(&body);
+        return;
+    case PHASE_ANSWERING_HELLO:
+        router_answer_hello(request, outcome->document);
+        return;
+    case PHASE_ADMITTING:
+        if (outcome->error != NULL) {
+            router_finish_with_error(request, outcome->error);
+            return;
+        }
+        route_planned(request);
+        return;
+    case PHASE_CHOOSING_MEMBERS:
+        if (outcome->error != NULL) {
+            router_finish_with_error(request, outcome->error);
+            return;
+        }
+        memcpy(request->members, outcome->member_ids, sizeof request->members);
+        route_decided(request);
+        return;
+    case PHASE_WAITING_FOR_PINS:
+        router_fault_in_pinned(request);
+        return;
+    case PHASE_WAITING_FOR_FEEDER:
+        start_after_wait(request);
+        return;
+    case PHASE_FORWARDING:
+        router_on_tier_reply(request, outcome->reply, outcome->length, outcome->error);
+        return;
+    case PHASE_FAULT_IN_FINDING:
+        router_fault_in_on_found(request, outcome);
+        return;
+    case PHASE_FAULT_IN_INSERTING:
+        router_fault_in_on_inserted(request, outcome);
+        return;
+    case PHASE_POINT_READING_FAST:
+        router_point_read_on_fast_reply(request, outcome);
+        return;
+    case PHASE_POINT_READING_ARCHIVE:
+        router_point_read_on_archive_reply(request, outcome);
+        return;
+    case PHASE_EXPLAINING_FAST:
+        router_explain_on_fast_reply(request, outcome);
+        return;
+    case PHASE_EXPLAINING_ARCHIVE:
+        router_explain_on_archive_reply(request, outcome);
+        return;
+    case PHASE_BOTH_ON_ARCHIVE:
+        router_both_on_archive_reply(request, outcome);
+        return;
+    case PHASE_BOTH_CREATING_ON_FAST:
+        router_both_on_fast_created(request, outcome);
+        return;
+    case PHASE_BOTH_ON_FAST:
+        router_both_on_fast_reply(request, outcome);
+        return;
+    case PHASE_ABORTING_TRANSACTION:
+        router_transaction_on_aborted(request);
+        return;
+    case PHASE_AWAITING_PRIMARY:
+        on_call_recovered(request, outcome->recovered);
+        return;
+    case PHASE_DECODED:
+    case PHASE_FINISHED:
+    case PHASE_COUNT:
+        break;
+    }
+    TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, request->connection_id, "%s: an outcome arrived in phase %s",
+           request->command_name, router_phase_name(request->phase));
+    abort();
+}
+
+/* backend_reply_fn of a step sent without the retry rules (a transaction's abort). */
+void router_on_step_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    router_advance(context, &(router_outcome_t){.reply = reply, .length = length, .error = error});
+}
+
 /* --- replies built here ------------------------------------------------------- */
 
 void router_request_free(proxy_request_t *request)
@@ -43,17 +239,34 @@ void router_request_free(proxy_request_t *request)
     if (request->has_decision) {
         plan_decision_cleanup(&request->decision);
     }
-    if (request->has_point_state) {
-        bson_destroy(&request->point_fast_documents);
-        bson_destroy(&request->point_missing_ids);
+    switch (request->route_kind) {
+    case ROUTE_STATE_POINT:
+        bson_destroy(&request->route.point.fast_documents);
+        bson_destroy(&request->route.point.missing_ids);
+        break;
+    case ROUTE_STATE_EXPLAIN:
+        bson_destroy(request->route.explain.fast_body);
+        break;
+    case ROUTE_STATE_BOTH:
+        bson_free(request->route.both.archive_reply);
+        break;
+    case ROUTE_STATE_NONE:
+    case ROUTE_STATE_TRANSACTION_REFUSAL:
+        break;
     }
-    bson_destroy(request->explain_fast_body);
-    bson_free(request->archive_reply);
     bson_free(request->call.owned);
     bson_free(request->call.failed_reply);
     bson_destroy(&request->command);
     bson_free(request->message);
     bson_free(request);
+}
+
+void router_close_connection(proxy_request_t *request)
+{
+    router_enter(request, PHASE_FINISHED);
+    server_reply_t close_reply = {.close_after = true};
+    server_complete(request->pending, &close_reply);
+    router_request_free(request);
 }
 
 /* Sends encoded (an OP_MSG or OP_REPLY, owned) to the client, compressed like the
@@ -62,6 +275,7 @@ void router_finish_with_message(proxy_request_t *request, uint8_t *encoded, size
 {
     server_reply_t reply = {0};
     bson_error_t error;
+    router_enter(request, PHASE_FINISHED);
     cluster_time_prepare_reply(request->proxy, encoded, length);
     if (request->legacy && wire_message_opcode(encoded) == WIRE_OP_MSG) {
         /* An OP_QUERY command a tier answered: the client reads OP_REPLY, as from mongos. */
@@ -128,14 +342,13 @@ void router_finish_with_document(proxy_request_t *request, const bson_t *documen
                                         &error);
         bson_destroy(&fallback);
         if (!built) {
-            server_reply_t close_reply = {.close_after = true};
-            server_complete(request->pending, &close_reply);
-            router_request_free(request);
+            router_close_connection(request);
             return;
         }
     }
     if (delay_ms > 0 && !request->no_reply) {
         server_reply_t reply = {.data = encoded, .length = length, .delay_ms = delay_ms};
+        router_enter(request, PHASE_FINISHED);
         server_complete(request->pending, &reply);
         router_request_free(request);
         return;
@@ -235,7 +448,7 @@ static void count_route(proxy_request_t *request, plan_route_t route)
  * archive from now on wait until the feeder has applied it. Also a failed
  * write's operationTime: an ordered insert may have written a part. Deletes are
  * also kept apart: they are all that a fault-in or the archive half of a point
- * read must wait for (see router_after_feeder_caught_up). */
+ * read must wait for (see router_wait_for_feeder). */
 static void note_fast_write(proxy_request_t *request, const bson_t *body)
 {
     if (strcmp(request->command_name, "commitTransaction") == 0) {
@@ -267,6 +480,12 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
 
 static void on_call_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
 
+/* The call's outcome to its phase's step. */
+static void finish_call(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    router_advance(request, &(router_outcome_t){.reply = reply, .length = length, .error = error});
+}
+
 /* Sends the call's message, readied for its tier (cluster_time.c), to the tier's
  * member chosen for the request. */
 static void send_call(proxy_request_t *request)
@@ -293,30 +512,35 @@ static void send_call(proxy_request_t *request)
     backend_pool_send(pool, call->message, call->length, on_call_reply, request);
 }
 
-/* Sends message to tier; done gets the reply. owned (NULL for the client's own
- * message) is kept until the request ends, for a retry. */
-void router_send_to_tier(proxy_request_t *request, proxy_tier_t tier, uint8_t *message, size_t length,
-                         uint8_t *owned, backend_reply_fn done)
+void router_call_tier(proxy_request_t *request, request_phase_t phase, proxy_tier_t tier, uint8_t *message,
+                      size_t length, uint8_t *owned)
 {
     tier_call_t *call = &request->call;
+    router_enter(request, phase);
     bson_free(call->owned);
     bson_free(call->failed_reply);
     memset(call, 0, sizeof *call);
     call->tier = tier;
+    call->phase = phase;
     call->message = message;
     call->length = length;
     call->owned = owned;
-    call->done = done;
     request->tier = tier;
     send_call(request);
 }
 
-/* The primary is found again (recovered), or the wait ended: send once more, or
- * answer with the first attempt's failure. */
-static void on_call_recovered(void *context, bool recovered)
+/* recovery_fn: the wait for the tier's primary ended. */
+static void on_primary_found(void *context, bool recovered)
 {
-    proxy_request_t *request = context;
+    router_advance(context, &(router_outcome_t){.recovered = recovered});
+}
+
+/* The primary is found again (recovered), or the wait ended: send once more, or
+ * hand the first attempt's failure to the call's step. */
+static void on_call_recovered(proxy_request_t *request, bool recovered)
+{
     tier_call_t *call = &request->call;
+    router_enter(request, call->phase);
     if (recovered) {
         send_call(request);
         return;
@@ -325,9 +549,9 @@ static void on_call_recovered(void *context, bool recovered)
     call->failed_reply = NULL;
     if (call->failed_on_network) {
         bson_error_t error = call->network_error;
-        call->done(request, NULL, 0, &error);
+        finish_call(request, NULL, 0, &error);
     } else {
-        call->done(request, failed_reply, call->failed_length, NULL);
+        finish_call(request, failed_reply, call->failed_length, NULL);
     }
     bson_free(failed_reply);
 }
@@ -344,7 +568,7 @@ static void retry_on_another_member(proxy_request_t *request, const uint8_t *rep
     if (!member_route_choose_again(request->proxy, &request->command, call->tier, failed,
                                    error != NULL ? error->message : tc_error_code_name(code),
                                    &request->members[call->tier], &select_error)) {
-        call->done(request, reply, length, error);
+        finish_call(request, reply, length, error);
         return;
     }
     request->proxy->requests_retried++;
@@ -373,7 +597,7 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
         retry = error != NULL || (parsed && retry_reply_is_retryable(&body, request->retry_kind, &code));
     }
     if (!retry) {
-        call->done(context, reply, length, error);
+        finish_call(request, reply, length, error);
         return;
     }
     call->retried = true;
@@ -410,12 +634,12 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
            "%s failed on the %s tier (%s); it runs once more when the tier's primary is found", request->command_name,
            proxy_tier_name(call->tier), error != NULL ? error->message : tc_error_code_name(code));
-    recovery_wait(proxy, call->tier, proxy_now_ms() + proxy->config->failover_wait_ms, on_call_recovered, request);
+    router_enter(request, PHASE_AWAITING_PRIMARY);
+    recovery_wait(proxy, call->tier, proxy_now_ms() + proxy->config->failover_wait_ms, on_primary_found, request);
 }
 
-void router_on_tier_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
-    proxy_request_t *request = context;
     proxy_t *proxy = request->proxy;
     if (error != NULL) {
         proxy->requests_failed++;
@@ -479,12 +703,7 @@ void router_on_tier_reply(void *context, const uint8_t *reply, size_t length, co
 
 void router_forward(proxy_request_t *request, proxy_tier_t tier)
 {
-    router_send_to_tier(request, tier, request->message, request->length, NULL, router_on_tier_reply);
-}
-
-void router_forward_to_archive(proxy_request_t *request)
-{
-    router_forward(request, PROXY_TIER_ARCHIVE);
+    router_call_tier(request, PHASE_FORWARDING, tier, request->message, request->length, NULL);
 }
 
 /* --- cursors: getMore goes to the tier that opened the cursor -------------------- */
@@ -614,17 +833,9 @@ static void route_kill_cursors(proxy_request_t *request)
 
 /* --- planning ------------------------------------------------------------------------ */
 
-static void route_decided(proxy_request_t *request);
-
 static void on_members_chosen(void *context, const uint64_t *member_ids, const bson_error_t *error)
 {
-    proxy_request_t *request = context;
-    if (error != NULL) {
-        router_finish_with_error(request, error);
-        return;
-    }
-    memcpy(request->members, member_ids, sizeof request->members);
-    route_decided(request);
+    router_advance(context, &(router_outcome_t){.member_ids = member_ids, .error = error});
 }
 
 static void route_planned(proxy_request_t *request)
@@ -647,6 +858,7 @@ static void route_planned(proxy_request_t *request)
         router_finish_with_error(request, &error);
         return;
     }
+    router_enter(request, PHASE_CHOOSING_MEMBERS);
     member_route_choose(proxy, &request->command, request->command_name, &request->decision,
                         request->namespace_state, on_members_chosen, request);
 }
@@ -683,28 +895,21 @@ static void route_decided(proxy_request_t *request)
     case PLAN_ROUTE_FAST:
         if (decision->kind == PLAN_KIND_WRITE && !decision->is_explain &&
             (decision->needs_fault_in || decision->unique_id_check_count > 0)) {
-            /* The documents stay in the fast tier until the write has run (no
-             * eviction in between), and the archive must show earlier deletes
-             * first: a copy of a document deleted since would bring it back (I6). */
-            if (!router_pin_fault_in(request)) {
-                router_queue_wait(request, true, false, request->namespace_state, router_fault_in_after_deletes);
-                return;
-            }
-            router_fault_in_after_deletes(request);
+            router_fault_in_start(request);
             return;
         }
         router_forward(request, PROXY_TIER_FAST);
         return;
     case PLAN_ROUTE_FAST_THEN_ARCHIVE:
-        router_route_point_read(request);
+        router_point_read_start(request);
         return;
     case PLAN_ROUTE_ARCHIVE:
         if (decision->applies_to_both_tiers) {
-            router_route_both_tiers(request);
+            router_both_tiers_start(request);
             return;
         }
         if (decision->kind == PLAN_KIND_READ) {
-            router_after_feeder_caught_up(request, false, router_forward_to_archive);
+            router_wait_for_feeder(request, false, PHASE_FORWARDING);
             return;
         }
         if (router_route_catalog_listing(request)) {
@@ -720,26 +925,24 @@ static void route_decided(proxy_request_t *request)
 /* A command access.c answered (saslStart, saslContinue, logout, connectionStatus). */
 static void on_access_reply(void *context, const bson_t *reply, const bson_error_t *error)
 {
-    proxy_request_t *request = context;
-    if (error != NULL) {
-        router_finish_with_error(request, error);
-        return;
-    }
-    bson_t body;
-    bson_copy_to(reply, &body);
-    BSON_APPEND_DOUBLE(&body, "ok", 1.0);
-    router_finish_with_document(request, &body, 0);
-    bson_destroy(&body);
+    router_advance(context, &(router_outcome_t){.document = reply, .error = error});
 }
 
 static void on_admitted(void *context, const bson_error_t *error)
 {
-    proxy_request_t *request = context;
-    if (error != NULL) {
-        router_finish_with_error(request, error);
-        return;
-    }
-    route_planned(request);
+    router_advance(context, &(router_outcome_t){.error = error});
+}
+
+static void authenticate(proxy_request_t *request)
+{
+    router_enter(request, PHASE_AUTHENTICATING);
+    access_run(request->proxy, &request->client, request->command_name, &request->command, on_access_reply, request);
+}
+
+static void admit(proxy_request_t *request)
+{
+    router_enter(request, PHASE_ADMITTING);
+    access_admit(request->proxy, &request->client, request->command_name, &request->command, on_admitted, request);
 }
 
 void router_handle(void *application, server_pending_t *pending, const server_request_t *server_request)
@@ -821,8 +1024,7 @@ void router_handle(void *application, server_pending_t *pending, const server_re
             return;
         }
         if (access_answers(request->command_name)) {
-            /* saslStart, saslContinue, authenticate: old drivers still log in this way. */
-            access_run(proxy, &request->client, request->command_name, &request->command, on_access_reply, request);
+            authenticate(request); /* saslStart, saslContinue, authenticate: old drivers still log in this way */
             return;
         }
         /* buildinfo and _isSelf (the Java driver 3.x sends buildinfo in its handshake):
@@ -837,7 +1039,7 @@ void router_handle(void *application, server_pending_t *pending, const server_re
         bson_free(request->message);
         request->message = upconverted;
         request->length = upconverted_length;
-        access_admit(proxy, &request->client, request->command_name, &request->command, on_admitted, request);
+        admit(request);
         return;
     }
     if (header.opcode != WIRE_OP_MSG) {
@@ -874,16 +1076,14 @@ void router_handle(void *application, server_pending_t *pending, const server_re
     }
     request->command_name = bson_iter_key(&first);
     if (access_answers(request->command_name)) {
-        access_run(proxy, &request->client, request->command_name, &request->command, on_access_reply, request);
+        authenticate(request);
         return;
     }
-    access_admit(proxy, &request->client, request->command_name, &request->command, on_admitted, request);
+    admit(request);
     return;
 
 close_connection:
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id, "closing connection from %s: %s",
            server_request->peer_address, error.message);
-    server_reply_t close_reply = {.close_after = true};
-    server_complete(pending, &close_reply);
-    router_request_free(request);
+    router_close_connection(request);
 }

@@ -103,13 +103,13 @@ static bool database_is_tiered(const proxy_t *proxy, const char *database)
 static void finish_both_tiers(proxy_request_t *request, const uint8_t *fast_reply, size_t fast_length)
 {
     access_note_reply(request->proxy, request->command_name, &request->command);
-    if (request->archive_lacked && fast_reply != NULL) {
+    if (request->route.both.archive_lacked && fast_reply != NULL) {
         router_relay_reply(request, fast_reply, fast_length);
         return;
     }
-    uint8_t *reply = request->archive_reply;
-    size_t length = request->archive_reply_length;
-    request->archive_reply = NULL;
+    uint8_t *reply = request->route.both.archive_reply;
+    size_t length = request->route.both.archive_reply_length;
+    request->route.both.archive_reply = NULL;
     router_finish_with_message(request, reply, length);
 }
 
@@ -119,7 +119,7 @@ static void fail_on_fast_tier(proxy_request_t *request, int32_t code, const char
 {
     char text[1024];
     const char *subject = request->ns[0] != '\0' ? request->ns : command_database(request);
-    if (request->archive_lacked) {
+    if (request->route.both.archive_lacked) {
         snprintf(text, sizeof text,
                  "%s on %s: the archive holds nothing to remove, and the fast tier failed: %s. The fast tier may "
                  "still hold it; run the command again through thermocline proxy once the cause is fixed",
@@ -148,25 +148,22 @@ static void fail_on_fast_tier_send(proxy_request_t *request, const bson_error_t 
     fail_on_fast_tier(request, code, tc_error_code_name(code), error->message);
 }
 
-static void on_both_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
-
 static void send_both_to_fast(proxy_request_t *request)
 {
-    router_send_to_tier(request, PROXY_TIER_FAST, request->message, request->length, NULL, on_both_fast_reply);
+    router_call_tier(request, PHASE_BOTH_ON_FAST, PROXY_TIER_FAST, request->message, request->length, NULL);
 }
 
 /* collMod's collection exists in the fast tier now: collMod again. */
-static void on_fast_collection_created(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_both_on_fast_created(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
     bson_t body;
     bson_error_t parse_error;
-    if (error == NULL && wire_op_msg_peek_body(reply, length, &body, &parse_error) &&
+    if (outcome->error == NULL && wire_op_msg_peek_body(outcome->reply, outcome->length, &body, &parse_error) &&
         (router_reply_is_ok(&body) || reply_code(&body) == TC_ERR_NAMESPACE_EXISTS)) {
         send_both_to_fast(request);
         return;
     }
-    on_both_fast_reply(context, reply, length, error); /* the create failed: answered as collMod failing there */
+    router_both_on_fast_reply(request, outcome); /* the create failed: answered as collMod failing there */
 }
 
 /* collMod on a tiered namespace the fast tier has no collection for (no write has
@@ -179,7 +176,7 @@ static void create_fast_collection(proxy_request_t *request)
     size_t length;
     bson_error_t error;
     const char *dot = strchr(request->ns, '.');
-    request->fast_created = true;
+    request->route.both.fast_created = true;
     BSON_APPEND_UTF8(&create, "create", dot + 1);
     bson_append_utf8(&create, "$db", 3, request->ns, (int)(dot - request->ns));
     bool built = wire_op_msg_build(0, 0, 0, &create, NULL, 0, &encoded, &length, &error);
@@ -188,18 +185,19 @@ static void create_fast_collection(proxy_request_t *request)
         fail_on_fast_tier_send(request, &error);
         return;
     }
-    router_send_to_tier(request, PROXY_TIER_FAST, encoded, length, encoded, on_fast_collection_created);
+    router_call_tier(request, PHASE_BOTH_CREATING_ON_FAST, PROXY_TIER_FAST, encoded, length, encoded);
 }
 
-static void on_both_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_both_on_fast_reply(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
+    const uint8_t *reply = outcome->reply;
+    size_t length = outcome->length;
     bson_t body;
     bson_error_t parse_error;
     bson_iter_t iter;
-    if (error != NULL) {
+    if (outcome->error != NULL) {
         request->proxy->requests_failed++;
-        fail_on_fast_tier_send(request, error);
+        fail_on_fast_tier_send(request, outcome->error);
         return;
     }
     if (!wire_op_msg_peek_body(reply, length, &body, &parse_error)) {
@@ -216,7 +214,7 @@ static void on_both_fast_reply(void *context, const uint8_t *reply, size_t lengt
         finish_both_tiers(request, NULL, 0); /* the archive's reply: its error when neither tier held it */
         return;
     }
-    if (is_command(request, "collMod") && code == TC_ERR_NAMESPACE_NOT_FOUND && !request->fast_created) {
+    if (is_command(request, "collMod") && code == TC_ERR_NAMESPACE_NOT_FOUND && !request->route.both.fast_created) {
         create_fast_collection(request);
         return;
     }
@@ -235,26 +233,29 @@ static void on_both_fast_reply(void *context, const uint8_t *reply, size_t lengt
     fail_on_fast_tier(request, code != 0 ? code : TC_ERR_OPERATION_FAILED, code_name, message);
 }
 
-static void on_both_archive_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_both_on_archive_reply(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
+    const uint8_t *reply = outcome->reply;
+    size_t length = outcome->length;
+    const bson_error_t *error = outcome->error;
     bson_t body;
     bson_error_t parse_error;
     /* A removal the archive had nothing for goes on: the fast tier may hold it. */
-    request->archive_lacked = error == NULL && wire_op_msg_peek_body(reply, length, &body, &parse_error) &&
+    request->route.both.archive_lacked = error == NULL && wire_op_msg_peek_body(reply, length, &body, &parse_error) &&
                               !router_reply_is_ok(&body) && code_means_absent(request, reply_code(&body));
-    if (!request->archive_lacked && !router_take_ok_reply(request, reply, length, error, &body)) {
+    if (!request->route.both.archive_lacked && !router_take_ok_reply(request, reply, length, error, &body)) {
         return; /* the archive failed or refused: the fast tier is untouched */
     }
-    request->archive_reply = bson_malloc(length);
-    memcpy(request->archive_reply, reply, length);
-    request->archive_reply_length = length;
+    request->route.both.archive_reply = bson_malloc(length);
+    memcpy(request->route.both.archive_reply, reply, length);
+    request->route.both.archive_reply_length = length;
     send_both_to_fast(request);
 }
 
-static void send_both_to_archive(proxy_request_t *request)
+void router_both_send_to_archive(proxy_request_t *request)
 {
-    router_send_to_tier(request, PROXY_TIER_ARCHIVE, request->message, request->length, NULL, on_both_archive_reply);
+    request->route_kind = ROUTE_STATE_BOTH;
+    router_call_tier(request, PHASE_BOTH_ON_ARCHIVE, PROXY_TIER_ARCHIVE, request->message, request->length, NULL);
 }
 
 /* renameCollection names a tiered namespace as its source or its target. */
@@ -290,10 +291,10 @@ static bool refuse_tiered_rename(proxy_request_t *request)
  * killSessions...) always: transactions run on the fast tier, so its sessions are
  * the ones that hold state. A catalog command when it concerns a tiered namespace,
  * else the archive alone (which holds every other namespace whole). */
-void router_route_both_tiers(proxy_request_t *request)
+void router_both_tiers_start(proxy_request_t *request)
 {
     if (request->decision.kind == PLAN_KIND_SESSION) {
-        send_both_to_archive(request);
+        router_both_send_to_archive(request);
         return;
     }
     if (is_command(request, "renameCollection")) {
@@ -316,7 +317,7 @@ void router_route_both_tiers(proxy_request_t *request)
     /* A stopped feed (the archive refused a replayed write) must not block what
      * may be its fix, such as dropping the unique index that refused it. */
     request->tolerates_stopped_feed = true;
-    router_after_feeder_caught_up(request, false, send_both_to_archive);
+    router_wait_for_feeder(request, false, PHASE_BOTH_ON_ARCHIVE);
 }
 
 /* The archive learns of a database or collection the fast tier created (by a
@@ -340,7 +341,7 @@ bool router_route_catalog_listing(proxy_request_t *request)
         return false;
     }
     request->tolerates_stopped_feed = true;
-    router_after_feeder_caught_up(request, false, router_forward_to_archive);
+    router_wait_for_feeder(request, false, PHASE_FORWARDING);
     return true;
 }
 

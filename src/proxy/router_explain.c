@@ -70,34 +70,33 @@ void router_finish_explain(proxy_request_t *request, const bson_t *body, const b
     bson_destroy(&reply);
 }
 
-static void on_explain_archive_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_explain_on_archive_reply(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
     bson_t body;
-    if (!router_take_ok_reply(request, reply, length, error, &body)) {
+    if (!router_take_ok_reply(request, outcome->reply, outcome->length, outcome->error, &body)) {
         return;
     }
-    router_finish_explain(request, request->explain_fast_body, &body);
+    router_finish_explain(request, request->route.explain.fast_body, &body);
 }
 
-static void send_explain_archive(proxy_request_t *request)
+void router_explain_send_archive(proxy_request_t *request)
 {
-    router_send_to_tier(request, PROXY_TIER_ARCHIVE, request->message, request->length, NULL, on_explain_archive_reply);
+    router_call_tier(request, PHASE_EXPLAINING_ARCHIVE, PROXY_TIER_ARCHIVE, request->message, request->length, NULL);
 }
 
-static void on_explain_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_explain_on_fast_reply(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
     bson_t body;
-    if (!router_take_ok_reply(request, reply, length, error, &body)) {
+    if (!router_take_ok_reply(request, outcome->reply, outcome->length, outcome->error, &body)) {
         return;
     }
-    request->explain_fast_body = bson_copy(&body);
-    router_after_feeder_caught_up(request, true, send_explain_archive);
+    request->route.explain.fast_body = bson_copy(&body);
+    router_wait_for_feeder(request, true, PHASE_EXPLAINING_ARCHIVE);
 }
 
 /* A point read's explain: the client's explain on both tiers, the fast tier first. */
-void router_route_explain_both(proxy_request_t *request)
+void router_explain_both_start(proxy_request_t *request)
 {
-    router_send_to_tier(request, PROXY_TIER_FAST, request->message, request->length, NULL, on_explain_fast_reply);
+    request->route_kind = ROUTE_STATE_EXPLAIN;
+    router_call_tier(request, PHASE_EXPLAINING_FAST, PROXY_TIER_FAST, request->message, request->length, NULL);
 }

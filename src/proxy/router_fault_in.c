@@ -1,37 +1,37 @@
 /* Fault-in: before a write runs on the fast tier, the archive documents it may
  * touch (the ids it names, the documents its filters match, the ids an insert or
- * upsert may create) are copied there, so the write sees what MongoDB would. */
+ * upsert may create) are copied there, so the write sees what MongoDB would.
+ * Its steps: pinned (PHASE_WAITING_FOR_PINS while a document is being evicted),
+ * the archive's deletes awaited, PHASE_FAULT_IN_FINDING, PHASE_FAULT_IN_INSERTING,
+ * then the write forwarded. */
 #include "proxy/router_private.h"
 
 #include "wire/wire.h"
 
 #include <string.h>
 
-static void on_fault_in_inserted(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_fault_in_on_inserted(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
-    (void)reply, (void)length;
-    if (error != NULL) {
+    if (outcome->error != NULL) {
         request->proxy->requests_failed++; /* a tier failed, as in every other route */
-        router_finish_with_error(request, error);
+        router_finish_with_error(request, outcome->error);
         return;
     }
     /* Duplicate keys are expected: the fast tier already had a newer version. */
     router_forward(request, PROXY_TIER_FAST);
 }
 
-static void on_fault_in_found(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
     bson_t body;
     bson_iter_t iter, cursor, batch;
     bson_error_t parse_error;
-    if (error != NULL) {
+    if (outcome->error != NULL) {
         request->proxy->requests_failed++; /* a tier failed, as in every other route */
-        router_finish_with_error(request, error);
+        router_finish_with_error(request, outcome->error);
         return;
     }
-    if (!wire_op_msg_peek_body(reply, length, &body, &parse_error) || !bson_iter_init_find(&iter, &body, "cursor") ||
+    if (!wire_op_msg_peek_body(outcome->reply, outcome->length, &body, &parse_error) || !bson_iter_init_find(&iter, &body, "cursor") ||
         !bson_iter_recurse(&iter, &cursor) || !bson_iter_find(&cursor, "firstBatch") ||
         !bson_iter_recurse(&cursor, &batch)) {
         tc_error_set(&parse_error, TC_ERR_OPERATION_FAILED,
@@ -79,12 +79,12 @@ static void on_fault_in_found(void *context, const uint8_t *reply, size_t length
         router_finish_with_error(request, &parse_error);
         return;
     }
-    router_send_to_tier(request, PROXY_TIER_FAST, encoded, encoded_length, encoded, on_fault_in_inserted);
+    router_call_tier(request, PHASE_FAULT_IN_INSERTING, PROXY_TIER_FAST, encoded, encoded_length, encoded);
 }
 
 /* Asks the archive for every document the write may touch: the ids named, and
  * the documents the filters match, at most faultInLimit of them. */
-static void start_fault_in(proxy_request_t *request)
+void router_fault_in_find(proxy_request_t *request)
 {
     plan_decision_t *decision = &request->decision;
     const char *dot = strchr(request->ns, '.');
@@ -149,13 +149,24 @@ static void start_fault_in(proxy_request_t *request)
         router_finish_with_error(request, &error);
         return;
     }
-    router_send_to_tier(request, PROXY_TIER_ARCHIVE, encoded, length, encoded, on_fault_in_found);
+    router_call_tier(request, PHASE_FAULT_IN_FINDING, PROXY_TIER_ARCHIVE, encoded, length, encoded);
 }
 
 /* Once the documents are pinned: the archive must show the deletes acknowledged
  * before the write first, or a copy of a document deleted since would bring it
  * back (I6). */
-void router_fault_in_after_deletes(proxy_request_t *request)
+void router_fault_in_pinned(proxy_request_t *request)
 {
-    router_after_feeder_caught_up(request, true, start_fault_in);
+    router_wait_for_feeder(request, true, PHASE_FAULT_IN_FINDING);
+}
+
+/* The documents stay in the fast tier until the write has run (no eviction in
+ * between): pinned first, or once the eviction under way has ended. */
+void router_fault_in_start(proxy_request_t *request)
+{
+    if (!router_pin_fault_in(request)) {
+        router_wait_for_pins(request);
+        return;
+    }
+    router_fault_in_pinned(request);
 }

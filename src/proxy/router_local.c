@@ -79,9 +79,7 @@ static void answer_legacy_hello(proxy_request_t *request, const bson_t *extra)
     bool built = wire_op_reply_command_build(0, request->client_request_id, &body, &encoded, &length, &error);
     bson_destroy(&body);
     if (!built) {
-        server_reply_t close_reply = {.close_after = true};
-        server_complete(request->pending, &close_reply);
-        router_request_free(request);
+        router_close_connection(request);
         return;
     }
     router_finish_with_message(request, encoded, length);
@@ -92,7 +90,7 @@ static bool is_hello(const char *name)
     return strcmp(name, "hello") == 0 || strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0;
 }
 
-static void answer_hello(proxy_request_t *request, const bson_t *extra)
+void router_answer_hello(proxy_request_t *request, const bson_t *extra)
 {
     if (request->legacy) {
         answer_legacy_hello(request, extra);
@@ -108,7 +106,7 @@ static void answer_hello(proxy_request_t *request, const bson_t *extra)
 static void on_hello_fields(void *context, const bson_t *fields, const bson_error_t *error)
 {
     (void)error;
-    answer_hello(context, fields);
+    router_advance(context, &(router_outcome_t){.document = fields});
 }
 
 void router_answer_locally(proxy_request_t *request)
@@ -116,10 +114,11 @@ void router_answer_locally(proxy_request_t *request)
     const char *name = request->command_name;
     if (is_hello(name)) {
         if (access_hello_wanted(&request->command)) {
+            router_enter(request, PHASE_ANSWERING_HELLO);
             access_hello(request->proxy, &request->client, &request->command, on_hello_fields, request);
             return;
         }
-        answer_hello(request, NULL);
+        router_answer_hello(request, NULL);
         return;
     }
     bson_t body = BSON_INITIALIZER;

@@ -112,10 +112,10 @@ static size_t collect_points(const bson_t *array, point_document_t *out, size_t 
  * order (descending for sort {_id: -1}), cut to the limit, in one batch. */
 static void finish_point_read(proxy_request_t *request, const bson_t *archive_documents)
 {
-    size_t capacity = bson_count_keys(&request->point_fast_documents) +
+    size_t capacity = bson_count_keys(&request->route.point.fast_documents) +
                       (archive_documents != NULL ? bson_count_keys(archive_documents) : 0);
     point_document_t *points = bson_malloc0((capacity + 1) * sizeof *points);
-    size_t count = collect_points(&request->point_fast_documents, points, 0);
+    size_t count = collect_points(&request->route.point.fast_documents, points, 0);
     if (archive_documents != NULL) {
         count = collect_points(archive_documents, points, count);
     }
@@ -155,33 +155,32 @@ static void finish_point_read(proxy_request_t *request, const bson_t *archive_do
     bson_destroy(&body);
 }
 
-static void on_point_archive_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_point_read_on_archive_reply(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
     bson_t body, batch;
-    if (!take_point_batch(request, reply, length, error, &body, &batch)) {
+    if (!take_point_batch(request, outcome->reply, outcome->length, outcome->error, &body, &batch)) {
         return;
     }
     finish_point_read(request, &batch);
 }
 
-static void send_point_archive(proxy_request_t *request)
+void router_point_read_send_archive(proxy_request_t *request)
 {
     bson_t filter = BSON_INITIALIZER, condition;
     uint8_t *message;
     size_t length;
     bson_error_t error;
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &condition);
-    BSON_APPEND_ARRAY(&condition, "$in", &request->point_missing_ids);
+    BSON_APPEND_ARRAY(&condition, "$in", &request->route.point.missing_ids);
     bson_append_document_end(&filter, &condition);
-    bool built = build_point_find(request, &filter, bson_count_keys(&request->point_missing_ids), &message, &length,
+    bool built = build_point_find(request, &filter, bson_count_keys(&request->route.point.missing_ids), &message, &length,
                                   &error);
     bson_destroy(&filter);
     if (!built) {
         router_finish_with_error(request, &error);
         return;
     }
-    router_send_to_tier(request, PROXY_TIER_ARCHIVE, message, length, message, on_point_archive_reply);
+    router_call_tier(request, PHASE_POINT_READING_ARCHIVE, PROXY_TIER_ARCHIVE, message, length, message);
 }
 
 /* The distinct values of a BSON array of ids (5, 5.0 and 5L are one). */
@@ -205,26 +204,25 @@ static uint32_t distinct_ids(const bson_t *ids)
 
 static void route_point_read_rebuilt(proxy_request_t *request);
 
-static void on_point_fast_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+void router_point_read_on_fast_reply(proxy_request_t *request, const router_outcome_t *outcome)
 {
-    proxy_request_t *request = context;
     bson_t body, batch;
-    if (!take_point_batch(request, reply, length, error, &body, &batch)) {
+    if (!take_point_batch(request, outcome->reply, outcome->length, outcome->error, &body, &batch)) {
         return;
     }
     /* The client's own find came back with every id: its reply goes back as it is. */
-    if (!request->point_rebuilt && bson_count_keys(&batch) >= distinct_ids(&request->decision.point_ids)) {
-        router_on_tier_reply(context, reply, length, NULL);
+    if (!request->route.point.rebuilt && bson_count_keys(&batch) >= distinct_ids(&request->decision.point_ids)) {
+        router_on_tier_reply(request, outcome->reply, outcome->length, NULL);
         return;
     }
     bson_iter_t cursor_id;
-    if (!request->point_rebuilt && bson_iter_init(&cursor_id, &body) &&
+    if (!request->route.point.rebuilt && bson_iter_init(&cursor_id, &body) &&
         bson_iter_find_descendant(&cursor_id, "cursor.id", &cursor_id) && bson_iter_as_int64(&cursor_id) != 0) {
         /* Not all in one batch after all (a 16 MB reply): ask again in one batch. */
         route_point_read_rebuilt(request);
         return;
     }
-    bson_concat(&request->point_fast_documents, &batch);
+    bson_concat(&request->route.point.fast_documents, &batch);
     size_t found_count = bson_count_keys(&batch);
     point_document_t *found = bson_malloc0((found_count + 1) * sizeof *found);
     found_count = collect_points(&batch, found, 0);
@@ -237,7 +235,7 @@ static void on_point_fast_reply(void *context, const uint8_t *reply, size_t leng
         for (size_t i = 0; i < found_count && !present; i++) {
             present = order_compare_values(&found[i].id, id) == 0;
         }
-        bson_iter_init(&earlier, &request->point_missing_ids);
+        bson_iter_init(&earlier, &request->route.point.missing_ids);
         while (!present && bson_iter_next(&earlier)) {
             present = order_compare_values(bson_iter_value(&earlier), id) == 0;
         }
@@ -245,7 +243,7 @@ static void on_point_fast_reply(void *context, const uint8_t *reply, size_t leng
             char key[16];
             const char *key_string;
             bson_uint32_to_string(missing++, &key_string, key, sizeof key);
-            BSON_APPEND_VALUE(&request->point_missing_ids, key_string, id);
+            BSON_APPEND_VALUE(&request->route.point.missing_ids, key_string, id);
         }
     }
     bson_free(found);
@@ -253,7 +251,7 @@ static void on_point_fast_reply(void *context, const uint8_t *reply, size_t leng
         finish_point_read(request, NULL);
         return;
     }
-    router_after_feeder_caught_up(request, true, send_point_archive);
+    router_wait_for_feeder(request, true, PHASE_POINT_READING_ARCHIVE);
 }
 
 /* Whether the client's find, sent as it is, returns every id the fast tier holds
@@ -274,22 +272,22 @@ static bool point_read_passes_through(proxy_request_t *request)
     return batch_size >= ids;
 }
 
-void router_route_point_read(proxy_request_t *request)
+void router_point_read_start(proxy_request_t *request)
 {
     if (request->decision.is_explain) {
-        router_route_explain_both(request);
+        router_explain_both_start(request);
         return;
     }
     if (projection_hides_id(&request->command)) {
-        router_after_feeder_caught_up(request, false, router_forward_to_archive);
+        router_wait_for_feeder(request, false, PHASE_FORWARDING);
         return;
     }
-    request->has_point_state = true;
-    bson_init(&request->point_fast_documents);
-    bson_init(&request->point_missing_ids);
+    request->route_kind = ROUTE_STATE_POINT;
+    bson_init(&request->route.point.fast_documents);
+    bson_init(&request->route.point.missing_ids);
     if (point_read_passes_through(request)) {
         /* The common case costs no more than a read sent to the fast tier. */
-        router_send_to_tier(request, PROXY_TIER_FAST, request->message, request->length, NULL, on_point_fast_reply);
+        router_call_tier(request, PHASE_POINT_READING_FAST, PROXY_TIER_FAST, request->message, request->length, NULL);
         return;
     }
     route_point_read_rebuilt(request);
@@ -302,12 +300,12 @@ static void route_point_read_rebuilt(proxy_request_t *request)
     uint8_t *message;
     size_t length;
     bson_error_t error;
-    request->point_rebuilt = true;
+    request->route.point.rebuilt = true;
     bson_t filter;
     uint32_t filter_length;
     const uint8_t *data;
     if (!bson_iter_init_find(&iter, &request->command, "filter") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-        router_after_feeder_caught_up(request, false, router_forward_to_archive);
+        router_wait_for_feeder(request, false, PHASE_FORWARDING);
         return;
     }
     filter_iter = iter;
@@ -317,5 +315,5 @@ static void route_point_read_rebuilt(proxy_request_t *request)
         router_finish_with_error(request, &error);
         return;
     }
-    router_send_to_tier(request, PROXY_TIER_FAST, message, length, message, on_point_fast_reply);
+    router_call_tier(request, PHASE_POINT_READING_FAST, PROXY_TIER_FAST, message, length, message);
 }

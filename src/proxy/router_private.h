@@ -7,14 +7,55 @@
 #include "proxy/proxy_private.h"
 #include "proxy/retry.h"
 
-/* The request's current send to a tier, kept so that it can be sent once more
+/* A request's phase: what it waits for now. Every asynchronous step (access.c,
+ * member_route.c, a tier's reply, a wait in proxy->waits, recovery.c) ends in
+ * router_advance(), which hands the outcome to the phase's step; a step moves the
+ * request on with router_enter(), the one function that changes the phase, and
+ * aborts on a move the table in router.c does not allow. README.md draws them. */
+typedef enum request_phase {
+    PHASE_DECODED,              /* arrived, its command decoded */
+    PHASE_AUTHENTICATING,       /* access.c runs a SASL step, logout or connectionStatus */
+    PHASE_ANSWERING_HELLO,      /* access.c adds hello's authentication fields */
+    PHASE_ADMITTING,            /* access.c checks the user's privileges */
+    PHASE_CHOOSING_MEMBERS,     /* planned; member_route.c picks each tier's member for $readPreference */
+    PHASE_WAITING_FOR_PINS,     /* a write that faults in: until its documents are no longer being evicted */
+    PHASE_WAITING_FOR_FEEDER,   /* until the feeder applied the writes (or deletes) the archive must show */
+    PHASE_FORWARDING,           /* the client's command on a tier; the reply goes back (cursor ids patched) */
+    PHASE_FAULT_IN_FINDING,     /* the archive's documents the write may touch */
+    PHASE_FAULT_IN_INSERTING,   /* ... copied into the fast tier, then the write is forwarded */
+    PHASE_POINT_READING_FAST,   /* a find by _id on the fast tier */
+    PHASE_POINT_READING_ARCHIVE, /* ... and on the archive for the ids the fast tier lacked */
+    PHASE_EXPLAINING_FAST,      /* a point read's explain on the fast tier, */
+    PHASE_EXPLAINING_ARCHIVE,   /* then on the archive */
+    PHASE_BOTH_ON_ARCHIVE,      /* a command both tiers apply: the archive first, */
+    PHASE_BOTH_CREATING_ON_FAST, /* (collMod: the fast tier's collection created first) */
+    PHASE_BOTH_ON_FAST,         /* then the fast tier */
+    PHASE_ABORTING_TRANSACTION, /* a command refused in a transaction: its abort on the fast tier first */
+    PHASE_AWAITING_PRIMARY,     /* a call that failed retryably: until recovery.c finds the primary again */
+    PHASE_FINISHED,             /* answered (or its connection closing); freed at once */
+    PHASE_COUNT
+} request_phase_t;
+
+/* What an asynchronous step handed back to router_advance(): a tier's reply (or
+ * error), access.c's reply document, the members chosen, or nothing (a wait ended,
+ * a primary found). */
+typedef struct router_outcome {
+    const uint8_t *reply;
+    size_t length;
+    const bson_error_t *error;
+    const bson_t *document;
+    const uint64_t *member_ids;
+    bool recovered; /* PHASE_AWAITING_PRIMARY: the primary was found in time */
+} router_outcome_t;
+
+/* The request's current call to a tier, kept so that it can be sent once more
  * (retry.h's rules) once the tier's primary is found again (recovery.c). */
 typedef struct tier_call {
     proxy_tier_t tier;
+    request_phase_t phase;  /* the phase its reply goes to */
     uint8_t *message;       /* the client's own message, or owned */
     size_t length;
     uint8_t *owned;         /* a message the router built for this step */
-    backend_reply_fn done;
     bool retried;
     /* The first attempt's failure, answered if the primary is not found in time. */
     bool failed_on_network;
@@ -23,9 +64,19 @@ typedef struct tier_call {
     size_t failed_length;
 } tier_call_t;
 
+/* Which member of proxy_request_t.route is live (set when the route starts). */
+typedef enum route_state_kind {
+    ROUTE_STATE_NONE,
+    ROUTE_STATE_POINT,
+    ROUTE_STATE_EXPLAIN,
+    ROUTE_STATE_BOTH,
+    ROUTE_STATE_TRANSACTION_REFUSAL,
+} route_state_kind_t;
+
 typedef struct proxy_request {
     proxy_t *proxy;
     server_pending_t *pending;
+    request_phase_t phase;   /* only router_enter() changes it */
     access_client_t client;  /* who sent it (access.c) */
     uint64_t connection_id;
     int32_t client_request_id;
@@ -44,34 +95,52 @@ typedef struct proxy_request {
     proxy_tier_t tier;
     uint64_t members[PROXY_TIER_COUNT]; /* the member of each tier its reads go to (0: the primary) */
     int64_t getmore_proxy_id; /* getMore: the client's cursor id */
-    bool opens_cursor;        /* the reply may carry a new cursor to map */
     bool pinned; /* the documents it faults in are pinned against the evictor */
-    /* PLAN_ROUTE_FAST_THEN_ARCHIVE: the fast tier's documents and the ids it lacked. */
-    bool has_point_state;
-    bool point_rebuilt; /* the fast tier got our find (one batch), not the client's */
-    bson_t point_fast_documents;
-    bson_t point_missing_ids;
-    /* explain of a point read: the fast tier's explain, while the archive's runs. */
-    bson_t *explain_fast_body;
     retry_kind_t retry_kind; /* of the client's command; also its internal steps' */
     tier_call_t call;
+    request_phase_t after_wait; /* PHASE_WAITING_FOR_FEEDER: the archive step that follows */
     uint64_t operation_time; /* the latest operationTime of its tiers' replies */
-    bson_error_t refusal; /* a transaction's command refused: sent once its abort is done */
-    /* A command applied to both tiers, the archive first (a catalog command on a
-     * tiered namespace, a session command). */
-    const char *wait_database;   /* dropDatabase, listCollections: the feeder wait covers its tiered namespaces */
-    bool waits_for_every_namespace; /* listDatabases: the feeder wait covers every tiered namespace */
+    /* What the feeder wait covers beyond the request's namespace. */
+    const char *wait_database;   /* dropDatabase, listCollections: the database's tiered namespaces */
+    bool waits_for_every_namespace; /* listDatabases: every tiered namespace */
     bool tolerates_stopped_feed; /* a stopped feed does not hold it back (it may be the fix) */
-    uint8_t *archive_reply;      /* the archive's reply, answered once the fast tier has the change */
-    size_t archive_reply_length;
-    bool archive_lacked;         /* a removal the archive had nothing for (NamespaceNotFound...) */
-    bool fast_created;           /* collMod: the fast tier's collection was created for it */
+    /* The state of the route it takes, by route_kind. */
+    route_state_kind_t route_kind;
+    union {
+        struct { /* PLAN_ROUTE_FAST_THEN_ARCHIVE: the fast tier's documents and the ids it lacked */
+            bool rebuilt; /* the fast tier got our find (one batch), not the client's */
+            bson_t fast_documents;
+            bson_t missing_ids;
+        } point;
+        struct { /* a point read's explain: the fast tier's, while the archive's runs */
+            bson_t *fast_body;
+        } explain;
+        struct { /* a command applied to both tiers, the archive first */
+            uint8_t *archive_reply; /* answered once the fast tier has the change */
+            size_t archive_reply_length;
+            bool archive_lacked; /* a removal the archive had nothing for (NamespaceNotFound...) */
+            bool fast_created;   /* collMod: the fast tier's collection was created for it */
+        } both;
+        struct { /* a command refused in a transaction: sent once its abort is done */
+            bson_error_t refusal;
+        } transaction;
+    } route;
 } proxy_request_t;
+
+/* --- router.c: the lifecycle ----------------------------------------------------- */
+
+/* Moves the request to phase; aborts on a move the transition table forbids. */
+void router_enter(proxy_request_t *request, request_phase_t phase);
+/* The outcome of the step the request waited for, handed to its phase's step. */
+void router_advance(proxy_request_t *request, const router_outcome_t *outcome);
+const char *router_phase_name(request_phase_t phase);
 
 /* --- router.c: replies, sends, the main path ------------------------------------- */
 
 /* Frees the request (its reply sent, or its connection closing). */
 void router_request_free(proxy_request_t *request);
+/* Closes the client's connection instead of answering, and frees the request. */
+void router_close_connection(proxy_request_t *request);
 
 /* Each finishes the request: sends the reply (compressed like the request was,
  * unless the client sent moreToCome) and frees the request. */
@@ -88,35 +157,36 @@ bool router_reply_is_ok(const bson_t *body);
 bool router_take_ok_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error,
                           bson_t *out_body) TC_MUST_CHECK;
 
-/* Sends message to tier; done gets the reply. owned (NULL for the client's own
- * message) is kept until the request ends, for a retry. */
-void router_send_to_tier(proxy_request_t *request, proxy_tier_t tier, uint8_t *message, size_t length,
-                         uint8_t *owned, backend_reply_fn done);
+/* Calls tier with message in phase: its reply reaches that phase's step through
+ * router_advance (after one retry where retry.h allows). owned (NULL for the
+ * client's own message) is kept until the request ends, for a retry. */
+void router_call_tier(proxy_request_t *request, request_phase_t phase, proxy_tier_t tier, uint8_t *message,
+                      size_t length, uint8_t *owned);
 /* The client's own message to tier, its reply (cursor ids patched) to the client. */
 void router_forward(proxy_request_t *request, proxy_tier_t tier);
-void router_forward_to_archive(proxy_request_t *request);
-/* backend_reply_fn of router_forward. */
-void router_on_tier_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
+/* PHASE_FORWARDING's step: a tier's reply to the client's own command. */
+void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error);
+/* backend_reply_fn of a step sent without the retry rules: its outcome to router_advance. */
+void router_on_step_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
 
 /* --- router_local.c -------------------------------------------------------------- */
 
-/* hello, isMaster, ping, thermoclineStatus. */
+/* hello, isMaster, ping, _isSelf, thermoclineStatus. */
 void router_answer_locally(proxy_request_t *request);
+/* PHASE_ANSWERING_HELLO's step: fields are access.c's additions (NULL: none). */
+void router_answer_hello(proxy_request_t *request, const bson_t *fields);
 
 /* --- router_wait.c --------------------------------------------------------------- */
 
-typedef void (*router_resume_fn)(proxy_request_t *request);
+/* Enters PHASE_WAITING_FOR_FEEDER until the feeder has applied the writes
+ * acknowledged so far to the namespaces the request reads (all of them, or only
+ * the deletes: deletes_only), then goes on with next, an archive step (at once
+ * when nothing is pending); fails the request when its feed stopped (unless
+ * tolerates_stopped_feed) or after readYourWritesWait. */
+void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request_phase_t next);
 
-/* Runs resume once the feeder has applied the writes acknowledged so far to the
- * namespaces the request reads (all of them, or only the deletes: deletes_only);
- * fails the request when its feed stopped (unless tolerates_stopped_feed) or
- * after readYourWritesWait. */
-void router_after_feeder_caught_up(proxy_request_t *request, bool deletes_only, router_resume_fn resume);
-
-/* Queues the request: for_pin, until router_pin_fault_in succeeds; else until
- * the feeder has caught up on blocking. */
-void router_queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking,
-                       router_resume_fn resume);
+/* Enters PHASE_WAITING_FOR_PINS until router_pin_fault_in succeeds. */
+void router_wait_for_pins(proxy_request_t *request);
 
 /* Pins the documents the write faults in against the evictor (all or none);
  * false while one is being evicted. */
@@ -126,15 +196,23 @@ void router_unpin_fault_in(proxy_request_t *request);
 /* Whether ns ("db.collection") is in database. */
 bool router_namespace_in_database(const char *ns, const char *database);
 
-/* --- router_fault_in.c ----------------------------------------------------------- */
+/* --- router_fault_in.c: a write's archive documents copied in first ------------------ */
 
-/* Copies in what the write may touch (after the deletes before it reached the
- * archive), then forwards the write to the fast tier. */
-void router_fault_in_after_deletes(proxy_request_t *request);
+void router_fault_in_start(proxy_request_t *request);
+/* PHASE_WAITING_FOR_PINS's step: pinned; the archive's deletes come first. */
+void router_fault_in_pinned(proxy_request_t *request);
+/* After the wait: the find on the archive (PHASE_FAULT_IN_FINDING). */
+void router_fault_in_find(proxy_request_t *request);
+void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *outcome);
+void router_fault_in_on_inserted(proxy_request_t *request, const router_outcome_t *outcome);
 
-/* --- router_point_read.c --------------------------------------------------------- */
+/* --- router_point_read.c: a find by _id, the fast tier then the archive ---------- */
 
-void router_route_point_read(proxy_request_t *request);
+void router_point_read_start(proxy_request_t *request);
+void router_point_read_on_fast_reply(proxy_request_t *request, const router_outcome_t *outcome);
+/* After the wait: the ids the fast tier lacked, on the archive. */
+void router_point_read_send_archive(proxy_request_t *request);
+void router_point_read_on_archive_reply(proxy_request_t *request, const router_outcome_t *outcome);
 
 /* --- router_explain.c ------------------------------------------------------------ */
 
@@ -142,23 +220,31 @@ bool router_request_is_explain(const proxy_request_t *request);
 /* Answers with body (a tier's ok explain) and the thermocline field; archive_body:
  * the archive's explain of a point read, else NULL. */
 void router_finish_explain(proxy_request_t *request, const bson_t *body, const bson_t *archive_body);
-/* A point read's explain: on both tiers. */
-void router_route_explain_both(proxy_request_t *request);
+/* A point read's explain: on both tiers, the fast tier first. */
+void router_explain_both_start(proxy_request_t *request);
+void router_explain_on_fast_reply(proxy_request_t *request, const router_outcome_t *outcome);
+void router_explain_send_archive(proxy_request_t *request);
+void router_explain_on_archive_reply(proxy_request_t *request, const router_outcome_t *outcome);
 
 /* --- router_transaction.c -------------------------------------------------------- */
 
 /* Whether the transaction may run this command; if not, why (in reason). */
 bool router_transaction_may_run(const proxy_request_t *request, char *reason, size_t reason_size);
 /* Refuses the command with OperationNotSupportedInTransaction, once the fast tier
- * has aborted the transaction. */
+ * has aborted the transaction (PHASE_ABORTING_TRANSACTION). */
 void router_refuse_in_transaction(proxy_request_t *request, const char *reason);
+void router_transaction_on_aborted(proxy_request_t *request);
 /* A commit the fast tier acknowledged: reads of the archive wait for the feeder. */
 void router_note_transaction_commit(proxy_request_t *request, const bson_t *body);
 
 /* --- router_catalog.c ------------------------------------------------------------ */
 
 /* A command the planner says applies to both tiers (catalog, sessions). */
-void router_route_both_tiers(proxy_request_t *request);
+void router_both_tiers_start(proxy_request_t *request);
+void router_both_send_to_archive(proxy_request_t *request);
+void router_both_on_archive_reply(proxy_request_t *request, const router_outcome_t *outcome);
+void router_both_on_fast_created(proxy_request_t *request, const router_outcome_t *outcome);
+void router_both_on_fast_reply(proxy_request_t *request, const router_outcome_t *outcome);
 
 /* listDatabases, and listCollections of a database with tiered namespaces, which
  * the archive answers: after the feeder caught up (true), like reads. false: not

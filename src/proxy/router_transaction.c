@@ -45,12 +45,10 @@ bool router_transaction_may_run(const proxy_request_t *request, char *reason, si
     return true;
 }
 
-static void on_refused_transaction_aborted(void *context, const uint8_t *reply, size_t length,
-                                           const bson_error_t *error)
+void router_transaction_on_aborted(proxy_request_t *request)
 {
-    proxy_request_t *request = context;
-    (void)reply, (void)length, (void)error; /* whatever the tier answers, the transaction is over there */
-    router_finish_with_error(request, &request->refusal);
+    /* Whatever the tier answered, the transaction is over there. */
+    router_finish_with_error(request, &request->route.transaction.refusal);
 }
 
 /* Refuses the command and aborts its transaction on the fast tier first, so the
@@ -58,7 +56,8 @@ static void on_refused_transaction_aborted(void *context, const uint8_t *reply, 
  * nothing there. */
 void router_refuse_in_transaction(proxy_request_t *request, const char *reason)
 {
-    tc_error_set(&request->refusal, TC_ERR_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+    request->route_kind = ROUTE_STATE_TRANSACTION_REFUSAL;
+    tc_error_set(&request->route.transaction.refusal, TC_ERR_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
                  "%s on %s cannot run in a transaction through thermocline proxy: %s. Transactions run on the fast "
                  "tier only; this one was aborted",
                  request->command_name, request->ns[0] != '\0' ? request->ns : "(no collection)", reason);
@@ -78,15 +77,16 @@ void router_refuse_in_transaction(proxy_request_t *request, const char *reason)
         BSON_APPEND_UTF8(&abort, "$db", "admin");
         if (wire_op_msg_build(0, 0, 0, &abort, NULL, 0, &encoded, &length, &error)) {
             request->tier = PROXY_TIER_FAST;
-            backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], encoded, length,
-                              on_refused_transaction_aborted, request);
+            router_enter(request, PHASE_ABORTING_TRANSACTION);
+            backend_pool_send(request->proxy->tiers[PROXY_TIER_FAST], encoded, length, router_on_step_reply,
+                              request);
             bson_free(encoded);
             sent = true;
         }
     }
     bson_destroy(&abort);
     if (!sent) {
-        router_finish_with_error(request, &request->refusal);
+        router_finish_with_error(request, &request->route.transaction.refusal);
     }
 }
 

@@ -19,7 +19,6 @@ typedef struct read_wait {
     namespace_state_t *blocking; /* the namespace the feeder is behind on */
     int64_t deadline_ms;
     int64_t started_ms;
-    router_resume_fn resume;
 } read_wait_t;
 
 typedef enum feed_state {
@@ -175,16 +174,47 @@ void router_unpin_fault_in(proxy_request_t *request)
     request->pinned = false;
 }
 
-/* Runs resume once the feeder has applied the writes to the request's namespace
+/* The wait is over: the request goes on with its phase's step. */
+static void resume(proxy_request_t *request)
+{
+    router_advance(request, &(router_outcome_t){0});
+}
+
+static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking)
+{
+    proxy_t *proxy = request->proxy;
+    read_wait_t *wait = bson_malloc0(sizeof *wait);
+    wait->request = request;
+    wait->for_pin = for_pin;
+    wait->deletes_only = deletes_only;
+    wait->blocking = blocking;
+    wait->started_ms = proxy_now_ms();
+    wait->deadline_ms = wait->started_ms + proxy->config->read_your_writes_wait_ms;
+    if (proxy->waits_tail != NULL) {
+        proxy->waits_tail->next = wait;
+    } else {
+        proxy->waits_head = wait;
+    }
+    proxy->waits_tail = wait;
+    proxy->wait_count++;
+    if (!for_pin) {
+        blocking->reads_waited++;
+    }
+    arm_wait_timer(proxy);
+}
+
+/* Waits until the feeder has applied the writes to the request's namespace
  * acknowledged so far: all of them for a read the archive answers; only the
  * deletes (deletes_only) before copying archive documents into the fast tier (a
  * fault-in) or reading the ids the fast tier lacks (a point read). Those need no
  * more: a document the fast tier lacks was never written there since the archive
  * got it, or was evicted once the archive held its last version, or was deleted. */
-void router_after_feeder_caught_up(proxy_request_t *request, bool deletes_only, router_resume_fn resume)
+void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request_phase_t next)
 {
     proxy_t *proxy = request->proxy;
     namespace_state_t *blocking;
+    router_enter(request, PHASE_WAITING_FOR_FEEDER);
+    request->after_wait = next;
     feed_state_t feed = request_feed_state(request, deletes_only, &blocking);
     if (feed == FEED_CAUGHT_UP || (feed == FEED_STOPPED && request->tolerates_stopped_feed)) {
         resume(request);
@@ -199,32 +229,13 @@ void router_after_feeder_caught_up(proxy_request_t *request, bool deletes_only, 
         fail_wait_expired(request, blocking, 0);
         return;
     }
-    router_queue_wait(request, false, deletes_only, blocking, resume);
+    queue_wait(request, false, deletes_only, blocking);
 }
 
-void router_queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking,
-                       router_resume_fn resume)
+void router_wait_for_pins(proxy_request_t *request)
 {
-    proxy_t *proxy = request->proxy;
-    read_wait_t *wait = bson_malloc0(sizeof *wait);
-    wait->request = request;
-    wait->for_pin = for_pin;
-    wait->deletes_only = deletes_only;
-    wait->blocking = blocking;
-    wait->resume = resume;
-    wait->started_ms = proxy_now_ms();
-    wait->deadline_ms = wait->started_ms + proxy->config->read_your_writes_wait_ms;
-    if (proxy->waits_tail != NULL) {
-        proxy->waits_tail->next = wait;
-    } else {
-        proxy->waits_head = wait;
-    }
-    proxy->waits_tail = wait;
-    proxy->wait_count++;
-    if (!for_pin) {
-        blocking->reads_waited++;
-    }
-    arm_wait_timer(proxy);
+    router_enter(request, PHASE_WAITING_FOR_PINS);
+    queue_wait(request, true, false, request->namespace_state);
 }
 
 /* Takes the waits for which keep() is false out of the queue, in order, and hands
@@ -281,7 +292,7 @@ static void resume_or_fail(read_wait_t *wait, int64_t now)
         request_feed_state(wait->request, wait->deletes_only, &blocking) == FEED_STOPPED) {
         fail_stopped_feed(wait->request, blocking);
     } else {
-        wait->resume(wait->request);
+        resume(wait->request);
     }
 }
 
