@@ -7,7 +7,7 @@
  * seen is at or before that time, and the other tier's writes reach the archive
  * through the feeder, which read-your-writes already waits for. Everything is done
  * in place when the documents have the same size, as they do between two tiers of
- * one kind; the client's message is rebuilt only to remove a $clusterTime. */
+ * one kind; the message is rebuilt only to remove a $clusterTime. */
 #include "proxy/proxy_private.h"
 
 #include "wire/wire.h"
@@ -85,8 +85,35 @@ static void cap_after_cluster_time(const proxy_t *proxy, proxy_tier_t tier, cons
     memcpy((uint8_t *)field.raw + field.d1, little_endian, 8);
 }
 
+/* message as the tier must get it, its $clusterTime removed: *out_message (the
+ * caller frees it), or NULL to send message as it is. Built from message itself,
+ * never from the client's command: the router edits the message in place (a
+ * getMore's cursor id becomes the tier's own, readConcern's afterClusterTime is
+ * capped), and a getMore rebuilt from the client's command would name the proxy's
+ * cursor id, which the tier answers with CursorNotFound. Those edits left a
+ * checksum stale: refreshed for the parse (the rebuilt message has none). */
+static void rebuild_without_cluster_time(uint8_t *message, size_t length, uint8_t **out_message, size_t *out_length)
+{
+    wire_op_msg_t parsed;
+    bson_error_t error;
+    wire_message_set_request_id(message, length, wire_message_request_id(message)); /* refreshes a checksum */
+    if (!wire_op_msg_parse(message, length, &parsed, &error)) {
+        return; /* the router parsed it on arrival: not expected; sent as it is */
+    }
+    bson_t current;
+    bson_t stripped = BSON_INITIALIZER;
+    if (wire_op_msg_command(&parsed, &current, &error)) {
+        bson_copy_to_excluding_noinit(&current, &stripped, "$clusterTime", NULL);
+        if (!wire_op_msg_build(0, 0, 0, &stripped, NULL, 0, out_message, out_length, &error)) {
+            *out_message = NULL; /* past a body's size limit: sent as the client wrote it */
+        }
+    }
+    bson_destroy(&stripped);
+    bson_destroy(&current);
+}
+
 void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *message, size_t length,
-                                  const bson_t *command, uint8_t **out_message, size_t *out_length)
+                                  uint8_t **out_message, size_t *out_length)
 {
     bson_t body;
     bson_error_t error;
@@ -105,18 +132,10 @@ void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *me
         memcpy(client_time, bson_get_data(own), client_length); /* the tier's own latest time */
         return;
     }
-    /* Nothing of this tier's to gossip in its place: the client's goes. */
-    bson_t stripped = BSON_INITIALIZER;
-    bson_copy_to_excluding_noinit(command, &stripped, "$clusterTime", NULL);
-    if (!wire_op_msg_build(0, 0, 0, &stripped, NULL, 0, out_message, out_length, &error)) {
-        *out_message = NULL; /* past a body's size limit: sent as the client wrote it */
-    } else {
-        bson_t rebuilt_body;
-        if (wire_op_msg_peek_body(*out_message, *out_length, &rebuilt_body, &error)) {
-            cap_after_cluster_time(proxy, tier, &rebuilt_body);
-        }
-    }
-    bson_destroy(&stripped);
+    /* Nothing of this tier's to gossip in its place, or not in place (a driver that
+     * re-encodes keyId Long(0) as an int32, as the Node.js driver does, sends a
+     * shorter one): the client's goes. */
+    rebuild_without_cluster_time(message, length, out_message, out_length);
 }
 
 void cluster_time_prepare_reply(proxy_t *proxy, uint8_t *message, size_t length)

@@ -256,12 +256,13 @@ void recovery_stop(proxy_t *proxy);
  * tier's own latest, and a readConcern afterClusterTime beyond the tier's latest
  * time is lowered to it; when the client's $clusterTime cannot be replaced in place
  * (the tier's is unknown, or of another size), *out_message is a new message built
- * from command without it (the caller bson_free()s it), else NULL. prepare_reply
+ * from message (with those edits, and the router's: a getMore's cursor id) without
+ * it (the caller bson_free()s it), else NULL. prepare_reply
  * raises a tier's reply's $clusterTime to the highest of both tiers, in place;
  * append adds that highest one to a reply the proxy builds, unless present. */
 void cluster_time_note(proxy_t *proxy, proxy_tier_t tier, const bson_t *reply_body);
 void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *message, size_t length,
-                                  const bson_t *command, uint8_t **out_message, size_t *out_length);
+                                  uint8_t **out_message, size_t *out_length);
 void cluster_time_prepare_reply(proxy_t *proxy, uint8_t *message, size_t length);
 void cluster_time_append(proxy_t *proxy, bson_t *body);
 void cluster_time_cleanup(proxy_t *proxy);

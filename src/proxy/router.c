@@ -502,8 +502,7 @@ static void send_call(proxy_request_t *request)
         on_call_reply(request, NULL, 0, &error);
         return;
     }
-    cluster_time_prepare_request(request->proxy, call->tier, call->message, call->length, &request->command, &rebuilt,
-                                 &rebuilt_length);
+    cluster_time_prepare_request(request->proxy, call->tier, call->message, call->length, &rebuilt, &rebuilt_length);
     if (rebuilt != NULL) {
         backend_pool_send(pool, rebuilt, rebuilt_length, on_call_reply, request);
         bson_free(rebuilt);
