@@ -10,8 +10,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #define THERMOCLINE_VERSION "0.1.0"
+
+/* Cursor ids (wire_cursor_id_random) and member choices draw on rand(): seeded
+ * once per process, so that two proxies or stores never hand out the same ids. */
+static void seed_random(void)
+{
+    unsigned seed;
+    if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
+        seed = (unsigned)(time(NULL) ^ getpid());
+    }
+    srand(seed);
+}
 
 static void print_usage(FILE *stream)
 {
@@ -45,6 +59,7 @@ int main(int argc, char **argv)
      * killed process leaves its segment in /dev/shm, and a later process given the
      * same pid prints a warning (even on its way out of a bad-usage exit). */
     setenv("MONGOC_DISABLE_SHM", "1", 0);
+    seed_random();
     const char *command = argv[1];
     if (strcmp(command, "proxy") == 0) {
         return proxy_main(argc - 1, argv + 1);

@@ -108,7 +108,6 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     bool janitor_started = false;
     bool ok = false;
 
-    srand((unsigned)(time(NULL) ^ getpid()));
     store.start_time_ms = (int64_t)time(NULL) * 1000;
     bson_oid_init(&store.process_id, NULL);
     storage_options_t storage_options = {
