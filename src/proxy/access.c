@@ -496,9 +496,13 @@ void access_hello(proxy_t *proxy, const access_client_t *client, const bson_t *c
 
 /* --- after a tier's reply --------------------------------------------------------------------- */
 
-void access_note_reply(proxy_t *proxy, const char *name, const bson_t *command)
+void access_note_reply(proxy_t *proxy, const char *name, const fields_t *command)
 {
-    if (privileges_command_changes_users(name, command, command_database(command))) {
+    bson_iter_t iter;
+    const char *database = fields_find(command, "$db", &iter) && BSON_ITER_HOLDS_UTF8(&iter)
+                               ? bson_iter_utf8(&iter, NULL)
+                               : "admin"; /* an OP_QUERY handshake names no database in its body */
+    if (privileges_command_changes_users(name, command->document, database)) {
         user_cache_invalidate(proxy->users);
     }
 }

@@ -93,14 +93,15 @@ static void discover_next(void *context)
     finish_choice(choice);
 }
 
-void member_route_choose(proxy_t *proxy, const bson_t *command, const char *command_name,
+void member_route_choose(proxy_t *proxy, const fields_t *command_fields, const char *command_name,
                          const plan_decision_t *decision, const namespace_state_t *state, member_route_fn done,
                          void *context)
 {
     static const uint64_t primaries[PROXY_TIER_COUNT] = {0};
+    const bson_t *command = command_fields->document;
     bson_error_t error;
     if ((decision->kind != PLAN_KIND_READ && decision->kind != PLAN_KIND_OTHER) ||
-        !bson_has_field(command, "$readPreference")) {
+        !fields_has(command_fields, "$readPreference")) {
         done(context, primaries, NULL);
         return;
     }

@@ -222,11 +222,12 @@ static void decide_malformed(plan_decision_t *out, const char *what, const char 
 }
 
 /* The field's value as a document; absent and null count as {} (match all). */
-static bool optional_document(const bson_t *command, const char *field, bson_t *out, bool *out_wrong_type)
+static bool optional_document(const planner_context_t *context, const char *field, bson_t *out,
+                              bool *out_wrong_type)
 {
     bson_iter_t iter;
     *out_wrong_type = false;
-    if (!bson_iter_init_find(&iter, command, field) || BSON_ITER_HOLDS_NULL(&iter)) {
+    if (!fields_find(context->fields, field, &iter) || BSON_ITER_HOLDS_NULL(&iter)) {
         bson_init(out);
         return true;
     }
@@ -305,7 +306,7 @@ static void plan_find_count_distinct(const planner_context_t *context, const bso
     bool wrong_type;
 
     snprintf(what, sizeof what, "%s.%s", context->name, field);
-    if (!optional_document(command, field, &filter, &wrong_type)) {
+    if (!optional_document(context, field, &filter, &wrong_type)) {
         decide_malformed(out, what, "a document");
         return;
     }
@@ -423,10 +424,10 @@ static void plan_aggregate(const planner_context_t *context, const bson_t *comma
     bson_iter_t explain;
     pipeline_scan_t scan = {0};
 
-    if (bson_iter_init_find(&explain, command, "explain") && bson_iter_as_bool(&explain)) {
+    if (fields_find(context->fields, "explain", &explain) && bson_iter_as_bool(&explain)) {
         out->is_explain = true;
     }
-    if (!bson_iter_init_find(&pipeline, command, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&pipeline)) {
+    if (!fields_find(context->fields, "pipeline", &pipeline) || !BSON_ITER_HOLDS_ARRAY(&pipeline)) {
         decide_malformed(out, "aggregate.pipeline", "an array");
         return;
     }
@@ -509,7 +510,7 @@ static void plan_map_reduce(const planner_context_t *context, const bson_t *comm
     bson_iter_t target;
     bson_iter_t inline_field;
     out->kind = PLAN_KIND_READ;
-    if (bson_iter_init_find(&target, command, "out")) {
+    if (fields_find(context->fields, "out", &target)) {
         bool inline_output = BSON_ITER_HOLDS_DOCUMENT(&target) && bson_iter_recurse(&target, &inline_field) &&
                              bson_iter_find(&inline_field, "inline");
         if (!inline_output && !out->is_explain) {
@@ -550,9 +551,10 @@ static void plan_read(const planner_context_t *context, const bson_t *command, p
 
 /* ---- dispatch ------------------------------------------------------------- */
 
-static void context_init(planner_context_t *context, const bson_iter_t *first, const char *database,
-                         const plan_policy_t *policy, const plan_coverage_t *coverage)
+static void context_init(planner_context_t *context, const fields_t *fields, const bson_iter_t *first,
+                         const char *database, const plan_policy_t *policy, const plan_coverage_t *coverage)
 {
+    context->fields = fields;
     context->database = database;
     context->name = bson_iter_key(first);
     context->collection = BSON_ITER_HOLDS_UTF8(first) ? bson_iter_utf8(first, NULL) : "";
@@ -572,7 +574,7 @@ static bool plan_explain(const planner_context_t *context, const bson_t *command
     uint32_t length;
     const uint8_t *data;
 
-    bson_iter_init_find(&explain, command, "explain");
+    fields_find(context->fields, "explain", &explain);
     if (!BSON_ITER_HOLDS_DOCUMENT(&explain)) {
         decide_malformed(out, "explain", "a command document");
         return true;
@@ -584,7 +586,9 @@ static bool plan_explain(const planner_context_t *context, const bson_t *command
         return true;
     }
     planner_context_t inner_context;
-    context_init(&inner_context, &inner_first, context->database, context->policy, context->coverage);
+    fields_t inner_fields;
+    fields_index(&inner_fields, &inner);
+    context_init(&inner_context, &inner_fields, &inner_first, context->database, context->policy, context->coverage);
     command_class_t class = command_class(inner_context.name);
     if (class != CLASS_READ && class != CLASS_WRITE && class != CLASS_MAP_REDUCE) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NOT_ROUTED,
@@ -646,13 +650,14 @@ static bool plan_dispatch(const planner_context_t *context, const bson_t *comman
     }
 }
 
-bool plan_command(const bson_t *command, const plan_policy_t *policy, const plan_coverage_t *coverage,
-                  plan_decision_t *out, bson_error_t *error)
+bool plan_command_fields(const fields_t *fields, const plan_policy_t *policy, const plan_coverage_t *coverage,
+                         plan_decision_t *out, bson_error_t *error)
 {
     bson_iter_t first;
     bson_iter_t iter;
     const char *database = "";
     planner_context_t context;
+    const bson_t *command = fields->document;
 
     decision_init(out);
     if (command == NULL || !bson_iter_init(&first, command) || !bson_iter_next(&first)) {
@@ -662,12 +667,24 @@ bool plan_command(const bson_t *command, const plan_policy_t *policy, const plan
         (policy->time_field == NULL || policy->time_field[0] == '\0' || policy->time_field[0] == '$')) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "planner: the namespace policy has no valid time field");
     }
-    if (bson_iter_init_find(&iter, command, "$db") && BSON_ITER_HOLDS_UTF8(&iter)) {
+    if (fields_find(fields, "$db", &iter) && BSON_ITER_HOLDS_UTF8(&iter)) {
         database = bson_iter_utf8(&iter, NULL);
     }
-    out->in_transaction = bson_iter_init_find(&iter, command, "autocommit");
-    context_init(&context, &first, database, policy, coverage);
+    out->in_transaction = fields_find(fields, "autocommit", &iter);
+    context_init(&context, fields, &first, database, policy, coverage);
     return plan_dispatch(&context, command, out, error);
+}
+
+bool plan_command(const bson_t *command, const plan_policy_t *policy, const plan_coverage_t *coverage,
+                  plan_decision_t *out, bson_error_t *error)
+{
+    fields_t fields;
+    if (command == NULL) {
+        decision_init(out);
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "the command document is empty");
+    }
+    fields_index(&fields, command);
+    return plan_command_fields(&fields, policy, coverage, out, error);
 }
 
 /* ---- namespaces ----------------------------------------------------------- */
@@ -689,7 +706,9 @@ static bool join_namespace(const char *database, const char *collection, char *o
     return true;
 }
 
-static bool namespace_of(const bson_t *command, const char *database, int depth, char *out, size_t size)
+/* fields: command's, or NULL to walk it (the inner command of an explain). */
+static bool namespace_of(const bson_t *command, const fields_t *fields, const char *database, int depth, char *out,
+                         size_t size)
 {
     bson_iter_t first;
     bson_iter_t iter;
@@ -713,7 +732,9 @@ static bool namespace_of(const bson_t *command, const char *database, int depth,
         return strcmp(name, "dropDatabase") != 0 && join_namespace(database, value, out, size);
     case CLASS_CURSOR:
         if (strcmp(name, "getMore") == 0) {
-            return bson_iter_init_find(&iter, command, "collection") && BSON_ITER_HOLDS_UTF8(&iter) &&
+            bool found = fields != NULL ? fields_find(fields, "collection", &iter)
+                                        : bson_iter_init_find(&iter, command, "collection");
+            return found && BSON_ITER_HOLDS_UTF8(&iter) &&
                    join_namespace(database, bson_iter_utf8(&iter, NULL), out, size);
         }
         return join_namespace(database, value, out, size);
@@ -725,20 +746,30 @@ static bool namespace_of(const bson_t *command, const char *database, int depth,
             return false;
         }
         bson_iter_document(&first, &length, &data);
-        return bson_init_static(&inner, data, length) && namespace_of(&inner, database, depth + 1, out, size);
+        return bson_init_static(&inner, data, length) && namespace_of(&inner, NULL, database, depth + 1, out, size);
     }
     default: return false;
     }
 }
 
-bool plan_command_namespace(const bson_t *command, char *out_namespace, size_t out_size)
+bool plan_command_namespace_fields(const fields_t *fields, char *out_namespace, size_t out_size)
 {
     bson_iter_t iter;
-    if (command == NULL || out_size == 0 || !bson_iter_init_find(&iter, command, "$db") ||
+    if (fields->document == NULL || out_size == 0 || !fields_find(fields, "$db", &iter) ||
         !BSON_ITER_HOLDS_UTF8(&iter)) {
         return false;
     }
-    return namespace_of(command, bson_iter_utf8(&iter, NULL), 1, out_namespace, out_size);
+    return namespace_of(fields->document, fields, bson_iter_utf8(&iter, NULL), 1, out_namespace, out_size);
+}
+
+bool plan_command_namespace(const bson_t *command, char *out_namespace, size_t out_size)
+{
+    fields_t fields;
+    if (command == NULL) {
+        return false;
+    }
+    fields_index(&fields, command);
+    return plan_command_namespace_fields(&fields, out_namespace, out_size);
 }
 
 /* ---- names ---------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #define TC_PROXY_PLANNER_H
 
 #include "common/error.h"
+#include "common/fields.h"
 
 #include <bson/bson.h>
 #include <stdbool.h>
@@ -149,6 +150,10 @@ typedef struct plan_decision {
  * to the archive (reason malformed), which answers with mongod's own error. */
 bool plan_command(const bson_t *command, const plan_policy_t *policy, const plan_coverage_t *coverage,
                   plan_decision_t *out, bson_error_t *error) TC_MUST_CHECK;
+/* The same, for a command whose fields the caller has indexed already (the router
+ * indexes each command once, for every step that reads it). */
+bool plan_command_fields(const fields_t *fields, const plan_policy_t *policy, const plan_coverage_t *coverage,
+                         plan_decision_t *out, bson_error_t *error) TC_MUST_CHECK;
 
 void plan_decision_cleanup(plan_decision_t *decision);
 
@@ -158,6 +163,7 @@ void plan_decision_cleanup(plan_decision_t *decision);
  * False for commands on a whole database (aggregate: 1, dropDatabase, admin
  * commands), a command without a string $db, and names that do not fit out_size. */
 bool plan_command_namespace(const bson_t *command, char *out_namespace, size_t out_size);
+bool plan_command_namespace_fields(const fields_t *fields, char *out_namespace, size_t out_size);
 
 /* Whether filter proves `time_field >= bound` for every document it matches: some
  * top-level conjunct (also inside a top-level $and, recursively) is an equality,

@@ -3,6 +3,7 @@
 #ifndef TC_PROXY_PLANNER_PRIVATE_H
 #define TC_PROXY_PLANNER_PRIVATE_H
 
+#include "common/fields.h"
 #include "proxy/planner.h"
 
 /* MongoDB refuses match expressions nested deeper than this; so does the planner,
@@ -17,6 +18,7 @@ typedef struct planner_bound {
 
 /* What every step of one plan needs to know. */
 typedef struct planner_context {
+    const fields_t *fields; /* the command's top-level fields */
     const char *database;   /* $db, "" when absent */
     const char *name;       /* the command's name, its first field */
     const char *collection; /* the first field's value when a string, else "" */

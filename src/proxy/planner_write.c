@@ -165,7 +165,7 @@ static bool plan_insert(const planner_context_t *context, const bson_t *command,
 {
     bson_iter_t documents;
     bson_iter_t document;
-    if (!bson_iter_init_find(&documents, command, "documents")) {
+    if (!fields_find(context->fields, "documents", &documents)) {
         return missing_field(error, "insert.documents");
     }
     if (!BSON_ITER_HOLDS_ARRAY(&documents)) {
@@ -201,7 +201,7 @@ static bool plan_statements(const planner_context_t *context, const bson_t *comm
     bson_iter_t element;
 
     snprintf(label, sizeof label, "%s.%s", context->name, list_name);
-    if (!bson_iter_init_find(&list, command, list_name)) {
+    if (!fields_find(context->fields, list_name, &list)) {
         return missing_field(error, label);
     }
     if (!BSON_ITER_HOLDS_ARRAY(&list)) {

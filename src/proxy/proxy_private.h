@@ -149,7 +149,7 @@ void access_hello(proxy_t *proxy, const access_client_t *client, const bson_t *c
 
 /* After a tier answered name: forgets the cached users if name may have
  * changed them (a user command, a write to admin.system.users). */
-void access_note_reply(proxy_t *proxy, const char *name, const bson_t *command);
+void access_note_reply(proxy_t *proxy, const char *name, const fields_t *command);
 
 /* Whether a tier's reply to name must be trimmed to what the client may see
  * (listDatabases under authorization: only the databases its roles reach), and
@@ -281,7 +281,7 @@ void cluster_time_cleanup(proxy_t *proxy);
  * primary) or the error to answer (bad $readPreference, 133; prefixed as mongos
  * prefixes a find's). */
 typedef void (*member_route_fn)(void *context, const uint64_t *member_ids, const bson_error_t *error);
-void member_route_choose(proxy_t *proxy, const bson_t *command, const char *command_name,
+void member_route_choose(proxy_t *proxy, const fields_t *command_fields, const char *command_name,
                          const plan_decision_t *decision, const namespace_state_t *state, member_route_fn done,
                          void *context);
 

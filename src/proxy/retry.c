@@ -45,10 +45,11 @@ bool retry_code_changes_primary(int32_t code)
 
 /* Whether every statement of an update (multi) or delete (limit) touches at most
  * one document: multi absent or false; limit exactly 1. */
-static bool statements_are_single(const bson_t *command, const char *array, const char *field, bool delete_limit)
+static bool statements_are_single(const fields_t *command, const char *array, const char *field,
+                                  bool delete_limit)
 {
     bson_iter_t iter, statements, statement;
-    if (!bson_iter_init_find(&iter, command, array) || !BSON_ITER_HOLDS_ARRAY(&iter) ||
+    if (!fields_find(command, array, &iter) || !BSON_ITER_HOLDS_ARRAY(&iter) ||
         !bson_iter_recurse(&iter, &statements)) {
         return false;
     }
@@ -69,10 +70,10 @@ static bool statements_are_single(const bson_t *command, const char *array, cons
 }
 
 /* An aggregate whose pipeline ends in a write stage is a write, and not retryable. */
-static bool pipeline_writes(const bson_t *command)
+static bool pipeline_writes(const fields_t *command)
 {
     bson_iter_t iter, stages, stage;
-    if (!bson_iter_init_find(&iter, command, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&iter) ||
+    if (!fields_find(command, "pipeline", &iter) || !BSON_ITER_HOLDS_ARRAY(&iter) ||
         !bson_iter_recurse(&iter, &stages)) {
         return false;
     }
@@ -87,11 +88,20 @@ static bool pipeline_writes(const bson_t *command)
 
 retry_kind_t retry_command_kind(const bson_t *command)
 {
+    fields_t fields;
+    if (command == NULL) {
+        return RETRY_NEVER;
+    }
+    fields_index(&fields, command);
+    return retry_command_kind_fields(&fields);
+}
+
+retry_kind_t retry_command_kind_fields(const fields_t *command)
+{
     static const char *const reads[] = {"find", "count", "distinct", "listCollections", "listIndexes",
                                         "listDatabases"};
     bson_iter_t first;
-    if (command == NULL || !bson_iter_init(&first, command) || !bson_iter_next(&first) ||
-        bson_has_field(command, "autocommit")) {
+    if (!bson_iter_init(&first, command->document) || !bson_iter_next(&first) || fields_has(command, "autocommit")) {
         return RETRY_NEVER;
     }
     const char *name = bson_iter_key(&first);
@@ -103,7 +113,7 @@ retry_kind_t retry_command_kind(const bson_t *command)
     if (strcmp(name, "aggregate") == 0) {
         return pipeline_writes(command) ? RETRY_NEVER : RETRY_READ;
     }
-    if (!bson_has_field(command, "txnNumber")) {
+    if (!fields_has(command, "txnNumber")) {
         return RETRY_NEVER;
     }
     if (strcmp(name, "insert") == 0 || strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0) {

@@ -5,6 +5,7 @@
 #ifndef TC_PROXY_RETRY_H
 #define TC_PROXY_RETRY_H
 
+#include "common/fields.h"
 #include <bson/bson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,6 +22,8 @@ typedef enum retry_kind {
  * the client sent it, document sequences merged). A command carrying autocommit
  * belongs to a multi-document transaction, which has its own retry rules: never. */
 retry_kind_t retry_command_kind(const bson_t *command);
+/* The same, for a command whose fields the caller has indexed. */
+retry_kind_t retry_command_kind_fields(const fields_t *command);
 
 /* The server error codes both specifications retry: InterruptedAtShutdown,
  * InterruptedDueToReplStateChange, NotWritablePrimary, NotPrimaryNoSecondaryOk,

@@ -647,7 +647,7 @@ void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t
         router_finish_with_error(request, error);
         return;
     }
-    access_note_reply(proxy, request->command_name, &request->command);
+    access_note_reply(proxy, request->command_name, &request->fields);
     bson_t body;
     bson_error_t parse_error;
     if (access_trims_reply(proxy, request->command_name) && wire_message_opcode(reply) == WIRE_OP_MSG &&
@@ -844,7 +844,7 @@ static void route_planned(proxy_request_t *request)
     const plan_policy_t *policy = NULL;
     plan_coverage_t coverage = {0};
 
-    if (plan_command_namespace(&request->command, request->ns, sizeof request->ns)) {
+    if (plan_command_namespace_fields(&request->fields, request->ns, sizeof request->ns)) {
         request->namespace_state = proxy_find_namespace(proxy, request->ns);
         if (request->namespace_state != NULL) {
             policy = &request->namespace_state->policy;
@@ -852,13 +852,13 @@ static void route_planned(proxy_request_t *request)
         }
     }
     request->has_decision = true;
-    request->retry_kind = retry_command_kind(&request->command);
-    if (!plan_command(&request->command, policy, &coverage, &request->decision, &error)) {
+    request->retry_kind = retry_command_kind_fields(&request->fields);
+    if (!plan_command_fields(&request->fields, policy, &coverage, &request->decision, &error)) {
         router_finish_with_error(request, &error);
         return;
     }
     router_enter(request, PHASE_CHOOSING_MEMBERS);
-    member_route_choose(proxy, &request->command, request->command_name, &request->decision,
+    member_route_choose(proxy, &request->fields, request->command_name, &request->decision,
                         request->namespace_state, on_members_chosen, request);
 }
 
@@ -941,6 +941,7 @@ static void authenticate(proxy_request_t *request)
 static void admit(proxy_request_t *request)
 {
     router_enter(request, PHASE_ADMITTING);
+    fields_index(&request->fields, &request->command); /* the one walk every later step reads */
     access_admit(request->proxy, &request->client, request->command_name, &request->command, on_admitted, request);
 }
 

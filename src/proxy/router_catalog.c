@@ -102,7 +102,7 @@ static bool database_is_tiered(const proxy_t *proxy, const char *database)
  * archive had nothing to remove and the fast tier removed it. */
 static void finish_both_tiers(proxy_request_t *request, const uint8_t *fast_reply, size_t fast_length)
 {
-    access_note_reply(request->proxy, request->command_name, &request->command);
+    access_note_reply(request->proxy, request->command_name, &request->fields);
     if (request->route.both.archive_lacked && fast_reply != NULL) {
         router_relay_reply(request, fast_reply, fast_length);
         return;

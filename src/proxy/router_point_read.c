@@ -13,10 +13,10 @@
  * lands there), so its answer stands for the ids it returns; the archive answers for
  * the others once the feeder has caught up. The two answers merge in _id order. */
 
-static bool projection_hides_id(const bson_t *command)
+static bool projection_hides_id(const fields_t *command)
 {
     bson_iter_t iter, field;
-    return bson_iter_init_find(&iter, command, "projection") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+    return fields_find(command, "projection", &iter) && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
            bson_iter_recurse(&iter, &field) && bson_iter_find(&field, "_id") &&
            (BSON_ITER_HOLDS_BOOL(&field) || BSON_ITER_HOLDS_NUMBER(&field)) && !bson_iter_as_bool(&field);
 }
@@ -33,7 +33,7 @@ static bool build_point_find(proxy_request_t *request, const bson_t *filter, uin
     BSON_APPEND_UTF8(&find, "find", dot != NULL ? dot + 1 : request->ns);
     BSON_APPEND_DOCUMENT(&find, "filter", filter);
     for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++) {
-        if (bson_iter_init_find(&iter, &request->command, copied[i])) {
+        if (fields_find(&request->fields, copied[i], &iter)) {
             bson_append_iter(&find, copied[i], -1, &iter);
         }
     }
@@ -122,11 +122,11 @@ static void finish_point_read(proxy_request_t *request, const bson_t *archive_do
     bool descending = false;
     int64_t limit = 0;
     bson_iter_t iter, field;
-    if (bson_iter_init_find(&iter, &request->command, "sort") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+    if (fields_find(&request->fields, "sort", &iter) && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
         bson_iter_recurse(&iter, &field) && bson_iter_next(&field)) {
         descending = bson_iter_as_double(&field) < 0;
     }
-    if (bson_iter_init_find(&iter, &request->command, "limit") &&
+    if (fields_find(&request->fields, "limit", &iter) &&
         (BSON_ITER_HOLDS_NUMBER(&iter) || BSON_ITER_HOLDS_DECIMAL128(&iter))) {
         limit = (int64_t)bson_iter_as_double(&iter);
     }
@@ -261,12 +261,12 @@ static bool point_read_passes_through(proxy_request_t *request)
 {
     uint32_t ids = distinct_ids(&request->decision.point_ids);
     bson_iter_t iter;
-    if (bson_iter_init_find(&iter, &request->command, "limit") && BSON_ITER_HOLDS_NUMBER(&iter) &&
+    if (fields_find(&request->fields, "limit", &iter) && BSON_ITER_HOLDS_NUMBER(&iter) &&
         bson_iter_as_int64(&iter) > 0 && bson_iter_as_int64(&iter) < ids) {
         return false;
     }
     int64_t batch_size = 101;
-    if (bson_iter_init_find(&iter, &request->command, "batchSize") && BSON_ITER_HOLDS_NUMBER(&iter)) {
+    if (fields_find(&request->fields, "batchSize", &iter) && BSON_ITER_HOLDS_NUMBER(&iter)) {
         batch_size = bson_iter_as_int64(&iter);
     }
     return batch_size >= ids;
@@ -278,7 +278,7 @@ void router_point_read_start(proxy_request_t *request)
         router_explain_both_start(request);
         return;
     }
-    if (projection_hides_id(&request->command)) {
+    if (projection_hides_id(&request->fields)) {
         router_wait_for_feeder(request, false, PHASE_FORWARDING);
         return;
     }
@@ -304,7 +304,7 @@ static void route_point_read_rebuilt(proxy_request_t *request)
     bson_t filter;
     uint32_t filter_length;
     const uint8_t *data;
-    if (!bson_iter_init_find(&iter, &request->command, "filter") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+    if (!fields_find(&request->fields, "filter", &iter) || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
         router_wait_for_feeder(request, false, PHASE_FORWARDING);
         return;
     }

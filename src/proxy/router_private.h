@@ -87,6 +87,7 @@ typedef struct proxy_request {
     uint8_t *message;       /* the request as forwarded (decompressed, flags cleared) */
     size_t length;
     bson_t command;         /* body with document sequences merged (for the planner) */
+    fields_t fields;        /* command's top-level fields, indexed once when it is admitted */
     const char *command_name;
     plan_decision_t decision;
     bool has_decision;
