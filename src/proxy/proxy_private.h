@@ -8,7 +8,7 @@
 #include "common/timestamp.h"
 #include "net/server.h"
 #include "proxy/backend.h"
-#include "proxy/config.h"
+#include "config/config.h"
 #include "proxy/planner.h"
 #include "security/privileges.h"
 #include "security/scram.h"

@@ -1,4 +1,4 @@
-/* Unit tests for src/proxy/config.c: good files and their values (defaults, derived
+/* Unit tests for src/config/config.c: good files and their values (defaults, derived
  * defaults, every optional key), and bad files, each refused with the exact
  * "FILE:LINE: reason" a user would read. The files (and, for the TLS keys, a
  * CA and a certificate: certificates.h) are written to a temporary directory by
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proxy/config.h"
+#include "config/config.h"
 
 #include <mongoc/mongoc.h>
 

@@ -2,7 +2,7 @@
  * type, target, default, bounds, help), as pgbouncer's loader does: defaults are
  * parsed like file values, a misspelt key gets the nearest known name, and every
  * error names the file and line. */
-#include "proxy/config.h"
+#include "config/config.h"
 
 #include "common/units.h"
 #include "security/tls.h"

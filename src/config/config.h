@@ -1,4 +1,5 @@
-/* The proxy's configuration: the YAML file of the design brief (`thermocline proxy
+/* The configuration of the proxy and the tier workers: the YAML file of the design
+ * brief (`thermocline proxy --config FILE`, `thermocline feeder|evictor|warmer
  * --config FILE`), read once at start. Every bad value is refused with
  * "FILE:LINE: reason"; nothing is guessed. Settings are one table in config.c.
  *
@@ -65,8 +66,8 @@
  *   warmerPeriod        duration  maxAge/20, 100ms-1m  how often the warmer runs
  *
  * Durations carry a unit (500ms, 20s, 15m, 6h, 30d: common/units.h). */
-#ifndef TC_PROXY_CONFIG_H
-#define TC_PROXY_CONFIG_H
+#ifndef TC_CONFIG_CONFIG_H
+#define TC_CONFIG_CONFIG_H
 
 #include "common/error.h"
 #include "security/tls.h"
