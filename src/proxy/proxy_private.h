@@ -5,10 +5,10 @@
 #ifndef TC_PROXY_PROXY_PRIVATE_H
 #define TC_PROXY_PROXY_PRIVATE_H
 
+#include "client/backend.h"
 #include "common/timestamp.h"
-#include "net/server.h"
-#include "proxy/backend.h"
 #include "config/config.h"
+#include "net/server.h"
 #include "proxy/planner.h"
 #include "security/privileges.h"
 #include "security/scram.h"
