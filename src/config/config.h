@@ -81,8 +81,14 @@ typedef enum config_coverage {
     CONFIG_COVERAGE_COMPLETE, /* horizon valid from the start */
 } config_coverage_t;
 
+/* One tiered namespace: its policy, and its names split once at load, so that no
+ * caller splits the ns string again. The proxy and the tier workers keep their
+ * own per-namespace state in structs that point at it. */
 typedef struct config_namespace {
     char *ns;         /* "database.collection" */
+    char *database;   /* ns up to its first '.' */
+    char *collection; /* the rest of ns (may hold dots: "events.2024") */
+    size_t index;     /* its position in config_t.namespaces: its slot in tier/progress.h */
     char *time_field; /* a field path such as "createdAt" or "meta.ts" */
     int64_t max_age_ms;
     config_coverage_t coverage;
