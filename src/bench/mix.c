@@ -1,7 +1,7 @@
 /* The timed mixes of `thermocline bench`: --threads clients, each with its own
  * connection, its own implicit session and one operation in flight, all driven by
- * one libuv loop through the proxy's tier connection pool (proxy/backend.h: the
- * same asynchronous wire client, handshake, SCRAM and TLS). Each operation is the
+ * one libuv loop through the asynchronous wire client the proxy uses for its tiers
+ * (client/backend.h: its connection pool, handshake, SCRAM and TLS). Each operation is the
  * command a driver's find / updateOne / insertOne sends, with the lsid and the
  * $clusterTime a driver attaches.
  *
@@ -11,8 +11,8 @@
  * that CPU from the servers it measures. */
 #include "bench/bench_private.h"
 
+#include "client/backend.h"
 #include "common/timestamp.h"
-#include "proxy/backend.h"
 #include "wire/wire.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* Writing a message to a libuv stream the cheap way, for the server's replies
- * (connection.c) and the proxy's requests to its tiers (proxy/backend.c): most
+ * (connection.c) and the proxy's requests to its tiers (client/backend.c): most
  * fit the socket buffer and go out in one system call, with no write request. */
 #ifndef TC_NET_STREAM_WRITE_H
 #define TC_NET_STREAM_WRITE_H

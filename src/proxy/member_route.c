@@ -1,10 +1,11 @@
 /* Which member of each tier answers a read with a $readPreference: router.c's one
  * call (member_route_choose) and its retry on another member. The tiers' members
- * are discovered on first use and monitored by backend_members.c, and chosen by
- * read_preference.c's rules; this file adds the proxy's own rules (which commands
+ * are discovered on first use and monitored by client/backend_members.c, and chosen by
+ * client/read_preference.c's rules; this file adds the proxy's own rules (which commands
  * may leave the primary, and read-your-writes across tiers). */
 #include "proxy/proxy_private.h"
-#include "proxy/read_preference.h"
+
+#include "client/read_preference.h"
 
 #include <string.h>
 

@@ -150,7 +150,7 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
                               (uint32_t)state->last_write_time);
         BSON_APPEND_INT64(&item, "readsWaitedForFeeder", (int64_t)state->reads_waited);
         BSON_APPEND_INT64(&item, "readsFailedWaitingForFeeder", (int64_t)state->reads_wait_failed);
-        tier_progress_append_namespace(proxy->progress, state->index, &item);
+        tier_progress_append_namespace(proxy->progress, state->config->index, &item);
         bson_append_document_end(&namespaces, &item);
     }
     bson_append_document_end(reply, &namespaces);
@@ -164,7 +164,8 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
 void proxy_refresh_progress(proxy_t *proxy)
 {
     for (size_t i = 0; i < proxy->namespace_count; i++) {
-        tier_progress_namespace(proxy->progress, proxy->namespaces[i].index, &proxy->namespaces[i].progress);
+        namespace_state_t *state = &proxy->namespaces[i];
+        tier_progress_namespace(proxy->progress, state->config->index, &state->progress);
     }
     router_resume_waits(proxy);
 }
@@ -330,7 +331,6 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     for (size_t i = 0; i < proxy.namespace_count; i++) {
         proxy.namespaces[i].config = &proxy.config->namespaces[i];
         proxy.namespaces[i].policy.time_field = proxy.config->namespaces[i].time_field;
-        proxy.namespaces[i].index = i;
         proxy.namespaces[i].progress.warm_remaining = -1;
     }
     proxy.progress = tier_progress_new(proxy.namespace_count);

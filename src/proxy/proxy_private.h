@@ -5,10 +5,10 @@
 #ifndef TC_PROXY_PROXY_PRIVATE_H
 #define TC_PROXY_PROXY_PRIVATE_H
 
+#include "client/backend.h"
 #include "common/timestamp.h"
+#include "config/config.h"
 #include "net/server.h"
-#include "proxy/backend.h"
-#include "proxy/config.h"
 #include "proxy/planner.h"
 #include "security/privileges.h"
 #include "security/scram.h"
@@ -25,12 +25,11 @@ const char *proxy_tier_name(proxy_tier_t tier);
 
 /* A namespace with a policy, and what the proxy did with it. */
 typedef struct namespace_state {
-    const config_namespace_t *config;
+    const config_namespace_t *config; /* its names, its policy, its index in the workers' progress */
     plan_policy_t policy;
     uint64_t route_counts[PLAN_ROUTE_PROXY + 1];
     uint64_t reason_counts[PLAN_REASON_MALFORMED + 1];
     uint64_t fault_ins;         /* documents copied from the archive before a write */
-    size_t index;               /* in the config, and in the tier workers' progress */
     /* Read-your-writes: the latest operationTime of an acknowledged fast-tier write
      * to the namespace, and what the tier workers last reported (copied on the
      * loop thread by proxy_refresh_progress). */

@@ -91,7 +91,7 @@ static const char *command_database(const proxy_request_t *request)
 static bool database_is_tiered(const proxy_t *proxy, const char *database)
 {
     for (size_t i = 0; i < proxy->namespace_count; i++) {
-        if (router_namespace_in_database(proxy->namespaces[i].config->ns, database)) {
+        if (strcmp(proxy->namespaces[i].config->database, database) == 0) {
             return true;
         }
     }
@@ -175,10 +175,10 @@ static void create_fast_collection(proxy_request_t *request)
     uint8_t *encoded;
     size_t length;
     bson_error_t error;
-    const char *dot = strchr(request->ns, '.');
+    const config_namespace_t *names = request->namespace_state->config;
     request->route.both.fast_created = true;
-    BSON_APPEND_UTF8(&create, "create", dot + 1);
-    bson_append_utf8(&create, "$db", 3, request->ns, (int)(dot - request->ns));
+    BSON_APPEND_UTF8(&create, "create", names->collection);
+    BSON_APPEND_UTF8(&create, "$db", names->database);
     bool built = wire_op_msg_build(0, 0, 0, &create, NULL, 0, &encoded, &length, &error);
     bson_destroy(&create);
     if (!built) {

@@ -64,14 +64,14 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
     if (request->namespace_state != NULL) {
         request->namespace_state->fault_ins += count;
     }
-    const char *dot = strchr(request->ns, '.');
+    const config_namespace_t *names = request->namespace_state->config;
     bson_t insert = BSON_INITIALIZER;
     uint8_t *encoded;
     size_t encoded_length;
-    BSON_APPEND_UTF8(&insert, "insert", dot + 1);
+    BSON_APPEND_UTF8(&insert, "insert", names->collection);
     BSON_APPEND_ARRAY(&insert, "documents", &documents);
     BSON_APPEND_BOOL(&insert, "ordered", false);
-    bson_append_utf8(&insert, "$db", 3, request->ns, (int)(dot - request->ns));
+    BSON_APPEND_UTF8(&insert, "$db", names->database);
     bool built = wire_op_msg_build(0, 0, 0, &insert, NULL, 0, &encoded, &encoded_length, &parse_error);
     bson_destroy(&insert);
     bson_destroy(&documents);
@@ -87,7 +87,7 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
 void router_fault_in_find(proxy_request_t *request)
 {
     plan_decision_t *decision = &request->decision;
-    const char *dot = strchr(request->ns, '.');
+    const config_namespace_t *names = request->namespace_state->config;
     bson_t find = BSON_INITIALIZER, filter, clauses;
     uint8_t *encoded;
     size_t length;
@@ -130,7 +130,7 @@ void router_fault_in_find(proxy_request_t *request)
             bson_append_iter(&clauses, key_string, -1, &item);
         }
     }
-    BSON_APPEND_UTF8(&find, "find", dot + 1);
+    BSON_APPEND_UTF8(&find, "find", names->collection);
     bson_iter_t only;
     if (clause == 1 && bson_iter_init(&only, &clauses) && bson_iter_next(&only)) {
         bson_append_iter(&find, "filter", 6, &only);
@@ -142,7 +142,7 @@ void router_fault_in_find(proxy_request_t *request)
     bson_destroy(&clauses);
     /* One more than the limit: a cursor left open means the write touches too many. */
     BSON_APPEND_INT64(&find, "batchSize", request->proxy->config->fault_in_limit + 1);
-    bson_append_utf8(&find, "$db", 3, request->ns, (int)(dot - request->ns));
+    BSON_APPEND_UTF8(&find, "$db", names->database);
     bool built = wire_op_msg_build(0, 0, 0, &find, NULL, 0, &encoded, &length, &error);
     bson_destroy(&find);
     if (!built) {

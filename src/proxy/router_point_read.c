@@ -29,8 +29,7 @@ static bool build_point_find(proxy_request_t *request, const bson_t *filter, uin
     static const char *const copied[] = {"projection", "sort", "readConcern", "maxTimeMS", "comment", "$db"};
     bson_t find = BSON_INITIALIZER;
     bson_iter_t iter;
-    const char *dot = strchr(request->ns, '.');
-    BSON_APPEND_UTF8(&find, "find", dot != NULL ? dot + 1 : request->ns);
+    BSON_APPEND_UTF8(&find, "find", request->namespace_state->config->collection);
     BSON_APPEND_DOCUMENT(&find, "filter", filter);
     for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++) {
         if (fields_find(&request->fields, copied[i], &iter)) {

@@ -194,9 +194,6 @@ void router_wait_for_pins(proxy_request_t *request);
 bool router_pin_fault_in(proxy_request_t *request);
 void router_unpin_fault_in(proxy_request_t *request);
 
-/* Whether ns ("db.collection") is in database. */
-bool router_namespace_in_database(const char *ns, const char *database);
-
 /* --- router_fault_in.c: a write's archive documents copied in first ------------------ */
 
 void router_fault_in_start(proxy_request_t *request);

@@ -36,12 +36,6 @@ static feed_state_t namespace_feed_state(const namespace_state_t *state, bool de
     return state->progress.feed_stopped ? FEED_STOPPED : FEED_BEHIND;
 }
 
-bool router_namespace_in_database(const char *ns, const char *database)
-{
-    size_t length = strlen(database);
-    return length > 0 && strncmp(ns, database, length) == 0 && ns[length] == '.';
-}
-
 /* Whether the request waits for the feeder's writes to state: its own namespace,
  * every namespace for a pipeline that reads others or a listDatabases, the tiered
  * namespaces of the database a dropDatabase drops or a listCollections lists. */
@@ -49,7 +43,7 @@ static bool request_waits_for(const proxy_request_t *request, const namespace_st
 {
     return state == request->namespace_state || request->waits_for_every_namespace ||
            (request->has_decision && request->decision.reads_other_namespaces) ||
-           (request->wait_database != NULL && router_namespace_in_database(state->config->ns, request->wait_database));
+           (request->wait_database != NULL && strcmp(state->config->database, request->wait_database) == 0);
 }
 
 static feed_state_t request_feed_state(proxy_request_t *request, bool deletes_only, namespace_state_t **out_blocking)
@@ -120,7 +114,7 @@ static void pin_list(proxy_request_t *request, const bson_t *ids, bool pin, bool
     bson_iter_t iter;
     bson_iter_init(&iter, ids);
     while (bson_iter_next(&iter) && *out_done < limit) {
-        size_t index = request->namespace_state->index;
+        size_t index = request->namespace_state->config->index;
         if (!pin) {
             tier_progress_unpin(request->proxy->progress, index, bson_iter_value(&iter));
         } else if (!tier_progress_pin(request->proxy->progress, index, bson_iter_value(&iter))) {
@@ -144,8 +138,8 @@ static bool change_pins(proxy_request_t *request, bool pin, uint32_t limit, uint
     }
     if (!failed && decision->fault_in_filter_count > 0 && *out_done < limit) {
         if (!pin) {
-            tier_progress_unpin(request->proxy->progress, request->namespace_state->index, NULL);
-        } else if (!tier_progress_pin(request->proxy->progress, request->namespace_state->index, NULL)) {
+            tier_progress_unpin(request->proxy->progress, request->namespace_state->config->index, NULL);
+        } else if (!tier_progress_pin(request->proxy->progress, request->namespace_state->config->index, NULL)) {
             failed = true;
         }
         *out_done += failed ? 0 : 1;

@@ -1,6 +1,6 @@
 /* TLS as an engine over memory buffers (OpenSSL with memory BIOs), for servers
  * and clients: the caller moves ciphertext between the engine and its socket
- * however it likes (libuv in src/net and src/proxy/backend.c), so the engine
+ * however it likes (libuv in src/net and src/client/backend.c), so the engine
  * knows nothing of event loops and any component can put it under its
  * connections. Server options follow mongod's (--tlsMode,
  * --tlsCertificateKeyFile, --tlsCAFile, --tlsAllowConnectionsWithoutCertificates),

@@ -25,10 +25,16 @@
 #define APPLIED_WAIT_MS 5000
 #define BATCHES_PER_PASS 50
 
+/* One per namespace of the config, in its order. */
+typedef struct evictor_namespace {
+    const config_namespace_t *config;
+    int64_t next_due_ms; /* monotonic: when its next pass is due */
+} evictor_namespace_t;
+
 typedef struct evictor {
     tier_context_t *context;
     mongoc_client_t *fast;
-    int64_t *next_due_ms;
+    evictor_namespace_t *namespaces;
     /* A batch failed after writing its marks: some may be left pending, which holds
      * the feeder back until they are resolved (before the next eviction). */
     bool marks_unsettled;
@@ -141,14 +147,13 @@ static bool delete_version(evictor_t *evictor, const char *database, const char 
 
 /* One batch: returns the number of candidates found (-1 on an error or a wait
  * that ran out: the pass ends). */
-static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
+static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, int64_t cutoff_ms)
 {
     tier_context_t *context = evictor->context;
-    const config_namespace_t *policy = &context->config->namespaces[index];
-    char database[128];
-    const char *collection;
+    const char *database = policy->database;
+    const char *collection = policy->collection;
+    const size_t index = policy->index; /* its slot in the workers' progress */
     bson_error_t error;
-    tier_split_namespace(policy->ns, database, sizeof database, &collection);
 
     bson_t find = BSON_INITIALIZER, filter, condition, reply, batch;
     bson_iter_t iter, found;
@@ -266,15 +271,14 @@ static int64_t evict_batch(evictor_t *evictor, size_t index, int64_t cutoff_ms)
     return ok ? (int64_t)count : -1;
 }
 
-static void evict_namespace(evictor_t *evictor, size_t index)
+static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy)
 {
     tier_context_t *context = evictor->context;
-    const config_namespace_t *policy = &context->config->namespaces[index];
     int64_t cutoff_ms = tier_wall_clock_ms() - policy->max_age_ms;
     int64_t total = 0;
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = tier_monotonic_ms();
-        int64_t found = evict_batch(evictor, index, cutoff_ms);
+        int64_t found = evict_batch(evictor, policy, cutoff_ms);
         if (found <= 0) {
             break;
         }
@@ -289,7 +293,7 @@ static void evict_namespace(evictor_t *evictor, size_t index)
             break;
         }
     }
-    tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, index);
+    tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, policy->index);
     item->evict_last_pass_ms = tier_wall_clock_ms();
     tier_progress_unlock(context->progress, false);
     if (total > 0) {
@@ -304,7 +308,10 @@ void evictor_run(tier_group_t *group, void *argument)
     evictor_t evictor = {.context = context};
     size_t count = context->config->namespace_count;
     evictor.fast = mongoc_client_pool_pop(context->fast_pool);
-    evictor.next_due_ms = bson_malloc0((count + 1) * sizeof *evictor.next_due_ms);
+    evictor.namespaces = bson_malloc0((count + 1) * sizeof *evictor.namespaces);
+    for (size_t i = 0; i < count; i++) {
+        evictor.namespaces[i].config = &context->config->namespaces[i];
+    }
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_EVICTOR);
     item->running = true;
     tier_progress_unlock(context->progress, false);
@@ -333,16 +340,17 @@ void evictor_run(tier_group_t *group, void *argument)
         int64_t now = tier_monotonic_ms();
         int64_t next = now + 1000;
         for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
-            if (now >= evictor.next_due_ms[i]) {
-                evict_namespace(&evictor, i);
-                evictor.next_due_ms[i] = tier_monotonic_ms() + context->config->namespaces[i].evictor_period_ms;
+            evictor_namespace_t *entry = &evictor.namespaces[i];
+            if (now >= entry->next_due_ms) {
+                evict_namespace(&evictor, entry->config);
+                entry->next_due_ms = tier_monotonic_ms() + entry->config->evictor_period_ms;
             }
-            if (evictor.next_due_ms[i] < next) {
-                next = evictor.next_due_ms[i];
+            if (entry->next_due_ms < next) {
+                next = entry->next_due_ms;
             }
         }
         tier_group_sleep(group, next - tier_monotonic_ms());
     }
-    bson_free(evictor.next_due_ms);
+    bson_free(evictor.namespaces);
     mongoc_client_pool_push(context->fast_pool, evictor.fast);
 }

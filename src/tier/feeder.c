@@ -32,9 +32,9 @@
 #define EVICT_MARK_RECOVER_SECONDS 30
 #define STATS_LOG_INTERVAL_MS 10000
 
+/* One per namespace of the config, in its order (config->index is the position). */
 typedef struct feeder_namespace {
-    char database[128];
-    const char *collection;
+    const config_namespace_t *config; /* its names; config->index is also its ops' namespace_index */
     bool stopped;         /* the archive rejected a write: nothing more is applied */
     bool retrying;        /* was stopped at start: applied again from its own resume point */
     uint64_t skip_until;  /* its events at or before this time are in the archive already */
@@ -77,7 +77,7 @@ typedef struct feeder {
 /* One event of a batch on its way to the archive. */
 typedef struct candidate {
     bson_t event; /* a view into the getMore reply */
-    size_t index;
+    feeder_namespace_t *target;
     uint64_t time;
     bool is_insert;
     bool is_delete;
@@ -117,15 +117,15 @@ static bool view_field_document(const bson_t *document, const char *path, bson_t
     return bson_init_static(out, data, length);
 }
 
-static ssize_t find_namespace(feeder_t *feeder, const char *database, const char *collection)
+static feeder_namespace_t *find_namespace(feeder_t *feeder, const char *database, const char *collection)
 {
     for (size_t i = 0; i < feeder->namespace_count; i++) {
-        if (strcmp(feeder->namespaces[i].database, database) == 0 &&
-            strcmp(feeder->namespaces[i].collection, collection) == 0) {
-            return (ssize_t)i;
+        if (strcmp(feeder->namespaces[i].config->database, database) == 0 &&
+            strcmp(feeder->namespaces[i].config->collection, collection) == 0) {
+            return &feeder->namespaces[i];
         }
     }
-    return -1;
+    return NULL;
 }
 
 static void append_write_concern(bson_t *command, bool majority)
@@ -166,14 +166,11 @@ static bool fast_write_until_done(feeder_t *feeder, const bson_t *command, const
  * a resume token, or (stopped before the stream had one) a cluster time. */
 static void load_stopped_namespace(feeder_t *feeder, const bson_t *document, const char *ns, uint64_t stopped_time)
 {
-    char database[128];
-    const char *collection;
-    tier_split_namespace(ns, database, sizeof database, &collection);
-    ssize_t index = find_namespace(feeder, database, collection);
-    if (index < 0) {
+    const config_namespace_t *policy = config_find_namespace(feeder->context->config, ns);
+    if (policy == NULL) {
         return; /* no longer in the config */
     }
-    feeder_namespace_t *item = &feeder->namespaces[index];
+    feeder_namespace_t *item = &feeder->namespaces[policy->index];
     bson_t token;
     bson_reinit(&item->stopped_token);
     item->stopped_start_at = timestamp_find(document, "startAtOperationTime");
@@ -348,8 +345,8 @@ static void append_pipeline(feeder_t *feeder, bson_t *command)
         bson_t clause;
         bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
         bson_append_document_begin(&any, key_string, -1, &clause);
-        BSON_APPEND_UTF8(&clause, "ns.db", feeder->namespaces[i].database);
-        BSON_APPEND_UTF8(&clause, "ns.coll", feeder->namespaces[i].collection);
+        BSON_APPEND_UTF8(&clause, "ns.db", feeder->namespaces[i].config->database);
+        BSON_APPEND_UTF8(&clause, "ns.coll", feeder->namespaces[i].config->collection);
         bson_append_document_end(&any, &clause);
     }
     bson_append_array_end(&match_spec, &any);
@@ -486,8 +483,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             char key[16];
             const char *key_string;
             bson_uint32_to_string(key_count++, &key_string, key, sizeof key);
-            tier_mark_key(&keys, key_string, feeder->context->config->namespaces[item->index].ns, &item->id,
-                          item->is_delete ? "evict" : "warm");
+            tier_mark_key(&keys, key_string, item->target->config->ns, &item->id, item->is_delete ? "evict" : "warm");
         }
         bson_append_array_end(&id_condition, &keys);
         bson_append_document_end(&filter, &id_condition);
@@ -519,8 +515,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                 continue;
             }
             bson_t key_holder = BSON_INITIALIZER, key;
-            tier_mark_key(&key_holder, "k", feeder->context->config->namespaces[item->index].ns, &item->id,
-                          item->is_delete ? "evict" : "warm");
+            tier_mark_key(&key_holder, "k", item->target->config->ns, &item->id, item->is_delete ? "evict" : "warm");
             view_field_document(&key_holder, "k", &key);
             bson_iter_t marks, field;
             bool found = false;
@@ -617,10 +612,10 @@ static bool superseded_by_later_write(int32_t code)
     return code == 2 || code == 10 || code == 14 || code == 28 || code == 40;
 }
 
-static void stop_namespace(feeder_t *feeder, size_t index, const feeder_op_t *op, int32_t code, const char *message)
+static void stop_namespace(feeder_t *feeder, feeder_namespace_t *item, const feeder_op_t *op, int32_t code,
+                           const char *message)
 {
-    feeder_namespace_t *item = &feeder->namespaces[index];
-    const char *ns = feeder->context->config->namespaces[index].ns;
+    const char *ns = item->config->ns;
     char *id_json = NULL;
     bson_t id_holder = BSON_INITIALIZER;
     BSON_APPEND_VALUE(&id_holder, "_id", &op->id);
@@ -678,7 +673,7 @@ static void stop_namespace(feeder_t *feeder, size_t index, const feeder_op_t *op
     bson_destroy(&id_holder);
     bson_free(id_json);
 
-    tier_namespace_progress_t *progress = tier_progress_lock_namespace(feeder->context->progress, index);
+    tier_namespace_progress_t *progress = tier_progress_lock_namespace(feeder->context->progress, item->config->index);
     progress->feed_stopped = true;
     progress->applied_time = item->stopped_time;
     snprintf(progress->feed_error, sizeof progress->feed_error, "%s", text);
@@ -691,10 +686,11 @@ typedef enum apply_result {
 } apply_result_t;
 
 /* One ordered bulk write of ops[0..count) of one namespace. */
-static apply_result_t apply_namespace(feeder_t *feeder, size_t index, feeder_op_t *const *ops, size_t count)
+static apply_result_t apply_namespace(feeder_t *feeder, feeder_namespace_t *item, feeder_op_t *const *ops,
+                                      size_t count)
 {
-    feeder_namespace_t *item = &feeder->namespaces[index];
-    mongoc_collection_t *collection = mongoc_client_get_collection(feeder->archive, item->database, item->collection);
+    mongoc_collection_t *collection =
+        mongoc_client_get_collection(feeder->archive, item->config->database, item->config->collection);
     size_t position = 0;
     apply_result_t result = APPLY_DONE;
     while (position < count && !item->stopped) {
@@ -725,7 +721,7 @@ static apply_result_t apply_namespace(feeder_t *feeder, size_t index, feeder_op_
         }
         if (!added) {
             mongoc_bulk_operation_destroy(bulk);
-            stop_namespace(feeder, index, ops[position], 0, error.message);
+            stop_namespace(feeder, item, ops[position], 0, error.message);
             break;
         }
         bool ok = mongoc_bulk_operation_execute(bulk, &reply, &error) != 0;
@@ -749,7 +745,7 @@ static apply_result_t apply_namespace(feeder_t *feeder, size_t index, feeder_op_
                        "skipped an update replayed after a restart onto a later version (%s, code %d)", message, code);
                 position = failed_position + 1;
             } else {
-                stop_namespace(feeder, index, op, code, message);
+                stop_namespace(feeder, item, op, code, message);
             }
         } else if (tier_error_is_transient(&error)) {
             tier_report_error(feeder->context, TIER_WORKER_FEEDER,
@@ -758,7 +754,7 @@ static apply_result_t apply_namespace(feeder_t *feeder, size_t index, feeder_op_
                               error.message);
             result = APPLY_RETRY;
         } else {
-            stop_namespace(feeder, index, ops[position], tier_error_code(&error), error.message);
+            stop_namespace(feeder, item, ops[position], tier_error_code(&error), error.message);
         }
         bson_destroy(&reply);
         if (result == APPLY_RETRY) {
@@ -779,8 +775,8 @@ static apply_result_t apply_batch(feeder_t *feeder, size_t *out_writes)
         while (end < count && ops[end]->namespace_index == ops[start]->namespace_index) {
             end++;
         }
-        if (!feeder->namespaces[ops[start]->namespace_index].stopped &&
-            apply_namespace(feeder, ops[start]->namespace_index, ops + start, end - start) == APPLY_RETRY) {
+        feeder_namespace_t *item = &feeder->namespaces[ops[start]->namespace_index];
+        if (!item->stopped && apply_namespace(feeder, item, ops + start, end - start) == APPLY_RETRY) {
             return APPLY_RETRY;
         }
         start = end;
@@ -881,7 +877,7 @@ static void finish_retries(feeder_t *feeder)
         if (!item->retrying || item->stopped) {
             continue;
         }
-        const char *ns = feeder->context->config->namespaces[i].ns;
+        const char *ns = item->config->ns;
         char stopped_id[320];
         bson_t command = BSON_INITIALIZER, deletes, statement, query;
         snprintf(stopped_id, sizeof stopped_id, "stopped:%s", ns);
@@ -958,15 +954,15 @@ static size_t collect_candidates(feeder_t *feeder, const bson_t *events, candida
         if (bson_iter_init_find(&field, &ns_document, "coll") && BSON_ITER_HOLDS_UTF8(&field)) {
             collection = bson_iter_utf8(&field, NULL);
         }
-        ssize_t index = find_namespace(feeder, database, collection);
-        if (index < 0 || feeder->namespaces[index].stopped || time <= feeder->namespaces[index].skip_until) {
+        feeder_namespace_t *target = find_namespace(feeder, database, collection);
+        if (target == NULL || target->stopped || time <= target->skip_until) {
             continue;
         }
         candidate_t *item = &out[count];
         memset(item, 0, sizeof *item);
         /* A static bson_t points into itself: initialise it in place, never copy it. */
         bson_init_static(&item->event, data, length);
-        item->index = (size_t)index;
+        item->target = target;
         item->time = time;
         const char *operation = "";
         if (bson_iter_init_find(&field, &event, "operationType") && BSON_ITER_HOLDS_UTF8(&field)) {
@@ -1007,7 +1003,7 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
                 suppressed++;
                 continue;
             }
-            if (!feeder_batch_add(feeder->batch, candidates[i].index, &candidates[i].event, &error)) {
+            if (!feeder_batch_add(feeder->batch, candidates[i].target->config->index, &candidates[i].event, &error)) {
                 tier_report_error(feeder->context, TIER_WORKER_FEEDER, "skipped a change event: %s", error.message);
             }
         }
@@ -1125,8 +1121,7 @@ void feeder_run(tier_group_t *group, void *argument)
     feeder.namespace_count = context->config->namespace_count;
     feeder.namespaces = bson_malloc0((feeder.namespace_count + 1) * sizeof *feeder.namespaces);
     for (size_t i = 0; i < feeder.namespace_count; i++) {
-        tier_split_namespace(context->config->namespaces[i].ns, feeder.namespaces[i].database,
-                             sizeof feeder.namespaces[i].database, &feeder.namespaces[i].collection);
+        feeder.namespaces[i].config = &context->config->namespaces[i];
         bson_init(&feeder.namespaces[i].stopped_token);
     }
     bson_init(&feeder.token);

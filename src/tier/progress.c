@@ -21,19 +21,24 @@ typedef struct eviction {
     bson_value_t id; /* a view, valid while active */
 } eviction_t;
 
+/* One per namespace, in the config's order (config_namespace_t.index). */
+typedef struct namespace_slot {
+    tier_namespace_progress_t progress;
+    eviction_t eviction; /* the evictor's delete under way */
+} namespace_slot_t;
+
 struct tier_progress {
     pthread_mutex_t mutex;
     pthread_cond_t changed;
     uint64_t generation;
     tier_progress_listener_fn listener;
     void *listener_context;
-    tier_namespace_progress_t *namespaces;
+    namespace_slot_t *namespaces;
     size_t namespace_count;
     tier_worker_progress_t workers[TIER_WORKER_COUNT];
     pin_t *pins;
     size_t pin_count;
     size_t pin_capacity;
-    eviction_t *evictions; /* one per namespace */
 };
 
 const char *tier_worker_name(tier_worker_t worker)
@@ -58,9 +63,8 @@ tier_progress_t *tier_progress_new(size_t namespace_count)
     progress->namespace_count = namespace_count;
     progress->namespaces = bson_malloc0((namespace_count + 1) * sizeof *progress->namespaces);
     for (size_t i = 0; i < namespace_count; i++) {
-        progress->namespaces[i].warm_remaining = -1;
+        progress->namespaces[i].progress.warm_remaining = -1;
     }
-    progress->evictions = bson_malloc0((namespace_count + 1) * sizeof *progress->evictions);
     return progress;
 }
 
@@ -77,7 +81,6 @@ void tier_progress_destroy(tier_progress_t *progress)
         }
     }
     bson_free(progress->pins);
-    bson_free(progress->evictions);
     bson_free(progress->namespaces);
     bson_free(progress);
 }
@@ -98,7 +101,7 @@ void tier_progress_set_listener(tier_progress_t *progress, tier_progress_listene
 tier_namespace_progress_t *tier_progress_lock_namespace(tier_progress_t *progress, size_t index)
 {
     pthread_mutex_lock(&progress->mutex);
-    return &progress->namespaces[index];
+    return &progress->namespaces[index].progress;
 }
 
 tier_worker_progress_t *tier_progress_lock_worker(tier_progress_t *progress, tier_worker_t worker)
@@ -128,7 +131,7 @@ void tier_progress_set_applied(tier_progress_t *progress, uint64_t time)
     bool moved = false;
     pthread_mutex_lock(&progress->mutex);
     for (size_t i = 0; i < progress->namespace_count; i++) {
-        tier_namespace_progress_t *item = &progress->namespaces[i];
+        tier_namespace_progress_t *item = &progress->namespaces[i].progress;
         if (!item->feed_stopped && item->applied_time < time) {
             item->applied_time = time;
             moved = true;
@@ -143,7 +146,7 @@ void tier_progress_set_applied(tier_progress_t *progress, uint64_t time)
 void tier_progress_namespace(tier_progress_t *progress, size_t index, tier_namespace_progress_t *out)
 {
     pthread_mutex_lock(&progress->mutex);
-    *out = progress->namespaces[index];
+    *out = progress->namespaces[index].progress;
     pthread_mutex_unlock(&progress->mutex);
 }
 
@@ -191,7 +194,7 @@ static pin_t *find_pin(tier_progress_t *progress, size_t index, const bson_value
 bool tier_progress_pin(tier_progress_t *progress, size_t index, const bson_value_t *id)
 {
     pthread_mutex_lock(&progress->mutex);
-    eviction_t *eviction = &progress->evictions[index];
+    eviction_t *eviction = &progress->namespaces[index].eviction;
     if (eviction->active && (id == NULL || order_compare_values(&eviction->id, id) == 0)) {
         pthread_mutex_unlock(&progress->mutex);
         return false;
@@ -233,8 +236,8 @@ bool tier_progress_begin_eviction(tier_progress_t *progress, size_t index, const
     pthread_mutex_lock(&progress->mutex);
     bool pinned = find_pin(progress, index, NULL) != NULL || find_pin(progress, index, id) != NULL;
     if (!pinned) {
-        progress->evictions[index].active = true;
-        progress->evictions[index].id = *id;
+        progress->namespaces[index].eviction.active = true;
+        progress->namespaces[index].eviction.id = *id;
     }
     pthread_mutex_unlock(&progress->mutex);
     return !pinned;
@@ -243,7 +246,7 @@ bool tier_progress_begin_eviction(tier_progress_t *progress, size_t index, const
 void tier_progress_end_eviction(tier_progress_t *progress, size_t index)
 {
     pthread_mutex_lock(&progress->mutex);
-    progress->evictions[index].active = false;
+    progress->namespaces[index].eviction.active = false;
     tier_progress_unlock(progress, true);
 }
 

@@ -65,8 +65,9 @@ typedef struct tier_progress tier_progress_t;
  * a stopped feed, coverage). Must not block: uv_async_send is the intended use. */
 typedef void (*tier_progress_listener_fn)(void *context);
 
-/* For namespace_count namespaces, in the config's order. Free with
- * tier_progress_destroy() once no thread uses it. */
+/* For namespace_count namespaces, in the config's order: `index` below is a
+ * namespace's config_namespace_t.index. Free with tier_progress_destroy() once no
+ * thread uses it. */
 tier_progress_t *tier_progress_new(size_t namespace_count);
 void tier_progress_destroy(tier_progress_t *progress);
 

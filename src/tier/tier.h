@@ -7,7 +7,7 @@
 #define TC_TIER_TIER_H
 
 #include "common/error.h"
-#include "proxy/config.h"
+#include "config/config.h"
 #include "tier/progress.h"
 
 /* The fast tier's collections of the workers (database TIER_DATABASE):

@@ -245,16 +245,6 @@ bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms)
 
 /* --- feeder progress ----------------------------------------------------------------- */
 
-static ssize_t namespace_index(const config_t *config, const char *ns)
-{
-    for (size_t i = 0; i < config->namespace_count; i++) {
-        if (strcmp(config->namespaces[i].ns, ns) == 0) {
-            return (ssize_t)i;
-        }
-    }
-    return -1;
-}
-
 void tier_progress_apply_feeder_documents(tier_progress_t *progress, const config_t *config, const bson_t *documents)
 {
     bson_iter_t iter, field;
@@ -286,12 +276,12 @@ void tier_progress_apply_feeder_documents(tier_progress_t *progress, const confi
         if (bson_iter_init_find(&field, &document, "error") && BSON_ITER_HOLDS_UTF8(&field)) {
             message = bson_iter_utf8(&field, NULL);
         }
-        ssize_t index = ns != NULL ? namespace_index(config, ns) : -1;
-        if (strncmp(id, "stopped:", 8) != 0 || index < 0) {
+        const config_namespace_t *policy = config_find_namespace(config, ns);
+        if (strncmp(id, "stopped:", 8) != 0 || policy == NULL) {
             continue;
         }
-        stopped[index] = true;
-        tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
+        stopped[policy->index] = true;
+        tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, policy->index);
         bool changed = !item->feed_stopped;
         item->feed_stopped = true;
         item->applied_time = timestamp_find(&document, "appliedTime");
@@ -327,12 +317,12 @@ void tier_progress_apply_warmer_documents(tier_progress_t *progress, const confi
         if (!bson_iter_init_find(&field, &document, "_id") || !BSON_ITER_HOLDS_UTF8(&field)) {
             continue;
         }
-        ssize_t index = namespace_index(config, bson_iter_utf8(&field, NULL));
-        if (index < 0) {
+        const config_namespace_t *policy = config_find_namespace(config, bson_iter_utf8(&field, NULL));
+        if (policy == NULL) {
             continue;
         }
         bool complete = bson_iter_init_find(&field, &document, "complete") && bson_iter_as_bool(&field);
-        tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, (size_t)index);
+        tier_namespace_progress_t *item = tier_progress_lock_namespace(progress, policy->index);
         uint64_t copy_time = complete ? timestamp_find(&document, "lastCopyTime") : 0;
         bool changed = item->coverage_valid != complete || item->warm_copy_time != copy_time;
         item->coverage_valid = complete;

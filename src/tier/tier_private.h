@@ -80,7 +80,8 @@ int64_t tier_monotonic_ms(void);
 /* --- namespaces ----------------------------------------------------------------- */
 
 /* Splits "db.coll" into database (copied into a buffer of PLAN-sized room) and
- * collection (a pointer into ns). */
+ * collection (a pointer into ns). A config_namespace_t carries both already,
+ * split once at load: read its database and collection instead. */
 void tier_split_namespace(const char *ns, char *out_database, size_t size, const char **out_collection);
 
 /* The first value at a dotted path of document (the time field); false when

@@ -1,9 +1,9 @@
-/* Tests for src/proxy/backend_auth.c, the proxy's SCRAM client to a tier, in
+/* Tests for src/client/backend_auth.c, the proxy's SCRAM client to a tier, in
  * OP_MSG: credentials from the URI, mechanism negotiation, and whole
  * conversations against the server side the store runs (security/sasl.h), with
  * and without the empty last step, a wrong password, and a tier that cannot
  * prove it holds the user's keys. */
-#include "proxy/backend_auth.h"
+#include "client/backend_auth.h"
 #include "security/sasl.h"
 #include "wire/wire.h"
 

@@ -1,9 +1,9 @@
-/* Tests for src/proxy/backend_tls.c: which tier URIs ask for TLS and with what
+/* Tests for src/client/backend_tls.c: which tier URIs ask for TLS and with what
  * options (as drivers read them), and a tier connection's TLS layer against a
  * server session of src/security/tls.h in memory: what the proxy sends before
  * the handshake is held and arrives after it, replies come back as plaintext,
  * a failed check is an SSLHandshakeFailed naming the reason. */
-#include "proxy/backend_tls.h"
+#include "client/backend_tls.h"
 
 #include <stdio.h>
 #include <string.h>

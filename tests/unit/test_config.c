@@ -1,4 +1,4 @@
-/* Unit tests for src/proxy/config.c: good files and their values (defaults, derived
+/* Unit tests for src/config/config.c: good files and their values (defaults, derived
  * defaults, every optional key), and bad files, each refused with the exact
  * "FILE:LINE: reason" a user would read. The files (and, for the TLS keys, a
  * CA and a certificate: certificates.h) are written to a temporary directory by
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proxy/config.h"
+#include "config/config.h"
 
 #include <mongoc/mongoc.h>
 
@@ -100,6 +100,9 @@ static void test_brief_example(void **state)
     assert_int_equal(config->namespace_count, 1);
     const config_namespace_t *orders = &config->namespaces[0];
     assert_string_equal(orders->ns, "shop.orders");
+    assert_string_equal(orders->database, "shop");
+    assert_string_equal(orders->collection, "orders");
+    assert_int_equal(orders->index, 0);
     assert_string_equal(orders->time_field, "createdAt");
     assert_true(orders->max_age_ms == INT64_C(30) * 86400000);
     assert_int_equal(orders->line, 5);
@@ -172,6 +175,8 @@ static void test_every_option(void **state)
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
     assert_int_equal(clicks->line, 22);
+    assert_int_equal(clicks->index, 1);
+    assert_ptr_equal(clicks, &config->namespaces[1]);
     config_destroy(config);
 }
 
@@ -229,8 +234,16 @@ static void test_other_good_shapes(void **state)
                   "             {ns: x.y, timeField: at, maxAge: *age}]\r\n");
     assert_int_equal(config->namespace_count, 2);
     assert_string_equal(config->namespaces[0].ns, "1.2");
+    assert_string_equal(config->namespaces[0].database, "1");
+    assert_string_equal(config->namespaces[0].collection, "2");
     assert_string_equal(config->namespaces[0].time_field, "5");
     assert_true(config->namespaces[1].max_age_ms == INT64_C(7) * 86400000);
+    config_destroy(config);
+
+    /* a collection name holding dots: the database ends at the first one */
+    config = load(TIERS "namespaces:\n  - ns: logs.app.2024\n    timeField: t\n    maxAge: 1d\n");
+    assert_string_equal(config->namespaces[0].database, "logs");
+    assert_string_equal(config->namespaces[0].collection, "app.2024");
     config_destroy(config);
 
     /* an SRV URI and a URI with credentials */

@@ -1,4 +1,4 @@
-/* Unit tests for src/proxy/read_preference.c: $readPreference parsing with mongos's
+/* Unit tests for src/client/read_preference.c: $readPreference parsing with mongos's
  * errors, topologies read from hello replies, and member selection on made-up
  * replica sets (modes, tag sets, maxStalenessSeconds, latency, no primary). */
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-#include "proxy/read_preference.h"
+#include "client/read_preference.h"
 
 /* JSON with single quotes for double quotes. */
 static bson_t *document(const char *json)

@@ -1,7 +1,7 @@
 /* $readPreference parsing (mongos's ReadPreferenceSetting::fromInnerBSON rules and
  * messages) and member selection (the server selection specification's steps for a
  * replica set: candidates by mode, maxStalenessSeconds, tag sets, latency). */
-#include "proxy/read_preference.h"
+#include "client/read_preference.h"
 
 #include "common/timestamp.h"
 #include "query/value_format.h"

@@ -3,8 +3,8 @@
  * answer it, by the server selection specification (maxStalenessSeconds, then tag
  * sets, then the latency window), or FailedToSatisfyReadPreference (133) with
  * mongos's message. Pure: the members come from hello replies the caller holds. */
-#ifndef TC_PROXY_READ_PREFERENCE_H
-#define TC_PROXY_READ_PREFERENCE_H
+#ifndef TC_CLIENT_READ_PREFERENCE_H
+#define TC_CLIENT_READ_PREFERENCE_H
 
 #include "common/error.h"
 

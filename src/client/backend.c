@@ -1,5 +1,5 @@
-/* A connection pool on the proxy's loop: a tier's, to its primary, or one of its
- * secondaries' (backend_members.c opens those). Each connection runs this state
+/* A connection pool on the caller's libuv loop (the proxy's, bench's): a tier's,
+ * to its primary, or one of its secondaries' (backend_members.c opens those). Each connection runs this state
  * machine; every change goes through backend_set_state(), which aborts on an
  * impossible one:
  *
@@ -16,13 +16,13 @@
  * connection, which the pool opens at once. When the tier's URI asks for TLS,
  * HANDSHAKING starts with the TLS handshake (backend_tls.c, under the connect
  * timeout): the hello waits in the TLS layer until it is done. */
-#include "proxy/backend.h"
-#include "proxy/backend_members.h"
-#include "proxy/backend_tls.h"
+#include "client/backend.h"
+#include "client/backend_auth.h"
+#include "client/backend_members.h"
+#include "client/backend_tls.h"
 
 #include "common/log.h"
 #include "net/stream_write.h"
-#include "proxy/backend_auth.h"
 #include "wire/wire.h"
 
 #include <mongoc/mongoc.h>

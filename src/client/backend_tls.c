@@ -1,8 +1,8 @@
-/* TLS for the proxy's tier connections: reads a tier URI's TLS options into a
+/* TLS for a pool's tier connections: reads a tier URI's TLS options into a
  * client context (src/security/tls.h), and per connection moves bytes between
  * backend.c and a client session, holding back the plaintext sent before the
  * handshake completes (the hello that opens every connection). */
-#include "proxy/backend_tls.h"
+#include "client/backend_tls.h"
 
 #include <string.h>
 

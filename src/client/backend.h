@@ -1,13 +1,14 @@
-/* Connections from the proxy to one tier: a pool of wire-protocol connections to
- * the tier's primary, on the proxy's event loop, and (once a read asks for them)
- * one pool per secondary of the tier's replica set (backend_members.c). Each
+/* Connections to one tier (any MongoDB deployment; the proxy's tiers, the server
+ * bench drives): a pool of wire-protocol connections to its primary, on the
+ * caller's event loop, and (once a read asks for them) one pool per secondary of
+ * the tier's replica set (backend_members.c). Each
  * connection carries one request at a time, as a driver's pooled connection does;
  * requests beyond the pool's size wait in a FIFO queue. Nothing here blocks. */
-#ifndef TC_PROXY_BACKEND_H
-#define TC_PROXY_BACKEND_H
+#ifndef TC_CLIENT_BACKEND_H
+#define TC_CLIENT_BACKEND_H
 
 #include "common/error.h"
-#include "proxy/read_preference.h"
+#include "client/read_preference.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
-/* The proxy's configuration: the YAML file of the design brief (`thermocline proxy
+/* The configuration of the proxy and the tier workers: the YAML file of the design
+ * brief (`thermocline proxy --config FILE`, `thermocline feeder|evictor|warmer
  * --config FILE`), read once at start. Every bad value is refused with
  * "FILE:LINE: reason"; nothing is guessed. Settings are one table in config.c.
  *
@@ -65,8 +66,8 @@
  *   warmerPeriod        duration  maxAge/20, 100ms-1m  how often the warmer runs
  *
  * Durations carry a unit (500ms, 20s, 15m, 6h, 30d: common/units.h). */
-#ifndef TC_PROXY_CONFIG_H
-#define TC_PROXY_CONFIG_H
+#ifndef TC_CONFIG_CONFIG_H
+#define TC_CONFIG_CONFIG_H
 
 #include "common/error.h"
 #include "security/tls.h"
@@ -80,8 +81,14 @@ typedef enum config_coverage {
     CONFIG_COVERAGE_COMPLETE, /* horizon valid from the start */
 } config_coverage_t;
 
+/* One tiered namespace: its policy, and its names split once at load, so that no
+ * caller splits the ns string again. The proxy and the tier workers keep their
+ * own per-namespace state in structs that point at it. */
 typedef struct config_namespace {
     char *ns;         /* "database.collection" */
+    char *database;   /* ns up to its first '.' */
+    char *collection; /* the rest of ns (may hold dots: "events.2024") */
+    size_t index;     /* its position in config_t.namespaces: its slot in tier/progress.h */
     char *time_field; /* a field path such as "createdAt" or "meta.ts" */
     int64_t max_age_ms;
     config_coverage_t coverage;

@@ -2,7 +2,7 @@
  * type, target, default, bounds, help), as pgbouncer's loader does: defaults are
  * parsed like file values, a misspelt key gets the nearest known name, and every
  * error names the file and line. */
-#include "proxy/config.h"
+#include "config/config.h"
 
 #include "common/units.h"
 #include "security/tls.h"
@@ -660,7 +660,7 @@ static uint32_t line_of(const uint32_t lines[SETTING_COUNT], setting_scope_t sco
 }
 
 /* Defaults relative to maxAge, so tests that shrink maxAge to seconds get workers
- * that keep up, then the checks across keys. */
+ * that keep up, the names split once for every caller, then the checks across keys. */
 static bool namespace_finish(const loader_t *loader, config_namespace_t *entry, const uint32_t lines[SETTING_COUNT])
 {
     const int64_t minute = 60000;
@@ -673,6 +673,9 @@ static bool namespace_finish(const loader_t *loader, config_namespace_t *entry, 
     if (line_of(lines, SCOPE_NAMESPACE, "warmerPeriod") == 0) {
         entry->warmer_period_ms = clamp(entry->max_age_ms / 20, 100, minute);
     }
+    const char *dot = strchr(entry->ns, '.'); /* parse_namespace_name() checked it is there */
+    entry->database = bson_strndup(entry->ns, (size_t)(dot - entry->ns));
+    entry->collection = bson_strdup(dot + 1);
     if (entry->safety_slack_ms >= entry->max_age_ms) {
         char slack[32];
         char age[32];
@@ -706,7 +709,8 @@ static bool load_namespaces(const loader_t *loader, yaml_node_t *list, config_t 
                            "each entry of namespaces must be a mapping with ns, timeField and maxAge, not %s",
                            node ? node_kind(node) : "nothing");
         }
-        config_namespace_t *entry = &config->namespaces[config->namespace_count++];
+        config_namespace_t *entry = &config->namespaces[config->namespace_count];
+        entry->index = config->namespace_count++;
         entry->line = node_line(node);
         if (!apply_defaults(loader, SCOPE_NAMESPACE, entry) ||
             !load_mapping(loader, node, SCOPE_NAMESPACE, entry, lines) || !namespace_finish(loader, entry, lines)) {
@@ -889,6 +893,8 @@ void config_destroy(config_t *config)
     bson_free(config->tls_ca_file);
     for (size_t i = 0; i < config->namespace_count; i++) {
         bson_free(config->namespaces[i].ns);
+        bson_free(config->namespaces[i].database);
+        bson_free(config->namespaces[i].collection);
         bson_free(config->namespaces[i].time_field);
     }
     bson_free(config->namespaces);

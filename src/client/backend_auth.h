@@ -4,8 +4,8 @@
  * connection runs after its hello, as a driver does: saslStart, saslContinue
  * with the proof, the server's signature checked. Nothing here blocks or does
  * I/O: backend.c carries the messages. */
-#ifndef TC_PROXY_BACKEND_AUTH_H
-#define TC_PROXY_BACKEND_AUTH_H
+#ifndef TC_CLIENT_BACKEND_AUTH_H
+#define TC_CLIENT_BACKEND_AUTH_H
 
 #include "common/error.h"
 

@@ -1,4 +1,4 @@
-/* The proxy's own authentication to a tier (backend_auth.h): the URI's
+/* A pool's own authentication to a tier (backend_auth.h): the URI's
  * credentials, mechanism negotiation through hello's saslSupportedMechs, and
  * the three SCRAM steps over OP_MSG:
  *
@@ -10,7 +10,7 @@
  *
  * Each pool keeps the keys its password gives for the tier's salt
  * (scram_client_key_cache_t), so only its first connection pays for PBKDF2. */
-#include "proxy/backend_auth.h"
+#include "client/backend_auth.h"
 
 #include "security/scram_client.h"
 #include "wire/wire.h"

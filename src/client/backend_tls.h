@@ -1,10 +1,10 @@
-/* Private to src/proxy: TLS under a tier connection of backend.c. The options
+/* Private to src/client: TLS under a tier connection of backend.c. The options
  * come from the tier's URI as drivers read them; the bytes go through a client
  * session of src/security/tls.h, and this layer only holds back what the
  * connection sends before the handshake is done, so backend.c's state machine
  * sees plaintext and one more step inside HANDSHAKING. */
-#ifndef TC_PROXY_BACKEND_TLS_H
-#define TC_PROXY_BACKEND_TLS_H
+#ifndef TC_CLIENT_BACKEND_TLS_H
+#define TC_CLIENT_BACKEND_TLS_H
 
 #include "common/error.h"
 #include "security/tls.h"

@@ -3,7 +3,7 @@
  * the tier's credentials and TLS), and a monitor that asks every member hello every
  * READ_PREFERENCE_HEARTBEAT_MS and after a failure, as mongos's replica set
  * monitor does. Selection hands what the monitor knows to read_preference.c. */
-#include "proxy/backend_members.h"
+#include "client/backend_members.h"
 
 #include "common/log.h"
 #include "wire/wire.h"

@@ -1,10 +1,10 @@
 /* Private to backend*.c: a tier's replica set members (backend_members.c), which
  * the tier's pool (backend.c) owns, and what backend.c offers it to open and watch
  * a member's pool. Loop thread only. */
-#ifndef TC_PROXY_BACKEND_MEMBERS_H
-#define TC_PROXY_BACKEND_MEMBERS_H
+#ifndef TC_CLIENT_BACKEND_MEMBERS_H
+#define TC_CLIENT_BACKEND_MEMBERS_H
 
-#include "proxy/backend.h"
+#include "client/backend.h"
 
 typedef struct backend_members backend_members_t;
 
