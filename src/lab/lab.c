@@ -117,28 +117,92 @@ typedef struct lab_overrides {
     bool has_records, has_read_iops, has_threads, has_seed, has_warmup, has_duration, has_empty, has_cache;
 } lab_overrides_t;
 
+/* The flags of `thermocline lab`, for getopt_long. */
+enum lab_option {
+    OPT_QUICK = 256, OPT_TINY, OPT_JSON, OPT_OUTPUT, OPT_KEEP, OPT_RECORDS, OPT_CACHE, OPT_IOPS, OPT_THREADS,
+    OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_HELP
+};
+
+static const struct option lab_long_options[] = {
+    {"quick", no_argument, NULL, OPT_QUICK},
+    {"tiny", no_argument, NULL, OPT_TINY},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"output", required_argument, NULL, OPT_OUTPUT},
+    {"keep", no_argument, NULL, OPT_KEEP},
+    {"records", required_argument, NULL, OPT_RECORDS},
+    {"cache-size", required_argument, NULL, OPT_CACHE},
+    {"read-iops", required_argument, NULL, OPT_IOPS},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"duration", required_argument, NULL, OPT_DURATION},
+    {"empty-duration", required_argument, NULL, OPT_EMPTY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* The run's sizes: the preset (NULL: the faithful one), then the flags that
+ * override it. */
+static void apply_sizes(lab_settings_t *settings, const char *size_preset, const lab_overrides_t *overrides)
+{
+    /* The PoC's client and volume: 64 YCSB threads, 3,000 reads/s. */
+    settings->thread_count = 64;
+    settings->load_thread_count = 8;
+    settings->read_iops = 3000;
+    settings->seed = LAB_DEFAULT_SEED;
+    if (size_preset == NULL) {
+        preset_faithful(settings);
+    } else if (strcmp(size_preset, "quick") == 0) {
+        preset_quick(settings);
+    } else {
+        preset_tiny(settings);
+    }
+    if (overrides->has_records) {
+        settings->record_count = overrides->records;
+    }
+    if (overrides->has_cache) {
+        settings->archive_cache_bytes = overrides->cache_bytes;
+    }
+    if (overrides->has_read_iops) {
+        settings->read_iops = overrides->read_iops;
+    }
+    if (overrides->has_threads) {
+        settings->thread_count = (int)overrides->threads;
+    }
+    if (overrides->has_seed) {
+        settings->seed = (uint64_t)overrides->seed;
+    }
+    if (overrides->has_warmup) {
+        settings->warmup_ms = overrides->warmup_ms;
+    }
+    if (overrides->has_duration) {
+        settings->duration_ms = overrides->duration_ms;
+    }
+    if (overrides->has_empty) {
+        settings->empty_start_ms = overrides->empty_ms;
+    }
+    /* mongod serves each connection on its own thread; so does the archive here,
+     * so a read that waits for the disk does not hold up one that hits the cache. */
+    settings->archive_workers = settings->thread_count < 4 ? 4 : settings->thread_count;
+}
+
+/* --json's file can be written (it is created empty now); false after saying why. */
+static bool check_json_path(const lab_settings_t *settings)
+{
+    if (settings->json_path != NULL) {
+        FILE *probe = fopen(settings->json_path, "w");
+        if (probe == NULL) {
+            fprintf(stderr, "thermocline lab: cannot write --json %s: %s\n", settings->json_path, strerror(errno));
+            return false;
+        }
+        fclose(probe);
+    }
+    return true;
+}
+
 /* Returns 0 to go on, -1 after --help, 2 after bad usage (its line on stderr). */
 static int parse_options(int argc, char **argv, lab_settings_t *settings)
 {
-    enum { OPT_QUICK = 256, OPT_TINY, OPT_JSON, OPT_OUTPUT, OPT_KEEP, OPT_RECORDS, OPT_CACHE, OPT_IOPS, OPT_THREADS,
-           OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_HELP };
-    static const struct option long_options[] = {
-        {"quick", no_argument, NULL, OPT_QUICK},
-        {"tiny", no_argument, NULL, OPT_TINY},
-        {"json", required_argument, NULL, OPT_JSON},
-        {"output", required_argument, NULL, OPT_OUTPUT},
-        {"keep", no_argument, NULL, OPT_KEEP},
-        {"records", required_argument, NULL, OPT_RECORDS},
-        {"cache-size", required_argument, NULL, OPT_CACHE},
-        {"read-iops", required_argument, NULL, OPT_IOPS},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"empty-duration", required_argument, NULL, OPT_EMPTY},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     lab_overrides_t overrides;
     const char *size_preset = NULL;
     bson_error_t error;
@@ -148,7 +212,7 @@ static int parse_options(int argc, char **argv, lab_settings_t *settings)
     opterr = 0;
     optind = 1;
     int option;
-    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, "", lab_long_options, NULL)) != -1) {
         switch (option) {
         case OPT_QUICK:
         case OPT_TINY:
@@ -234,53 +298,9 @@ static int parse_options(int argc, char **argv, lab_settings_t *settings)
         return 2;
     }
 
-    /* The PoC's client and volume: 64 YCSB threads, 3,000 reads/s. */
-    settings->thread_count = 64;
-    settings->load_thread_count = 8;
-    settings->read_iops = 3000;
-    settings->seed = LAB_DEFAULT_SEED;
-    if (size_preset == NULL) {
-        preset_faithful(settings);
-    } else if (strcmp(size_preset, "quick") == 0) {
-        preset_quick(settings);
-    } else {
-        preset_tiny(settings);
-    }
-    if (overrides.has_records) {
-        settings->record_count = overrides.records;
-    }
-    if (overrides.has_cache) {
-        settings->archive_cache_bytes = overrides.cache_bytes;
-    }
-    if (overrides.has_read_iops) {
-        settings->read_iops = overrides.read_iops;
-    }
-    if (overrides.has_threads) {
-        settings->thread_count = (int)overrides.threads;
-    }
-    if (overrides.has_seed) {
-        settings->seed = (uint64_t)overrides.seed;
-    }
-    if (overrides.has_warmup) {
-        settings->warmup_ms = overrides.warmup_ms;
-    }
-    if (overrides.has_duration) {
-        settings->duration_ms = overrides.duration_ms;
-    }
-    if (overrides.has_empty) {
-        settings->empty_start_ms = overrides.empty_ms;
-    }
-    /* mongod serves each connection on its own thread; so does the archive here,
-     * so a read that waits for the disk does not hold up one that hits the cache. */
-    settings->archive_workers = settings->thread_count < 4 ? 4 : settings->thread_count;
-
-    if (settings->json_path != NULL) {
-        FILE *probe = fopen(settings->json_path, "w");
-        if (probe == NULL) {
-            fprintf(stderr, "thermocline lab: cannot write --json %s: %s\n", settings->json_path, strerror(errno));
-            return 2;
-        }
-        fclose(probe);
+    apply_sizes(settings, size_preset, &overrides);
+    if (!check_json_path(settings)) {
+        return 2;
     }
     return 0;
 }

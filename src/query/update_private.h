@@ -154,4 +154,51 @@ update_node_t *update_node_find_child(const update_node_t *node, const char *nam
 bool update_is_number_type(bson_type_t type);
 char *update_describe_argument(const char *name, const bson_value_t *value);
 
+/* ------------------------------------------------------------------------------------
+ * Applying an operator update: update.c walks the compiled tree over the document,
+ * update_operators.c applies each leaf, update_upsert.c builds an upsert's seed.
+ * ---------------------------------------------------------------------------------- */
+
+typedef struct update_change_log_entry {
+    char *path;
+    bool removed;
+} update_change_log_entry_t;
+
+typedef struct update_apply_context {
+    const update_spec_t *spec;
+    update_element_t *root;
+    bool is_upsert_insert;
+    const char *matched_array_index; /* what the positional '$' stands for; NULL: none */
+    bool changed;
+    update_path_t path; /* the path being visited, array indexes included */
+    /* Inside $[] updates of several elements the array is logged as a whole. */
+    int log_suppressed;
+    /* Set by a $push that only appended: mongod logs the new members one by one. */
+    size_t appended_from;
+    update_change_log_entry_t *log;
+    size_t log_count;
+    size_t log_capacity;
+    bson_error_t *error;
+} update_apply_context_t;
+
+/* True when prefix is path or one of its dotted ancestors ("a" of "a.b", not of "ab"). */
+bool update_path_string_is_prefix(const char *prefix, const char *path);
+/* Records a change for the change-stream description, as mongod's v2 oplog diff
+ * would: a change inside an already-logged subtree is covered by it. Takes path. */
+void update_log_change(update_apply_context_t *context, char *path, bool removed);
+/* update_log_change() of the first count parts of the path being visited. */
+void update_log_current_path(update_apply_context_t *context, size_t count, bool removed);
+/* A view of an element wrapped as {field: value}, run through matcher: how $pull
+ * conditions and array filters test one array element. */
+bool update_element_matches(const update_element_t *element, const char *field,
+                            const match_expression_t *matcher);
+
+/* Creates the path being visited's parts[resolved..] under deepest (which exists)
+ * and puts value at the end, padding arrays with nulls (mongod's
+ * pathsupport::createPathAt). Takes value; false with context->error filled. */
+bool update_create_path(update_apply_context_t *context, update_element_t *deepest, size_t resolved,
+                        update_element_t *value);
+/* Applies one leaf operator at the path being visited (update_operators.c). */
+bool update_apply_leaf(update_apply_context_t *context, const update_node_t *leaf);
+
 #endif

@@ -259,41 +259,118 @@ static bool parse_positive(const char *text, const char *flag, int64_t maximum, 
     return true;
 }
 
+/* The flags of `thermocline store`, for getopt_long. */
+enum store_option {
+    OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS, OPT_WORKERS,
+    OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE, OPT_TLS_CA_FILE,
+    OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT, OPT_SEND_TIMEOUT,
+    OPT_MAX_QUEUED_REPLIES
+};
+
+static const struct option store_long_options[] = {
+    {"port", required_argument, NULL, OPT_PORT},
+    {"dbpath", required_argument, NULL, OPT_DBPATH},
+    {"bind", required_argument, NULL, OPT_BIND},
+    {"bind_ip", required_argument, NULL, OPT_BIND},
+    {"replSet", required_argument, NULL, OPT_REPLSET},
+    {"cache-size", required_argument, NULL, OPT_CACHE},
+    {"compressor", required_argument, NULL, OPT_COMPRESSOR},
+    {"read-iops", required_argument, NULL, OPT_IOPS},
+    {"oplog-size", required_argument, NULL, OPT_OPLOG_SIZE},
+    {"oplogSize", required_argument, NULL, OPT_OPLOG_SIZE},
+    {"max-conns", required_argument, NULL, OPT_MAXCONNS},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"auth", no_argument, NULL, OPT_AUTH},
+    {"tlsMode", required_argument, NULL, OPT_TLS_MODE},
+    {"sslMode", required_argument, NULL, OPT_TLS_MODE},
+    {"tlsCertificateKeyFile", required_argument, NULL, OPT_TLS_CERTIFICATE_KEY_FILE},
+    {"sslPEMKeyFile", required_argument, NULL, OPT_TLS_CERTIFICATE_KEY_FILE},
+    {"tlsCAFile", required_argument, NULL, OPT_TLS_CA_FILE},
+    {"sslCAFile", required_argument, NULL, OPT_TLS_CA_FILE},
+    {"tlsAllowConnectionsWithoutCertificates", no_argument, NULL, OPT_TLS_ALLOW_WITHOUT_CERTIFICATES},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"receive-timeout", required_argument, NULL, OPT_RECEIVE_TIMEOUT},
+    {"send-timeout", required_argument, NULL, OPT_SEND_TIMEOUT},
+    {"max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED_REPLIES},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* A size flag (--cache-size, --max-queued-replies): units_parse_size, at least 1MB. */
+static bool parse_size_flag(const char *text, const char *flag, uint64_t *out)
+{
+    bson_error_t error;
+    if (!units_parse_size(text, out, &error)) {
+        fprintf(stderr, "thermocline store: %s: %s\n", flag, error.message);
+        return false;
+    }
+    if (*out < 1024 * 1024) {
+        fprintf(stderr, "thermocline store: %s must be at least 1MB\n", flag);
+        return false;
+    }
+    return true;
+}
+
+/* A count flag (--max-conns, --workers): a whole number from 1 to maximum. */
+static bool parse_count_flag(const char *text, const char *flag, int64_t maximum, int *out)
+{
+    int64_t number;
+    if (!parse_positive(text, flag, maximum, &number)) {
+        return false;
+    }
+    if (number == 0) {
+        fprintf(stderr, "thermocline store: %s must be at least 1\n", flag);
+        return false;
+    }
+    *out = (int)number;
+    return true;
+}
+
+/* --idle-timeout, --receive-timeout, --send-timeout: a duration from 1ms to under 49 days. */
+static bool parse_timeout_flag(int option, const char *text, store_options_t *options)
+{
+    const char *flag = option == OPT_IDLE_TIMEOUT      ? "--idle-timeout"
+                       : option == OPT_RECEIVE_TIMEOUT ? "--receive-timeout"
+                                                       : "--send-timeout";
+    bson_error_t error;
+    int64_t milliseconds;
+    if (!units_parse_duration_ms(text, &milliseconds, &error)) {
+        fprintf(stderr, "thermocline store: %s: %s\n", flag, error.message);
+        return false;
+    }
+    if (milliseconds < 1 || milliseconds >= (int64_t)SERVER_NO_TIMEOUT) {
+        fprintf(stderr, "thermocline store: %s must be at least 1ms and under 49 days, not '%s'\n", flag, text);
+        return false;
+    }
+    *(option == OPT_IDLE_TIMEOUT      ? &options->idle_timeout_ms
+      : option == OPT_RECEIVE_TIMEOUT ? &options->receive_timeout_ms
+                                      : &options->send_timeout_ms) = (uint32_t)milliseconds;
+    return true;
+}
+
+/* What the flags must satisfy together once all are read; false after saying why. */
+static bool check_options(const store_options_t *options)
+{
+    if (options->dbpath == NULL) {
+        fprintf(stderr, "thermocline store: --dbpath is required (see --help)\n");
+        return false;
+    }
+    if (options->tls_mode != TLS_MODE_DISABLED && options->tls_certificate_key_file == NULL) {
+        fprintf(stderr, "thermocline store: need tlsCertificateKeyFile or certificateSelector when TLS is enabled\n");
+        return false;
+    }
+    if (options->tls_mode == TLS_MODE_DISABLED &&
+        (options->tls_certificate_key_file != NULL || options->tls_ca_file != NULL)) {
+        fprintf(stderr, "thermocline store: --tlsCertificateKeyFile and --tlsCAFile need --tlsMode other than "
+                        "disabled\n");
+        return false;
+    }
+    return true;
+}
+
 int store_main(int argc, char **argv)
 {
-    enum { OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS,
-           OPT_WORKERS, OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE,
-           OPT_TLS_CA_FILE, OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT,
-           OPT_SEND_TIMEOUT, OPT_MAX_QUEUED_REPLIES };
-    static const struct option long_options[] = {
-        {"port", required_argument, NULL, OPT_PORT},
-        {"dbpath", required_argument, NULL, OPT_DBPATH},
-        {"bind", required_argument, NULL, OPT_BIND},
-        {"bind_ip", required_argument, NULL, OPT_BIND},
-        {"replSet", required_argument, NULL, OPT_REPLSET},
-        {"cache-size", required_argument, NULL, OPT_CACHE},
-        {"compressor", required_argument, NULL, OPT_COMPRESSOR},
-        {"read-iops", required_argument, NULL, OPT_IOPS},
-        {"oplog-size", required_argument, NULL, OPT_OPLOG_SIZE},
-        {"oplogSize", required_argument, NULL, OPT_OPLOG_SIZE},
-        {"max-conns", required_argument, NULL, OPT_MAXCONNS},
-        {"workers", required_argument, NULL, OPT_WORKERS},
-        {"verbose", no_argument, NULL, OPT_VERBOSE},
-        {"auth", no_argument, NULL, OPT_AUTH},
-        {"tlsMode", required_argument, NULL, OPT_TLS_MODE},
-        {"sslMode", required_argument, NULL, OPT_TLS_MODE},
-        {"tlsCertificateKeyFile", required_argument, NULL, OPT_TLS_CERTIFICATE_KEY_FILE},
-        {"sslPEMKeyFile", required_argument, NULL, OPT_TLS_CERTIFICATE_KEY_FILE},
-        {"tlsCAFile", required_argument, NULL, OPT_TLS_CA_FILE},
-        {"sslCAFile", required_argument, NULL, OPT_TLS_CA_FILE},
-        {"tlsAllowConnectionsWithoutCertificates", no_argument, NULL, OPT_TLS_ALLOW_WITHOUT_CERTIFICATES},
-        {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
-        {"receive-timeout", required_argument, NULL, OPT_RECEIVE_TIMEOUT},
-        {"send-timeout", required_argument, NULL, OPT_SEND_TIMEOUT},
-        {"max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED_REPLIES},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     store_options_t options;
     bson_error_t error;
     int64_t number;
@@ -301,7 +378,7 @@ int store_main(int argc, char **argv)
     opterr = 0;
     optind = 1;
     int option;
-    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, "", store_long_options, NULL)) != -1) {
         switch (option) {
         case OPT_PORT:
             if (!parse_positive(optarg, "--port", 65535, &number)) {
@@ -323,12 +400,7 @@ int store_main(int argc, char **argv)
             options.replica_set = optarg;
             break;
         case OPT_CACHE:
-            if (!units_parse_size(optarg, &options.cache_bytes, &error)) {
-                fprintf(stderr, "thermocline store: --cache-size: %s\n", error.message);
-                return 2;
-            }
-            if (options.cache_bytes < 1024 * 1024) {
-                fprintf(stderr, "thermocline store: --cache-size must be at least 1MB\n");
+            if (!parse_size_flag(optarg, "--cache-size", &options.cache_bytes)) {
                 return 2;
             }
             break;
@@ -355,22 +427,14 @@ int store_main(int argc, char **argv)
             options.oplog_bytes = (uint64_t)number * 1024 * 1024;
             break;
         case OPT_MAXCONNS:
-            if (!parse_positive(optarg, "--max-conns", 10000000, &number) || number == 0) {
-                if (number == 0) {
-                    fprintf(stderr, "thermocline store: --max-conns must be at least 1\n");
-                }
+            if (!parse_count_flag(optarg, "--max-conns", 10000000, &options.max_connections)) {
                 return 2;
             }
-            options.max_connections = (int)number;
             break;
         case OPT_WORKERS:
-            if (!parse_positive(optarg, "--workers", 256, &number) || number == 0) {
-                if (number == 0) {
-                    fprintf(stderr, "thermocline store: --workers must be at least 1\n");
-                }
+            if (!parse_count_flag(optarg, "--workers", 256, &options.worker_count)) {
                 return 2;
             }
-            options.worker_count = (int)number;
             break;
         case OPT_VERBOSE:
             tc_log_set_level(TC_LOG_DEBUG);
@@ -397,32 +461,13 @@ int store_main(int argc, char **argv)
             break;
         case OPT_IDLE_TIMEOUT:
         case OPT_RECEIVE_TIMEOUT:
-        case OPT_SEND_TIMEOUT: {
-            const char *flag = option == OPT_IDLE_TIMEOUT      ? "--idle-timeout"
-                               : option == OPT_RECEIVE_TIMEOUT ? "--receive-timeout"
-                                                               : "--send-timeout";
-            int64_t milliseconds;
-            if (!units_parse_duration_ms(optarg, &milliseconds, &error)) {
-                fprintf(stderr, "thermocline store: %s: %s\n", flag, error.message);
+        case OPT_SEND_TIMEOUT:
+            if (!parse_timeout_flag(option, optarg, &options)) {
                 return 2;
             }
-            if (milliseconds < 1 || milliseconds >= (int64_t)SERVER_NO_TIMEOUT) {
-                fprintf(stderr, "thermocline store: %s must be at least 1ms and under 49 days, not '%s'\n", flag,
-                        optarg);
-                return 2;
-            }
-            *(option == OPT_IDLE_TIMEOUT      ? &options.idle_timeout_ms
-              : option == OPT_RECEIVE_TIMEOUT ? &options.receive_timeout_ms
-                                              : &options.send_timeout_ms) = (uint32_t)milliseconds;
             break;
-        }
         case OPT_MAX_QUEUED_REPLIES:
-            if (!units_parse_size(optarg, &options.max_queued_reply_bytes, &error)) {
-                fprintf(stderr, "thermocline store: --max-queued-replies: %s\n", error.message);
-                return 2;
-            }
-            if (options.max_queued_reply_bytes < 1024 * 1024) {
-                fprintf(stderr, "thermocline store: --max-queued-replies must be at least 1MB\n");
+            if (!parse_size_flag(optarg, "--max-queued-replies", &options.max_queued_reply_bytes)) {
                 return 2;
             }
             break;
@@ -438,18 +483,7 @@ int store_main(int argc, char **argv)
         fprintf(stderr, "thermocline store: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    if (options.dbpath == NULL) {
-        fprintf(stderr, "thermocline store: --dbpath is required (see --help)\n");
-        return 2;
-    }
-    if (options.tls_mode != TLS_MODE_DISABLED && options.tls_certificate_key_file == NULL) {
-        fprintf(stderr, "thermocline store: need tlsCertificateKeyFile or certificateSelector when TLS is enabled\n");
-        return 2;
-    }
-    if (options.tls_mode == TLS_MODE_DISABLED &&
-        (options.tls_certificate_key_file != NULL || options.tls_ca_file != NULL)) {
-        fprintf(stderr, "thermocline store: --tlsCertificateKeyFile and --tlsCAFile need --tlsMode other than "
-                        "disabled\n");
+    if (!check_options(&options)) {
         return 2;
     }
     if (!store_run(&options, &error)) {

@@ -1,4 +1,4 @@
-/* Internals shared by the tier workers (feeder.c, evictor.c, warmer.c) and their
+/* Internals shared by the tier workers (feeder.c, evictor.c, warmer.c, warmer_batch.c) and their
  * helpers (tier_common.c): the context every worker thread gets, libmongoc
  * helpers, the worker-writes marks and the pacer. */
 #ifndef TC_TIER_TIER_PRIVATE_H

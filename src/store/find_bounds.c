@@ -1,0 +1,440 @@
+/* Index bounds from a find filter: for each field of an index's key pattern the
+ * filter's conjuncts give a range or a list of points, which become the scan's
+ * intervals (keystrings) and explain's indexBounds. find.c chooses the index. */
+#include "store/find_private.h"
+#include "query/order.h"
+#include "query/value_format.h"
+
+#include <math.h>
+#include <string.h>
+
+/* --- small helpers ------------------------------------------------------------ */
+
+bool find_is_operator_document(const bson_iter_t *iter)
+{
+    bson_iter_t child;
+    if (!BSON_ITER_HOLDS_DOCUMENT(iter) || !bson_iter_recurse(iter, &child) || !bson_iter_next(&child)) {
+        return false;
+    }
+    return bson_iter_key(&child)[0] == '$';
+}
+
+/* --- field ranges ----------------------------------------------------------------
+ * For one field, the filter's top-level conjuncts give a value range or a list
+ * of points. Values an index cannot bound by (arrays, regexes, null, documents
+ * of operators we do not model) leave the field unbounded; the filter is
+ * always re-applied to what the scan returns, so bounds only need to be a
+ * superset of the answer. */
+
+typedef struct field_range {
+    bool bounded;
+    bool is_points;
+    bson_value_t points[64];
+    size_t point_count;
+    bool has_lower, has_upper;
+    bson_value_t lower, upper; /* copies */
+    bool lower_inclusive, upper_inclusive;
+} field_range_t;
+
+static void field_range_cleanup(field_range_t *range)
+{
+    for (size_t i = 0; i < range->point_count; i++) {
+        bson_value_destroy(&range->points[i]);
+    }
+    if (range->has_lower) {
+        bson_value_destroy(&range->lower);
+    }
+    if (range->has_upper) {
+        bson_value_destroy(&range->upper);
+    }
+    memset(range, 0, sizeof *range);
+}
+
+bool find_value_is_indexable_operand(const bson_value_t *value)
+{
+    switch (value->value_type) {
+    case BSON_TYPE_ARRAY:
+    case BSON_TYPE_REGEX:
+    case BSON_TYPE_NULL:
+    case BSON_TYPE_UNDEFINED:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* The lowest and highest values of value's type bracket, so a one-sided range
+ * stays inside its type as MongoDB's comparison does. */
+static bool bracket_limits(const bson_value_t *value, bson_value_t *out_low, bson_value_t *out_high)
+{
+    memset(out_low, 0, sizeof *out_low);
+    memset(out_high, 0, sizeof *out_high);
+    switch (value->value_type) {
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128:
+        out_low->value_type = BSON_TYPE_DOUBLE;
+        out_low->value.v_double = NAN;
+        out_high->value_type = BSON_TYPE_DOUBLE;
+        out_high->value.v_double = INFINITY;
+        return true;
+    case BSON_TYPE_DATE_TIME:
+        out_low->value_type = BSON_TYPE_DATE_TIME;
+        out_low->value.v_datetime = INT64_MIN;
+        out_high->value_type = BSON_TYPE_DATE_TIME;
+        out_high->value.v_datetime = INT64_MAX;
+        return true;
+    case BSON_TYPE_OID:
+        out_low->value_type = BSON_TYPE_OID;
+        memset(out_low->value.v_oid.bytes, 0x00, 12);
+        out_high->value_type = BSON_TYPE_OID;
+        memset(out_high->value.v_oid.bytes, 0xff, 12);
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void range_add_point(field_range_t *range, const bson_value_t *value)
+{
+    if (range->point_count < sizeof range->points / sizeof range->points[0]) {
+        bson_value_copy(value, &range->points[range->point_count++]);
+    } else {
+        range->bounded = false; /* too many points: scan the field's whole range */
+    }
+}
+
+static void range_set_side(field_range_t *range, bool lower, const bson_value_t *value, bool inclusive)
+{
+    bool *has = lower ? &range->has_lower : &range->has_upper;
+    bson_value_t *side = lower ? &range->lower : &range->upper;
+    bool *side_inclusive = lower ? &range->lower_inclusive : &range->upper_inclusive;
+    if (*has) {
+        int comparison = order_compare_values(value, side);
+        bool tighter = lower ? (comparison > 0 || (comparison == 0 && !inclusive))
+                             : (comparison < 0 || (comparison == 0 && !inclusive));
+        if (!tighter) {
+            return;
+        }
+        bson_value_destroy(side);
+    }
+    bson_value_copy(value, side);
+    *side_inclusive = inclusive;
+    *has = true;
+}
+
+/* Reads the conjunct `path: operand` into range. allow_intersection is false
+ * for multikey indexes, where two conditions may hold on different elements. */
+static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool allow_intersection)
+{
+    if (range->bounded && !allow_intersection) {
+        return;
+    }
+    if (!find_is_operator_document(operand)) {
+        const bson_value_t *value = bson_iter_value(operand);
+        if (!find_value_is_indexable_operand(value) || range->bounded) {
+            return;
+        }
+        range->bounded = true;
+        range->is_points = true;
+        range_add_point(range, value);
+        return;
+    }
+    bson_iter_t operators;
+    bson_iter_recurse(operand, &operators);
+    field_range_t candidate = {0};
+    bool usable = false;
+    while (bson_iter_next(&operators)) {
+        const char *name = bson_iter_key(&operators);
+        const bson_value_t *value = bson_iter_value(&operators);
+        if (strcmp(name, "$eq") == 0 && find_value_is_indexable_operand(value)) {
+            if (!usable) {
+                candidate.is_points = true;
+                range_add_point(&candidate, value);
+                usable = true;
+            }
+        } else if (strcmp(name, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&operators) && !usable) {
+            bson_iter_t items;
+            bson_iter_recurse(&operators, &items);
+            bool all_indexable = true;
+            candidate.is_points = true;
+            while (bson_iter_next(&items)) {
+                if (!find_value_is_indexable_operand(bson_iter_value(&items))) {
+                    all_indexable = false;
+                    break;
+                }
+                range_add_point(&candidate, bson_iter_value(&items));
+            }
+            if (all_indexable && candidate.point_count > 0 &&
+                candidate.point_count < sizeof candidate.points / sizeof candidate.points[0]) {
+                usable = true;
+            } else {
+                field_range_cleanup(&candidate);
+            }
+        } else if ((strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
+                    strcmp(name, "$lte") == 0) &&
+                   find_value_is_indexable_operand(value) && !candidate.is_points) {
+            bool lower = name[1] == 'g';
+            bool inclusive = name[3] == 'e';
+            if (usable && !allow_intersection) {
+                continue;
+            }
+            range_set_side(&candidate, lower, value, inclusive);
+            usable = true;
+        }
+    }
+    if (!usable) {
+        field_range_cleanup(&candidate);
+        return;
+    }
+    candidate.bounded = true;
+    if (range->bounded) {
+        /* Already bounded by an earlier conjunct on the same path: keep that. */
+        field_range_cleanup(&candidate);
+        return;
+    }
+    *range = candidate;
+}
+
+static void collect_field_range(const bson_t *filter, const char *path, bool allow_intersection,
+                                field_range_t *range)
+{
+    bson_iter_t iter;
+    if (filter == NULL || !bson_iter_init(&iter, filter)) {
+        return;
+    }
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        if (strcmp(key, path) == 0) {
+            range_add_condition(range, &iter, allow_intersection);
+        } else if (strcmp(key, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&iter)) {
+            bson_iter_t clauses;
+            bson_iter_recurse(&iter, &clauses);
+            while (bson_iter_next(&clauses)) {
+                bson_t clause;
+                uint32_t length;
+                const uint8_t *data;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&clauses)) {
+                    continue;
+                }
+                bson_iter_document(&clauses, &length, &data);
+                bson_init_static(&clause, data, length);
+                collect_field_range(&clause, path, allow_intersection, range);
+            }
+        }
+    }
+}
+
+/* Completes a one-sided range with its type bracket's other end. */
+static void range_close_bracket(field_range_t *range)
+{
+    if (range->is_points || (range->has_lower && range->has_upper)) {
+        return;
+    }
+    bson_value_t low, high;
+    const bson_value_t *known = range->has_lower ? &range->lower : &range->upper;
+    if (!bracket_limits(known, &low, &high)) {
+        return;
+    }
+    if (!range->has_lower) {
+        range->lower = low;
+        range->has_lower = true;
+        range->lower_inclusive = true;
+    } else {
+        range->upper = high;
+        range->has_upper = true;
+        range->upper_inclusive = true;
+    }
+}
+
+int find_index_direction(const bson_iter_t *iter)
+{
+    return bson_iter_as_double(iter) < 0 ? -1 : 1;
+}
+
+static void append_explain_value(bson_string_t *out, const bson_value_t *value)
+{
+    value_format_append(out, value);
+}
+
+/* --- intervals ---------------------------------------------------------------- */
+
+/* An equality's interval as explain shows it, "[5, 5]", appended to field_bounds under key. */
+static void explain_append_point(bson_t *field_bounds, const char *key, const bson_value_t *value)
+{
+    bson_string_t *text = bson_string_new("[");
+    append_explain_value(text, value);
+    bson_string_append(text, ", ");
+    append_explain_value(text, value);
+    bson_string_append(text, "]");
+    bson_append_utf8(field_bounds, key, -1, text->str, -1);
+    bson_string_free(text, true);
+}
+
+/* Inserts point among intervals[0..*count) kept in key order; false (point
+ * untouched) when an interval with the same lower key is already there. */
+static bool intervals_insert_point(scan_bounds_t *intervals, size_t *count, scan_bounds_t point)
+{
+    size_t slot = *count;
+    while (slot > 0) {
+        const keystring_t *other = &intervals[slot - 1].lower;
+        size_t common = other->length < point.lower.length ? other->length : point.lower.length;
+        int comparison = memcmp(other->data, point.lower.data, common);
+        if (comparison == 0) {
+            comparison = (int)other->length - (int)point.lower.length;
+        }
+        if (comparison == 0) {
+            return false;
+        }
+        if (comparison < 0) {
+            break;
+        }
+        slot--;
+    }
+    memmove(&intervals[slot + 1], &intervals[slot], (*count - slot) * sizeof(scan_bounds_t));
+    intervals[slot] = point;
+    (*count)++;
+    return true;
+}
+
+/* A point list on the first field: one interval per distinct point, in key order;
+ * explain lists the distinct points under their positions in the filter. */
+static void build_point_intervals(const field_range_t *range, bool descending, scan_bounds_t **intervals,
+                                  size_t *interval_count, bson_t *field_bounds)
+{
+    *intervals = bson_malloc0(range->point_count * sizeof(scan_bounds_t));
+    for (size_t i = 0; i < range->point_count; i++) {
+        scan_bounds_t point;
+        scan_bounds_init(&point);
+        keystring_append_value(&point.lower, &range->points[i], descending);
+        keystring_append_value(&point.upper, &range->points[i], descending);
+        if (!intervals_insert_point(*intervals, interval_count, point)) {
+            scan_bounds_cleanup(&point);
+            continue;
+        }
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        explain_append_point(field_bounds, key_string, &range->points[i]);
+    }
+}
+
+/* A range after the equality prefix: one interval, lower and upper in value order,
+ * swapped for a descending field; explain shows it as "(5, 10]". */
+static scan_bounds_t build_range_interval(const scan_bounds_t *prefix, const field_range_t *range, bool descending,
+                                          bson_t *field_bounds)
+{
+    scan_bounds_t interval;
+    scan_bounds_init(&interval);
+    keystring_append_bytes(&interval.lower, prefix->lower.data, prefix->lower.length);
+    keystring_append_bytes(&interval.upper, prefix->upper.data, prefix->upper.length);
+    const bson_value_t *key_low = descending ? (range->has_upper ? &range->upper : NULL)
+                                             : (range->has_lower ? &range->lower : NULL);
+    const bson_value_t *key_high = descending ? (range->has_lower ? &range->lower : NULL)
+                                              : (range->has_upper ? &range->upper : NULL);
+    if (key_low != NULL) {
+        keystring_append_value(&interval.lower, key_low, descending);
+        interval.lower_inclusive = descending ? range->upper_inclusive : range->lower_inclusive;
+    }
+    if (key_high != NULL) {
+        keystring_append_value(&interval.upper, key_high, descending);
+        interval.upper_inclusive = descending ? range->lower_inclusive : range->upper_inclusive;
+    }
+    bson_string_t *text = bson_string_new(range->has_lower && !range->lower_inclusive ? "(" : "[");
+    if (range->has_lower) {
+        append_explain_value(text, &range->lower);
+    } else {
+        bson_string_append(text, "MinKey");
+    }
+    bson_string_append(text, ", ");
+    if (range->has_upper) {
+        append_explain_value(text, &range->upper);
+    } else {
+        bson_string_append(text, "MaxKey");
+    }
+    bson_string_append(text, range->has_upper && !range->upper_inclusive ? ")" : "]");
+    bson_append_utf8(field_bounds, "0", 1, text->str, -1);
+    bson_string_free(text, true);
+    return interval;
+}
+
+/* Appends {path: ["[MinKey, MaxKey]"]}: a field the scan does not bound. */
+static void explain_append_unbounded(bson_t *explain, const char *path)
+{
+    bson_t field_bounds;
+    bson_append_array_begin(explain, path, -1, &field_bounds);
+    bson_append_utf8(&field_bounds, "0", 1, "[MinKey, MaxKey]", -1);
+    bson_append_array_end(explain, &field_bounds);
+}
+
+bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, scan_bounds_t **intervals,
+                       size_t *interval_count, bson_t *explain)
+{
+    bson_iter_t fields;
+    bson_iter_init(&fields, key_pattern);
+    scan_bounds_t prefix;
+    scan_bounds_init(&prefix);
+    size_t prefix_fields = 0;
+    bool built = false;
+    bson_reinit(explain);
+
+    while (bson_iter_next(&fields)) {
+        const char *path = bson_iter_key(&fields);
+        bool descending = find_index_direction(&fields) < 0;
+        field_range_t range = {0};
+        collect_field_range(filter, path, !multikey, &range);
+        if (!range.bounded) {
+            explain_append_unbounded(explain, path);
+            field_range_cleanup(&range);
+            break;
+        }
+        range_close_bracket(&range);
+        bson_t field_bounds;
+        if (range.is_points && range.point_count == 1 && !multikey) {
+            /* Equality: extend the prefix and look at the next field. */
+            keystring_append_value(&prefix.lower, &range.points[0], descending);
+            keystring_append_value(&prefix.upper, &range.points[0], descending);
+            bson_append_array_begin(explain, path, -1, &field_bounds);
+            explain_append_point(&field_bounds, "0", &range.points[0]);
+            bson_append_array_end(explain, &field_bounds);
+            prefix_fields++;
+            field_range_cleanup(&range);
+            built = true;
+            continue;
+        }
+        if (range.is_points && prefix_fields > 0) {
+            /* Points after an equality prefix: the prefix alone bounds the scan. */
+            explain_append_unbounded(explain, path);
+            field_range_cleanup(&range);
+            break;
+        }
+        bson_append_array_begin(explain, path, -1, &field_bounds);
+        if (range.is_points) {
+            build_point_intervals(&range, descending, intervals, interval_count, &field_bounds);
+        } else {
+            *intervals = bson_malloc0(sizeof(scan_bounds_t));
+            (*intervals)[0] = build_range_interval(&prefix, &range, descending, &field_bounds);
+            *interval_count = 1;
+        }
+        bson_append_array_end(explain, &field_bounds);
+        field_range_cleanup(&range);
+        scan_bounds_cleanup(&prefix);
+        built = true;
+        goto finish;
+    }
+    /* Only equalities (or nothing) bounded the scan: the prefix is the interval. */
+    if (built) {
+        *intervals = bson_malloc0(sizeof(scan_bounds_t));
+        (*intervals)[0] = prefix;
+        *interval_count = 1;
+    } else {
+        scan_bounds_cleanup(&prefix);
+    }
+finish:
+    /* Fields after the bounded ones are unbounded in explain. */
+    while (bson_iter_next(&fields)) {
+        explain_append_unbounded(explain, bson_iter_key(&fields));
+    }
+    return built;
+}
