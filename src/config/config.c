@@ -76,6 +76,8 @@ static const setting_t settings[] = {
      "how long a retried command waits for its tier's primary to be found again (0: no retries)"},
     {"faultInLimit", TOP(fault_in_limit), TYPE_INTEGER, "1000", false, 0, 10000000,
      "archive documents one write may fault in"},
+    {"slowOpThresholdMs", TOP(slow_op_threshold_ms), TYPE_INTEGER, "100", false, 0, 86400000,
+     "log every command slower than this many milliseconds, with where its time went (as mongod)"},
     {"feederEnabled", TOP(feeder_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the feeder"},
     {"evictorEnabled", TOP(evictor_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the evictor"},
     {"warmerEnabled", TOP(warmer_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the warmer"},

@@ -27,6 +27,8 @@
  *                                                    to be found again (0-1h; 0: the proxy never retries)
  *   faultInLimit        integer   1000               archive documents one write may fault in; past
  *                                                    it the write fails (0-10000000)
+ *   slowOpThresholdMs   integer   100                log every command slower than this many ms, with
+ *                                                    where its time went (0-86400000; mongod's name)
  *   feederEnabled       boolean   true               run the feeder in this process
  *   evictorEnabled      boolean   true               run the evictor in this process
  *   warmerEnabled       boolean   true               run the warmer in this process
@@ -114,6 +116,7 @@ typedef struct config {
     int64_t read_your_writes_wait_ms;
     int64_t failover_wait_ms;
     int64_t fault_in_limit;
+    int64_t slow_op_threshold_ms; /* log commands slower than this (mongod's slowOpThresholdMs) */
     bool feeder_enabled;
     bool evictor_enabled;
     bool warmer_enabled;

@@ -74,6 +74,11 @@ typedef enum plan_kind {
  * safetySlack once the warmer, or the config, says the fast tier is complete). */
 typedef struct plan_policy {
     const char *time_field; /* a field path, never NULL */
+    /* The namespace's unique indexes other than _id_, as listIndexes lists them
+     * (each {key, name, unique, and sparse, partialFilterExpression, collation when
+     * set}), as a BSON array; NULL: none known. A write that sets one of their keys
+     * faults in the archive documents that may hold the same value (I7). */
+    const bson_t *unique_indexes;
 } plan_policy_t;
 
 typedef struct plan_coverage {

@@ -39,6 +39,14 @@ bool planner_bound_inside_horizon(const planner_context_t *context, const planne
 /* Remembers bound as the decision's lower bound. */
 void planner_record_bound(plan_decision_t *out, const planner_bound_t *bound);
 
+/* planner_unique.c: fault-in filters for the archive documents that may hold a
+ * unique key value the write sets (policy->unique_indexes), appended to
+ * out->fault_in_filters. A whole document (insert, replacement); an update's
+ * operators ($set, and $setOnInsert and the query's equalities for an upsert). */
+void planner_unique_keys_of_document(const plan_policy_t *policy, const bson_t *document, plan_decision_t *out);
+void planner_unique_keys_of_update(const plan_policy_t *policy, const bson_iter_t *update, const bson_t *query,
+                                   bool upsert, plan_decision_t *out);
+
 /* Plans insert, update, delete and findAndModify (planner_write.c). */
 bool planner_plan_write(const planner_context_t *context, const bson_t *command, plan_decision_t *out,
                         bson_error_t *error);

@@ -157,6 +157,9 @@ static bool plan_write_statement(const planner_context_t *context, const write_s
         }
     }
     bson_destroy(&pinned);
+    if (ok && statement->has_update && !out->is_explain) {
+        planner_unique_keys_of_update(context->policy, &statement->update, &statement->filter, statement->upsert, out);
+    }
     return ok;
 }
 
@@ -186,8 +189,14 @@ static bool plan_insert(const planner_context_t *context, const bson_t *command,
                 planner_append_value(&out->unique_id_checks, &out->unique_id_check_count, &field);
             }
         }
+        bson_t inserted;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&document, &length, &data);
+        if (bson_init_static(&inserted, data, length)) {
+            planner_unique_keys_of_document(context->policy, &inserted, out);
+        }
     }
-    (void)context;
     return true;
 }
 

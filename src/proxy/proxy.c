@@ -250,6 +250,7 @@ static void on_housekeeping(uv_timer_t *timer)
 {
     proxy_t *proxy = timer->data;
     cursor_map_expire(proxy->cursors, proxy_now_ms());
+    unique_indexes_refresh_due(proxy);
 }
 
 static void on_loop_stopping(void *application)
@@ -264,6 +265,7 @@ static void on_loop_stopping(void *application)
     proxy->workers = NULL;
     tier_progress_set_listener(proxy->progress, NULL, NULL);
     router_cancel_waits(proxy);
+    unique_indexes_cancel_waits(proxy);
     recovery_stop(proxy);
     if (proxy->progress_async_started) {
         uv_close((uv_handle_t *)&proxy->progress_async, NULL);
@@ -332,6 +334,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         proxy.namespaces[i].config = &proxy.config->namespaces[i];
         proxy.namespaces[i].policy.time_field = proxy.config->namespaces[i].time_field;
         proxy.namespaces[i].progress.warm_remaining = -1;
+        bson_init(&proxy.namespaces[i].unique_indexes);
     }
     proxy.progress = tier_progress_new(proxy.namespace_count);
     proxy.workers_here = (proxy.config->feeder_enabled ? TIER_RUN_FEEDER : 0) |
@@ -383,6 +386,9 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     uv_timer_start(&proxy.housekeeping_timer, on_housekeeping, HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
     proxy.housekeeping_started = true;
     probe_tiers(&proxy);
+    for (size_t i = 0; i < proxy.namespace_count; i++) {
+        unique_indexes_load(&proxy, &proxy.namespaces[i]); /* before the first write needs them */
+    }
 
     uv_timer_init(proxy.loop, &proxy.wait_timer);
     proxy.wait_timer.data = &proxy;
@@ -438,6 +444,7 @@ done:
     cluster_time_cleanup(&proxy);
     tier_workers_stop(proxy.workers);
     tier_progress_destroy(proxy.progress);
+    unique_indexes_cleanup(&proxy);
     bson_free(proxy.namespaces);
     config_destroy(proxy.config);
     return ok;

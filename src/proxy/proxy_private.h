@@ -38,6 +38,13 @@ typedef struct namespace_state {
     tier_namespace_progress_t progress;
     uint64_t reads_waited;      /* reads held until the feeder caught up */
     uint64_t reads_wait_failed; /* ... that failed after readYourWritesWait */
+    /* unique_indexes.c: the archive's unique indexes (policy.unique_indexes points
+     * here once known), and the writes waiting for them. */
+    bson_t unique_indexes;
+    bool indexes_known;
+    bool indexes_loading;
+    int64_t indexes_loaded_ms;
+    struct proxy_request *index_waiters;
 } namespace_state_t;
 
 /* --- cursor_map.c ------------------------------------------------------------
@@ -211,6 +218,18 @@ typedef struct proxy {
     bson_t *cluster_times[PROXY_TIER_COUNT];
     uint64_t cluster_time_values[PROXY_TIER_COUNT];
 } proxy_t;
+
+/* --- unique_indexes.c: each namespace's unique indexes, read from the archive ---- */
+
+/* Reads state's unique indexes from the archive (unless a read is under way). */
+void unique_indexes_load(proxy_t *proxy, namespace_state_t *state);
+/* Reads again those last read UNIQUE_INDEXES_REFRESH_MS ago (housekeeping). */
+void unique_indexes_refresh_due(proxy_t *proxy);
+/* After a catalog command: the next write waits for a fresh read. */
+void unique_indexes_forget(proxy_t *proxy, namespace_state_t *state);
+/* Fails the writes waiting for a read (shutdown). */
+void unique_indexes_cancel_waits(proxy_t *proxy);
+void unique_indexes_cleanup(proxy_t *proxy);
 
 /* The namespace's state, or NULL when it has no policy. */
 namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns);

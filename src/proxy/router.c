@@ -60,7 +60,9 @@ static const struct {
                                       PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_AUTHENTICATING] = {"authenticating", PHASE_BIT(PHASE_FINISHED)},
     [PHASE_ANSWERING_HELLO] = {"answering hello", PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_ADMITTING] = {"admitting", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_ADMITTING] = {"admitting", PHASE_BIT(PHASE_LOADING_INDEXES) | PHASE_BIT(PHASE_CHOOSING_MEMBERS) |
+                                          PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_LOADING_INDEXES] = {"loading unique indexes", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_CHOOSING_MEMBERS] = {"choosing members",
                                 PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
                                     PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
@@ -106,7 +108,13 @@ void router_enter(proxy_request_t *request, request_phase_t phase)
                request->command_name, router_phase_name(request->phase), router_phase_name(phase));
         abort();
     }
+    uint64_t now = uv_now(request->proxy->loop);
+    request->phase_ms[request->phase] += (uint32_t)(now - request->phase_entered_ms);
+    request->phase_entered_ms = now;
     request->phase = phase;
+    if (phase == PHASE_FINISHED) {
+        router_log_if_slow(request, now - request->arrived_ms);
+    }
 }
 
 static void route_planned(proxy_request_t *request);
@@ -157,6 +165,7 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
         router_answer_hello(request, outcome->document);
         return;
     case PHASE_ADMITTING:
+    case PHASE_LOADING_INDEXES:
         if (outcome->error != NULL) {
             router_finish_with_error(request, outcome->error);
             return;
@@ -837,6 +846,13 @@ static void on_members_chosen(void *context, const uint64_t *member_ids, const b
     router_advance(context, &(router_outcome_t){.member_ids = member_ids, .error = error});
 }
 
+/* The writes whose new unique key values the planner checks against the archive. */
+static bool is_write(const char *name)
+{
+    return strcmp(name, "insert") == 0 || strcmp(name, "update") == 0 || strcmp(name, "delete") == 0 ||
+           strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0;
+}
+
 static void route_planned(proxy_request_t *request)
 {
     proxy_t *proxy = request->proxy;
@@ -850,6 +866,9 @@ static void route_planned(proxy_request_t *request)
             policy = &request->namespace_state->policy;
             coverage = proxy_coverage(proxy, request->namespace_state);
         }
+    }
+    if (is_write(request->command_name) && unique_indexes_wait(request)) {
+        return; /* planned once the archive's unique indexes are known */
     }
     request->has_decision = true;
     request->retry_kind = retry_command_kind_fields(&request->fields);
@@ -953,6 +972,7 @@ void router_handle(void *application, server_pending_t *pending, const server_re
     wire_header_t header;
     request->proxy = proxy;
     request->pending = pending;
+    request->arrived_ms = request->phase_entered_ms = uv_now(proxy->loop);
     request->client.connection_data = server_request->connection_data;
     request->client.connection_id = server_request->connection_id;
     request->client.peer_address = server_request->peer_address;

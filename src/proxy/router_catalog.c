@@ -102,7 +102,16 @@ static bool database_is_tiered(const proxy_t *proxy, const char *database)
  * archive had nothing to remove and the fast tier removed it. */
 static void finish_both_tiers(proxy_request_t *request, const uint8_t *fast_reply, size_t fast_length)
 {
-    access_note_reply(request->proxy, request->command_name, &request->fields);
+    proxy_t *proxy = request->proxy;
+    access_note_reply(proxy, request->command_name, &request->fields);
+    /* An index made or dropped, a collection dropped: writes read the unique indexes again. */
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        namespace_state_t *state = &proxy->namespaces[i];
+        if (state == request->namespace_state ||
+            (request->wait_database != NULL && strcmp(state->config->database, request->wait_database) == 0)) {
+            unique_indexes_forget(proxy, state);
+        }
+    }
     if (request->route.both.archive_lacked && fast_reply != NULL) {
         router_relay_reply(request, fast_reply, fast_length);
         return;

@@ -17,6 +17,7 @@ typedef enum request_phase {
     PHASE_AUTHENTICATING,       /* access.c runs a SASL step, logout or connectionStatus */
     PHASE_ANSWERING_HELLO,      /* access.c adds hello's authentication fields */
     PHASE_ADMITTING,            /* access.c checks the user's privileges */
+    PHASE_LOADING_INDEXES,      /* a write: until the namespace's unique indexes are read from the archive */
     PHASE_CHOOSING_MEMBERS,     /* planned; member_route.c picks each tier's member for $readPreference */
     PHASE_WAITING_FOR_PINS,     /* a write that faults in: until its documents are no longer being evicted */
     PHASE_WAITING_FOR_FEEDER,   /* until the feeder applied the writes (or deletes) the archive must show */
@@ -77,6 +78,10 @@ typedef struct proxy_request {
     proxy_t *proxy;
     server_pending_t *pending;
     request_phase_t phase;   /* only router_enter() changes it */
+    /* Where its time went (the loop's clock, milliseconds), for the slow-operation log. */
+    uint64_t arrived_ms;
+    uint64_t phase_entered_ms;
+    uint32_t phase_ms[PHASE_COUNT];
     access_client_t client;  /* who sent it (access.c) */
     uint64_t connection_id;
     int32_t client_request_id;
@@ -97,6 +102,7 @@ typedef struct proxy_request {
     uint64_t members[PROXY_TIER_COUNT]; /* the member of each tier its reads go to (0: the primary) */
     int64_t getmore_proxy_id; /* getMore: the client's cursor id */
     bool pinned; /* the documents it faults in are pinned against the evictor */
+    struct proxy_request *next_index_waiter; /* PHASE_LOADING_INDEXES: the namespace's list */
     retry_kind_t retry_kind; /* of the client's command; also its internal steps' */
     tier_call_t call;
     request_phase_t after_wait; /* PHASE_WAITING_FOR_FEEDER: the archive step that follows */
@@ -169,6 +175,18 @@ void router_forward(proxy_request_t *request, proxy_tier_t tier);
 void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error);
 /* backend_reply_fn of a step sent without the retry rules: its outcome to router_advance. */
 void router_on_step_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
+
+/* --- unique_indexes.c ------------------------------------------------------------ */
+
+/* True when the request waits (PHASE_LOADING_INDEXES) for its namespace's list;
+ * router_advance gets the outcome (an error when the archive could not tell). */
+bool unique_indexes_wait(proxy_request_t *request);
+
+/* --- router_slow.c --------------------------------------------------------------- */
+
+/* Logs the request (its shape, route, and time per phase) when total_ms reaches
+ * slowOpThresholdMs. */
+void router_log_if_slow(proxy_request_t *request, uint64_t total_ms);
 
 /* --- router_local.c -------------------------------------------------------------- */
 

@@ -158,9 +158,17 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     bson_t find = BSON_INITIALIZER, filter, condition, reply, batch;
     bson_iter_t iter, found;
     BSON_APPEND_UTF8(&find, "find", collection);
+    /* The candidates are exactly the documents {timeField: {$gte: cutoff}} does not
+     * match: dates before the cutoff, and also documents without the field, with a
+     * value that is not a date, or with an array holding no date past the cutoff
+     * (outside every window: the design's coverage contract). {$lt: cutoff} would
+     * miss those, and would take an array that also holds a recent date. */
+    bson_t not_condition;
     BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
     bson_append_document_begin(&filter, policy->time_field, -1, &condition);
-    BSON_APPEND_DATE_TIME(&condition, "$lt", cutoff_ms);
+    BSON_APPEND_DOCUMENT_BEGIN(&condition, "$not", &not_condition);
+    BSON_APPEND_DATE_TIME(&not_condition, "$gte", cutoff_ms);
+    bson_append_document_end(&condition, &not_condition);
     bson_append_document_end(&filter, &condition);
     bson_append_document_end(&find, &filter);
     BSON_APPEND_INT32(&find, "limit", EVICT_BATCH);

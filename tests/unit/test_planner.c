@@ -813,6 +813,72 @@ static void test_write_fault_in_filters(void **state)
     plan_decision_cleanup(&decision);
 }
 
+/* Unique secondary keys (planner_unique.c): a write that sets a unique key faults in
+ * the archive documents that may hold the same value, whatever the horizon proves. */
+static void assert_unique_fault_ins(const char *command_text, const char *expected_filters)
+{
+    bson_t *indexes = json_array("[{'v': 2, 'key': {'email': 1}, 'name': 'email_1', 'unique': true},"
+                                 " {'key': {'shop': 1, 'n': 1}, 'name': 'shop_n', 'unique': true, 'sparse': true},"
+                                 " {'key': {'code': 1}, 'name': 'code_1', 'unique': true,"
+                                 "  'partialFilterExpression': {'live': true}}]");
+    const plan_policy_t policy = {.time_field = "createdAt", .unique_indexes = indexes};
+    plan_decision_t decision;
+    bson_error_t error;
+    bson_t *command = command_json(command_text);
+    assert_true(plan_command(command, &policy, &valid_coverage, &decision, &error));
+    bson_t *expected = json(expected_filters);
+    if (!bson_equal(expected, &decision.fault_in_filters)) {
+        char *got = bson_as_relaxed_extended_json(&decision.fault_in_filters, NULL);
+        fail_msg("%s: fault-in filters %s", command_text, got);
+    }
+    assert_int_equal(decision.needs_fault_in, !bson_empty(expected));
+    bson_destroy(expected);
+    bson_destroy(command);
+    plan_decision_cleanup(&decision);
+    bson_destroy(indexes);
+}
+
+static void test_unique_key_fault_ins(void **state)
+{
+    (void)state;
+    /* An insert: every unique index; a missing field is a null key, except in a
+     * sparse index; a partial index's expression bounds what can conflict. */
+    assert_unique_fault_ins("{'insert': 'orders', 'documents': [{'_id': 1, 'email': 'a@x', 'code': 7}]}",
+                            "{'0': {'filter': {'email': {'%eq': 'a@x'}}},"
+                            " '1': {'filter': {'%and': [{'live': true}, {'code': {'%eq': 7}}]}}}");
+    assert_unique_fault_ins("{'insert': 'orders', 'documents': [{'_id': 1, 'shop': 's', 'tags': 1}]}",
+                            "{'0': {'filter': {'email': {'%eq': null}}},"
+                            " '1': {'filter': {'shop': {'%eq': 's'}, 'n': {'%eq': null}}},"
+                            " '2': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}}}");
+    /* An array value: each element is a key of the multikey index. */
+    assert_unique_fault_ins("{'insert': 'orders', 'documents': [{'email': ['a', 'b'], 'code': 1}]}",
+                            "{'0': {'filter': {'email': {'%in': ['a', 'b']}}},"
+                            " '1': {'filter': {'%and': [{'live': true}, {'code': {'%eq': 1}}]}}}");
+    /* $set of one field of a compound key: the other comes from the stored document. */
+    assert_unique_fault_ins("{'update': 'orders', 'updates': [{'q': {'_id': 1, " Q_IN "},"
+                            " 'u': {'%set': {'shop': 't'}}}]}",
+                            "{'0': {'filter': {'shop': {'%eq': 't'}}}}");
+    /* A $set of other fields, and a pipeline, change no key known here. */
+    assert_unique_fault_ins("{'update': 'orders', 'updates': [{'q': {'_id': 1, " Q_IN "},"
+                            " 'u': {'%set': {'status': 'paid'}, '%inc': {'n': 1}}}]}", "{}");
+    /* $set of a sub-document holding the key path. */
+    assert_unique_fault_ins("{'update': 'orders', 'updates': [{'q': {" Q_IN "}, 'u': {'%set': {'email': {'x': 1}}}}]}",
+                            "{'0': {'filter': {'email': {'%eq': {'x': 1}}}}}");
+    /* An upsert by the key: the query's equality is the inserted value; an operator is not. */
+    assert_unique_fault_ins("{'update': 'orders', 'updates': [{'q': {'email': 'a@x', " Q_IN "},"
+                            " 'u': {'%setOnInsert': {'code': 2}}, 'upsert': true}]}",
+                            "{'0': {'filter': {'%and': [{'live': true}, {'code': {'%eq': 2}}]}},"
+                            " '1': {'filter': {'email': {'%eq': 'a@x'}}}}");
+    assert_unique_fault_ins("{'update': 'orders', 'updates': [{'q': {'email': {'%in': ['a']}, " Q_IN "},"
+                            " 'u': {'%set': {'z': 1}}, 'upsert': true}]}", "{}");
+    /* A replacement is a whole document; findAndModify like an update. */
+    assert_unique_fault_ins("{'findAndModify': 'orders', 'query': {'_id': 1, " Q_IN "},"
+                            " 'update': {'email': 'b@x', 'shop': 's', 'n': 2}}",
+                            "{'0': {'filter': {'email': {'%eq': 'b@x'}}},"
+                            " '1': {'filter': {'shop': {'%eq': 's'}, 'n': {'%eq': 2}}},"
+                            " '2': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}}}");
+}
+
 static void test_writes_without_policy_and_explained(void **state)
 {
     (void)state;
@@ -1513,6 +1579,7 @@ int main(void)
         cmocka_unit_test(test_inserts),
         cmocka_unit_test(test_updates_and_deletes),
         cmocka_unit_test(test_write_fault_in_filters),
+        cmocka_unit_test(test_unique_key_fault_ins),
         cmocka_unit_test(test_writes_without_policy_and_explained),
         cmocka_unit_test(test_refused_commands),
         cmocka_unit_test(test_other_commands),

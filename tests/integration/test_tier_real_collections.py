@@ -1,0 +1,163 @@
+"""An application's collection through the tiers (issue 13): documents without a
+date in the time field, and unique secondary keys across tiers, with the feeder,
+evictor and warmer running and maxAge of seconds. Every answer through the proxy
+is compared with what one MongoDB holding everything gives (an oracle store that
+receives the same operations)."""
+import datetime
+import time
+
+import pymongo
+import pytest
+
+from conftest import StoreProcess, wait_until
+from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
+from tier_support import client_for, namespace_status, raw_documents, start_proxy, track, wait_feeder
+
+
+def utc_now():
+    now = datetime.datetime.utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def ago(seconds):
+    return utc_now() - datetime.timedelta(seconds=seconds)
+
+
+def ids_in(process):
+    with client_for(process) as client:
+        return sorted(document["_id"] for document in client.shop.orders.find({}, {"_id": 1}))
+
+
+# --- documents outside every window ---------------------------------------------------
+
+def test_documents_without_a_date_reach_the_archive_and_leave_the_fast_tier(replicated_tiers, tmp_path):
+    """A document without the time field, with a string or a number there, or an
+    array holding no recent date, is outside every window: once the archive holds
+    it, the evictor removes it from the fast tier, and reads through the proxy still
+    find it. An array that holds a recent date is inside the window and stays."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="3s", coverage="complete")
+    outside = [
+        {"_id": "draft", "status": "draft"},
+        {"_id": "string", "createdAt": "2026-11-30T10:00:00Z"},
+        {"_id": "number", "createdAt": 1796137805},
+        {"_id": "null", "createdAt": None},
+        {"_id": "old-array", "createdAt": [ago(7200), "later"]},
+        {"_id": "old", "createdAt": ago(7200)},
+    ]
+    inside = [
+        {"_id": "recent", "createdAt": ago(-600)},
+        {"_id": "mixed-array", "createdAt": [ago(7200), ago(-600)]},
+    ]
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many(outside + inside)
+    assert wait_until(lambda: ids_in(fast) == sorted(d["_id"] for d in inside), 20, 0.2), ids_in(fast)
+    wait_feeder(proxy)
+    assert ids_in(archive) == sorted(d["_id"] for d in outside + inside)
+    with client_for(proxy) as client:
+        for document in outside + inside:
+            assert client.shop.orders.find_one({"_id": document["_id"]}) == document
+        # The window's range read (sent to the fast tier) holds what MongoDB returns.
+        window = sorted(d["_id"] for d in client.shop.orders.find({"createdAt": {"$gte": ago(60)}}))
+        assert window == ["mixed-array", "recent"]
+        # A write to an evicted draft faults it back in and lands in both tiers.
+        client.shop.orders.update_one({"_id": "draft"}, {"$set": {"status": "placed"}})
+        assert client.shop.orders.find_one({"_id": "draft"})["status"] == "placed"
+    assert namespace_status(proxy)["evictor"]["evicted"] >= len(outside)
+    wait_feeder(proxy)
+    with client_for(archive) as client:
+        assert client.shop.orders.find_one({"_id": "draft"})["status"] == "placed"
+    proxy.stop()
+
+
+# --- unique keys across tiers (I7 beyond _id) ----------------------------------------
+
+def outcome(action):
+    """What a write gave: its result, or its error as MongoDB reports it."""
+    try:
+        result = action()
+        return ("ok", getattr(result, "raw_result", None) or getattr(result, "bulk_api_result", None) or
+                getattr(result, "inserted_id", None) or getattr(result, "inserted_ids", None) or result)
+    except pymongo.errors.BulkWriteError as error:
+        details = dict(error.details)
+        details.pop("upserted", None)
+        return ("bulk-error", details)
+    except pymongo.errors.OperationFailure as error:
+        details = {key: value for key, value in (error.details or {}).items()
+                   if key not in ("$clusterTime", "operationTime")}
+        return ("error", error.code, details)
+
+
+def order(number, now, **fields):
+    """A new order with its own (shop, orderNumber), so that only the key a write
+    aims at can collide."""
+    return dict({"_id": number, "shop": "s%d" % number, "orderNumber": number, "createdAt": now}, **fields)
+
+
+def unique_key_writes(collection, now):
+    """Each kind of write that sets a unique key another document (held only by the
+    archive, through the proxy) already has."""
+    from pymongo import InsertOne, UpdateOne
+    return [
+        ("insert", lambda: collection.insert_one(order(2, now, email="old@shop"))),
+        ("update $set", lambda: collection.update_one({"_id": 3}, {"$set": {"email": "old@shop"}})),
+        ("update $set by a filter", lambda: collection.update_many({"customer": "c3"},
+                                                                   {"$set": {"email": "old@shop"}})),
+        ("upsert", lambda: collection.update_one({"_id": 4}, {"$set": {"email": "old@shop", "createdAt": now,
+                                                                      "shop": "s4", "orderNumber": 4}},
+                                                 upsert=True)),
+        ("upsert by the key", lambda: collection.update_one(
+            {"email": "old@shop", "createdAt": {"$gte": now}},
+            {"$set": {"n": 1}, "$setOnInsert": {"shop": "s12", "orderNumber": 12}}, upsert=True)),
+        ("replace", lambda: collection.replace_one({"_id": 3}, order(3, now, email="old@shop"))),
+        ("findAndModify", lambda: collection.find_one_and_update({"_id": 3}, {"$set": {"email": "old@shop"}})),
+        ("compound key", lambda: collection.insert_one(dict(order(5, now, email="five@shop"), shop="s1",
+                                                            orderNumber=17))),
+        ("compound key by $set", lambda: collection.update_one({"_id": 3}, {"$set": {"shop": "s1",
+                                                                                    "orderNumber": 17}})),
+        ("bulk unordered", lambda: collection.bulk_write([
+            InsertOne(order(6, now, email="six@shop")),
+            UpdateOne({"_id": 3}, {"$set": {"email": "old@shop"}}),
+            InsertOne(dict(order(7, now, email="seven@shop"), shop="s1", orderNumber=17)),
+            InsertOne(order(8, now, email="eight@shop"))], ordered=False)),
+        ("insert many ordered", lambda: collection.insert_many([
+            order(9, now, email="nine@shop"), order(10, now, email="old@shop"), order(11, now, email="x@shop")])),
+    ]
+
+
+def test_a_unique_key_held_only_by_the_archive_is_refused_as_mongodb_refuses_it(replicated_tiers, tmp_path):
+    """A new value of a unique secondary key that only an old archive document holds:
+    insert, update, upsert, replace, findAndModify and bulk writes each get exactly
+    the answer one MongoDB holding everything gives (E11000 with its keyValue), the
+    duplicate is written nowhere, and the feed goes on."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle", replica_set="rs9").start())
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    now = utc_now()
+    old = {"_id": 1, "email": "old@shop", "shop": "s1", "orderNumber": 17, "customer": "c1",
+           "createdAt": ago(7200)}
+    with client_for(proxy) as through, client_for(oracle) as alone, client_for(archive) as direct:
+        for client in (through, alone):
+            client.shop.orders.create_index("email", unique=True)
+            client.shop.orders.create_index([("shop", 1), ("orderNumber", 1)], unique=True, name="shop_order")
+        # The old order lives only in the archive (outside the window), as after eviction.
+        direct.shop.orders.insert_one(old)
+        alone.shop.orders.insert_one(old)
+        for client in (through, alone):
+            client.shop.orders.insert_one(order(3, now, email="three@shop", customer="c3"))
+        for (name, proxied), (_, expected) in zip(unique_key_writes(through.shop.orders, now),
+                                                  unique_key_writes(alone.shop.orders, now)):
+            got, want = outcome(proxied), outcome(expected)
+            assert got == want, "%s: through the proxy %r, MongoDB alone %r" % (name, got, want)
+            assert got[0] != "ok" or name.startswith("bulk"), "%s was acknowledged: no duplicate set" % name
+        assert sorted(through.shop.orders.find(), key=lambda d: d["_id"]) == \
+            sorted(alone.shop.orders.find(), key=lambda d: d["_id"])
+    wait_feeder(proxy)
+    for process in (archive, fast):
+        with client_for(process) as client:
+            assert client.shop.orders.count_documents({"email": "old@shop"}) <= 1
+            assert client.shop.orders.count_documents({"shop": "s1", "orderNumber": 17}) <= 1
+    assert raw_documents(archive) == raw_documents(oracle)
+    feeder = namespace_status(proxy)["feeder"]
+    assert not feeder.get("stopped"), feeder
+    proxy.stop()
