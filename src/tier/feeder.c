@@ -566,10 +566,6 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
 
 /* --- the archive ----------------------------------------------------------------------- */
 
-const char *feeder_op_kind_name(feeder_op_kind_t kind)
-{
-    return kind == FEEDER_OP_REPLACE ? "replace" : kind == FEEDER_OP_UPDATE ? "update" : "delete";
-}
 
 /* Errors a replayed update meets when the archive already holds a later version
  * of the document (a restart replays writes applied before it). */
@@ -650,28 +646,6 @@ typedef enum apply_result {
     APPLY_DONE,  /* applied, refused writes recorded, or the namespace stopped */
     APPLY_RETRY, /* the archive is unreachable or busy (or the group stops): try the whole batch again later */
 } apply_result_t;
-
-bool feeder_append_op(mongoc_bulk_operation_t *bulk, feeder_op_kind_t kind, const bson_value_t *id,
-                      const bson_t *document, bson_error_t *error)
-{
-    bson_t filter = BSON_INITIALIZER, op_opts = BSON_INITIALIZER;
-    bool added;
-    BSON_APPEND_VALUE(&filter, "_id", id);
-    /* What the fast tier accepted, the archive gets as is. */
-    BSON_APPEND_BOOL(&op_opts, "validate", false);
-    if (kind == FEEDER_OP_REPLACE) {
-        BSON_APPEND_BOOL(&op_opts, "upsert", true);
-        added = mongoc_bulk_operation_replace_one_with_opts(bulk, &filter, document, &op_opts, error);
-    } else if (kind == FEEDER_OP_UPDATE) {
-        added = mongoc_bulk_operation_update_one_with_opts(bulk, &filter, document, &op_opts, error);
-    } else {
-        bson_reinit(&op_opts);
-        added = mongoc_bulk_operation_remove_one_with_opts(bulk, &filter, &op_opts, error);
-    }
-    bson_destroy(&filter);
-    bson_destroy(&op_opts);
-    return added;
-}
 
 /* How an ordered bulk of ops[0..count) ended. */
 typedef enum execute_result {

@@ -23,6 +23,37 @@
 #define LOG_COMPONENT "FEEDER"
 #define REFUSALS_COLLECTION TIER_REFUSALS_COLLECTION
 
+/* --- the archive write of one op (the replay and its retries send the same) --- */
+
+const char *feeder_op_kind_name(feeder_op_kind_t kind)
+{
+    return kind == FEEDER_OP_REPLACE ? "replace" : kind == FEEDER_OP_UPDATE ? "update" : "delete";
+}
+
+bool feeder_append_op(mongoc_bulk_operation_t *bulk, feeder_op_kind_t kind, const bson_value_t *id,
+                      const bson_t *document, bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER, op_opts = BSON_INITIALIZER;
+    bool added;
+    BSON_APPEND_VALUE(&filter, "_id", id);
+    /* What the fast tier accepted, the archive gets as is. */
+    BSON_APPEND_BOOL(&op_opts, "validate", false);
+    if (kind == FEEDER_OP_REPLACE) {
+        BSON_APPEND_BOOL(&op_opts, "upsert", true);
+        added = mongoc_bulk_operation_replace_one_with_opts(bulk, &filter, document, &op_opts, error);
+    } else if (kind == FEEDER_OP_UPDATE) {
+        added = mongoc_bulk_operation_update_one_with_opts(bulk, &filter, document, &op_opts, error);
+    } else {
+        bson_reinit(&op_opts);
+        added = mongoc_bulk_operation_remove_one_with_opts(bulk, &filter, &op_opts, error);
+    }
+    bson_destroy(&filter);
+    bson_destroy(&op_opts);
+    return added;
+}
+
+/* --- the documents held -------------------------------------------------------- */
+
 feeder_refused_t *feeder_refused_find(feeder_namespace_t *item, const bson_value_t *id)
 {
     for (size_t i = 0; i < item->refused_count; i++) {
