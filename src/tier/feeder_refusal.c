@@ -212,6 +212,20 @@ static bool read_records(feeder_t *feeder, bson_t *out, bson_error_t *error)
     return ok;
 }
 
+/* The next record of an array read_records filled (a view). */
+static bool next_record(bson_iter_t *iter, bson_t *out_record)
+{
+    while (bson_iter_next(iter)) {
+        uint32_t length;
+        const uint8_t *data;
+        if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
+            bson_iter_document(iter, &length, &data);
+            return bson_init_static(out_record, data, length);
+        }
+    }
+    return false;
+}
+
 /* A record's namespace and document; NULL when its namespace left the config. */
 static feeder_namespace_t *record_target(feeder_t *feeder, const bson_t *record, bson_value_t *out_id)
 {
@@ -249,13 +263,9 @@ bool feeder_refusals_load(feeder_t *feeder, bson_error_t *error)
     feeder->next_refusal = 1;
     bson_iter_t iter, field;
     bson_iter_init(&iter, &records);
-    while (bson_iter_next(&iter)) {
-        bson_t record;
-        uint32_t length;
-        const uint8_t *data;
+    bson_t record;
+    while (next_record(&iter, &record)) {
         bson_value_t id;
-        bson_iter_document(&iter, &length, &data);
-        bson_init_static(&record, data, length);
         if (bson_iter_init_find(&field, &record, "_id") && bson_iter_as_int64(&field) >= feeder->next_refusal) {
             feeder->next_refusal = bson_iter_as_int64(&field) + 1;
         }
@@ -406,14 +416,10 @@ bool feeder_refusals_retry(feeder_t *feeder)
         }
     }
     bson_iter_t iter;
+    bson_t record;
     bson_iter_init(&iter, &records);
-    while (reached && bson_iter_next(&iter)) {
-        bson_t record;
-        uint32_t length;
-        const uint8_t *data;
+    while (reached && next_record(&iter, &record)) {
         bson_value_t id;
-        bson_iter_document(&iter, &length, &data);
-        bson_init_static(&record, data, length);
         feeder_namespace_t *item = record_target(feeder, &record, &id);
         feeder_refused_t *entry = item != NULL ? feeder_refused_find(item, &id) : NULL;
         if (entry == NULL || entry->retry_refused) {

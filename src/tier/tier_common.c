@@ -235,15 +235,14 @@ bool tier_value_equal(const bson_value_t *left, const bson_value_t *right)
     return equal;
 }
 
-bool tier_refused_id_list(mongoc_client_t *fast, const char *ns, bson_t *out_ids, bson_error_t *error)
+/* The id of every thermocline.refusals record matching filter, as a BSON array. */
+static bool read_refused_ids(mongoc_client_t *fast, const bson_t *filter, bson_t *out_ids, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, filter, projection, reply;
+    bson_t command = BSON_INITIALIZER, projection, reply;
     bson_iter_t iter, batch, id;
     bson_init(out_ids);
     BSON_APPEND_UTF8(&command, "find", TIER_REFUSALS_COLLECTION);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
-    BSON_APPEND_UTF8(&filter, "ns", ns);
-    bson_append_document_end(&command, &filter);
+    BSON_APPEND_DOCUMENT(&command, "filter", filter);
     BSON_APPEND_DOCUMENT_BEGIN(&command, "projection", &projection);
     BSON_APPEND_INT32(&projection, "id", 1);
     bson_append_document_end(&command, &projection);
@@ -254,17 +253,9 @@ bool tier_refused_id_list(mongoc_client_t *fast, const char *ns, bson_t *out_ids
         bson_iter_recurse(&batch, &iter)) {
         uint32_t count = 0;
         while (bson_iter_next(&iter)) {
-            bson_t record;
-            uint32_t length;
-            const uint8_t *data;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-                continue;
-            }
-            bson_iter_document(&iter, &length, &data);
-            bson_init_static(&record, data, length);
-            if (bson_iter_init_find(&id, &record, "id")) {
-                char key[16];
-                const char *key_string;
+            char key[16];
+            const char *key_string;
+            if (BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_iter_recurse(&iter, &id) && bson_iter_find(&id, "id")) {
                 bson_uint32_to_string(count++, &key_string, key, sizeof key);
                 bson_append_value(out_ids, key_string, -1, bson_iter_value(&id));
             }
@@ -278,10 +269,19 @@ bool tier_refused_id_list(mongoc_client_t *fast, const char *ns, bson_t *out_ids
     return ok;
 }
 
+bool tier_refused_id_list(mongoc_client_t *fast, const char *ns, bson_t *out_ids, bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "ns", ns);
+    bool ok = read_refused_ids(fast, &filter, out_ids, error);
+    bson_destroy(&filter);
+    return ok;
+}
+
 bool tier_refused_ids(mongoc_client_t *fast, const char *ns, const bson_value_t *ids, size_t count, bool *out_held,
                       bson_error_t *error)
 {
-    bson_t filter = BSON_INITIALIZER, condition, list, records;
+    bson_t filter = BSON_INITIALIZER, condition, list, held;
     BSON_APPEND_UTF8(&filter, "ns", ns);
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "id", &condition);
     BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &list);
@@ -293,28 +293,15 @@ bool tier_refused_ids(mongoc_client_t *fast, const char *ns, const bson_value_t 
     }
     bson_append_array_end(&condition, &list);
     bson_append_document_end(&filter, &condition);
-    bool ok = tier_read_state(fast, TIER_REFUSALS_COLLECTION, &filter, &records, error);
-    bson_iter_t iter, id;
-    bson_iter_init(&iter, &records);
+    bool ok = read_refused_ids(fast, &filter, &held, error);
+    bson_iter_t iter;
+    bson_iter_init(&iter, &held);
     while (ok && bson_iter_next(&iter)) {
-        bson_t record;
-        uint32_t length;
-        const uint8_t *data;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-            continue;
-        }
-        bson_iter_document(&iter, &length, &data);
-        bson_init_static(&record, data, length);
-        if (!bson_iter_init_find(&id, &record, "id")) {
-            continue;
-        }
         for (size_t i = 0; i < count; i++) {
-            if (tier_value_equal(&ids[i], bson_iter_value(&id))) {
-                out_held[i] = true;
-            }
+            out_held[i] = out_held[i] || tier_value_equal(&ids[i], bson_iter_value(&iter));
         }
     }
-    bson_destroy(&records);
+    bson_destroy(&held);
     bson_destroy(&filter);
     return ok;
 }

@@ -34,6 +34,16 @@ def ids_in(process):
         return {document["_id"] for document in client.shop.orders.find({}, {"_id": 1})}
 
 
+def start(replicated_tiers, tmp_path):
+    """The tiers prepared (below), an oracle store and a proxy with every worker and
+    maxAge 4 s: (archive, fast, oracle, proxy)."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle")).start()
+    prepare(archive, fast, oracle)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="4s", slack="500ms", coverage="complete")
+    return archive, fast, oracle, proxy
+
+
 def prepare(archive, fast, oracle):
     """A unique key on email in both tiers (and the oracle), and an old archive
     document holding "a@example.com" that only the archive has."""
@@ -64,10 +74,7 @@ def fix_and_retry(archive, oracle, proxy):
 
 
 def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, tmp_path):
-    archive, fast = replicated_tiers
-    oracle = track(StoreProcess(tmp_path / "oracle")).start()
-    prepare(archive, fast, oracle)
-    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="4s", slack="500ms", coverage="complete")
+    archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
     try:
         with client_for(proxy) as client, client_for(oracle) as truth:
             # The oracle would refuse this insert while "old" holds a@example.com: it
@@ -123,10 +130,7 @@ def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, 
 
 
 def test_kill_9_while_a_refusal_stands_loses_nothing(replicated_tiers, tmp_path):
-    archive, fast = replicated_tiers
-    oracle = track(StoreProcess(tmp_path / "oracle")).start()
-    prepare(archive, fast, oracle)
-    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="4s", slack="500ms", coverage="complete")
+    archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
     try:
         with client_for(proxy) as client, client_for(oracle) as truth:
             both(client, truth, "insert_one", {"_id": 1, "email": "a@example.com", "createdAt": utc_now(), "n": 0})
