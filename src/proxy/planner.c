@@ -62,6 +62,7 @@ static const struct {
     {"ping", CLASS_PROXY},
     {"_isSelf", CLASS_PROXY}, /* as mongos: about this process, not a tier */
     {"thermoclineStatus", CLASS_PROXY},
+    {"thermoclineRetryRefusals", CLASS_PROXY},
     {"explain", CLASS_EXPLAIN},
     /* Both write any namespace around the fast tier; a 6.0 mongos knows neither. */
     {"applyOps", CLASS_REFUSED},

@@ -109,6 +109,27 @@ static void on_hello_fields(void *context, const bson_t *fields, const bson_erro
     router_advance(context, &(router_outcome_t){.document = fields});
 }
 
+/* thermoclineRetryRefusals: asks this process's feeder to replay the writes the
+ * archive refused (src/tier/README.md); it does so between two batches, so the reply
+ * does not wait for the outcome: thermoclineStatus shows what stands after. */
+static void retry_refusals(proxy_t *proxy, bson_t *body)
+{
+    if ((proxy->workers_here & TIER_RUN_FEEDER) == 0) {
+        bson_error_t error;
+        tc_error_set(&error, TC_ERR_ILLEGAL_OPERATION,
+                     "thermoclineRetryRefusals: the feeder does not run in this proxy (feederEnabled: false); "
+                     "restart the process that runs it, which retries the refused writes at start");
+        tc_error_append_reply(&error, body);
+        return;
+    }
+    tier_worker_progress_t *feeder = tier_progress_lock_worker(proxy->progress, TIER_WORKER_FEEDER);
+    feeder->refusal_retries_requested++;
+    tier_progress_unlock(proxy->progress, false);
+    BSON_APPEND_UTF8(body, "note", "the feeder retries the refused writes in order before its next batch; "
+                                   "thermoclineStatus shows the refusals that stand");
+    BSON_APPEND_DOUBLE(body, "ok", 1.0);
+}
+
 void router_answer_locally(proxy_request_t *request)
 {
     const char *name = request->command_name;
@@ -125,6 +146,8 @@ void router_answer_locally(proxy_request_t *request)
     if (strcmp(name, "thermoclineStatus") == 0) {
         proxy_append_status(request->proxy, &body);
         BSON_APPEND_DOUBLE(&body, "ok", 1.0);
+    } else if (strcmp(name, "thermoclineRetryRefusals") == 0) {
+        retry_refusals(request->proxy, &body);
     } else if (strcmp(name, "_isSelf") == 0) {
         BSON_APPEND_OID(&body, "id", &request->proxy->process_id);
         BSON_APPEND_DOUBLE(&body, "ok", 1.0);

@@ -502,6 +502,8 @@ static const command_rule_t rules[] = {
     {"fsync", RULE_CLUSTER, ACT(FSYNC), NULL},
     /* The proxy's own counters, as serverStatus shows a server's. */
     {"thermoclineStatus", RULE_CLUSTER, ACT(SERVER_STATUS), NULL},
+    /* Replays writes into the archive: an operator's action on the cluster, as fsync is. */
+    {"thermoclineRetryRefusals", RULE_CLUSTER, ACT(FSYNC), NULL},
     /* Users. */
     {"createUser", RULE_CUSTOM, 0, rule_create_user},
     {"updateUser", RULE_CUSTOM, 0, rule_update_user},

@@ -147,7 +147,8 @@ static bool delete_version(evictor_t *evictor, const char *database, const char 
 
 /* One batch: returns the number of candidates found (-1 on an error or a wait
  * that ran out: the pass ends). */
-static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, int64_t cutoff_ms)
+static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, int64_t cutoff_ms,
+                           const bson_t *held_ids)
 {
     tier_context_t *context = evictor->context;
     const char *database = policy->database;
@@ -170,6 +171,13 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     BSON_APPEND_DATE_TIME(&not_condition, "$gte", cutoff_ms);
     bson_append_document_end(&condition, &not_condition);
     bson_append_document_end(&filter, &condition);
+    if (!bson_empty(held_ids)) {
+        /* Documents held by a refused write: never candidates, so they cannot fill every batch. */
+        bson_t not_in;
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &not_in);
+        BSON_APPEND_ARRAY(&not_in, "$nin", held_ids);
+        bson_append_document_end(&filter, &not_in);
+    }
     bson_append_document_end(&find, &filter);
     BSON_APPEND_INT32(&find, "limit", EVICT_BATCH);
     BSON_APPEND_INT32(&find, "batchSize", EVICT_BATCH);
@@ -225,8 +233,28 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
             kept++;
         }
     }
-    int64_t evicted = 0, changed = 0;
-    ok = insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
+    int64_t evicted = 0, changed = 0, held = 0;
+    /* After the feeder's wait: every refusal of a write up to read_time is recorded by
+     * now, so a document the archive lacks the version of is found here (I2, I8). */
+    ok = tier_refused_ids(evictor->fast, policy->ns, ids, kept, refused, &error);
+    size_t out = 0;
+    for (size_t i = 0; ok && i < kept; i++) {
+        if (refused[i]) {
+            refused[i] = false;
+            held++;
+            continue;
+        }
+        if (out != i) {
+            /* A static bson_t points into itself: initialise it again, never copy it. */
+            bson_init_static(&documents[out], bson_get_data(&documents[i]), documents[i].len);
+            ids[out] = ids[i];
+        }
+        out++;
+    }
+    if (ok) {
+        kept = out;
+    }
+    ok = ok && insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
     for (size_t i = 0; ok && i < kept; i++) {
         bson_t version;
         bool deleted = false;
@@ -271,6 +299,7 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, index);
     item->evicted += evicted;
     item->evict_changed += changed;
+    item->evict_held += held;
     tier_progress_unlock(context->progress, false);
     bson_free(refused);
     bson_free(ids);
@@ -284,9 +313,17 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     tier_context_t *context = evictor->context;
     int64_t cutoff_ms = tier_wall_clock_ms() - policy->max_age_ms;
     int64_t total = 0;
+    bson_t held_ids;
+    bson_error_t error;
+    if (!tier_refused_id_list(evictor->fast, policy->ns, &held_ids, &error)) {
+        tier_report_error(context, TIER_WORKER_EVICTOR, "cannot read the refused writes of %s: %s", policy->ns,
+                          error.message);
+        bson_destroy(&held_ids);
+        return;
+    }
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = tier_monotonic_ms();
-        int64_t found = evict_batch(evictor, policy, cutoff_ms);
+        int64_t found = evict_batch(evictor, policy, cutoff_ms, &held_ids);
         if (found <= 0) {
             break;
         }
@@ -301,6 +338,7 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
             break;
         }
     }
+    bson_destroy(&held_ids);
     tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, policy->index);
     item->evict_last_pass_ms = tier_wall_clock_ms();
     tier_progress_unlock(context->progress, false);

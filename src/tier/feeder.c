@@ -10,12 +10,15 @@
  *
  * The checkpoint follows the archive's acknowledgement, so a crash anywhere
  * replays at most the last batch, and every replayed write is idempotent. A
- * write the archive rejects stops that namespace's feed only, with its own
- * resume point ("stopped:<ns>") from which the next start retries it. */
-#include "tier/tier_private.h"
+ * write the archive refuses (a write error of its own) holds only its document:
+ * it is recorded in thermocline.refusals with the document's later writes behind
+ * it, and retried (feeder_refusal.c). A command the archive fails as a whole
+ * (say Unauthorized: every write would fail the same way) stops that namespace's
+ * feed only, with its own resume point ("stopped:<ns>") from which the next start
+ * applies it again. */
+#include "tier/feeder_private.h"
 
 #include "common/log.h"
-#include "tier/feeder_batch.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -32,48 +35,6 @@
 #define EVICT_MARK_RECOVER_SECONDS 30
 #define STATS_LOG_INTERVAL_MS 10000
 
-/* One per namespace of the config, in its order (config->index is the position). */
-typedef struct feeder_namespace {
-    const config_namespace_t *config; /* its names; config->index is also its ops' namespace_index */
-    bool stopped;         /* the archive rejected a write: nothing more is applied */
-    bool retrying;        /* was stopped at start: applied again from its own resume point */
-    uint64_t skip_until;  /* its events at or before this time are in the archive already */
-    bson_t stopped_token; /* where it resumes after a restart; empty when the stream had no token yet... */
-    uint64_t stopped_start_at; /* ...and it resumes from this cluster time instead */
-    uint64_t stopped_time;
-} feeder_namespace_t;
-
-typedef struct feeder {
-    tier_context_t *context;
-    mongoc_client_t *fast;
-    mongoc_client_t *archive;
-    mongoc_client_session_t *session;
-    uint32_t server_id;
-    int64_t cursor_id; /* 0: no stream open */
-    bool started;
-    bool have_token;
-    bson_t token;             /* the stream position applied through */
-    uint64_t start_at;        /* no token yet: where the proxy recorded the start (0: now) */
-    uint64_t applied_time;    /* its cluster time */
-    uint64_t start_time;      /* the checkpoint's time at start: retries are caught up past it */
-    uint64_t replay_until;    /* events at or before may have been applied before a restart */
-    bool archive_majority;    /* the archive is a replica set: w: majority */
-    feeder_namespace_t *namespaces;
-    size_t namespace_count;
-    feeder_batch_t *batch;
-    bson_t consumed_marks;    /* "recovered" marks matched in this batch, removed after it */
-    int64_t last_checkpoint_ms;
-    uint64_t checkpoint_time;
-    int64_t backoff_ms;
-    int64_t stats_since_ms;
-    int64_t stats_events;
-    int64_t stats_writes;
-    /* Test hook: THERMOCLINE_TEST_KILL_AFTER_APPLY=N makes the process SIGKILL itself
-     * after the Nth batch the archive acknowledged, before its checkpoint: the crash
-     * the checkpoint's order must survive (tests/integration/test_tier_faults.py). */
-    long kill_after_batches;
-} feeder_t;
-
 /* One event of a batch on its way to the archive. */
 typedef struct candidate {
     bson_t event; /* a view into the getMore reply */
@@ -88,7 +49,7 @@ typedef struct candidate {
 
 /* --- small helpers ---------------------------------------------------------------- */
 
-static void backoff(feeder_t *feeder)
+void feeder_backoff(feeder_t *feeder)
 {
     feeder->backoff_ms = feeder->backoff_ms == 0 ? BACKOFF_FIRST_MS : feeder->backoff_ms * 2;
     if (feeder->backoff_ms > BACKOFF_MAX_MS) {
@@ -128,7 +89,7 @@ static feeder_namespace_t *find_namespace(feeder_t *feeder, const char *database
     return NULL;
 }
 
-static void append_write_concern(bson_t *command, bool majority)
+void feeder_append_write_concern(bson_t *command, bool majority)
 {
     bson_t concern;
     BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
@@ -142,7 +103,7 @@ static void append_write_concern(bson_t *command, bool majority)
 }
 
 /* Runs a write command on the fast tier until it succeeds or the group stops. */
-static bool fast_write_until_done(feeder_t *feeder, const bson_t *command, const char *what)
+bool feeder_fast_write(feeder_t *feeder, const bson_t *command, const char *what)
 {
     for (;;) {
         bson_t reply;
@@ -156,7 +117,7 @@ static bool fast_write_until_done(feeder_t *feeder, const bson_t *command, const
         if (tier_group_stopping(feeder->context->group)) {
             return false;
         }
-        backoff(feeder);
+        feeder_backoff(feeder);
     }
 }
 
@@ -262,6 +223,11 @@ static bool start_feeder(feeder_t *feeder)
         tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot read the checkpoint: %s", error.message);
         return false;
     }
+    if (!feeder_refusals_load(feeder, &error)) {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot read the refused writes: %s", error.message);
+        return false;
+    }
+    feeder->refusals_due = true; /* every start retries them: the operator may have fixed the cause */
     feeder->replay_until = now;
     feeder->start_time = feeder->applied_time;
     for (size_t i = 0; i < feeder->namespace_count; i++) {
@@ -504,7 +470,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             if (tier_group_stopping(feeder->context->group)) {
                 return false;
             }
-            backoff(feeder);
+            feeder_backoff(feeder);
             continue;
         }
         bool waiting_evict = false, waiting_warm = false;
@@ -600,10 +566,6 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
 
 /* --- the archive ----------------------------------------------------------------------- */
 
-static const char *op_kind_name(feeder_op_kind_t kind)
-{
-    return kind == FEEDER_OP_REPLACE ? "replace" : kind == FEEDER_OP_UPDATE ? "update" : "delete";
-}
 
 /* Errors a replayed update meets when the archive already holds a later version
  * of the document (a restart replays writes applied before it). */
@@ -620,12 +582,12 @@ static void stop_namespace(feeder_t *feeder, feeder_namespace_t *item, const fee
     bson_t id_holder = BSON_INITIALIZER;
     BSON_APPEND_VALUE(&id_holder, "_id", &op->id);
     id_json = bson_as_relaxed_extended_json(&id_holder, NULL);
-    char text[TIER_ERROR_TEXT_SIZE];
+    char text[TIER_ERROR_TEXT_SIZE * 2]; /* the namespace and the message may be long: cut, not an error */
     snprintf(text, sizeof text,
-             "the archive rejected the replay of a %s of %s in %s: %s (code %d). The feed of %s is stopped: "
-             "nothing more reaches the archive and reads that need it fail; fix the cause in the archive and "
-             "restart the feeder, which applies again from this write",
-             op_kind_name(op->kind), id_json != NULL ? id_json : "?", ns, message, code, ns);
+             "the archive failed the replay command of a %s of %s in %s as a whole: %s (code %d). The feed of %s "
+             "is stopped: nothing more reaches the archive and reads that need it fail; fix the cause in the "
+             "archive (the feeder's user, the namespace) and restart the feeder, which applies again from here",
+             feeder_op_kind_name(op->kind), id_json != NULL ? id_json : "?", ns, message, code, ns);
     item->stopped = true;
     if (!item->retrying) {
         bson_reinit(&item->stopped_token);
@@ -667,8 +629,8 @@ static void stop_namespace(feeder_t *feeder, feeder_namespace_t *item, const fee
     BSON_APPEND_BOOL(&statement, "upsert", true);
     bson_append_document_end(&updates, &statement);
     bson_append_array_end(&command, &updates);
-    append_write_concern(&command, true);
-    fast_write_until_done(feeder, &command, "record the stopped namespace");
+    feeder_append_write_concern(&command, true);
+    feeder_fast_write(feeder, &command, "record the stopped namespace");
     bson_destroy(&command);
     bson_destroy(&id_holder);
     bson_free(id_json);
@@ -676,90 +638,128 @@ static void stop_namespace(feeder_t *feeder, feeder_namespace_t *item, const fee
     tier_namespace_progress_t *progress = tier_progress_lock_namespace(feeder->context->progress, item->config->index);
     progress->feed_stopped = true;
     progress->applied_time = item->stopped_time;
-    snprintf(progress->feed_error, sizeof progress->feed_error, "%s", text);
+    bson_strncpy(progress->feed_error, text, sizeof progress->feed_error);
     tier_progress_unlock(feeder->context->progress, true);
 }
 
 typedef enum apply_result {
-    APPLY_DONE,  /* applied, or rejected and the namespace stopped */
-    APPLY_RETRY, /* the archive is unreachable or busy: try the whole batch again later */
+    APPLY_DONE,  /* applied, refused writes recorded, or the namespace stopped */
+    APPLY_RETRY, /* the archive is unreachable or busy (or the group stops): try the whole batch again later */
 } apply_result_t;
 
-/* One ordered bulk write of ops[0..count) of one namespace. */
+/* How an ordered bulk of ops[0..count) ended. */
+typedef enum execute_result {
+    EXECUTE_DONE,
+    EXECUTE_REFUSED,  /* *out_failed was refused (a write error) and nothing after it ran */
+    EXECUTE_RETRY,    /* transient: nothing is known to be refused */
+    EXECUTE_FAILED,   /* the command as a whole failed: not one write's refusal */
+} execute_result_t;
+
+static execute_result_t execute_ops(feeder_t *feeder, mongoc_collection_t *collection, feeder_op_t *const *ops,
+                                    size_t count, size_t *out_failed, int32_t *out_code, char *message, size_t size)
+{
+    bson_t bulk_opts = BSON_INITIALIZER, reply;
+    bson_error_t error;
+    BSON_APPEND_BOOL(&bulk_opts, "ordered", true);
+    feeder_append_write_concern(&bulk_opts, feeder->archive_majority);
+    mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(collection, &bulk_opts);
+    bson_destroy(&bulk_opts);
+    for (size_t i = 0; i < count; i++) {
+        if (!feeder_append_op(bulk, ops[i]->kind, &ops[i]->id, &ops[i]->document, &error)) {
+            /* A write libmongoc cannot even send is that write's refusal. */
+            mongoc_bulk_operation_destroy(bulk);
+            *out_failed = i;
+            *out_code = 0;
+            bson_strncpy(message, error.message, size);
+            return EXECUTE_REFUSED;
+        }
+    }
+    bool ok = mongoc_bulk_operation_execute(bulk, &reply, &error) != 0;
+    mongoc_bulk_operation_destroy(bulk);
+    bson_iter_t errors;
+    tier_write_error_t write_error;
+    execute_result_t result = EXECUTE_DONE;
+    if (ok) {
+        result = EXECUTE_DONE;
+    } else if (tier_write_errors_init(&errors, &reply) && tier_write_errors_next(&errors, &write_error)) {
+        /* Ordered: the first error is where the bulk stopped. */
+        size_t failed = (size_t)(write_error.index > 0 ? write_error.index : 0);
+        *out_failed = failed < count ? failed : count - 1;
+        *out_code = (int32_t)write_error.code;
+        bson_strncpy(message, write_error.message, size);
+        result = EXECUTE_REFUSED;
+    } else if (tier_error_is_transient(&error)) {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER,
+                          "the archive is unreachable or busy (%s); retrying, client writes keep landing in the "
+                          "fast tier",
+                          error.message);
+        result = EXECUTE_RETRY;
+    } else {
+        *out_failed = 0;
+        *out_code = tier_error_code(&error);
+        bson_strncpy(message, error.message, size);
+        result = EXECUTE_FAILED;
+    }
+    bson_destroy(&reply);
+    return result;
+}
+
+/* Replays ops[0..count) of one namespace in order. A write the archive refuses is
+ * recorded (feeder_refusal.c) and the others go on; the later writes of its
+ * document are recorded behind it, never sent ahead of it (per-document order).
+ * Consecutive writes of documents without a refusal go as one ordered bulk. */
 static apply_result_t apply_namespace(feeder_t *feeder, feeder_namespace_t *item, feeder_op_t *const *ops,
                                       size_t count)
 {
     mongoc_collection_t *collection =
         mongoc_client_get_collection(feeder->archive, item->config->database, item->config->collection);
-    size_t position = 0;
     apply_result_t result = APPLY_DONE;
-    while (position < count && !item->stopped) {
-        bson_t bulk_opts = BSON_INITIALIZER, reply;
-        bson_error_t error;
-        BSON_APPEND_BOOL(&bulk_opts, "ordered", true);
-        append_write_concern(&bulk_opts, feeder->archive_majority);
-        mongoc_bulk_operation_t *bulk = mongoc_collection_create_bulk_operation_with_opts(collection, &bulk_opts);
-        bson_destroy(&bulk_opts);
-        bool added = true;
-        for (size_t i = position; i < count && added; i++) {
-            const feeder_op_t *op = ops[i];
-            bson_t filter = BSON_INITIALIZER, op_opts = BSON_INITIALIZER;
-            BSON_APPEND_VALUE(&filter, "_id", &op->id);
-            /* What the fast tier accepted, the archive gets as is. */
-            BSON_APPEND_BOOL(&op_opts, "validate", false);
-            if (op->kind == FEEDER_OP_REPLACE) {
-                BSON_APPEND_BOOL(&op_opts, "upsert", true);
-                added = mongoc_bulk_operation_replace_one_with_opts(bulk, &filter, &op->document, &op_opts, &error);
-            } else if (op->kind == FEEDER_OP_UPDATE) {
-                added = mongoc_bulk_operation_update_one_with_opts(bulk, &filter, &op->document, &op_opts, &error);
-            } else {
-                bson_reinit(&op_opts);
-                added = mongoc_bulk_operation_remove_one_with_opts(bulk, &filter, &op_opts, &error);
-            }
-            bson_destroy(&filter);
-            bson_destroy(&op_opts);
+    size_t bulk_start = 0, i = 0;
+    while (result == APPLY_DONE && !item->stopped && i <= count) {
+        feeder_refused_t *refused = i < count ? feeder_refused_find(item, &ops[i]->id) : NULL;
+        if (i < count && refused == NULL) {
+            i++; /* joins the bulk */
+            continue;
         }
-        if (!added) {
-            mongoc_bulk_operation_destroy(bulk);
-            stop_namespace(feeder, item, ops[position], 0, error.message);
+        if (bulk_start < i) {
+            size_t failed = 0;
+            int32_t code = 0;
+            char message[FEEDER_REFUSAL_MESSAGE_SIZE];
+            execute_result_t executed =
+                execute_ops(feeder, collection, ops + bulk_start, i - bulk_start, &failed, &code, message, sizeof message);
+            if (executed == EXECUTE_RETRY) {
+                result = APPLY_RETRY;
+                break;
+            }
+            if (executed == EXECUTE_FAILED) {
+                stop_namespace(feeder, item, ops[bulk_start], code, message);
+                break;
+            }
+            if (executed == EXECUTE_REFUSED) {
+                const feeder_op_t *op = ops[bulk_start + failed];
+                if (op->last_time <= feeder->replay_until && op->kind == FEEDER_OP_UPDATE &&
+                    superseded_by_later_write(code)) {
+                    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
+                           "skipped an update replayed after a restart onto a later version (%s, code %d)", message,
+                           code);
+                } else if (!feeder_refusal_record(feeder, item, op, code != 0 ? code : TC_ERR_BAD_VALUE, message)) {
+                    result = APPLY_RETRY; /* stopping: no checkpoint past it */
+                    break;
+                }
+                i = bulk_start = bulk_start + failed + 1;
+                continue;
+            }
+        }
+        if (i == count) {
             break;
         }
-        bool ok = mongoc_bulk_operation_execute(bulk, &reply, &error) != 0;
-        mongoc_bulk_operation_destroy(bulk);
-        bson_iter_t errors;
-        tier_write_error_t write_error;
-        if (ok) {
-            position = count;
-        } else if (tier_write_errors_init(&errors, &reply) && tier_write_errors_next(&errors, &write_error)) {
-            /* Ordered: the first error is where the bulk stopped. */
-            int32_t code = (int32_t)write_error.code;
-            const char *message = write_error.message;
-            size_t failed_position = position + (size_t)(write_error.index > 0 ? write_error.index : 0);
-            if (failed_position >= count) {
-                failed_position = count - 1;
-            }
-            const feeder_op_t *op = ops[failed_position];
-            if (op->last_time <= feeder->replay_until && op->kind == FEEDER_OP_UPDATE &&
-                superseded_by_later_write(code)) {
-                TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                       "skipped an update replayed after a restart onto a later version (%s, code %d)", message, code);
-                position = failed_position + 1;
-            } else {
-                stop_namespace(feeder, item, op, code, message);
-            }
-        } else if (tier_error_is_transient(&error)) {
-            tier_report_error(feeder->context, TIER_WORKER_FEEDER,
-                              "the archive is unreachable or busy (%s); retrying, client writes keep landing in the "
-                              "fast tier",
-                              error.message);
+        /* A write of a document whose refusal stands: queued behind it, unless a
+         * replay after a restart meets one it recorded already. */
+        if (ops[i]->last_time > refused->recorded_through && !feeder_refusal_record(feeder, item, ops[i], 0, NULL)) {
             result = APPLY_RETRY;
-        } else {
-            stop_namespace(feeder, item, ops[position], tier_error_code(&error), error.message);
-        }
-        bson_destroy(&reply);
-        if (result == APPLY_RETRY) {
             break;
         }
+        i = bulk_start = i + 1;
     }
     mongoc_collection_destroy(collection);
     return result;
@@ -805,8 +805,8 @@ static bool write_checkpoint(feeder_t *feeder)
     BSON_APPEND_BOOL(&statement, "upsert", true);
     bson_append_document_end(&updates, &statement);
     bson_append_array_end(&command, &updates);
-    append_write_concern(&command, true);
-    bool ok = fast_write_until_done(feeder, &command, "write the feeder's checkpoint");
+    feeder_append_write_concern(&command, true);
+    bool ok = feeder_fast_write(feeder, &command, "write the feeder's checkpoint");
     bson_destroy(&command);
     if (ok) {
         feeder->checkpoint_time = feeder->applied_time;
@@ -890,8 +890,8 @@ static void finish_retries(feeder_t *feeder)
         BSON_APPEND_INT32(&statement, "limit", 1);
         bson_append_document_end(&deletes, &statement);
         bson_append_array_end(&command, &deletes);
-        append_write_concern(&command, true);
-        if (fast_write_until_done(feeder, &command, "clear a stopped namespace")) {
+        feeder_append_write_concern(&command, true);
+        if (feeder_fast_write(feeder, &command, "clear a stopped namespace")) {
             item->retrying = false;
             TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s is fed again: the writes it missed are in the archive", ns);
         }
@@ -1017,7 +1017,7 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
                 ok = false;
                 break;
             }
-            backoff(feeder);
+            feeder_backoff(feeder);
         }
     }
     bson_free(candidates);
@@ -1141,7 +1141,18 @@ void feeder_run(tier_group_t *group, void *argument)
         bson_t reply, events, position;
         if (!feeder.started && !start_feeder(&feeder)) {
             feeder.backoff_ms = BACKOFF_MAX_MS / 2;
-            backoff(&feeder);
+            feeder_backoff(&feeder);
+            continue;
+        }
+        tier_worker_progress_t requests;
+        tier_progress_worker(context->progress, TIER_WORKER_FEEDER, &requests);
+        if (requests.refusal_retries_requested != feeder.retry_requests_seen) {
+            feeder.retry_requests_seen = requests.refusal_retries_requested;
+            feeder.refusals_due = true;
+        }
+        /* Between batches: a refused document's later writes are all recorded by now. */
+        if (feeder.refusals_due && !feeder_refusals_retry(&feeder)) {
+            feeder_backoff(&feeder);
             continue;
         }
         bool ok = feeder.cursor_id == 0 ? open_stream(&feeder, &reply, &error) : get_more(&feeder, &reply, &error);
@@ -1159,7 +1170,7 @@ void feeder_run(tier_group_t *group, void *argument)
                 tier_report_error(context, TIER_WORKER_FEEDER, "the fast tier's change stream failed: %s; reopening",
                                   error.message);
             }
-            backoff(&feeder);
+            feeder_backoff(&feeder);
             continue;
         }
         reply_batch(&reply, &events, &position);
@@ -1175,6 +1186,7 @@ void feeder_run(tier_group_t *group, void *argument)
     feeder_batch_destroy(feeder.batch);
     for (size_t i = 0; i < feeder.namespace_count; i++) {
         bson_destroy(&feeder.namespaces[i].stopped_token);
+        feeder_refusals_free(&feeder.namespaces[i]);
     }
     bson_free(feeder.namespaces);
     bson_destroy(&feeder.token);

@@ -292,6 +292,38 @@ void tier_progress_append_workers(tier_progress_t *progress, const char *key, bs
     bson_append_document_end(out, &all);
 }
 
+/* {count, documents, oldest, sample: [{_id, code, message, at}]}: what an operator
+ * needs to find the documents whose writes the archive refused. */
+static void append_refusals(bson_t *out, const tier_namespace_progress_t *item)
+{
+    bson_t refusals, sample, entry, id_document;
+    bson_iter_t iter;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "refusals", &refusals);
+    BSON_APPEND_INT64(&refusals, "count", item->refusals);
+    BSON_APPEND_INT64(&refusals, "documents", item->refused_documents);
+    if (item->refusal_oldest_ms > 0) {
+        BSON_APPEND_DATE_TIME(&refusals, "oldest", item->refusal_oldest_ms);
+    }
+    BSON_APPEND_ARRAY_BEGIN(&refusals, "sample", &sample);
+    for (size_t i = 0; i < item->refusal_sample_count && i < TIER_REFUSAL_SAMPLE; i++) {
+        const tier_refusal_sample_t *one = &item->refusal_sample[i];
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_append_document_begin(&sample, key_string, -1, &entry);
+        if (one->id_length > 0 && bson_init_static(&id_document, one->id, one->id_length) &&
+            bson_iter_init_find(&iter, &id_document, "_id")) {
+            BSON_APPEND_VALUE(&entry, "_id", bson_iter_value(&iter));
+        }
+        BSON_APPEND_INT32(&entry, "code", one->code);
+        BSON_APPEND_UTF8(&entry, "message", one->message);
+        BSON_APPEND_DATE_TIME(&entry, "at", one->at_ms);
+        bson_append_document_end(&sample, &entry);
+    }
+    bson_append_array_end(&refusals, &sample);
+    bson_append_document_end(out, &refusals);
+}
+
 void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bson_t *out)
 {
     tier_namespace_progress_t item;
@@ -303,6 +335,7 @@ void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bso
     if (item.feed_stopped) {
         BSON_APPEND_UTF8(&feeder, "error", item.feed_error);
     }
+    append_refusals(&feeder, &item);
     bson_append_document_end(out, &feeder);
     BSON_APPEND_DOCUMENT_BEGIN(out, "warmer", &warmer);
     BSON_APPEND_UTF8(&warmer, "state", item.warm_declared ? "declared-complete"
@@ -325,6 +358,7 @@ void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bso
     BSON_APPEND_DOCUMENT_BEGIN(out, "evictor", &evictor);
     BSON_APPEND_INT64(&evictor, "evicted", item.evicted);
     BSON_APPEND_INT64(&evictor, "keptChanged", item.evict_changed);
+    BSON_APPEND_INT64(&evictor, "keptRefused", item.evict_held);
     if (item.evict_last_pass_ms > 0) {
         BSON_APPEND_DATE_TIME(&evictor, "lastPass", item.evict_last_pass_ms);
     }

@@ -12,13 +12,30 @@
 #include <stdint.h>
 
 #define TIER_ERROR_TEXT_SIZE 512
+#define TIER_REFUSAL_SAMPLE 3
+
+/* One document held in the fast tier by a write the archive refused. */
+typedef struct tier_refusal_sample {
+    uint8_t id[96];     /* {_id: value} as BSON; id_length 0: too long to show */
+    uint32_t id_length;
+    int32_t code;       /* the archive's */
+    int64_t at_ms;      /* wall clock of the refusal */
+    char message[200];
+} tier_refusal_sample_t;
 
 typedef struct tier_namespace_progress {
     /* Feeder: every fast-tier write to the namespace with a cluster time at or
      * below applied_time is in the archive (0: not known yet). */
     uint64_t applied_time;
-    bool feed_stopped; /* the archive rejected a write: nothing more is applied */
+    bool feed_stopped; /* the archive failed a command as a whole: nothing more is applied */
     char feed_error[TIER_ERROR_TEXT_SIZE];
+    /* Feeder: writes the archive refused (thermocline.refusals), with those queued
+     * behind them; their documents stay in the fast tier. */
+    int64_t refusals;
+    int64_t refused_documents;
+    int64_t refusal_oldest_ms; /* wall clock of the oldest, 0: none */
+    size_t refusal_sample_count;
+    tier_refusal_sample_t refusal_sample[TIER_REFUSAL_SAMPLE];
     /* Warmer. */
     bool coverage_valid;        /* the first full pass is complete */
     bool warm_declared;         /* coverage: complete in the config: nothing to warm */
@@ -32,6 +49,7 @@ typedef struct tier_namespace_progress {
     /* Evictor. */
     int64_t evicted;            /* documents deleted from the fast tier */
     int64_t evict_changed;      /* candidates that changed under the evictor: kept */
+    int64_t evict_held;         /* candidates kept because a refused write of theirs stands */
     int64_t evict_last_pass_ms; /* wall clock of the last completed pass */
 } tier_namespace_progress_t;
 
@@ -48,6 +66,7 @@ typedef struct tier_worker_progress {
     int64_t archive_writes;    /* write operations after coalescing */
     int64_t retries;           /* failed attempts retried with backoff */
     bool archive_reachable;
+    int64_t refusal_retries_requested; /* thermoclineRetryRefusals: the feeder retries when it grows */
 } tier_worker_progress_t;
 
 typedef enum tier_worker {

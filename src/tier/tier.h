@@ -13,7 +13,9 @@
 /* The fast tier's collections of the workers (database TIER_DATABASE):
  *   feeder        {_id: "stream", resumeToken, appliedTime, updatedAt}: the checkpoint;
  *                 {_id: "stopped:<ns>", ns, resumeToken, appliedTime, error, at}: a
- *                 namespace whose write the archive rejected
+ *                 namespace whose replay command the archive failed as a whole
+ *   refusals      {_id: <sequence>, ns, id, kind, write, queued, code, message, at}: a
+ *                 write the archive refused, or one queued behind it (feeder_private.h)
  *   warmer        {_id: <ns>, complete, copied, remaining, cursorTime, cursorId, ...}
  *   workerWrites  {_id: {ns, id, op: "evict"|"warm"}, state, ...}: writes of the
  *                 evictor and the warmer that the feeder must not replay */
@@ -21,6 +23,7 @@
 #define TIER_FEEDER_COLLECTION "feeder"
 #define TIER_WARMER_COLLECTION "warmer"
 #define TIER_MARKS_COLLECTION "workerWrites"
+#define TIER_REFUSALS_COLLECTION "refusals"
 
 typedef struct tier_workers tier_workers_t;
 

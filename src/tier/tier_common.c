@@ -221,6 +221,91 @@ void tier_split_namespace(const char *ns, char *out_database, size_t size, const
     *out_collection = dot != NULL ? dot + 1 : "";
 }
 
+bool tier_value_equal(const bson_value_t *left, const bson_value_t *right)
+{
+    if (left->value_type != right->value_type) {
+        return false;
+    }
+    bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
+    BSON_APPEND_VALUE(&a, "v", left);
+    BSON_APPEND_VALUE(&b, "v", right);
+    bool equal = a.len == b.len && memcmp(bson_get_data(&a), bson_get_data(&b), a.len) == 0;
+    bson_destroy(&a);
+    bson_destroy(&b);
+    return equal;
+}
+
+/* The id of every thermocline.refusals record matching filter, as a BSON array. */
+static bool read_refused_ids(mongoc_client_t *fast, const bson_t *filter, bson_t *out_ids, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, projection, reply;
+    bson_iter_t iter, batch, id;
+    bson_init(out_ids);
+    BSON_APPEND_UTF8(&command, "find", TIER_REFUSALS_COLLECTION);
+    BSON_APPEND_DOCUMENT(&command, "filter", filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "projection", &projection);
+    BSON_APPEND_INT32(&projection, "id", 1);
+    bson_append_document_end(&command, &projection);
+    BSON_APPEND_INT32(&command, "batchSize", 10000);
+    BSON_APPEND_BOOL(&command, "singleBatch", true);
+    bool ok = tier_command(fast, TIER_DATABASE, &command, &reply, error);
+    if (ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&
+        bson_iter_recurse(&batch, &iter)) {
+        uint32_t count = 0;
+        while (bson_iter_next(&iter)) {
+            char key[16];
+            const char *key_string;
+            if (BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_iter_recurse(&iter, &id) && bson_iter_find(&id, "id")) {
+                bson_uint32_to_string(count++, &key_string, key, sizeof key);
+                bson_append_value(out_ids, key_string, -1, bson_iter_value(&id));
+            }
+        }
+    } else if (ok) {
+        ok = tc_error_set(error, TC_ERR_OPERATION_FAILED, "unexpected reply reading %s.%s", TIER_DATABASE,
+                          TIER_REFUSALS_COLLECTION);
+    }
+    bson_destroy(&command);
+    bson_destroy(&reply);
+    return ok;
+}
+
+bool tier_refused_id_list(mongoc_client_t *fast, const char *ns, bson_t *out_ids, bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "ns", ns);
+    bool ok = read_refused_ids(fast, &filter, out_ids, error);
+    bson_destroy(&filter);
+    return ok;
+}
+
+bool tier_refused_ids(mongoc_client_t *fast, const char *ns, const bson_value_t *ids, size_t count, bool *out_held,
+                      bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER, condition, list, held;
+    BSON_APPEND_UTF8(&filter, "ns", ns);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "id", &condition);
+    BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &list);
+    for (size_t i = 0; i < count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        bson_append_value(&list, key_string, -1, &ids[i]);
+    }
+    bson_append_array_end(&condition, &list);
+    bson_append_document_end(&filter, &condition);
+    bool ok = read_refused_ids(fast, &filter, &held, error);
+    bson_iter_t iter;
+    bson_iter_init(&iter, &held);
+    while (ok && bson_iter_next(&iter)) {
+        for (size_t i = 0; i < count; i++) {
+            out_held[i] = out_held[i] || tier_value_equal(&ids[i], bson_iter_value(&iter));
+        }
+    }
+    bson_destroy(&held);
+    bson_destroy(&filter);
+    return ok;
+}
+
 bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms)
 {
     bson_iter_t iter, found, element;

@@ -84,6 +84,9 @@ int64_t tier_monotonic_ms(void);
  * split once at load: read its database and collection instead. */
 void tier_split_namespace(const char *ns, char *out_database, size_t size, const char **out_collection);
 
+/* Whether two _id values are the same BSON value (type and bytes). */
+bool tier_value_equal(const bson_value_t *left, const bson_value_t *right);
+
 /* The first value at a dotted path of document (the time field); false when
  * missing. For an array, the largest date in it (the key of a descending sort). */
 bool tier_time_value(const bson_t *document, const char *path, int64_t *out_ms);
@@ -138,6 +141,16 @@ void tier_append_delete_version(bson_t *command, const char *collection, const b
  * (the caller destroys it). */
 bool tier_find_by_id(mongoc_client_t *client, const char *database, const char *collection, const bson_value_t *id,
                      bool *out_found, bson_t *out_document, bson_error_t *error);
+
+/* Sets out_held[i] for each ids[i] of namespace ns that a write the archive
+ * refused holds in the fast tier (thermocline.refusals: see feeder_private.h):
+ * the evictor keeps those documents, whichever process runs the feeder. */
+bool tier_refused_ids(mongoc_client_t *fast, const char *ns, const bson_value_t *ids, size_t count, bool *out_held,
+                      bson_error_t *error);
+
+/* The _id values of namespace ns that refused writes hold (at most 10,000, one
+ * per record), as a BSON array for $nin; out_ids always initialised (caller destroys). */
+bool tier_refused_id_list(mongoc_client_t *fast, const char *ns, bson_t *out_ids, bson_error_t *error);
 
 /* --- pacing ------------------------------------------------------------------------ */
 

@@ -1,0 +1,163 @@
+"""I8: one write the archive refuses degrades one document, never a namespace.
+The conflict is made in the archive directly (a unique key only it holds), as a
+write the proxy could not see: the archive refuses the feeder's replay. Then the
+feeder records it (thermocline.refusals), queues that document's later writes
+behind it, keeps feeding and evicting every other document, shows it (log,
+thermoclineStatus), never evicts the held document, and after the operator fixes
+the cause, thermoclineRetryRefusals brings the archive to what one MongoDB would
+hold (an oracle store that got the same operations). A kill -9 of the proxy while
+a refusal stands loses nothing."""
+import datetime
+
+import pymongo
+
+from conftest import StoreProcess, wait_until
+from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
+from tier_support import client_for, documents_by_id, namespace_status, start_proxy, track
+
+
+def utc_now():
+    now = datetime.datetime.utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def ago(seconds):
+    return utc_now() - datetime.timedelta(seconds=seconds)
+
+
+def refusals(proxy):
+    return namespace_status(proxy)["feeder"]["refusals"]
+
+
+def ids_in(process):
+    with client_for(process) as client:
+        return {document["_id"] for document in client.shop.orders.find({}, {"_id": 1})}
+
+
+def start(replicated_tiers, tmp_path):
+    """The tiers prepared (below), an oracle store and a proxy with every worker and
+    maxAge 4 s: (archive, fast, oracle, proxy)."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle")).start()
+    prepare(archive, fast, oracle)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="4s", slack="500ms", coverage="complete")
+    return archive, fast, oracle, proxy
+
+
+def prepare(archive, fast, oracle):
+    """A unique key on email in both tiers (and the oracle), and an old archive
+    document holding "a@example.com" that only the archive has."""
+    for process in (archive, fast, oracle):
+        with client_for(process) as client:
+            client.shop.orders.create_index("email", unique=True)
+    with client_for(archive) as client:
+        client.shop.orders.insert_one({"_id": "old", "email": "a@example.com", "createdAt": ago(7200)})
+
+
+def both(proxy_client, oracle_client, operation, *arguments):
+    """The same operation through the proxy and on the oracle."""
+    getattr(proxy_client.shop.orders, operation)(*arguments)
+    getattr(oracle_client.shop.orders, operation)(*arguments)
+
+
+def fix_and_retry(archive, oracle, proxy):
+    """The operator's way out: the archive's conflicting document gets another
+    email (the oracle holds it so), then thermoclineRetryRefusals."""
+    with client_for(archive) as client:
+        client.shop.orders.update_one({"_id": "old"}, {"$set": {"email": "old@example.com"}})
+    with client_for(oracle) as client:
+        with client_for(archive) as archive_client:
+            client.shop.orders.insert_one(archive_client.shop.orders.find_one({"_id": "old"}))
+    with client_for(proxy) as client:
+        reply = client.admin.command("thermoclineRetryRefusals")
+        assert reply["ok"] == 1.0
+
+
+def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, tmp_path):
+    archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
+    try:
+        with client_for(proxy) as client, client_for(oracle) as truth:
+            # The oracle would refuse this insert while "old" holds a@example.com: it
+            # gets it as one MongoDB would after the operator's fix (fix_and_retry).
+            both(client, truth, "insert_one", {"_id": 1, "email": "a@example.com", "createdAt": utc_now(), "n": 0})
+            assert wait_until(lambda: refusals(proxy)["count"] >= 1, 15, 0.1), refusals(proxy)
+            # Later writes to the held document queue behind its refused insert, in order.
+            both(client, truth, "update_one", {"_id": 1}, {"$inc": {"n": 1}})
+            both(client, truth, "update_one", {"_id": 1}, {"$set": {"status": "paid"}, "$inc": {"n": 10}})
+            # Every other document keeps flowing, before and after.
+            for i in range(10, 30):
+                both(client, truth, "insert_one", {"_id": i, "email": "%d@example.com" % i, "createdAt": utc_now()})
+            both(client, truth, "update_many", {"_id": {"$gte": 10, "$lt": 20}}, {"$set": {"status": "shipped"}})
+        assert wait_until(lambda: refusals(proxy)["count"] == 3, 15, 0.1), refusals(proxy)
+        shown = refusals(proxy)
+        assert shown["documents"] == 1 and "oldest" in shown
+        assert shown["sample"][0]["_id"] == 1 and shown["sample"][0]["code"] == 11000
+        assert "duplicate key" in shown["sample"][0]["message"] or "E11000" in shown["sample"][0]["message"]
+        assert namespace_status(proxy)["feeder"]["state"] == "running"
+        log = proxy.log_text()
+        assert "refused the replay of a replace" in log and "thermoclineRetryRefusals" in log
+        assert "queued behind a refused write" in log
+        with client_for(fast) as client:
+            records = list(client.thermocline.refusals.find().sort("_id", 1))
+            assert [(r["id"], r["queued"]) for r in records] == [(1, False), (1, True), (1, True)]
+            assert records[0]["code"] == 11000 and records[0]["ns"] == "shop.orders"
+        # The others reach the archive, then leave the fast tier; the held one stays.
+        with client_for(archive) as client:
+            assert wait_until(lambda: client.shop.orders.count_documents({"_id": {"$gte": 10}}) == 20, 15, 0.1)
+            assert client.shop.orders.count_documents({"status": "shipped"}) == 10
+            assert client.shop.orders.find_one({"_id": 1}) is None
+        assert wait_until(lambda: ids_in(fast) == {1}, 20, 0.2), ids_in(fast)
+        assert wait_until(lambda: namespace_status(proxy)["evictor"]["evicted"] >= 20, 5, 0.1)
+        # Still refused: a retry before the fix keeps everything, in order.
+        with client_for(proxy) as client:
+            client.admin.command("thermoclineRetryRefusals")
+        assert wait_until(lambda: "still refuses a write of" in proxy.log_text(), 10, 0.1)
+        assert refusals(proxy)["count"] == 3 and ids_in(fast) == {1}
+
+        fix_and_retry(archive, oracle, proxy)
+        assert wait_until(lambda: refusals(proxy)["count"] == 0, 15, 0.1), refusals(proxy)
+        assert wait_until(lambda: documents_by_id(archive) == documents_by_id(oracle), 15, 0.1), \
+            (documents_by_id(archive), documents_by_id(oracle))
+        with client_for(archive) as client:
+            assert client.shop.orders.find_one({"_id": 1})["n"] == 11
+        # No longer held: it ages out of the fast tier like any other.
+        assert wait_until(lambda: ids_in(fast) == set(), 20, 0.2), ids_in(fast)
+        with client_for(fast) as client:
+            assert client.thermocline.refusals.count_documents({}) == 0
+    finally:
+        proxy.stop()
+        oracle.stop()
+
+
+def test_kill_9_while_a_refusal_stands_loses_nothing(replicated_tiers, tmp_path):
+    archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
+    try:
+        with client_for(proxy) as client, client_for(oracle) as truth:
+            both(client, truth, "insert_one", {"_id": 1, "email": "a@example.com", "createdAt": utc_now(), "n": 0})
+            assert wait_until(lambda: refusals(proxy)["count"] == 1, 15, 0.1), refusals(proxy)
+            both(client, truth, "update_one", {"_id": 1}, {"$inc": {"n": 5}})
+            assert wait_until(lambda: refusals(proxy)["count"] == 2, 15, 0.1), refusals(proxy)
+        proxy.kill9()
+        with client_for(fast) as client:
+            assert client.thermocline.refusals.count_documents({}) == 2
+        proxy.restart()
+        # The queue is read back at start (and retried: still refused).
+        assert wait_until(lambda: refusals(proxy)["count"] == 2, 15, 0.1), refusals(proxy)
+        with client_for(proxy) as client, client_for(oracle) as truth:
+            both(client, truth, "update_one", {"_id": 1}, {"$inc": {"n": 1}})
+            for i in range(10, 20):
+                both(client, truth, "insert_one", {"_id": i, "email": "%d@example.com" % i, "createdAt": utc_now()})
+        assert wait_until(lambda: refusals(proxy)["count"] == 3, 15, 0.1), refusals(proxy)
+        # Still held after the restart, while the others age out.
+        assert wait_until(lambda: ids_in(fast) == {1}, 20, 0.2), ids_in(fast)
+        proxy.kill9()
+        proxy.restart()
+        assert wait_until(lambda: refusals(proxy)["count"] == 3, 15, 0.1), refusals(proxy)
+        fix_and_retry(archive, oracle, proxy)
+        assert wait_until(lambda: refusals(proxy)["count"] == 0, 15, 0.1), refusals(proxy)
+        assert wait_until(lambda: documents_by_id(archive) == documents_by_id(oracle), 15, 0.1), \
+            (documents_by_id(archive), documents_by_id(oracle))
+        assert wait_until(lambda: ids_in(fast) == set(), 20, 0.2), ids_in(fast)
+    finally:
+        proxy.stop()
+        oracle.stop()
