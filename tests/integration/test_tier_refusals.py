@@ -1,6 +1,8 @@
 """I8: one write the archive refuses degrades one document, never a namespace.
-The conflict is made in the archive directly (a unique key only it holds), as a
-write the proxy could not see: the archive refuses the feeder's replay. Then the
+The conflict is a unique key only the archive holds, reached by $inc: the proxy
+checks at write time the key values a write sets ($set, inserts, replacements,
+upserts: test_tier_real_collections.py), not those an operator computes, so the
+fast tier takes the write and the archive refuses the feeder's replay. Then the
 feeder records it (thermocline.refusals), queues that document's later writes
 behind it, keeps feeding and evicting every other document, shows it (log,
 thermoclineStatus), never evicts the held document, and after the operator fixes
@@ -45,13 +47,22 @@ def start(replicated_tiers, tmp_path):
 
 
 def prepare(archive, fast, oracle):
-    """A unique key on email in both tiers (and the oracle), and an old archive
-    document holding "a@example.com" that only the archive has."""
+    """A unique key on seq in both tiers (and the oracle), and an old archive
+    document holding seq 1 that only the archive has."""
     for process in (archive, fast, oracle):
         with client_for(process) as client:
-            client.shop.orders.create_index("email", unique=True)
+            client.shop.orders.create_index("seq", unique=True, sparse=True)
     with client_for(archive) as client:
-        client.shop.orders.insert_one({"_id": "old", "email": "a@example.com", "createdAt": ago(7200)})
+        client.shop.orders.insert_one({"_id": "old", "seq": 1, "createdAt": ago(7200)})
+
+
+def refused_increment(proxy, archive, client, truth, **fields):
+    """Document 1 with seq 0, replayed; then $inc seq to 1, the archive's old key:
+    the fast tier takes it, the archive refuses its replay."""
+    both(client, truth, "insert_one", dict({"_id": 1, "seq": 0, "createdAt": utc_now()}, **fields))
+    with client_for(archive) as archive_client:
+        assert wait_until(lambda: archive_client.shop.orders.find_one({"_id": 1}) is not None, 15, 0.1)
+    both(client, truth, "update_one", {"_id": 1}, {"$inc": {"seq": 1}})
 
 
 def both(proxy_client, oracle_client, operation, *arguments):
@@ -62,9 +73,9 @@ def both(proxy_client, oracle_client, operation, *arguments):
 
 def fix_and_retry(archive, oracle, proxy):
     """The operator's way out: the archive's conflicting document gets another
-    email (the oracle holds it so), then thermoclineRetryRefusals."""
+    key (the oracle holds it so), then thermoclineRetryRefusals."""
     with client_for(archive) as client:
-        client.shop.orders.update_one({"_id": "old"}, {"$set": {"email": "old@example.com"}})
+        client.shop.orders.update_one({"_id": "old"}, {"$set": {"seq": 100}})
     with client_for(oracle) as client:
         with client_for(archive) as archive_client:
             client.shop.orders.insert_one(archive_client.shop.orders.find_one({"_id": "old"}))
@@ -77,16 +88,16 @@ def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, 
     archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
     try:
         with client_for(proxy) as client, client_for(oracle) as truth:
-            # The oracle would refuse this insert while "old" holds a@example.com: it
-            # gets it as one MongoDB would after the operator's fix (fix_and_retry).
-            both(client, truth, "insert_one", {"_id": 1, "email": "a@example.com", "createdAt": utc_now(), "n": 0})
+            # The oracle would refuse this $inc while "old" holds seq 1: it gets it as
+            # one MongoDB would after the operator's fix (fix_and_retry).
+            refused_increment(proxy, archive, client, truth, n=0)
             assert wait_until(lambda: refusals(proxy)["count"] >= 1, 15, 0.1), refusals(proxy)
             # Later writes to the held document queue behind its refused insert, in order.
             both(client, truth, "update_one", {"_id": 1}, {"$inc": {"n": 1}})
             both(client, truth, "update_one", {"_id": 1}, {"$set": {"status": "paid"}, "$inc": {"n": 10}})
             # Every other document keeps flowing, before and after.
             for i in range(10, 30):
-                both(client, truth, "insert_one", {"_id": i, "email": "%d@example.com" % i, "createdAt": utc_now()})
+                both(client, truth, "insert_one", {"_id": i, "seq": 1000 + i, "createdAt": utc_now()})
             both(client, truth, "update_many", {"_id": {"$gte": 10, "$lt": 20}}, {"$set": {"status": "shipped"}})
         assert wait_until(lambda: refusals(proxy)["count"] == 3, 15, 0.1), refusals(proxy)
         shown = refusals(proxy)
@@ -95,7 +106,7 @@ def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, 
         assert "duplicate key" in shown["sample"][0]["message"] or "E11000" in shown["sample"][0]["message"]
         assert namespace_status(proxy)["feeder"]["state"] == "running"
         log = proxy.log_text()
-        assert "refused the replay of a replace" in log and "thermoclineRetryRefusals" in log
+        assert "refused the replay of a" in log and "thermoclineRetryRefusals" in log
         assert "queued behind a refused write" in log
         with client_for(fast) as client:
             records = list(client.thermocline.refusals.find().sort("_id", 1))
@@ -105,7 +116,8 @@ def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, 
         with client_for(archive) as client:
             assert wait_until(lambda: client.shop.orders.count_documents({"_id": {"$gte": 10}}) == 20, 15, 0.1)
             assert client.shop.orders.count_documents({"status": "shipped"}) == 10
-            assert client.shop.orders.find_one({"_id": 1}) is None
+            held = client.shop.orders.find_one({"_id": 1})  # its version before the refused $inc
+            assert (held["seq"], held["n"]) == (0, 0), held
         assert wait_until(lambda: ids_in(fast) == {1}, 20, 0.2), ids_in(fast)
         assert wait_until(lambda: namespace_status(proxy)["evictor"]["evicted"] >= 20, 5, 0.1)
         # Still refused: a retry before the fix keeps everything, in order.
@@ -133,7 +145,7 @@ def test_kill_9_while_a_refusal_stands_loses_nothing(replicated_tiers, tmp_path)
     archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
     try:
         with client_for(proxy) as client, client_for(oracle) as truth:
-            both(client, truth, "insert_one", {"_id": 1, "email": "a@example.com", "createdAt": utc_now(), "n": 0})
+            refused_increment(proxy, archive, client, truth, n=0)
             assert wait_until(lambda: refusals(proxy)["count"] == 1, 15, 0.1), refusals(proxy)
             both(client, truth, "update_one", {"_id": 1}, {"$inc": {"n": 5}})
             assert wait_until(lambda: refusals(proxy)["count"] == 2, 15, 0.1), refusals(proxy)
@@ -146,7 +158,7 @@ def test_kill_9_while_a_refusal_stands_loses_nothing(replicated_tiers, tmp_path)
         with client_for(proxy) as client, client_for(oracle) as truth:
             both(client, truth, "update_one", {"_id": 1}, {"$inc": {"n": 1}})
             for i in range(10, 20):
-                both(client, truth, "insert_one", {"_id": i, "email": "%d@example.com" % i, "createdAt": utc_now()})
+                both(client, truth, "insert_one", {"_id": i, "seq": 1000 + i, "createdAt": utc_now()})
         assert wait_until(lambda: refusals(proxy)["count"] == 3, 15, 0.1), refusals(proxy)
         # Still held after the restart, while the others age out.
         assert wait_until(lambda: ids_in(fast) == {1}, 20, 0.2), ids_in(fast)
