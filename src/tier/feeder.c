@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "tier/feeder_batch.h"
+#include "tier/feeder_restore.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -728,7 +729,11 @@ static apply_result_t apply_namespace(feeder_t *feeder, feeder_namespace_t *item
         mongoc_bulk_operation_destroy(bulk);
         bson_iter_t errors;
         tier_write_error_t write_error;
-        if (ok) {
+        if (ok && !feeder_restore_missing(feeder->fast, feeder->archive, item->config, ops + position,
+                                          count - position, &reply, &error)) {
+            result = APPLY_RETRY; /* every step is idempotent: the batch is applied again */
+            tier_report_error(feeder->context, TIER_WORKER_FEEDER, "%s: %s", item->config->ns, error.message);
+        } else if (ok) {
             position = count;
         } else if (tier_write_errors_init(&errors, &reply) && tier_write_errors_next(&errors, &write_error)) {
             /* Ordered: the first error is where the bulk stopped. */
