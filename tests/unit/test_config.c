@@ -180,7 +180,7 @@ static void test_every_option(void **state)
     assert_int_equal(clicks->coverage, CONFIG_COVERAGE_WARM);
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
-    assert_int_equal(clicks->line, 22);
+    assert_int_equal(clicks->line, 24); /* after the two index keys of orders */
     assert_int_equal(clicks->index, 1);
     assert_ptr_equal(clicks, &config->namespaces[1]);
     config_destroy(config);
