@@ -108,6 +108,10 @@ static const setting_t settings[] = {
      "how often the evictor runs"},
     {"warmerPeriod", NAMESPACE(warmer_period_ms), TYPE_DURATION, NULL, false, 1, INT64_MAX,
      "how often the warmer runs"},
+    {"indexSyncPeriod", NAMESPACE(index_sync_period_ms), TYPE_DURATION, "1m", false, 100, HOUR_MS,
+     "how often the archive's indexes and validator are copied to the fast tier again"},
+    {"requireTimeFieldIndex", NAMESPACE(require_time_field_index), TYPE_BOOLEAN, "true", false, 0, 0,
+     "refuse to start when the archive has no index whose first key is timeField (false: a warning)"},
 };
 
 #define SETTING_COUNT (sizeof settings / sizeof settings[0])

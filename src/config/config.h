@@ -66,6 +66,11 @@
  *   safetySlack         duration  maxAge/10, <= 15m  horizon = now - maxAge + safetySlack; < maxAge
  *   evictorPeriod       duration  maxAge/20, 100ms-1m  how often the evictor runs
  *   warmerPeriod        duration  maxAge/20, 100ms-1m  how often the warmer runs
+ *   indexSyncPeriod     duration  1m (100ms-1h)    how often the archive's indexes and validator are
+ *                                                    copied to the fast tier again (src/tier/README.md)
+ *   requireTimeFieldIndex  boolean  true           refuse to start when the archive's collection has
+ *                                                    no index whose first key is timeField (every
+ *                                                    warmer pass would scan it); false: a warning
  *
  * Durations carry a unit (500ms, 20s, 15m, 6h, 30d: common/units.h). */
 #ifndef TC_CONFIG_CONFIG_H
@@ -97,6 +102,8 @@ typedef struct config_namespace {
     int64_t safety_slack_ms;
     int64_t evictor_period_ms;
     int64_t warmer_period_ms;
+    int64_t index_sync_period_ms;  /* tier/index_sync.c */
+    bool require_time_field_index; /* checked at start (tier_preflight) */
     uint32_t line; /* where the entry starts in the file, for later messages */
 } config_namespace_t;
 

@@ -326,6 +326,11 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     if (proxy.config == NULL) {
         return false;
     }
+    /* Before the port opens: a namespace that cannot be tiered stops the start. */
+    if (!tier_preflight(proxy.config, error)) {
+        config_destroy(proxy.config);
+        return false;
+    }
     bson_oid_init(&proxy.process_id, NULL);
     proxy.cursors = cursor_map_new();
     proxy.namespace_count = proxy.config->namespace_count;

@@ -71,6 +71,9 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
     BSON_APPEND_UTF8(&insert, "insert", names->collection);
     BSON_APPEND_ARRAY(&insert, "documents", &documents);
     BSON_APPEND_BOOL(&insert, "ordered", false);
+    /* Archive documents, which the archive accepted: the fast tier's copy of its
+     * validator must not refuse them (the client's write itself is validated). */
+    BSON_APPEND_BOOL(&insert, "bypassDocumentValidation", true);
     BSON_APPEND_UTF8(&insert, "$db", names->database);
     bool built = wire_op_msg_build(0, 0, 0, &insert, NULL, 0, &encoded, &encoded_length, &parse_error);
     bson_destroy(&insert);

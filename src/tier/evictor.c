@@ -10,8 +10,12 @@
  *      event of that document in it: I3), or remove the mark when nothing was
  *      deleted
  *
+ * A document whose TTL field has expired under one of the archive's TTL indexes
+ * (index_sync.c copies their rules to thermocline.indexes) is a candidate too, on
+ * the same terms: the fast tier keeps no TTL of its own (src/tier/README.md).
+ *
  * Only the fast tier is touched; a per-second cap keeps client traffic first. */
-#include "tier/tier_private.h"
+#include "tier/index_sync.h"
 
 #include "common/log.h"
 
@@ -147,7 +151,7 @@ static bool delete_version(evictor_t *evictor, const char *database, const char 
 
 /* One batch: returns the number of candidates found (-1 on an error or a wait
  * that ran out: the pass ends). */
-static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, int64_t cutoff_ms,
+static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_t *candidates,
                            const bson_t *held_ids)
 {
     tier_context_t *context = evictor->context;
@@ -156,29 +160,25 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     const size_t index = policy->index; /* its slot in the workers' progress */
     bson_error_t error;
 
-    bson_t find = BSON_INITIALIZER, filter, condition, reply, batch;
+    bson_t find = BSON_INITIALIZER, reply, batch;
     bson_iter_t iter, found;
     BSON_APPEND_UTF8(&find, "find", collection);
-    /* The candidates are exactly the documents {timeField: {$gte: cutoff}} does not
-     * match: dates before the cutoff, and also documents without the field, with a
-     * value that is not a date, or with an array holding no date past the cutoff
-     * (outside every window: the design's coverage contract). {$lt: cutoff} would
-     * miss those, and would take an array that also holds a recent date. */
-    bson_t not_condition;
-    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
-    bson_append_document_begin(&filter, policy->time_field, -1, &condition);
-    BSON_APPEND_DOCUMENT_BEGIN(&condition, "$not", &not_condition);
-    BSON_APPEND_DATE_TIME(&not_condition, "$gte", cutoff_ms);
-    bson_append_document_end(&condition, &not_condition);
-    bson_append_document_end(&filter, &condition);
-    if (!bson_empty(held_ids)) {
+    if (bson_empty(held_ids)) {
+        BSON_APPEND_DOCUMENT(&find, "filter", candidates);
+    } else {
         /* Documents held by a refused write: never candidates, so they cannot fill every batch. */
-        bson_t not_in;
-        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &not_in);
+        bson_t filter, clauses, held, not_in;
+        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+        BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &clauses);
+        BSON_APPEND_DOCUMENT(&clauses, "0", candidates);
+        BSON_APPEND_DOCUMENT_BEGIN(&clauses, "1", &held);
+        BSON_APPEND_DOCUMENT_BEGIN(&held, "_id", &not_in);
         BSON_APPEND_ARRAY(&not_in, "$nin", held_ids);
-        bson_append_document_end(&filter, &not_in);
+        bson_append_document_end(&held, &not_in);
+        bson_append_document_end(&clauses, &held);
+        bson_append_array_end(&filter, &clauses);
+        bson_append_document_end(&find, &filter);
     }
-    bson_append_document_end(&find, &filter);
     BSON_APPEND_INT32(&find, "limit", EVICT_BATCH);
     BSON_APPEND_INT32(&find, "batchSize", EVICT_BATCH);
     BSON_APPEND_BOOL(&find, "singleBatch", true);
@@ -308,10 +308,44 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     return ok ? (int64_t)count : -1;
 }
 
+/* The candidates' filter: the documents {timeField: {$gte: cutoff}} does not
+ * match, which are dates before the cutoff and also documents without the field,
+ * with a value that is not a date, or with an array holding no date past the
+ * cutoff (outside every window: the design's coverage contract; {$lt: cutoff}
+ * would miss those, and would take an array that also holds a recent date). With
+ * the archive's TTL indexes: {$or: [that, {ttlField: {$lt: now - expireAfterSeconds}}, ...]}. */
+static void candidates_filter(evictor_t *evictor, const config_namespace_t *policy, bson_t *out)
+{
+    int64_t now = tier_wall_clock_ms();
+    bson_t conditions = BSON_INITIALIZER, aged = BSON_INITIALIZER, bound;
+    bson_error_t error;
+    uint32_t count = 1;
+    bson_t not_bound;
+    bson_append_document_begin(&aged, policy->time_field, -1, &bound);
+    BSON_APPEND_DOCUMENT_BEGIN(&bound, "$not", &not_bound);
+    BSON_APPEND_DATE_TIME(&not_bound, "$gte", now - policy->max_age_ms);
+    bson_append_document_end(&bound, &not_bound);
+    bson_append_document_end(&aged, &bound);
+    BSON_APPEND_DOCUMENT(&conditions, "0", &aged);
+    if (!index_sync_append_ttl_conditions(evictor->fast, policy->ns, now, &conditions, &count, &error)) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s: cannot read the archive's TTL indexes (%s): this pass evicts "
+               "by age only", policy->ns, error.message);
+    }
+    bson_init(out);
+    if (count == 1) {
+        bson_concat(out, &aged);
+    } else {
+        BSON_APPEND_ARRAY(out, "$or", &conditions);
+    }
+    bson_destroy(&aged);
+    bson_destroy(&conditions);
+}
+
 static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy)
 {
     tier_context_t *context = evictor->context;
-    int64_t cutoff_ms = tier_wall_clock_ms() - policy->max_age_ms;
+    bson_t candidates;
+    candidates_filter(evictor, policy, &candidates);
     int64_t total = 0;
     bson_t held_ids;
     bson_error_t error;
@@ -323,7 +357,7 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = tier_monotonic_ms();
-        int64_t found = evict_batch(evictor, policy, cutoff_ms, &held_ids);
+        int64_t found = evict_batch(evictor, policy, &candidates, &held_ids);
         if (found <= 0) {
             break;
         }
@@ -339,11 +373,12 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
         }
     }
     bson_destroy(&held_ids);
+    bson_destroy(&candidates);
     tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, policy->index);
     item->evict_last_pass_ms = tier_wall_clock_ms();
     tier_progress_unlock(context->progress, false);
     if (total > 0) {
-        TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, 0, "%s: looked at %lld documents older than the window", policy->ns,
+        TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, 0, "%s: looked at %lld documents older than the window or expired", policy->ns,
                (long long)total);
     }
 }

@@ -19,6 +19,7 @@
 #include "tier/feeder_private.h"
 
 #include "common/log.h"
+#include "tier/feeder_restore.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -655,8 +656,9 @@ typedef enum execute_result {
     EXECUTE_FAILED,   /* the command as a whole failed: not one write's refusal */
 } execute_result_t;
 
-static execute_result_t execute_ops(feeder_t *feeder, mongoc_collection_t *collection, feeder_op_t *const *ops,
-                                    size_t count, size_t *out_failed, int32_t *out_code, char *message, size_t size)
+static execute_result_t execute_ops(feeder_t *feeder, const config_namespace_t *config,
+                                    mongoc_collection_t *collection, feeder_op_t *const *ops, size_t count,
+                                    size_t *out_failed, int32_t *out_code, char *message, size_t size)
 {
     bson_t bulk_opts = BSON_INITIALIZER, reply;
     bson_error_t error;
@@ -679,7 +681,10 @@ static execute_result_t execute_ops(feeder_t *feeder, mongoc_collection_t *colle
     bson_iter_t errors;
     tier_write_error_t write_error;
     execute_result_t result = EXECUTE_DONE;
-    if (ok) {
+    if (ok && !feeder_restore_missing(feeder->fast, feeder->archive, config, ops, count, &reply, &error)) {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "%s: %s", config->ns, error.message);
+        result = EXECUTE_RETRY; /* every step is idempotent: the bulk is applied again */
+    } else if (ok) {
         result = EXECUTE_DONE;
     } else if (tier_write_errors_init(&errors, &reply) && tier_write_errors_next(&errors, &write_error)) {
         /* Ordered: the first error is where the bulk stopped. */
@@ -726,7 +731,8 @@ static apply_result_t apply_namespace(feeder_t *feeder, feeder_namespace_t *item
             int32_t code = 0;
             char message[FEEDER_REFUSAL_MESSAGE_SIZE];
             execute_result_t executed =
-                execute_ops(feeder, collection, ops + bulk_start, i - bulk_start, &failed, &code, message, sizeof message);
+                execute_ops(feeder, item->config, collection, ops + bulk_start, i - bulk_start, &failed, &code, message,
+                            sizeof message);
             if (executed == EXECUTE_RETRY) {
                 result = APPLY_RETRY;
                 break;

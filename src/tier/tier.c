@@ -28,7 +28,7 @@ static void log_from_mongoc(mongoc_log_level_t level, const char *domain, const 
     }
 }
 
-static void libmongoc_init(void)
+void tier_libmongoc_init(void)
 {
     mongoc_init();
     mongoc_log_set_handler(log_from_mongoc, NULL);
@@ -36,7 +36,7 @@ static void libmongoc_init(void)
 
 bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
 {
-    libmongoc_init();
+    tier_libmongoc_init();
     mongoc_client_pool_t *pool = tier_pool_new(config->fast_uri, "thermocline-proxy", error);
     if (pool == NULL) {
         return false;
@@ -88,7 +88,7 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
         {TIER_WORKER_EVICTOR, "tc-evictor", evictor_run},
         {TIER_WORKER_WARMER, "tc-warmer", warmer_run},
     };
-    libmongoc_init();
+    tier_libmongoc_init();
     tier_workers_t *started = bson_malloc0(sizeof *started);
     started->group = tier_group_new();
     started->context.config = config;
@@ -199,6 +199,13 @@ int tier_main(int argc, char **argv)
     config_t *config = config_load_file(config_path, &error);
     if (config == NULL) {
         fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        return 1;
+    }
+    tier_libmongoc_init();
+    if (!tier_preflight(config, &error)) {
+        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        config_destroy(config);
+        mongoc_cleanup();
         return 1;
     }
     /* The worker threads inherit the blocked signals; this thread waits for them. */

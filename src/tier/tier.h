@@ -18,12 +18,15 @@
  *                 write the archive refused, or one queued behind it (feeder_private.h)
  *   warmer        {_id: <ns>, complete, copied, remaining, cursorTime, cursorId, ...}
  *   workerWrites  {_id: {ns, id, op: "evict"|"warm"}, state, ...}: writes of the
- *                 evictor and the warmer that the feeder must not replay */
+ *                 evictor and the warmer that the feeder must not replay
+ *   indexes       {_id: <ns>, ttl: [{field, expireAfterSeconds, name}], updatedAt}: the
+ *                 archive's TTL indexes, which the evictor applies to the fast tier */
 #define TIER_DATABASE "thermocline"
 #define TIER_FEEDER_COLLECTION "feeder"
 #define TIER_WARMER_COLLECTION "warmer"
 #define TIER_MARKS_COLLECTION "workerWrites"
 #define TIER_REFUSALS_COLLECTION "refusals"
+#define TIER_INDEXES_COLLECTION "indexes"
 
 typedef struct tier_workers tier_workers_t;
 
@@ -42,6 +45,15 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
 /* Stops and joins the threads (at most a few seconds: the longest blocking call
  * is a change stream getMore or a server selection) and frees. Safe on NULL. */
 void tier_workers_stop(tier_workers_t *workers);
+
+/* The checks before a proxy or a worker starts, per namespace, on the archive:
+ * a capped, clustered or time-series collection cannot be tiered; a collection
+ * without an index whose first key is timeField is refused (unless
+ * requireTimeFieldIndex: false, then a warning) with the createIndexes command to
+ * run. False with BadValue and a one-line message naming the namespace. A
+ * collection that does not exist yet, or an archive that cannot be reached, is
+ * logged and let through (the index sync keeps watching). */
+bool tier_preflight(const config_t *config, bson_error_t *error) TC_MUST_CHECK;
 
 /* Records where the feeder starts when it has never run: the fast tier's cluster
  * time now. The proxy calls it before it accepts a client, so no write through it

@@ -27,6 +27,9 @@ void warmer_run(tier_group_t *group, void *context);
 
 /* --- clients and commands ------------------------------------------------------- */
 
+/* mongoc_init(), with libmongoc's warnings and errors sent to our log (tier.c). */
+void tier_libmongoc_init(void);
+
 /* A pool for uri with the workers' timeouts (server selection and connect 1 s,
  * socket 60 s) unless the URI sets its own. Free with mongoc_client_pool_destroy(). */
 mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_error_t *error);

@@ -85,7 +85,10 @@ void warmer_publish(warmer_t *warmer, size_t index, bool notify)
 {
     warm_namespace_t *state = &warmer->namespaces[index];
     tier_namespace_progress_t *item = tier_progress_lock_namespace(warmer->context->progress, index);
-    item->coverage_valid = state->complete;
+    /* Not before the fast tier has the archive's indexes: a read sent there must
+     * find the plans it would find in the archive. */
+    bool valid = state->complete && state->index_sync.synced;
+    item->coverage_valid = valid;
     item->warm_copied = state->copied;
     item->warm_remaining = state->total_estimate < 0 ? -1
                            : state->complete          ? 0
@@ -93,7 +96,7 @@ void warmer_publish(warmer_t *warmer, size_t index, bool notify)
                                                                    : 0;
     item->warm_started_ms = state->started_ms;
     item->warm_completed_ms = state->completed_ms;
-    item->warm_copy_time = state->complete ? state->last_copy_time : 0; /* with the coverage it makes valid */
+    item->warm_copy_time = valid ? state->last_copy_time : 0; /* with the coverage it makes valid */
     tier_progress_unlock(warmer->context->progress, notify);
 }
 
@@ -194,6 +197,36 @@ static bool load_states(warmer_t *warmer, bson_error_t *error)
     return ok;
 }
 
+/* Index parity of namespace index when due (index_sync.h); the first success makes a
+ * finished pass (or a declared complete coverage) visible. True once it has synced. */
+static bool sync_indexes(warmer_t *warmer, size_t index)
+{
+    tier_context_t *context = warmer->context;
+    const config_namespace_t *policy = &context->config->namespaces[index];
+    index_sync_state_t *sync = &warmer->namespaces[index].index_sync;
+    if (tier_monotonic_ms() < sync->next_due_ms) {
+        return sync->synced;
+    }
+    bson_error_t error;
+    bool first = !sync->synced;
+    if (index_sync_namespace(context, warmer->archive, warmer->fast, policy, sync, &error)) {
+        sync->synced = true;
+        sync->next_due_ms = tier_monotonic_ms() + policy->index_sync_period_ms;
+        if (first && policy->coverage == CONFIG_COVERAGE_COMPLETE) {
+            tier_namespace_progress_t *declared = tier_progress_lock_namespace(context->progress, index);
+            declared->warm_declared = true;
+            tier_progress_unlock(context->progress, true);
+        } else if (first) {
+            warmer_publish(warmer, index, warmer->namespaces[index].complete);
+        }
+    } else {
+        tier_report_error(context, TIER_WORKER_WARMER, "cannot copy the archive's indexes of %s to the fast tier: %s",
+                          policy->ns, error.message);
+        sync->next_due_ms = tier_monotonic_ms() + (first ? 1000 : policy->index_sync_period_ms);
+    }
+    return sync->synced;
+}
+
 void warmer_run(tier_group_t *group, void *argument)
 {
     tier_context_t *context = argument;
@@ -202,6 +235,7 @@ void warmer_run(tier_group_t *group, void *argument)
     warmer.namespaces = bson_malloc0((count + 1) * sizeof *warmer.namespaces);
     for (size_t i = 0; i < count; i++) {
         warmer.namespaces[i].total_estimate = -1;
+        index_sync_state_init(&warmer.namespaces[i].index_sync);
         int64_t rate_limit = context->config->warmer_rate_limit;
         warmer.namespaces[i].batch_size = rate_limit > 0 && rate_limit < BATCH_FIRST ? (int32_t)rate_limit : BATCH_FIRST;
     }
@@ -225,22 +259,18 @@ void warmer_run(tier_group_t *group, void *argument)
                 continue;
             }
             for (size_t i = 0; i < count; i++) {
-                if (context->config->namespaces[i].coverage == CONFIG_COVERAGE_COMPLETE) {
-                    tier_namespace_progress_t *declared = tier_progress_lock_namespace(context->progress, i);
-                    declared->warm_declared = true;
-                    tier_progress_unlock(context->progress, false);
-                } else {
-                    warmer_publish(&warmer, i, warmer.namespaces[i].complete);
-                }
+                warmer_publish(&warmer, i, false);
             }
         }
-        int64_t now = tier_monotonic_ms();
         int64_t pause = 1000;
         bool worked = false;
         for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
             warm_namespace_t *state = &warmer.namespaces[i];
+            if (!sync_indexes(&warmer, i)) {
+                continue; /* no batch before the first sync: see warmer_publish */
+            }
             if (context->config->namespaces[i].coverage == CONFIG_COVERAGE_COMPLETE || state->complete ||
-                now < state->next_due_ms) {
+                tier_monotonic_ms() < state->next_due_ms) {
                 continue;
             }
             int64_t batch_pause = 0;
@@ -259,6 +289,7 @@ void warmer_run(tier_group_t *group, void *argument)
     }
     for (size_t i = 0; i < count; i++) {
         warm_cursor_clear(&warmer.namespaces[i].cursor);
+        index_sync_state_cleanup(&warmer.namespaces[i].index_sync);
     }
     bson_free(warmer.namespaces);
     mongoc_client_pool_push(context->archive_pool, warmer.archive);

@@ -4,7 +4,7 @@
 #ifndef TC_TIER_WARMER_PRIVATE_H
 #define TC_TIER_WARMER_PRIVATE_H
 
-#include "tier/tier_private.h"
+#include "tier/index_sync.h"
 
 /* Where the pass stands: every window document newer than time is copied, and
  * of those at time, every one with an _id above id (all of them without an id). */
@@ -32,6 +32,7 @@ typedef struct warm_namespace {
                                 an attempt that did not finish (persisted, so a crash is covered too) */
     int64_t last_read_ms;  /* the last batch's archive read, for the progress log */
     int64_t last_pause_ms; /* the pause the pace asked after it */
+    index_sync_state_t index_sync; /* coverage is published valid only once it has synced */
 } warm_namespace_t;
 
 typedef struct warmer {

@@ -419,15 +419,54 @@ def client(store):
 # The proxy process: `thermocline proxy --config FILE` in front of two stores.
 # ---------------------------------------------------------------------------
 
+def ensure_time_field_indexes(config_text):
+    """What an operator does before tiering a collection (the proxy refuses to
+    start without it, see tier_preflight): for each namespace of config_text
+    whose collection exists in the archive without an index starting with its
+    timeField, creates {timeField: 1}. Best effort: an archive that is down, a
+    scripted fake or one that needs credentials is left as it is."""
+    archive, namespaces, ns = None, [], None
+    for line in config_text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("archive:"):
+            archive = stripped.split(":", 1)[1].strip()
+        elif stripped.startswith("- ns:"):
+            ns = stripped.split(":", 1)[1].strip().strip('"')
+        elif stripped.startswith("timeField:") and ns:
+            namespaces.append((ns, stripped.split(":", 1)[1].strip().strip('"')))
+            ns = None
+    if not archive or not namespaces:
+        return
+    try:
+        with MongoClient(archive, serverSelectionTimeoutMS=1000, connectTimeoutMS=1000) as client:
+            for name, time_field in namespaces:
+                database, collection = name.split(".", 1)
+                if collection not in client[database].list_collection_names():
+                    continue
+                keys = [list(spec["key"])[0] for spec in client[database][collection].list_indexes()]
+                if time_field not in keys:
+                    client[database][collection].create_index([(time_field, 1)], name=time_field + "_1")
+    except Exception:  # noqa: BLE001 (best effort, see above)
+        pass
+
+
 class ProxyProcess(StoreProcess):
     """One `thermocline proxy`, with its YAML config written from config_text
     (where {port} is replaced by the proxy's own port); ssl_context as for a
-    store, for a proxy with tlsMode requireTLS."""
+    store, for a proxy with tlsMode requireTLS. Before it starts, the archive's
+    tiered collections get their time-field index (ensure_time_field_indexes)
+    unless time_indexes is False."""
 
-    def __init__(self, work_dir, config_text, extra_args=(), binary=None, ssl_context=None):
+    def __init__(self, work_dir, config_text, extra_args=(), binary=None, ssl_context=None, time_indexes=True):
         super().__init__(work_dir, extra_args=extra_args, binary=binary, ssl_context=ssl_context)
         self.config_path = self.work_dir / "proxy.yaml"
         self.config_path.write_text(config_text.replace("{port}", str(self.port)))
+        self.time_indexes = time_indexes
+
+    def start(self, timeout=START_TIMEOUT_SECONDS):
+        if self.time_indexes:
+            ensure_time_field_indexes(self.config_path.read_text())
+        return super().start(timeout)
 
     @property
     def uri(self):

@@ -14,8 +14,9 @@ NS = "shop.orders"
 
 
 def tier_config(archive, fast, ns=NS, max_age="4s", slack="500ms", evictor_period="200ms",
-                warmer_period="200ms", coverage=None, top=None, extra_namespaces=()):
-    """A proxy config with one tiered namespace; top: extra top-level keys."""
+                warmer_period="200ms", coverage=None, top=None, extra_namespaces=(), namespace_keys=None):
+    """A proxy config with one tiered namespace; top: extra top-level keys;
+    namespace_keys: extra keys of each namespace (indexSyncPeriod...)."""
     lines = ["listen: 127.0.0.1:{port}",
              "archive: %s" % archive.uri,
              "fast: %s" % fast.uri]
@@ -31,6 +32,8 @@ def tier_config(archive, fast, ns=NS, max_age="4s", slack="500ms", evictor_perio
                   "    warmerPeriod: %s" % warmer_period]
         if coverage:
             lines.append("    coverage: %s" % coverage)
+        for key, value in (namespace_keys or {}).items():
+            lines.append("    %s: %s" % (key, value))
     return "\n".join(lines) + "\n"
 
 

@@ -111,6 +111,8 @@ static void test_brief_example(void **state)
     assert_true(orders->safety_slack_ms == 15 * 60000);   /* maxAge/10 = 3d, at most 15m */
     assert_true(orders->evictor_period_ms == 60000);      /* maxAge/20, at most 1m */
     assert_true(orders->warmer_period_ms == 60000);
+    assert_true(orders->index_sync_period_ms == 60000);
+    assert_true(orders->require_time_field_index);
     assert_true(config->max_connections == 1000);
     assert_true(config->read_your_writes_wait_ms == 5000);
     assert_true(config->failover_wait_ms == 10000);
@@ -146,6 +148,8 @@ static void test_every_option(void **state)
                             "    safetySlack: 2s\n"
                             "    evictorPeriod: 500ms\n"
                             "    warmerPeriod: 1.5s\n"
+                            "    indexSyncPeriod: 2s\n"
+                            "    requireTimeFieldIndex: false\n"
                             "  - ns: \"events.clicks\"\n"
                             "    timeField: meta.ts\n"
                             "    maxAge: 6h\n");
@@ -168,13 +172,15 @@ static void test_every_option(void **state)
     assert_true(orders->safety_slack_ms == 2000);
     assert_true(orders->evictor_period_ms == 500);
     assert_true(orders->warmer_period_ms == 1500);
+    assert_true(orders->index_sync_period_ms == 2000);
+    assert_false(orders->require_time_field_index);
     const config_namespace_t *clicks = config_find_namespace(config, "events.clicks");
     assert_non_null(clicks);
     assert_string_equal(clicks->time_field, "meta.ts");
     assert_int_equal(clicks->coverage, CONFIG_COVERAGE_WARM);
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
-    assert_int_equal(clicks->line, 22);
+    assert_int_equal(clicks->line, 24); /* after the two index keys of orders */
     assert_int_equal(clicks->index, 1);
     assert_ptr_equal(clicks, &config->namespaces[1]);
     config_destroy(config);
@@ -399,6 +405,10 @@ static void test_bad_namespaces(void **state)
          "6: maxAge must be a duration such as 30d or 500ms, not a list"},
         {NS_HEAD "    timeField: t\n    maxAge: 1d\n    evictorPeriod: 0ms\n",
          "7: evictorPeriod must be at least 1ms, not '0ms'"},
+        {NS_HEAD "    timeField: t\n    maxAge: 1d\n    indexSyncPeriod: 10ms\n",
+         "7: indexSyncPeriod must be at least 100ms, not '10ms'"},
+        {NS_HEAD "    timeField: t\n    maxAge: 1d\n    requireTimeFieldIndex: maybe\n",
+         "7: requireTimeFieldIndex must be true or false, not 'maybe'"},
         {NS_HEAD "    timeField: t\n    maxAge: 1d\n    safetySlack: 1d\n",
          "7: safetySlack (1d) must be shorter than maxAge (1d): the horizon would never be in the past"},
         {NS_HEAD "    timeField: t\n    maxAge: 10s\n    safetySlack: 20s\n",

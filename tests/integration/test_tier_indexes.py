@@ -1,0 +1,253 @@
+"""Index parity and the collection's definition in the fast tier (issue 13, items
+1, 2 and 6): the archive's indexes copied before coverage is valid and kept in
+step, TTL indexes applied by the evictor, the time-field index required at start,
+the validator copied, and collections that cannot be tiered refused at start.
+Real processes: two replica-set stores, a proxy with every worker and maxAge of
+seconds."""
+import datetime
+import subprocess
+import time
+
+import pytest
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+
+from conftest import ProxyProcess, find_free_port, thermocline_binary, wait_until
+from fake_tier import FakeTier
+from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
+from tier_support import (client_for, documents_by_id, namespace_status, tier_config, track, wait_feeder,
+                          wait_warm)
+
+
+def utc_now():
+    now = datetime.datetime.utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def ago(seconds):
+    return utc_now() - datetime.timedelta(seconds=seconds)
+
+
+ORDERS_INDEXES = [
+    {"key": {"createdAt": 1}, "name": "createdAt_1"},
+    {"key": {"customer": 1}, "name": "customer_1"},
+    {"key": {"customer": 1, "createdAt": -1}, "name": "customer_createdAt"},
+    {"key": {"orderNumber": 1}, "name": "orderNumber_1", "unique": True},
+    {"key": {"status": 1}, "name": "status_open", "partialFilterExpression": {"status": "open"}},
+    {"key": {"coupon": 1}, "name": "coupon_1", "sparse": True},
+    {"key": {"expiresAt": 1}, "name": "expiresAt_ttl", "expireAfterSeconds": 3600},
+]
+
+
+def indexes_of(process, ns="shop.orders"):
+    database, collection = ns.split(".", 1)
+    with client_for(process) as client:
+        if collection not in client[database].list_collection_names():
+            return {}
+        return {spec["name"]: spec for spec in client[database][collection].list_indexes()}
+
+
+def load_orders(archive, count=200):
+    with client_for(archive) as client:
+        client.shop.command({"createIndexes": "orders", "indexes": ORDERS_INDEXES})
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(i % 5), "customer": "c%d" % (i % 20),
+                                         "orderNumber": i, "status": "open" if i % 3 else "closed"}
+                                        for i in range(count)])
+
+
+def start(tmp_path, archive, fast, name="proxy", time_indexes=True, **config):
+    config.setdefault("max_age", "30s")
+    return track(ProxyProcess(tmp_path / name, tier_config(archive, fast, **config),
+                              time_indexes=time_indexes)).start()
+
+
+def plan_stages(plan):
+    """Every stage name of an explain's winning plan, depth first."""
+    stages = [plan.get("stage")]
+    for child in [plan.get("inputStage")] + list(plan.get("inputStages", [])):
+        if child:
+            stages += plan_stages(child)
+    return stages
+
+
+def test_indexes_copied_before_coverage_is_valid(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    load_orders(archive)
+    proxy = start(tmp_path, archive, fast)
+    wait_warm(proxy)
+    held = indexes_of(fast)
+    for spec in ORDERS_INDEXES:
+        copy = held[spec["name"]]
+        assert copy["key"] == spec["key"]
+        for option in ("unique", "sparse", "partialFilterExpression"):
+            assert copy.get(option) == spec.get(option), (spec["name"], option, copy)
+    # A TTL index is kept without its expiry: the evictor applies the archive's rule.
+    assert "expireAfterSeconds" not in held["expiresAt_ttl"]
+    assert "shop.orders: created index customer_1 on the fast tier" in proxy.log_text()
+    # A secondary-field read inside the window goes to the fast tier and uses an index there.
+    with client_for(proxy) as client:
+        explain = client.shop.command({"explain": {"find": "orders", "filter": {
+            "customer": "c3", "createdAt": {"$gte": ago(2)}}}, "verbosity": "queryPlanner"})
+    assert explain["serverInfo"]["port"] == fast.port, explain
+    stages = plan_stages(explain["queryPlanner"]["winningPlan"])
+    assert "IXSCAN" in stages and "COLLSCAN" not in stages, explain["queryPlanner"]
+
+
+def test_archive_index_changes_reach_the_fast_tier(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    load_orders(archive, count=20)
+    proxy = start(tmp_path, archive, fast, namespace_keys={"indexSyncPeriod": "500ms"})
+    wait_warm(proxy)
+    with client_for(archive) as client:
+        client.shop.orders.create_index([("region", 1)], name="region_1")
+    with client_for(fast) as client:
+        client.shop.orders.create_index([("stray", 1)], name="stray_1")  # the archive has no such index
+    assert wait_until(lambda: "region_1" in indexes_of(fast) and "stray_1" not in indexes_of(fast), 10, 0.2), \
+        indexes_of(fast)
+    with client_for(archive) as client:
+        client.shop.orders.drop_index("region_1")
+    assert wait_until(lambda: "region_1" not in indexes_of(fast), 10, 0.2), indexes_of(fast)
+    log = proxy.log_text()
+    assert "created index region_1 on the fast tier" in log
+    assert "dropped index region_1 from the fast tier" in log
+    assert "dropped index stray_1 from the fast tier" in log
+    # What thermocline needs stays: _id_ and the time-field index.
+    assert {"_id_", "createdAt_1"} <= set(indexes_of(fast))
+
+
+def test_fast_tier_gets_a_time_field_index_of_its_own(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_one({"_id": 1, "createdAt": utc_now()})
+    proxy = start(tmp_path, archive, fast, time_indexes=False, namespace_keys={"requireTimeFieldIndex": "false"})
+    wait_warm(proxy)
+    assert "createdAt_1" in indexes_of(fast)
+    assert "createdAt_1" not in indexes_of(archive)
+    assert "requireTimeFieldIndex: false: starting anyway" in proxy.log_text()
+
+
+def test_ttl_expired_copies_leave_the_fast_tier_not_the_archive(replicated_tiers, tmp_path):
+    """The fast tier keeps no TTL monitor of its own: the evictor removes a copy
+    whose TTL date has expired under the archive's index, once the archive holds
+    its version, and that delete is never replayed: the archive's own TTL decides
+    there, as it would without thermocline."""
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.command({"createIndexes": "orders", "indexes": [
+            {"key": {"createdAt": 1}, "name": "createdAt_1"},
+            {"key": {"expiresAt": 1}, "name": "expiresAt_ttl", "expireAfterSeconds": 2}]})
+    proxy = start(tmp_path, archive, fast, max_age="1h", slack="1s")
+    wait_warm(proxy)
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([
+            {"_id": "expiring", "createdAt": utc_now(), "expiresAt": utc_now()},
+            {"_id": "kept", "createdAt": utc_now(), "expiresAt": utc_now() + datetime.timedelta(hours=1)},
+            {"_id": "no-date", "createdAt": utc_now(), "expiresAt": "tomorrow"}])
+    wait_feeder(proxy)
+    assert wait_until(lambda: "expiring" not in documents_by_id(fast), 15, 0.2), documents_by_id(fast)
+    time.sleep(1)
+    assert set(documents_by_id(fast)) == {"kept", "no-date"}
+    assert set(documents_by_id(archive)) == {"expiring", "kept", "no-date"}  # I3: not replayed
+    assert namespace_status(proxy)["feeder"].get("stopped") in (None, False)
+
+
+def test_update_of_a_document_the_archive_expired_is_not_lost(replicated_tiers, tmp_path):
+    """I1 against the archive's TTL: it reads the archive's older version, so it
+    may delete a document whose fast-tier version a client has just moved on; the
+    feeder's replay of that update writes the current version back."""
+    archive, fast = replicated_tiers
+    proxy = start(tmp_path, archive, fast, max_age="1h", slack="1s", top={"evictorEnabled": "false"})
+    wait_warm(proxy)
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": 7, "createdAt": utc_now(), "expiresAt": ago(10), "n": 1})
+        wait_feeder(proxy)
+        with client_for(archive) as archive_client:  # the archive's TTL monitor, at the worst moment
+            archive_client.shop.orders.delete_one({"_id": 7})
+        client.shop.orders.update_one({"_id": 7}, {"$set": {"expiresAt": utc_now(), "n": 2}})
+    wait_feeder(proxy)
+    assert wait_until(lambda: documents_by_id(archive).get(7) == documents_by_id(fast).get(7), 10, 0.2)
+    assert documents_by_id(archive)[7]["n"] == 2
+    assert "written back" in proxy.log_text()
+
+
+def run_to_exit(arguments, timeout=30):
+    finished = subprocess.run([str(thermocline_binary())] + arguments, capture_output=True, text=True,
+                              timeout=timeout)
+    return finished.returncode, finished.stderr
+
+
+def test_start_refused_without_a_time_field_index(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_one({"_id": 1, "createdAt": utc_now()})
+    config = tmp_path / "proxy.yaml"
+    config.write_text(tier_config(archive, fast).replace("{port}", str(find_free_port())))
+    for subcommand in ("proxy", "warmer", "feeder"):
+        status, stderr = run_to_exit([subcommand, "--config", str(config)])
+        assert status == 1, (subcommand, stderr)
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and "shop.orders has no index whose first key is its timeField createdAt" in lines[0]
+        assert ('db.getSiblingDB("shop").runCommand({createIndexes: "orders", indexes: '
+                '[{key: {createdAt: 1}, name: "createdAt_1"}]})') in lines[0]
+        assert "requireTimeFieldIndex: false" in lines[0]
+    # Allowed with the config key, loudly.
+    proxy = track(ProxyProcess(tmp_path / "allowed", tier_config(
+        archive, fast, namespace_keys={"requireTimeFieldIndex": "false"}), time_indexes=False)).start()
+    assert "requireTimeFieldIndex: false: starting anyway" in proxy.log_text()
+
+
+class DefinitionArchive(FakeTier):
+    """An archive whose listCollections shows one collection of a given kind."""
+
+    def __init__(self, entry):
+        super().__init__(key_id=7)
+        self.entry = entry
+
+    def _success(self, name, command):
+        if name == "listCollections":
+            return {"cursor": {"firstBatch": [self.entry], "id": 0, "ns": "shop.$cmd.listCollections"}, "ok": 1.0}
+        if name == "listIndexes":
+            return {"cursor": {"firstBatch": [{"v": 2, "key": {"_id": 1}, "name": "_id_"},
+                                              {"v": 2, "key": {"createdAt": 1}, "name": "createdAt_1"}],
+                               "id": 0, "ns": "shop.orders"}, "ok": 1.0}
+        return super()._success(name, command)
+
+
+@pytest.mark.parametrize("entry,reason", [
+    ({"name": "orders", "type": "collection", "options": {"capped": True, "size": 4096}}, "it is a capped collection"),
+    ({"name": "orders", "type": "timeseries", "options": {"timeseries": {"timeField": "createdAt"}}},
+     "it is a time-series collection"),
+    ({"name": "orders", "type": "collection", "options": {"clusteredIndex": {"key": {"_id": 1}, "unique": True}}},
+     "it is a clustered collection"),
+])
+def test_untierable_collections_refused_at_start(tmp_path, entry, reason):
+    archive = DefinitionArchive(entry)
+    try:
+        config = tmp_path / "proxy.yaml"
+        config.write_text("listen: 127.0.0.1:%d\narchive: %s\nfast: mongodb://127.0.0.1:1/\nnamespaces:\n"
+                          "  - ns: shop.orders\n    timeField: createdAt\n    maxAge: 30s\n" % (find_free_port(), archive.uri))
+        status, stderr = run_to_exit(["proxy", "--config", str(config)])
+        assert status == 1, stderr
+        assert stderr.startswith("thermocline proxy: shop.orders cannot be tiered: " + reason), stderr
+        assert len(stderr.strip().splitlines()) == 1
+    finally:
+        archive.close()
+
+
+def test_validator_copied_to_the_fast_tier(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        try:
+            client.shop.command({"create": "orders", "validator": {"createdAt": {"$type": "date"}}})
+        except OperationFailure as refused:
+            pytest.skip("the archive store refuses validators today (%s)" % refused)
+        client.shop.orders.create_index([("createdAt", 1)], name="createdAt_1")
+    proxy = start(tmp_path, archive, fast)
+    wait_warm(proxy)
+    with client_for(fast) as client:
+        options = client.shop.command({"listCollections": 1, "filter": {"name": "orders"}})["cursor"]["firstBatch"]
+    assert options[0]["options"].get("validator") == {"createdAt": {"$type": "date"}}
+    with client_for(proxy) as client:
+        with pytest.raises(OperationFailure) as refused:
+            client.shop.orders.insert_one({"_id": 1, "createdAt": "not a date"})
+    assert refused.value.code == 121
