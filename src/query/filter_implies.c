@@ -274,6 +274,23 @@ static bool field_implies_atom(const bson_iter_t *iter, const atom_t *condition)
     return false;
 }
 
+/* Steps clauses (inside an $and or $or array) to its next filter document; false
+ * at the end or, with *out_bad set, at an element that is not a document. */
+static bool next_clause(bson_iter_t *clauses, bson_t *out_clause, bool *out_bad)
+{
+    uint32_t length;
+    const uint8_t *data;
+    if (!bson_iter_next(clauses)) {
+        return false;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(clauses)) {
+        *out_bad = true;
+        return false;
+    }
+    bson_iter_document(clauses, &length, &data);
+    return bson_init_static(out_clause, data, length);
+}
+
 static bool query_implies_atom(const bson_t *query, const char *path, const atom_t *condition);
 
 /* Every clause of an array of filters implies the atom (a query $or), or some
@@ -284,16 +301,9 @@ static bool clauses_imply_atom(const bson_iter_t *array, bool every, const char 
     if (!BSON_ITER_HOLDS_ARRAY(array) || !bson_iter_recurse(array, &clauses)) {
         return false;
     }
-    bool any_clause = false;
-    while (bson_iter_next(&clauses)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t clause;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&clauses)) {
-            return false;
-        }
-        bson_iter_document(&clauses, &length, &data);
-        bson_init_static(&clause, data, length);
+    bool any_clause = false, bad = false;
+    bson_t clause;
+    while (next_clause(&clauses, &clause, &bad)) {
         bool implied = query_implies_atom(&clause, path, condition);
         if (every && !implied) {
             return false;
@@ -303,7 +313,7 @@ static bool clauses_imply_atom(const bson_iter_t *array, bool every, const char 
         }
         any_clause = true;
     }
-    return every && any_clause;
+    return every && any_clause && !bad;
 }
 
 static bool query_implies_atom(const bson_t *query, const char *path, const atom_t *condition)
@@ -337,16 +347,9 @@ static bool query_implies_clauses(const bson_t *query, const bson_iter_t *array,
     if (!BSON_ITER_HOLDS_ARRAY(array) || !bson_iter_recurse(array, &clauses)) {
         return false;
     }
-    bool any_clause = false;
-    while (bson_iter_next(&clauses)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t clause;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&clauses)) {
-            return false;
-        }
-        bson_iter_document(&clauses, &length, &data);
-        bson_init_static(&clause, data, length);
+    bool any_clause = false, bad = false;
+    bson_t clause;
+    while (next_clause(&clauses, &clause, &bad)) {
         bool implied = filter_implies(query, &clause);
         if (every && !implied) {
             return false;
@@ -356,7 +359,7 @@ static bool query_implies_clauses(const bson_t *query, const bson_iter_t *array,
         }
         any_clause = true;
     }
-    return every && any_clause;
+    return every && any_clause && !bad;
 }
 
 /* A condition's $or: some clause implied by the whole query, or the query's own
@@ -371,22 +374,15 @@ static bool query_implies_or(const bson_t *query, const bson_iter_t *clauses_ite
         return false;
     }
     bson_iter_recurse(&query_or, &query_clauses);
-    bool any_clause = false;
-    while (bson_iter_next(&query_clauses)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t clause;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&query_clauses)) {
-            return false;
-        }
-        bson_iter_document(&query_clauses, &length, &data);
-        bson_init_static(&clause, data, length);
+    bool any_clause = false, bad = false;
+    bson_t clause;
+    while (next_clause(&query_clauses, &clause, &bad)) {
         if (!query_implies_clauses(&clause, clauses_iter, false)) {
             return false;
         }
         any_clause = true;
     }
-    return any_clause;
+    return any_clause && !bad;
 }
 
 bool filter_implies(const bson_t *query, const bson_t *condition)
