@@ -112,6 +112,7 @@ static const struct {
     {TC_ERR_MECHANISM_UNAVAILABLE, "MechanismUnavailable"},
     {TC_ERR_INVALID_LENGTH, "InvalidLength"},
     {TC_ERR_NO_QUERY_EXECUTION_PLANS, "NoQueryExecutionPlans"},
+    {TC_ERR_QUERY_FEATURE_NOT_ALLOWED, "QueryFeatureNotAllowed"},
     {TC_ERR_FAILED_TO_SATISFY_READ_PREFERENCE, "FailedToSatisfyReadPreference"},
     {TC_ERR_MAX_STALENESS_OUT_OF_RANGE, "MaxStalenessOutOfRange"},
     {TC_ERR_UNSUPPORTED_OP_QUERY_COMMAND, "UnsupportedOpQueryCommand"},

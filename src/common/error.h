@@ -66,6 +66,7 @@ enum {
     TC_ERR_SOCKET_EXCEPTION = 9001,
     TC_ERR_INTERRUPTED = 11601,
     /* Multi-document transactions (src/store/transactions.c). */
+    TC_ERR_QUERY_FEATURE_NOT_ALLOWED = 224, /* $expr in a partial index filter */
     TC_ERR_TRANSACTION_TOO_OLD = 225,
     TC_ERR_NO_SUCH_TRANSACTION = 251,
     TC_ERR_TRANSACTION_COMMITTED = 256,

@@ -3,6 +3,7 @@
  * collection, in the _catalog table in the same transaction as the change. */
 #include "store/storage_private.h"
 #include "store/oplog.h"
+#include "store/index_options.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +56,8 @@ static void index_destroy(index_descriptor_t *index)
     bson_destroy(&index->key_pattern);
     index_keys_pattern_destroy(index->compiled_pattern);
     bson_destroy(&index->spec);
+    bson_destroy(&index->condition);
+    match_destroy(index->condition_matcher);
     bson_free(index->table_uri);
     bson_free(index);
 }
@@ -151,6 +154,11 @@ index_descriptor_t *storage_find_index(collection_t *collection, const char *nam
     return NULL;
 }
 
+bool storage_index_covers_document(const index_descriptor_t *index, const bson_t *document)
+{
+    return index->condition_matcher == NULL || match_document(index->condition_matcher, document);
+}
+
 void storage_visit_collections(storage_t *storage, storage_visit_collection_fn visit, void *context)
 {
     for (size_t i = 0; i < storage->collection_count; i++) {
@@ -240,12 +248,23 @@ static index_descriptor_t *index_new(const bson_t *spec, const char *table_uri, 
     } else {
         bson_init(&index->key_pattern);
     }
-    index->unique = bson_iter_init_find(&iter, spec, "unique") && bson_iter_as_bool(&iter);
+    index->unique = index_options_flag(spec, "unique");
+    index->sparse = index_options_flag(spec, "sparse");
+    index->hidden = index_options_flag(spec, "hidden");
+    index->partial = bson_iter_init_find(&iter, spec, "partialFilterExpression");
     index->is_id = strcmp(index->name, "_id_") == 0;
     if (index->is_id) {
         index->unique = true;
     }
     atomic_init(&index->multikey, false);
+    index_options_condition(spec, &index->key_pattern, &index->condition);
+    if (!bson_empty(&index->condition)) {
+        index->condition_matcher = match_compile(&index->condition, error);
+        if (index->condition_matcher == NULL) {
+            index_destroy(index);
+            return NULL;
+        }
+    }
     index->compiled_pattern = index_keys_pattern_new(&index->key_pattern, error);
     if (index->compiled_pattern == NULL) {
         index_destroy(index);
@@ -629,6 +648,63 @@ static bool validate_key_pattern(const bson_t *key_pattern, bson_error_t *error)
     return true;
 }
 
+/* A conflict message quoting both specs, as mongod 6.0 words it. */
+static bool spec_conflict(bson_error_t *error, uint32_t code, const char *reason, const bson_t *requested,
+                          const bson_t *existing)
+{
+    bson_string_t *requested_text = bson_string_new(NULL), *existing_text = bson_string_new(NULL);
+    index_options_format(requested_text, requested);
+    index_options_format(existing_text, existing);
+    tc_error_set(error, code, "%s Requested index: %s, existing index: %s", reason, requested_text->str,
+                 existing_text->str);
+    bson_string_free(requested_text, true);
+    bson_string_free(existing_text, true);
+    return false;
+}
+
+/* mongod's IndexCatalogImpl::_doesSpecConflictWithExisting: first an index of the
+ * same name (identical: nothing to do; the same key and filter with other
+ * options: IndexOptionsConflict; else IndexKeySpecsConflict), then one of another
+ * name with the same key pattern and partialFilterExpression (IndexOptionsConflict).
+ * Indexes of one key pattern under different partial filters may coexist. */
+static bool check_index_conflicts(collection_t *collection, const bson_t *requested, const char *name,
+                                  bool *out_identical, bson_error_t *error)
+{
+    *out_identical = false;
+    index_descriptor_t *same_name = storage_find_index(collection, name);
+    if (same_name != NULL) {
+        index_options_comparison_t comparison = index_options_compare(&same_name->spec, requested);
+        if (comparison == INDEX_OPTIONS_IDENTICAL) {
+            *out_identical = true;
+            return true;
+        }
+        if (comparison == INDEX_OPTIONS_EQUIVALENT) {
+            return spec_conflict(error, TC_ERR_INDEX_OPTIONS_CONFLICT,
+                                 "An equivalent index already exists with the same name but different options.",
+                                 requested, &same_name->spec);
+        }
+        return spec_conflict(error, TC_ERR_INDEX_KEY_SPECS_CONFLICT,
+                             "An existing index has the same name as the requested index. When index names are "
+                             "not specified, they are auto generated and can cause conflicts. Please refer to our "
+                             "documentation.",
+                             requested, &same_name->spec);
+    }
+    for (size_t i = 0; i < collection->index_count; i++) {
+        index_descriptor_t *existing = collection->indexes[i];
+        index_options_comparison_t comparison = index_options_compare(&existing->spec, requested);
+        if (comparison == INDEX_OPTIONS_IDENTICAL) {
+            return tc_error_set(error, TC_ERR_INDEX_OPTIONS_CONFLICT, "Index already exists with a different name: %s",
+                                existing->name);
+        }
+        if (comparison == INDEX_OPTIONS_EQUIVALENT) {
+            return spec_conflict(error, TC_ERR_INDEX_OPTIONS_CONFLICT,
+                                 "An equivalent index already exists with a different name and options.", requested,
+                                 &existing->spec);
+        }
+    }
+    return true;
+}
+
 bool storage_create_index(storage_session_t *session, collection_t *collection, const bson_t *spec,
                           bool *out_created, bson_error_t *error)
 {
@@ -660,31 +736,6 @@ bool storage_create_index(storage_session_t *session, collection_t *collection, 
     } else {
         default_index_name(&key_pattern, name);
     }
-    bool unique = bson_iter_init_find(&iter, spec, "unique") && bson_iter_as_bool(&iter);
-
-    for (size_t i = 0; i < collection->index_count; i++) {
-        index_descriptor_t *existing = collection->indexes[i];
-        bool same_key = bson_equal(&existing->key_pattern, &key_pattern);
-        bool same_name = strcmp(existing->name, name->str) == 0;
-        if (same_key && same_name && existing->unique == unique) {
-            ok = true; /* identical: createIndexes succeeds without creating */
-            goto done;
-        }
-        if (same_name) {
-            tc_error_set(error, TC_ERR_INDEX_KEY_SPECS_CONFLICT,
-                         "An existing index has the same name as the requested index. "
-                         "When index names are not specified, they are auto generated and can "
-                         "cause conflicts. Please refer to our documentation. Requested index: %s",
-                         name->str);
-            goto done;
-        }
-        if (same_key) {
-            tc_error_set(error, TC_ERR_INDEX_OPTIONS_CONFLICT,
-                         "Index already exists with a different name: %s", existing->name);
-            goto done;
-        }
-    }
-
     /* What listIndexes shows: v, key, name, then the options in the given order. */
     BSON_APPEND_INT32(&normalized, "v", 2);
     BSON_APPEND_DOCUMENT(&normalized, "key", &key_pattern);
@@ -696,6 +747,13 @@ bool storage_create_index(storage_session_t *session, collection_t *collection, 
             strcmp(field, "ns") != 0) {
             bson_append_iter(&normalized, field, -1, &iter);
         }
+    }
+    TC_CHECK(index_options_validate(spec, error));
+    bool identical_exists = false;
+    TC_CHECK(check_index_conflicts(collection, &normalized, name->str, &identical_exists, error));
+    if (identical_exists) {
+        ok = true; /* the same spec again: createIndexes succeeds without creating */
+        goto done;
     }
     storage_run_ddl_hook(session->storage, collection->ns);
     table_uri = new_table_uri("index");

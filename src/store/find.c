@@ -3,6 +3,7 @@
  * queries and explain. Read top to bottom: plan structure, choice, execution,
  * explain. */
 #include "store/find_private.h"
+#include "query/filter_implies.h"
 #include "query/match.h"
 #include "query/projection.h"
 #include "query/sort.h"
@@ -19,6 +20,13 @@ typedef enum access_kind {
     ACCESS_INDEX_SCAN,
 } access_kind_t;
 
+/* What explain's IXSCAN says of the index (isUnique, isSparse, isPartial). */
+enum {
+    INDEX_PROPERTY_UNIQUE = 1,
+    INDEX_PROPERTY_SPARSE = 2,
+    INDEX_PROPERTY_PARTIAL = 4,
+};
+
 /* The set of record ids already returned by a multikey index scan. */
 typedef struct record_id_set {
     int64_t *slots; /* 0 = empty; record ids start at 1 */
@@ -32,6 +40,7 @@ typedef struct or_branch {
     char *index_name;
     bson_t key_pattern;
     bool multikey;
+    unsigned properties;      /* INDEX_PROPERTY_* */
     scan_bounds_t *intervals; /* moved into the plan when its scan starts */
     size_t interval_count;
     bson_t bounds_explain;
@@ -61,6 +70,7 @@ struct find_plan {
     char *index_name;
     bson_t index_key_pattern;
     bool index_multikey;
+    unsigned index_properties; /* INDEX_PROPERTY_* */
     scan_bounds_t *intervals;
     size_t interval_count;
     size_t interval_index;
@@ -203,6 +213,25 @@ static bool filter_is_id_equality(const bson_t *filter, bson_value_t *out_id)
     return true;
 }
 
+static unsigned index_properties(const index_descriptor_t *index)
+{
+    return (index->unique ? INDEX_PROPERTY_UNIQUE : 0u) | (index->sparse ? INDEX_PROPERTY_SPARSE : 0u) |
+           (index->partial ? INDEX_PROPERTY_PARTIAL : 0u);
+}
+
+/* Whether the planner may answer filter with index without missing a result:
+ * never a hidden index; a partial or sparse one only when filter implies the
+ * condition that decides which documents it holds (mongod's subset rule for
+ * partial indexes; a sparse index needs a filter that requires one of its
+ * fields, so no {f: null}, {f: {$exists: false}} or unfiltered sort). */
+static bool index_is_eligible(const index_descriptor_t *index, const bson_t *filter)
+{
+    if (index->hidden) {
+        return false;
+    }
+    return bson_empty(&index->condition) || filter_implies(filter, &index->condition);
+}
+
 static void use_index(find_plan_t *plan, index_descriptor_t *index)
 {
     plan->access = ACCESS_INDEX_SCAN;
@@ -211,6 +240,7 @@ static void use_index(find_plan_t *plan, index_descriptor_t *index)
     bson_destroy(&plan->index_key_pattern);
     bson_copy_to(&index->key_pattern, &plan->index_key_pattern);
     plan->index_multikey = atomic_load(&index->multikey);
+    plan->index_properties = index_properties(index);
 }
 
 /* Scores an index for filter: 0 unusable; higher is better. */
@@ -240,6 +270,9 @@ static index_descriptor_t *best_index(find_plan_t *plan, collection_t *collectio
     index_descriptor_t *best = NULL;
     int best_score = 0;
     for (size_t i = 0; i < collection->index_count; i++) {
+        if (!index_is_eligible(collection->indexes[i], filter)) {
+            continue;
+        }
         int score = score_index(plan, filter, collection->indexes[i]);
         if (score > best_score) {
             best_score = score;
@@ -278,6 +311,7 @@ static void activate_branch(find_plan_t *plan, size_t index)
     bson_destroy(&plan->index_key_pattern);
     bson_copy_to(&branch->key_pattern, &plan->index_key_pattern);
     plan->index_multikey = branch->multikey;
+    plan->index_properties = branch->properties;
     plan->intervals = branch->intervals;
     plan->interval_count = branch->interval_count;
     branch->intervals = NULL;
@@ -326,6 +360,7 @@ static bool plan_or_union(find_plan_t *plan, collection_t *collection)
         branch->index_name = bson_strdup(index->name);
         bson_copy_to(&index->key_pattern, &branch->key_pattern);
         branch->multikey = atomic_load(&index->multikey);
+        branch->properties = index_properties(index);
         build_intervals(plan, &clause, &index->key_pattern, branch->multikey);
         branch->intervals = plan->intervals;
         branch->interval_count = plan->interval_count;
@@ -423,10 +458,17 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
             return true;
         }
         for (size_t i = 0; i < collection->index_count; i++) {
-            if (bson_equal(&collection->indexes[i]->key_pattern, options->hint)) {
+            if (bson_equal(&collection->indexes[i]->key_pattern, options->hint) &&
+                (hinted == NULL || hinted->hidden)) {
                 hinted = collection->indexes[i];
             }
         }
+    }
+    /* mongod refuses a hint naming a hidden index, or a partial index whose
+     * filter the query does not imply, as it refuses one naming no index (a
+     * sparse index may be hinted: its results may then be incomplete). */
+    if (hinted != NULL && (hinted->hidden || (hinted->partial && !index_is_eligible(hinted, &plan->filter)))) {
+        hinted = NULL;
     }
     if ((options->hint_name != NULL || (options->hint != NULL && bson_count_keys(options->hint) > 0)) &&
         hinted == NULL) {
@@ -471,7 +513,8 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     /* No bounds anywhere: an index that yields the sort order avoids a blocking sort. */
     for (size_t i = 0; i < collection->index_count; i++) {
         index_descriptor_t *index = collection->indexes[i];
-        if (index_sort_direction(&index->key_pattern, &plan->sort_pattern) != 0 && !atomic_load(&index->multikey)) {
+        if (index_sort_direction(&index->key_pattern, &plan->sort_pattern) != 0 && !atomic_load(&index->multikey) &&
+            index_is_eligible(index, &plan->filter)) {
             use_index(plan, index);
             bson_destroy(&plan->index_bounds_explain);
             bson_init(&plan->index_bounds_explain);
@@ -914,15 +957,16 @@ done:
 /* --- explain ---------------------------------------------------------------------- */
 
 static void append_index_scan(bson_t *target, const char *index_name, const bson_t *key_pattern, bool multikey,
-                              bool descending, const bson_t *bounds, uint64_t keys_examined, bool with_stats)
+                              unsigned properties, bool descending, const bson_t *bounds, uint64_t keys_examined,
+                              bool with_stats)
 {
     BSON_APPEND_UTF8(target, "stage", "IXSCAN");
     BSON_APPEND_DOCUMENT(target, "keyPattern", key_pattern);
     BSON_APPEND_UTF8(target, "indexName", index_name);
     BSON_APPEND_BOOL(target, "isMultiKey", multikey);
-    BSON_APPEND_BOOL(target, "isUnique", strcmp(index_name, "_id_") == 0);
-    BSON_APPEND_BOOL(target, "isSparse", false);
-    BSON_APPEND_BOOL(target, "isPartial", false);
+    BSON_APPEND_BOOL(target, "isUnique", (properties & INDEX_PROPERTY_UNIQUE) != 0);
+    BSON_APPEND_BOOL(target, "isSparse", (properties & INDEX_PROPERTY_SPARSE) != 0);
+    BSON_APPEND_BOOL(target, "isPartial", (properties & INDEX_PROPERTY_PARTIAL) != 0);
     BSON_APPEND_INT32(target, "indexVersion", 2);
     BSON_APPEND_UTF8(target, "direction", descending ? "backward" : "forward");
     BSON_APPEND_DOCUMENT(target, "indexBounds", bounds);
@@ -933,7 +977,8 @@ static void append_index_scan(bson_t *target, const char *index_name, const bson
 
 static void append_index_scan_fields(const find_plan_t *plan, bson_t *target, bool with_stats)
 {
-    append_index_scan(target, plan->index_name, &plan->index_key_pattern, plan->index_multikey, plan->descending_scan,
+    append_index_scan(target, plan->index_name, &plan->index_key_pattern, plan->index_multikey, plan->index_properties,
+                      plan->descending_scan,
                       &plan->index_bounds_explain, plan->keys_examined, with_stats);
 }
 
@@ -950,7 +995,7 @@ static void append_union_stage(const find_plan_t *plan, bson_t *stage, bool with
         bson_t input;
         bson_uint32_to_string((uint32_t)i, &key_text, key, sizeof key);
         bson_append_document_begin(&inputs, key_text, -1, &input);
-        append_index_scan(&input, branch->index_name, &branch->key_pattern, branch->multikey, false,
+        append_index_scan(&input, branch->index_name, &branch->key_pattern, branch->multikey, branch->properties, false,
                           &branch->bounds_explain, branch->keys_examined, with_stats);
         bson_append_document_end(&inputs, &input);
     }

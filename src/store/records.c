@@ -152,12 +152,25 @@ done:
     return ok;
 }
 
+/* The keys document has in index: none when the index's sparse or partial
+ * condition leaves the document out. Always initializes out. */
+static bool generate_keys(const index_descriptor_t *index, const bson_t *document, index_key_set_t *out,
+                          bson_error_t *error)
+{
+    if (!storage_index_covers_document(index, document)) {
+        memset(out, 0, sizeof *out);
+        return true;
+    }
+    return index_keys_generate(index->compiled_pattern, document, out, error);
+}
+
 bool records_insert_index_entries(storage_session_t *session, collection_t *collection,
                                   index_descriptor_t *index, const bson_t *document, int64_t record_id,
                                   bson_error_t *error)
 {
     index_key_set_t keys;
-    if (!index_keys_generate(index->compiled_pattern, document, &keys, error)) {
+    if (!generate_keys(index, document, &keys, error)) {
+        index_keys_set_cleanup(&keys);
         return false;
     }
     bool ok = insert_keys(session, collection, index, &keys, record_id, error);
@@ -229,11 +242,13 @@ bool storage_update_record(storage_session_t *session, collection_t *collection,
     size_t generated = 0;
     bool ok = false;
     for (; generated < collection->index_count; generated++) {
-        const index_keys_pattern_t *pattern = collection->indexes[generated]->compiled_pattern;
-        if (!index_keys_generate(pattern, old_document, &old_keys[generated], error)) {
+        const index_descriptor_t *index = collection->indexes[generated];
+        if (!generate_keys(index, old_document, &old_keys[generated], error)) {
+            index_keys_set_cleanup(&old_keys[generated]);
             goto done;
         }
-        if (!index_keys_generate(pattern, new_document, &new_keys[generated], error)) {
+        if (!generate_keys(index, new_document, &new_keys[generated], error)) {
+            index_keys_set_cleanup(&new_keys[generated]);
             index_keys_set_cleanup(&old_keys[generated]);
             goto done;
         }
@@ -266,7 +281,8 @@ bool storage_delete_record(storage_session_t *session, collection_t *collection,
     WT_CURSOR *cursor = NULL;
     for (size_t i = 0; i < collection->index_count; i++) {
         index_key_set_t keys;
-        if (!index_keys_generate(collection->indexes[i]->compiled_pattern, old_document, &keys, error)) {
+        if (!generate_keys(collection->indexes[i], old_document, &keys, error)) {
+            index_keys_set_cleanup(&keys);
             return false;
         }
         bool removed = remove_keys(session, collection->indexes[i], &keys, record_id, error);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "query/index_keys.h"
 #include "query/keystring.h"
+#include "query/match.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,6 +30,14 @@ typedef struct index_descriptor {
     index_keys_pattern_t *compiled_pattern; /* what generates its keys */
     bson_t spec;         /* {v: 2, key: ..., name: ..., unique: ...} as listIndexes shows */
     bool unique;
+    bool sparse;
+    bool partial;        /* has a partialFilterExpression */
+    bool hidden;         /* maintained, never chosen by the planner */
+    /* Which documents have entries (index_options_condition()): the partial
+     * filter, or a sparse index's {$or: [{k: {$exists: true}}...]}; empty and a
+     * NULL matcher when every document has. */
+    bson_t condition;
+    match_expression_t *condition_matcher;
     bool is_id;          /* the mandatory _id index */
     atomic_bool multikey;
     char *table_uri;     /* "table:index-17" */
@@ -91,10 +100,11 @@ bool storage_finish_rename(storage_session_t *session, const char *from, const c
                            bson_error_t *error) TC_MUST_CHECK;
 
 /* Builds an index over the existing documents. Requires the exclusive lock.
- * spec is the createIndexes entry ({key, name, unique, ...}).
+ * spec is the createIndexes entry ({key, name, unique, sparse,
+ * partialFilterExpression, hidden, ...}).
  * Errors: DuplicateKey 11000 on a unique violation, IndexOptionsConflict 85,
- * IndexKeySpecsConflict 86, CannotCreateIndex 67. Sets *out_created false when
- * an identical index already exists. */
+ * IndexKeySpecsConflict 86, CannotCreateIndex 67 (and index_options_validate()'s).
+ * Sets *out_created false when an identical index already exists. */
 bool storage_create_index(storage_session_t *session, collection_t *collection, const bson_t *spec,
                           bool *out_created, bson_error_t *error) TC_MUST_CHECK;
 
@@ -103,6 +113,9 @@ bool storage_drop_index(storage_session_t *session, collection_t *collection, co
                         bson_error_t *error) TC_MUST_CHECK;
 
 index_descriptor_t *storage_find_index(collection_t *collection, const char *name);
+
+/* Whether document has entries in index (its sparse or partial condition). */
+bool storage_index_covers_document(const index_descriptor_t *index, const bson_t *document);
 
 /* Calls visit for each collection, in ns order. Requires the lock. */
 typedef void (*storage_visit_collection_fn)(collection_t *collection, void *context);

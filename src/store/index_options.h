@@ -1,0 +1,43 @@
+/* Private to src/store: the options of a createIndexes spec beyond key, name and
+ * unique (sparse, partialFilterExpression, hidden) as mongod 6.0 checks, compares
+ * and applies them. Pure: no WiredTiger, no catalog. */
+#ifndef TC_STORE_INDEX_OPTIONS_H
+#define TC_STORE_INDEX_OPTIONS_H
+
+#include "common/error.h"
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+/* Checks spec's options (spec normalized: v, key, name, then the options).
+ * Errors, as mongod's: CannotCreateIndex 67 for sparse together with
+ * partialFilterExpression and for an expression a partial filter may not hold
+ * ("Expression not supported in partial index: ..."), TypeMismatch 14 for a
+ * partialFilterExpression that is not a document, BadValue 2 (and the matcher's
+ * other codes) for a filter that does not parse. */
+bool index_options_validate(const bson_t *spec, bson_error_t *error) TC_MUST_CHECK;
+
+/* The filter a document must match to have entries in the index: the
+ * partialFilterExpression; for a sparse index {$or: [{k1: {$exists: true}}, ...]}
+ * over its key fields (a document with none of them is left out, null values
+ * are kept); empty when every document is indexed. out is initialized here. */
+void index_options_condition(const bson_t *spec, const bson_t *key_pattern, bson_t *out);
+
+/* mongod's IndexDescriptor::compareIndexOptions: DIFFERENT when the key pattern
+ * or the partialFilterExpression differ (they identify an index: two indexes may
+ * share a key pattern under different filters), EQUIVALENT when only unique,
+ * sparse or hidden differ, IDENTICAL otherwise. */
+typedef enum index_options_comparison {
+    INDEX_OPTIONS_IDENTICAL,
+    INDEX_OPTIONS_EQUIVALENT,
+    INDEX_OPTIONS_DIFFERENT,
+} index_options_comparison_t;
+index_options_comparison_t index_options_compare(const bson_t *existing, const bson_t *requested);
+
+/* A boolean option's value in spec (absent: false), as mongod's trueValue(). */
+bool index_options_flag(const bson_t *spec, const char *name);
+
+/* Appends spec as mongod prints one in a message: { v: 2, key: { a: 1 }, name: "a_1" }. */
+void index_options_format(bson_string_t *out, const bson_t *spec);
+
+#endif
