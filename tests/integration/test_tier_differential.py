@@ -9,6 +9,13 @@ holds exactly the window, each document in its newest version (I2, I6).
 CI runs TIER_DIFF_SEEDS (default "11,12") with TIER_DIFF_OPS operations each
 (default 700); by hand: TIER_DIFF_SEEDS=1-50 TIER_DIFF_OPS=3000 pytest ... (each
 seed must fit the 60 s test limit: about 3,000 operations on the sanitized build).
+
+The same runs on a collection shaped like an application's (TIER_DIFF_APP_SEEDS,
+default "13"): a sparse unique index on email whose values the operations make
+collide (inserts, $set, replacements, upserts: E11000 through the proxy exactly
+when one MongoDB gives it, including against documents only the archive holds),
+a secondary index on customer, a partial index on status, and drafts without
+createdAt or with a string there (outside every window).
 """
 import datetime
 import os
@@ -28,8 +35,8 @@ MAX_AGE_SECONDS = 4
 SLACK_SECONDS = 0.5
 
 
-def seeds():
-    text = os.environ.get("TIER_DIFF_SEEDS", "11,12")
+def seeds(variable="TIER_DIFF_SEEDS", default="11,12"):
+    text = os.environ.get(variable, default)
     result = []
     for part in text.split(","):
         if "-" in part:
@@ -59,9 +66,11 @@ def encode_all(documents):
 class Workload:
     """Random operations over a small _id space, so that they collide: updates of
     documents only the archive holds, inserts of ids that exist, deletes of
-    documents being warmed or evicted."""
+    documents being warmed or evicted. application: the application's shape
+    (below) with unique emails from a small pool, so that they collide too."""
 
-    def __init__(self, seed, first_new_id):
+    def __init__(self, seed, first_new_id, application=False):
+        self.application = application
         self.random = random.Random(seed)
         self.next_id = first_new_id
         self.known_ids = list(range(first_new_id))
@@ -76,8 +85,22 @@ class Workload:
         return now - datetime.timedelta(milliseconds=self.random.randint(0, 6000))
 
     def document(self, identifier, now):
-        return {"_id": identifier, "createdAt": self.created_at(now), "a": self.random.randint(0, 40),
-                "n": 0, "tags": ["t%d" % self.random.randint(0, 5)], "s": "x" * self.random.randint(0, 20)}
+        document = {"_id": identifier, "createdAt": self.created_at(now), "a": self.random.randint(0, 40),
+                    "n": 0, "tags": ["t%d" % self.random.randint(0, 5)], "s": "x" * self.random.randint(0, 20)}
+        if self.application:
+            roll = self.random.random()
+            if roll < 0.1:
+                del document["createdAt"]  # a draft
+            elif roll < 0.13:
+                document["createdAt"] = "2026-11-30"  # not a date: outside every window
+            document["customer"] = "c%d" % self.random.randint(0, 9)
+            document["status"] = self.random.choice(["new", "paid", "shipped"])
+            if self.random.random() < 0.8:
+                document["email"] = self.email()
+        return document
+
+    def email(self):
+        return "e%d@shop" % self.random.randint(0, 150)  # a small pool: collisions
 
     def next_operation(self, now):
         """(kind, arguments): the same for the proxy and the oracle."""
@@ -95,6 +118,9 @@ class Workload:
                        {"$set": {"createdAt": self.created_at(now)}}, {"$pop": {"tags": 1}},
                        {"$set": {"sub": {"k": self.random.randint(0, 3)}, "z": True}},
                        {"$inc": {"n": 2}, "$set": {"a": self.random.randint(0, 40)}}]
+            if self.application:
+                updates += [{"$set": {"email": self.email()}}, {"$set": {"status": "paid", "email": self.email()}},
+                            {"$unset": {"email": ""}}, {"$set": {"customer": "c%d" % self.random.randint(0, 9)}}]
             upsert = self.random.random() < 0.05
             return "update_one", ({"_id": self.any_id()}, self.random.choice(updates), upsert)
         if roll < 0.46:
@@ -166,33 +192,47 @@ def diagnose(archive, fast, oracle):
     return differences[:5]
 
 
-def seed_data(archive, oracle, now):
+def seed_data(archive, oracle, now, application=False):
     """400 documents in the archive (and the oracle) before the proxy starts,
-    half inside the window: the warmer copies those while the test runs."""
+    half inside the window: the warmer copies those while the test runs. With
+    application, the application's indexes first, and emails on some documents."""
     rng = random.Random(99)
     documents = []
     for identifier in range(400):
         age = rng.randint(0, 8000) if identifier % 2 == 0 else rng.randint(8000, 60000)
-        documents.append({"_id": identifier, "createdAt": now - datetime.timedelta(milliseconds=age),
-                          "a": rng.randint(0, 40), "n": 0, "tags": [], "s": "seed"})
+        document = {"_id": identifier, "createdAt": now - datetime.timedelta(milliseconds=age),
+                    "a": rng.randint(0, 40), "n": 0, "tags": [], "s": "seed"}
+        if application:
+            document["customer"] = "c%d" % rng.randint(0, 9)
+            document["status"] = "new"
+            if identifier % 8 == 0:
+                document["email"] = "e%d@shop" % (identifier // 8)  # e0..e49: the pool's first part
+        documents.append(document)
     for process in (archive, oracle):
         with MongoClient(process.uri) as client:
+            if application:
+                client.shop.orders.create_index("email", unique=True, sparse=True)
+                client.shop.orders.create_index("customer")
+                client.shop.orders.create_index("status", partialFilterExpression={"status": "new"})
+            client.shop.orders.create_index("createdAt")
             client.shop.orders.insert_many(documents)
     return len(documents)
 
 
-@pytest.mark.parametrize("seed", seeds())
-def test_random_operations_match_one_server(replicated_tiers, tmp_path, seed):
+@pytest.mark.parametrize("shape,seed", [("lab", seed) for seed in seeds()] +
+                         [("application", seed) for seed in seeds("TIER_DIFF_APP_SEEDS", "13")])
+def test_random_operations_match_one_server(replicated_tiers, tmp_path, shape, seed):
     archive, fast = replicated_tiers
     oracle = track(StoreProcess(tmp_path / "oracle")).start()
     operations = int(os.environ.get("TIER_DIFF_OPS", "700"))
     started = time.monotonic()
     proxy = None
+    application = shape == "application"
     try:
-        first_new_id = seed_data(archive, oracle, utc_now())
+        first_new_id = seed_data(archive, oracle, utc_now(), application)
         proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="%ds" % MAX_AGE_SECONDS,
                             slack="%dms" % int(SLACK_SECONDS * 1000), top={"readYourWritesWait": "20s"})
-        workload = Workload(seed, first_new_id)
+        workload = Workload(seed, first_new_id, application)
         mismatches = []
         counts = {}
         with client_for(proxy) as proxy_client, client_for(oracle) as oracle_client:
@@ -202,6 +242,8 @@ def test_random_operations_match_one_server(replicated_tiers, tmp_path, seed):
                 counts[kind] = counts.get(kind, 0) + 1
                 expected = run(single, kind, arguments)
                 actual = run(tiered, kind, arguments)
+                if expected == ("error", 11000):
+                    counts["duplicate key"] = counts.get("duplicate key", 0) + 1
                 if actual != expected:
                     mismatches.append((index, kind, arguments, expected, actual))
                     if len(mismatches) == 1:
@@ -210,6 +252,8 @@ def test_random_operations_match_one_server(replicated_tiers, tmp_path, seed):
                         break
         assert not mismatches, "seed %d: replies differ from the oracle's:\n%s" % (
             seed, "\n".join(repr(item) for item in mismatches))
+        if application:  # the mix must have made unique keys collide, or it proves nothing
+            assert counts.get("duplicate key", 0) >= 5, counts
 
         # Quiescence: the feeder has applied everything, the warmer has finished.
         wait_feeder(proxy, timeout=30)
