@@ -85,31 +85,46 @@ static void cap_after_cluster_time(const proxy_t *proxy, proxy_tier_t tier, cons
     memcpy((uint8_t *)field.raw + field.d1, little_endian, 8);
 }
 
-/* message as the tier must get it, its $clusterTime removed: *out_message (the
- * caller frees it), or NULL to send message as it is. Built from message itself,
- * never from the client's command: the router edits the message in place (a
- * getMore's cursor id becomes the tier's own, readConcern's afterClusterTime is
- * capped), and a getMore rebuilt from the client's command would name the proxy's
- * cursor id, which the tier answers with CursorNotFound. Those edits left a
- * checksum stale: refreshed for the parse (the rebuilt message has none). */
-static void rebuild_without_cluster_time(uint8_t *message, size_t length, uint8_t **out_message, size_t *out_length)
+/* message as the tier must get it when the client's $clusterTime cannot be
+ * replaced in place (a driver that re-encodes keyId Long(0) as an int32, as the
+ * Node.js driver does, sends a shorter one): *out_message (the caller frees it) is
+ * message with that element spliced out and own (the tier's latest time, or
+ * nothing when NULL) spliced in, the body's and the message's lengths adjusted, and
+ * a checksum refreshed. Every other byte is the message's own, so the router's
+ * in-place edits (a getMore's cursor id, a capped afterClusterTime) reach the tier;
+ * a getMore rebuilt from the client's command would name the proxy's cursor id.
+ * client_time: the element's value inside message's body (client_length bytes). */
+static void splice_cluster_time(const uint8_t *message, size_t length, const bson_t *body, const uint8_t *client_time,
+                                uint32_t client_length, const bson_t *own, uint8_t **out_message,
+                                size_t *out_length)
 {
-    wire_op_msg_t parsed;
-    bson_error_t error;
-    wire_message_set_request_id(message, length, wire_message_request_id(message)); /* refreshes a checksum */
-    if (!wire_op_msg_parse(message, length, &parsed, &error)) {
-        return; /* the router parsed it on arrival: not expected; sent as it is */
+    static const char key[] = "$clusterTime";
+    const size_t element_prefix = 1 + sizeof key; /* the type byte, the key and its NUL */
+    const uint8_t *element = client_time - element_prefix;
+    const uint8_t *element_end = client_time + client_length;
+    const size_t replacement = own != NULL ? element_prefix + own->len : 0;
+    const size_t removed = (size_t)(element_end - element);
+    const size_t new_length = length - removed + replacement;
+    const size_t body_offset = (size_t)(bson_get_data(body) - message);
+    if (new_length > INT32_MAX || body->len - removed + replacement > INT32_MAX) {
+        return; /* sent as the client wrote it */
     }
-    bson_t current;
-    bson_t stripped = BSON_INITIALIZER;
-    if (wire_op_msg_command(&parsed, &current, &error)) {
-        bson_copy_to_excluding_noinit(&current, &stripped, "$clusterTime", NULL);
-        if (!wire_op_msg_build(0, 0, 0, &stripped, NULL, 0, out_message, out_length, &error)) {
-            *out_message = NULL; /* past a body's size limit: sent as the client wrote it */
-        }
+    uint8_t *out = bson_malloc(new_length);
+    size_t before = (size_t)(element - message);
+    memcpy(out, message, before);
+    if (own != NULL) {
+        out[before] = BSON_TYPE_DOCUMENT;
+        memcpy(out + before + 1, key, sizeof key);
+        memcpy(out + before + element_prefix, bson_get_data(own), own->len);
     }
-    bson_destroy(&stripped);
-    bson_destroy(&current);
+    memcpy(out + before + replacement, element_end, length - (size_t)(element_end - message));
+    uint32_t message_length = BSON_UINT32_TO_LE((uint32_t)new_length);
+    uint32_t body_length = BSON_UINT32_TO_LE((uint32_t)(body->len - removed + replacement));
+    memcpy(out, &message_length, 4);
+    memcpy(out + body_offset, &body_length, 4);
+    wire_message_set_request_id(out, new_length, wire_message_request_id(out)); /* refreshes a checksum */
+    *out_message = out;
+    *out_length = new_length;
 }
 
 void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *message, size_t length,
@@ -132,10 +147,8 @@ void cluster_time_prepare_request(proxy_t *proxy, proxy_tier_t tier, uint8_t *me
         memcpy(client_time, bson_get_data(own), client_length); /* the tier's own latest time */
         return;
     }
-    /* Nothing of this tier's to gossip in its place, or not in place (a driver that
-     * re-encodes keyId Long(0) as an int32, as the Node.js driver does, sends a
-     * shorter one): the client's goes. */
-    rebuild_without_cluster_time(message, length, out_message, out_length);
+    /* Not in place: the tier's own latest time spliced in instead, or nothing. */
+    splice_cluster_time(message, length, &body, client_time, client_length, own, out_message, out_length);
 }
 
 void cluster_time_prepare_reply(proxy_t *proxy, uint8_t *message, size_t length)

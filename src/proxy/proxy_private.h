@@ -273,9 +273,10 @@ void recovery_stop(proxy_t *proxy);
  * a message to tier (mutable, changed in place): a client's $clusterTime becomes the
  * tier's own latest, and a readConcern afterClusterTime beyond the tier's latest
  * time is lowered to it; when the client's $clusterTime cannot be replaced in place
- * (the tier's is unknown, or of another size), *out_message is a new message built
- * from message (with those edits, and the router's: a getMore's cursor id) without
- * it (the caller bson_free()s it), else NULL. prepare_reply
+ * (the tier's is unknown, or of another size), *out_message is a copy of message
+ * (with those edits, and the router's: a getMore's cursor id) with the tier's own
+ * spliced in for it, or without it when the tier's is unknown (the caller
+ * bson_free()s it), else NULL. prepare_reply
  * raises a tier's reply's $clusterTime to the highest of both tiers, in place;
  * append adds that highest one to a reply the proxy builds, unless present. */
 void cluster_time_note(proxy_t *proxy, proxy_tier_t tier, const bson_t *reply_body);

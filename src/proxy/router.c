@@ -44,7 +44,7 @@
 #define PHASE_BIT(phase) (1u << (phase))
 /* A call's reply may send the same call again (another member, a rebuilt find). */
 #define CALL_PHASES                                                                                          \
-    (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) |  \
+    (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FAULT_IN_FINDING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) |  \
      PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
      PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST))
@@ -65,11 +65,16 @@ static const struct {
     [PHASE_LOADING_INDEXES] = {"loading unique indexes", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_CHOOSING_MEMBERS] = {"choosing members",
                                 PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
+                                    PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
                                     PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
                                     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_EXPLAINING_FAST) |
                                     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_ABORTING_TRANSACTION) |
                                     PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
+                                                        PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_FAULT_IN_CHECKING_FAST] = {"looking in the fast tier for the documents to fault in",
+                                      PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
+                                          PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_WAITING_FOR_FEEDER] = {"waiting for the feeder",
                                   PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |
                                       PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |
@@ -189,6 +194,9 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
     case PHASE_FORWARDING:
         router_on_tier_reply(request, outcome->reply, outcome->length, outcome->error);
         return;
+    case PHASE_FAULT_IN_CHECKING_FAST:
+        router_fault_in_on_fast_checked(request, outcome);
+        return;
     case PHASE_FAULT_IN_FINDING:
         router_fault_in_on_found(request, outcome);
         return;
@@ -258,6 +266,9 @@ void router_request_free(proxy_request_t *request)
         break;
     case ROUTE_STATE_BOTH:
         bson_free(request->route.both.archive_reply);
+        break;
+    case ROUTE_STATE_FAULT_IN:
+        bson_destroy(&request->route.fault_in.missing_ids);
         break;
     case ROUTE_STATE_NONE:
     case ROUTE_STATE_TRANSACTION_REFUSAL:

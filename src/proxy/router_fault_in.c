@@ -1,14 +1,42 @@
 /* Fault-in: before a write runs on the fast tier, the archive documents it may
  * touch (the ids it names, the documents its filters match, the ids an insert or
- * upsert may create) are copied there, so the write sees what MongoDB would.
+ * upsert may create, the unique keys it sets) are copied there, so the write sees
+ * what MongoDB would. A document the fast tier holds is its newest version
+ * (writes go there first; the warmer never overwrites a newer one), so the ids are
+ * looked for in the fast tier first, and only those it lacks (and the filters)
+ * cost the archive a read and a wait for the feeder's deletes.
  * Its steps: pinned (PHASE_WAITING_FOR_PINS while a document is being evicted),
- * the archive's deletes awaited, PHASE_FAULT_IN_FINDING, PHASE_FAULT_IN_INSERTING,
- * then the write forwarded. */
+ * PHASE_FAULT_IN_CHECKING_FAST, then (if the archive is needed) the archive's
+ * deletes awaited, PHASE_FAULT_IN_FINDING, PHASE_FAULT_IN_INSERTING; then the
+ * write forwarded. */
 #include "proxy/router_private.h"
 
+#include "query/order.h"
 #include "wire/wire.h"
 
 #include <string.h>
+
+/* The ids the write names: all of them, or once the fast tier was asked, those it
+ * lacks. Appended to the BSON array ids from *index on. */
+static void append_ids_to_fault_in(const proxy_request_t *request, bson_t *ids, uint32_t *index)
+{
+    const plan_decision_t *decision = &request->decision;
+    const bson_t *all[] = {&decision->fault_in_ids, &decision->unique_id_checks};
+    const bson_t *missing[] = {&request->route.fault_in.missing_ids};
+    bool checked = request->route_kind == ROUTE_STATE_FAULT_IN;
+    const bson_t *const *lists = checked ? missing : all;
+    size_t list_count = checked ? 1 : 2;
+    char key[16];
+    const char *key_string;
+    bson_iter_t iter;
+    for (size_t list = 0; list < list_count; list++) {
+        bson_iter_init(&iter, lists[list]);
+        while (bson_iter_next(&iter)) {
+            bson_uint32_to_string((*index)++, &key_string, key, sizeof key);
+            bson_append_iter(ids, key_string, -1, &iter);
+        }
+    }
+}
 
 void router_fault_in_on_inserted(proxy_request_t *request, const router_outcome_t *outcome)
 {
@@ -103,22 +131,17 @@ void router_fault_in_find(proxy_request_t *request)
      * {$or: [...]} of one would cost the archive a collection scan where the
      * clause alone uses an index. */
     bson_init(&clauses);
-    if (decision->fault_in_id_count + decision->unique_id_check_count > 0) {
+    uint32_t id_count = request->route_kind == ROUTE_STATE_FAULT_IN
+                            ? request->route.fault_in.missing_count
+                            : decision->fault_in_id_count + decision->unique_id_check_count;
+    if (id_count > 0) {
         bson_t id_clause, id_condition, ids;
+        uint32_t index = 0;
         bson_uint32_to_string(clause++, &key_string, key, sizeof key);
         bson_append_document_begin(&clauses, key_string, -1, &id_clause);
         BSON_APPEND_DOCUMENT_BEGIN(&id_clause, "_id", &id_condition);
         BSON_APPEND_ARRAY_BEGIN(&id_condition, "$in", &ids);
-        bson_iter_t iter;
-        uint32_t index = 0;
-        const bson_t *lists[] = {&decision->fault_in_ids, &decision->unique_id_checks};
-        for (size_t list = 0; list < 2; list++) {
-            bson_iter_init(&iter, lists[list]);
-            while (bson_iter_next(&iter)) {
-                bson_uint32_to_string(index++, &key_string, key, sizeof key);
-                bson_append_iter(&ids, key_string, -1, &iter);
-            }
-        }
+        append_ids_to_fault_in(request, &ids, &index);
         bson_append_array_end(&id_condition, &ids);
         bson_append_document_end(&id_clause, &id_condition);
         bson_append_document_end(&clauses, &id_clause);
@@ -155,12 +178,108 @@ void router_fault_in_find(proxy_request_t *request)
     router_call_tier(request, PHASE_FAULT_IN_FINDING, PROXY_TIER_ARCHIVE, encoded, length, encoded);
 }
 
-/* Once the documents are pinned: the archive must show the deletes acknowledged
+/* What the archive must give: the archive must show the deletes acknowledged
  * before the write first, or a copy of a document deleted since would bring it
  * back (I6). */
-void router_fault_in_pinned(proxy_request_t *request)
+static void fault_in_from_archive(proxy_request_t *request)
 {
     router_wait_for_feeder(request, true, PHASE_FAULT_IN_FINDING);
+}
+
+/* Once the documents are pinned: the ids the write names, looked for in the fast
+ * tier (their _id index only). */
+void router_fault_in_pinned(proxy_request_t *request)
+{
+    const plan_decision_t *decision = &request->decision;
+    uint32_t id_count = decision->fault_in_id_count + decision->unique_id_check_count;
+    if (id_count == 0) {
+        fault_in_from_archive(request); /* filters only: what they match may be anywhere */
+        return;
+    }
+    bson_t find = BSON_INITIALIZER, filter, condition, ids, projection;
+    uint8_t *encoded;
+    size_t length;
+    bson_error_t error;
+    uint32_t index = 0;
+    BSON_APPEND_UTF8(&find, "find", request->namespace_state->config->collection);
+    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &condition);
+    BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &ids);
+    append_ids_to_fault_in(request, &ids, &index);
+    bson_append_array_end(&condition, &ids);
+    bson_append_document_end(&filter, &condition);
+    bson_append_document_end(&find, &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&find, "projection", &projection);
+    BSON_APPEND_INT32(&projection, "_id", 1);
+    bson_append_document_end(&find, &projection);
+    BSON_APPEND_INT64(&find, "batchSize", (int64_t)id_count + 1);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    BSON_APPEND_UTF8(&find, "$db", request->namespace_state->config->database);
+    bool built = wire_op_msg_build(0, 0, 0, &find, NULL, 0, &encoded, &length, &error);
+    bson_destroy(&find);
+    if (!built) {
+        router_finish_with_error(request, &error);
+        return;
+    }
+    router_call_tier(request, PHASE_FAULT_IN_CHECKING_FAST, PROXY_TIER_FAST, encoded, length, encoded);
+}
+
+/* Whether id is in the BSON array held (5, 5.0 and 5L are one id). */
+static bool id_held(const bson_t *held, const bson_value_t *id)
+{
+    bson_iter_t iter, field;
+    bson_iter_init(&iter, held);
+    while (bson_iter_next(&iter)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_iter_recurse(&iter, &field) && bson_iter_find(&field, "_id") &&
+            order_compare_values(bson_iter_value(&field), id) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void router_fault_in_on_fast_checked(proxy_request_t *request, const router_outcome_t *outcome)
+{
+    bson_t body, batch;
+    bson_iter_t iter;
+    bson_error_t parse_error;
+    uint32_t length;
+    const uint8_t *data;
+    if (outcome->error != NULL) {
+        request->proxy->requests_failed++; /* a tier failed, as in every other route */
+        router_finish_with_error(request, outcome->error);
+        return;
+    }
+    if (!wire_op_msg_peek_body(outcome->reply, outcome->length, &body, &parse_error) ||
+        !router_reply_is_ok(&body) || !bson_iter_init(&iter, &body) ||
+        !bson_iter_find_descendant(&iter, "cursor.firstBatch", &iter) || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        router_relay_reply(request, outcome->reply, outcome->length); /* the fast tier's error, as it is */
+        return;
+    }
+    bson_iter_array(&iter, &length, &data);
+    bson_init_static(&batch, data, length);
+    request->route_kind = ROUTE_STATE_FAULT_IN;
+    bson_init(&request->route.fault_in.missing_ids);
+    request->route.fault_in.missing_count = 0;
+    const bson_t *lists[] = {&request->decision.fault_in_ids, &request->decision.unique_id_checks};
+    for (size_t list = 0; list < 2; list++) {
+        bson_iter_init(&iter, lists[list]);
+        while (bson_iter_next(&iter)) {
+            if (!id_held(&batch, bson_iter_value(&iter))) {
+                char key[16];
+                const char *key_string;
+                size_t key_length =
+                    bson_uint32_to_string(request->route.fault_in.missing_count++, &key_string, key, sizeof key);
+                bson_append_iter(&request->route.fault_in.missing_ids, key_string, (int)key_length, &iter);
+            }
+        }
+    }
+    if (request->route.fault_in.missing_count == 0 && request->decision.fault_in_filter_count == 0) {
+        /* The fast tier holds every document the write names: nothing from the archive. */
+        router_forward(request, PROXY_TIER_FAST);
+        return;
+    }
+    fault_in_from_archive(request);
 }
 
 /* The documents stay in the fast tier until the write has run (no eviction in

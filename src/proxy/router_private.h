@@ -22,6 +22,7 @@ typedef enum request_phase {
     PHASE_WAITING_FOR_PINS,     /* a write that faults in: until its documents are no longer being evicted */
     PHASE_WAITING_FOR_FEEDER,   /* until the feeder applied the writes (or deletes) the archive must show */
     PHASE_FORWARDING,           /* the client's command on a tier; the reply goes back (cursor ids patched) */
+    PHASE_FAULT_IN_CHECKING_FAST, /* a write's ids looked for in the fast tier: the archive only for the rest */
     PHASE_FAULT_IN_FINDING,     /* the archive's documents the write may touch */
     PHASE_FAULT_IN_INSERTING,   /* ... copied into the fast tier, then the write is forwarded */
     PHASE_POINT_READING_FAST,   /* a find by _id on the fast tier */
@@ -72,6 +73,7 @@ typedef enum route_state_kind {
     ROUTE_STATE_EXPLAIN,
     ROUTE_STATE_BOTH,
     ROUTE_STATE_TRANSACTION_REFUSAL,
+    ROUTE_STATE_FAULT_IN,
 } route_state_kind_t;
 
 typedef struct proxy_request {
@@ -131,6 +133,10 @@ typedef struct proxy_request {
         struct { /* a command refused in a transaction: sent once its abort is done */
             bson_error_t refusal;
         } transaction;
+        struct { /* a write's ids the fast tier lacked: the archive's part of its fault-in */
+            bson_t missing_ids;
+            uint32_t missing_count;
+        } fault_in;
     } route;
 } proxy_request_t;
 
@@ -215,8 +221,11 @@ void router_unpin_fault_in(proxy_request_t *request);
 /* --- router_fault_in.c: a write's archive documents copied in first ------------------ */
 
 void router_fault_in_start(proxy_request_t *request);
-/* PHASE_WAITING_FOR_PINS's step: pinned; the archive's deletes come first. */
+/* PHASE_WAITING_FOR_PINS's step: pinned; the ids are looked for in the fast tier. */
 void router_fault_in_pinned(proxy_request_t *request);
+/* PHASE_FAULT_IN_CHECKING_FAST's step: the write goes on, or the archive gives what
+ * the fast tier lacks (after the feeder's deletes). */
+void router_fault_in_on_fast_checked(proxy_request_t *request, const router_outcome_t *outcome);
 /* After the wait: the find on the archive (PHASE_FAULT_IN_FINDING). */
 void router_fault_in_find(proxy_request_t *request);
 void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *outcome);

@@ -149,6 +149,27 @@ static bool delete_version(evictor_t *evictor, const char *database, const char 
     return ok;
 }
 
+/* find's filter: the candidates, less the documents held by a refused write (never
+ * candidates, so that they cannot fill every batch). */
+static void append_candidates_filter(bson_t *find, const bson_t *candidates, const bson_t *held_ids)
+{
+    if (bson_empty(held_ids)) {
+        BSON_APPEND_DOCUMENT(find, "filter", candidates);
+        return;
+    }
+    bson_t filter, clauses, held, not_in;
+    BSON_APPEND_DOCUMENT_BEGIN(find, "filter", &filter);
+    BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &clauses);
+    BSON_APPEND_DOCUMENT(&clauses, "0", candidates);
+    BSON_APPEND_DOCUMENT_BEGIN(&clauses, "1", &held);
+    BSON_APPEND_DOCUMENT_BEGIN(&held, "_id", &not_in);
+    BSON_APPEND_ARRAY(&not_in, "$nin", held_ids);
+    bson_append_document_end(&held, &not_in);
+    bson_append_document_end(&clauses, &held);
+    bson_append_array_end(&filter, &clauses);
+    bson_append_document_end(find, &filter);
+}
+
 /* One batch: returns the number of candidates found (-1 on an error or a wait
  * that ran out: the pass ends). */
 static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_t *candidates,
@@ -163,22 +184,7 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     bson_t find = BSON_INITIALIZER, reply, batch;
     bson_iter_t iter, found;
     BSON_APPEND_UTF8(&find, "find", collection);
-    if (bson_empty(held_ids)) {
-        BSON_APPEND_DOCUMENT(&find, "filter", candidates);
-    } else {
-        /* Documents held by a refused write: never candidates, so they cannot fill every batch. */
-        bson_t filter, clauses, held, not_in;
-        BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
-        BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &clauses);
-        BSON_APPEND_DOCUMENT(&clauses, "0", candidates);
-        BSON_APPEND_DOCUMENT_BEGIN(&clauses, "1", &held);
-        BSON_APPEND_DOCUMENT_BEGIN(&held, "_id", &not_in);
-        BSON_APPEND_ARRAY(&not_in, "$nin", held_ids);
-        bson_append_document_end(&held, &not_in);
-        bson_append_document_end(&clauses, &held);
-        bson_append_array_end(&filter, &clauses);
-        bson_append_document_end(&find, &filter);
-    }
+    append_candidates_filter(&find, candidates, held_ids);
     BSON_APPEND_INT32(&find, "limit", EVICT_BATCH);
     BSON_APPEND_INT32(&find, "batchSize", EVICT_BATCH);
     BSON_APPEND_BOOL(&find, "singleBatch", true);

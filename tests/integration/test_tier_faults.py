@@ -316,7 +316,9 @@ def test_kill9_during_the_warm_resumes_where_it_stopped(replicated_tiers, tmp_pa
     proxy.restart()
     wait_warm(proxy, timeout=40)
     warmer = namespace_status(proxy)["warmer"]
-    assert 6000 <= warmer["copied"] <= 6000 + 1000  # resumed: at most the interrupted batch again
+    # Resumed, not started over: the interrupted batch is copied again at most once
+    # (its copies that landed before the kill count as duplicates, not copies).
+    assert 6000 - 1000 <= warmer["copied"] <= 6000 + 1000, warmer
     assert warmer["remainingEstimate"] == 0
     with client_for(fast) as client:
         assert client.shop.orders.count_documents({}) == 6000

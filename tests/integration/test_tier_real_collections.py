@@ -161,3 +161,46 @@ def test_a_unique_key_held_only_by_the_archive_is_refused_as_mongodb_refuses_it(
     feeder = namespace_status(proxy)["feeder"]
     assert not feeder.get("stopped"), feeder
     proxy.stop()
+
+
+# --- writes read the archive only when they must (issue 19) --------------------------
+
+def archive_queries(archive):
+    with client_for(archive) as client:
+        return client.admin.command("serverStatus")["opcounters"]["query"]
+
+
+def test_writes_to_documents_the_fast_tier_holds_read_nothing_from_the_archive(replicated_tiers, tmp_path):
+    """A document the fast tier holds is its newest version: an update, a replace,
+    a findAndModify or a delete of it by _id asks the archive nothing (its
+    opcounters show no query), while a write to a document only the archive holds
+    still copies it in first, and every answer is MongoDB's."""
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_one({"_id": "old", "n": 0, "createdAt": ago(7200)})
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete",
+                        top={"warmerEnabled": "false"})  # the warmer would read the archive on its own
+    with client_for(proxy) as client:
+        orders = client.shop.orders
+        orders.insert_many([{"_id": i, "n": 0, "createdAt": utc_now()} for i in range(20)])
+        wait_feeder(proxy)
+        before = archive_queries(archive)
+        for i in range(20):
+            assert orders.update_one({"_id": i}, {"$inc": {"n": 1}}).modified_count == 1
+        assert orders.replace_one({"_id": 3}, {"n": 30, "createdAt": utc_now()}).modified_count == 1
+        assert orders.find_one_and_update({"_id": 4}, {"$inc": {"n": 1}})["n"] == 1
+        assert orders.delete_one({"_id": 5}).deleted_count == 1
+        assert orders.update_one({"_id": 99}, {"$set": {"n": 1}}).matched_count == 0  # in no tier
+        asked = archive_queries(archive) - before
+        # Only the id in no tier needed the archive (one fault-in find); nothing else.
+        assert asked == 1, "the archive was queried %d times" % asked
+        # A document only the archive holds is copied in first, as before.
+        assert orders.update_one({"_id": "old"}, {"$inc": {"n": 1}}).modified_count == 1
+        assert archive_queries(archive) - before == 2
+        assert orders.find_one({"_id": "old"})["n"] == 1
+    wait_feeder(proxy)
+    with client_for(archive) as client:
+        assert [d["n"] for d in client.shop.orders.find({"_id": {"$in": [0, 3, 4, 19, "old"]}}).sort("_id", 1)] \
+            == [1, 30, 2, 1, 1]
+        assert client.shop.orders.find_one({"_id": 5}) is None
+    proxy.stop()
