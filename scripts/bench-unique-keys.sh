@@ -15,7 +15,8 @@
 #           created again not unique: the same documents, the same index upkeep
 #           and the same _id check, so unique vs plain isolates the check itself.
 # For each: ops/s, p50, p99; the archive's opcounters (query, insert, update) per
-# insert (the check's find shows as one query per insert); the proxy's and the
+# insert (every proxied insert costs one archive find, the _id check; the unique
+# key joins it as a second $or clause, not a second find); the proxy's and the
 # archive's CPU per insert (utime+stime from /proc). Per-insert figures cover the
 # warm-up, the run and the feeder's replay of those inserts to the archive (the
 # script waits for it): the inserts counted are the fast tier's new documents.
