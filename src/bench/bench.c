@@ -20,7 +20,10 @@ static void print_usage(FILE *stream)
             "usage: thermocline bench --uri URI --workload NAME [options]\n"
             "\n"
             "A YCSB-style load generator: documents of 10 fields of 100 bytes, int64 _id in\n"
-            "insertion order, a createdAt date spread over the year before the load.\n"
+            "insertion order, a createdAt date spread over the year before the load (an insert's:\n"
+            "now). insertunique and insertemail add an email distinct per _id and, before the run,\n"
+            "create the indexes {createdAt: 1} (which a proxy tiering by createdAt requires) and\n"
+            "{email: 1}, unique for insertunique; through a proxy, on both tiers.\n"
             "\n"
             "  --uri URI            MongoDB connection string (required)\n"
             "  --workload NAME      what to run (required; see below)\n"
@@ -242,6 +245,53 @@ done:
     return ok;
 }
 
+/* MongoDB's codes for an index that exists with other options or another name. */
+#define BENCH_INDEX_OPTIONS_CONFLICT 85
+#define BENCH_INDEX_KEY_SPECS_CONFLICT 86
+
+/* The indexes of a workload with an email field: {createdAt: 1}, which a proxy
+ * tiering the collection by createdAt requires, and {email: 1}, unique or not.
+ * One createIndexes, the same command straight to a server and through a proxy
+ * (which runs it on both tiers); indexes already there as asked are kept. */
+static bool prepare_collection(mongoc_client_t *client, const bench_options_t *options, bson_error_t *error)
+{
+    bool unique = options->workload->email_index == BENCH_EMAIL_INDEX_UNIQUE;
+    bson_t command = BSON_INITIALIZER, indexes, index, key;
+    BSON_APPEND_UTF8(&command, "createIndexes", options->collection);
+    BSON_APPEND_ARRAY_BEGIN(&command, "indexes", &indexes);
+    BSON_APPEND_DOCUMENT_BEGIN(&indexes, "0", &index);
+    BSON_APPEND_DOCUMENT_BEGIN(&index, "key", &key);
+    BSON_APPEND_INT32(&key, BENCH_TIME_FIELD, 1);
+    bson_append_document_end(&index, &key);
+    BSON_APPEND_UTF8(&index, "name", BENCH_TIME_INDEX_NAME);
+    bson_append_document_end(&indexes, &index);
+    BSON_APPEND_DOCUMENT_BEGIN(&indexes, "1", &index);
+    BSON_APPEND_DOCUMENT_BEGIN(&index, "key", &key);
+    BSON_APPEND_INT32(&key, BENCH_EMAIL_FIELD, 1);
+    bson_append_document_end(&index, &key);
+    BSON_APPEND_UTF8(&index, "name", BENCH_EMAIL_INDEX_NAME);
+    if (unique) {
+        BSON_APPEND_BOOL(&index, "unique", true); /* absent otherwise, as a driver's create_index leaves it */
+    }
+    bson_append_document_end(&indexes, &index);
+    bson_append_array_end(&command, &indexes);
+    bson_error_t command_error;
+    bool ok = mongoc_client_command_simple(client, options->database, &command, NULL, NULL, &command_error);
+    if (!ok && (command_error.code == BENCH_INDEX_OPTIONS_CONFLICT ||
+                command_error.code == BENCH_INDEX_KEY_SPECS_CONFLICT)) {
+        tc_error_set(error, TC_ERR_OPERATION_FAILED,
+                     "cannot create the %s indexes on %s.%s: %s (an {email: 1} index %s unique, or a {createdAt: 1} "
+                     "index of another name, is there: drop it first)",
+                     options->workload->name, options->database, options->collection, command_error.message,
+                     unique ? "not" : "that is");
+    } else if (!ok) {
+        tc_error_set(error, TC_ERR_OPERATION_FAILED, "cannot create the %s indexes on %s.%s: %s",
+                     options->workload->name, options->database, options->collection, command_error.message);
+    }
+    bson_destroy(&command);
+    return ok;
+}
+
 static bool check_server(mongoc_client_pool_t *pool, bench_options_t *options, bson_error_t *error)
 {
     mongoc_client_t *client = mongoc_client_pool_pop(pool);
@@ -253,6 +303,9 @@ static bool check_server(mongoc_client_pool_t *pool, bench_options_t *options, b
         tc_error_set(error, TC_ERR_HOST_UNREACHABLE, "cannot reach %s: %s", options->uri_string,
                      ping_error.message);
         goto done;
+    }
+    if (options->workload->email_index != BENCH_EMAIL_INDEX_NONE) {
+        TC_CHECK(prepare_collection(client, options, error));
     }
     if (!options->workload->is_load && options->record_count == 0) {
         TC_CHECK(discover_record_count(client, options, error));

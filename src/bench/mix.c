@@ -170,7 +170,8 @@ static void build_insert(mix_client_t *client, bson_t *command)
     BSON_APPEND_UTF8(command, "insert", client->run->options->collection);
     BSON_APPEND_ARRAY_BEGIN(command, "documents", &documents);
     BSON_APPEND_DOCUMENT_BEGIN(&documents, "0", &document);
-    bench_document_build(&document, client->insert_id, bench_wall_ms(), &client->rng);
+    bench_document_build(&document, client->insert_id, bench_wall_ms(),
+                         client->run->options->workload->email_index != BENCH_EMAIL_INDEX_NONE, &client->rng);
     bson_append_document_end(&documents, &document);
     bson_append_array_end(command, &documents);
     BSON_APPEND_BOOL(command, "ordered", true);

@@ -128,7 +128,8 @@ static void *worker_run_load(void *argument)
             bson_reinit(&documents[index]);
             int64_t id = first + index;
             bench_document_build(&documents[index], id,
-                                 bench_document_created_at(id, record_count, shared->load_start_ms), &worker->rng);
+                                 bench_document_created_at(id, record_count, shared->load_start_ms), false,
+                                 &worker->rng);
         }
         bson_t reply;
         bson_error_t error;

@@ -3,23 +3,29 @@
  * uses (Gray et al., "Quickly generating billion-record synthetic databases"). */
 #include "bench/workload.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const bench_workload_t bench_workloads[] = {
     {"load", "bulk insert of --records documents (unordered insert_many batches)", true, 0, 0, 0,
-     BENCH_KEYS_UNIFORM},
+     BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_NONE},
     {"store", "85% reads, 10% updates, 5% inserts; reads and updates skewed to the newest (latest)", false,
-     0.85, 0.10, 0.05, BENCH_KEYS_LATEST},
+     0.85, 0.10, 0.05, BENCH_KEYS_LATEST, BENCH_EMAIL_INDEX_NONE},
     {"readheavy", "95% reads, 5% updates, skewed to the newest (latest)", false, 0.95, 0.05, 0,
-     BENCH_KEYS_LATEST},
+     BENCH_KEYS_LATEST, BENCH_EMAIL_INDEX_NONE},
     {"concentrated", "95% reads, 5% updates, 99% of them on the newest 9% of documents", false, 0.95, 0.05, 0,
-     BENCH_KEYS_CONCENTRATED},
+     BENCH_KEYS_CONCENTRATED, BENCH_EMAIL_INDEX_NONE},
     {"uniform", "95% reads, 5% updates, uniform over the whole history", false, 0.95, 0.05, 0,
-     BENCH_KEYS_UNIFORM},
-    {"pointread", "100% reads by _id, uniform", false, 1.0, 0, 0, BENCH_KEYS_UNIFORM},
-    {"insert", "100% inserts of new documents", false, 0, 0, 1.0, BENCH_KEYS_UNIFORM},
-    {NULL, NULL, false, 0, 0, 0, BENCH_KEYS_UNIFORM},
+     BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_NONE},
+    {"pointread", "100% reads by _id, uniform", false, 1.0, 0, 0, BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_NONE},
+    {"insert", "100% inserts of new documents", false, 0, 0, 1.0, BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_NONE},
+    {"insertunique", "100% inserts of new documents with a distinct email, unique index {email: 1}", false, 0, 0,
+     1.0, BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_UNIQUE},
+    {"insertemail", "insertunique's documents, {email: 1} not unique (its baseline)", false, 0, 0, 1.0,
+     BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_PLAIN},
+    {NULL, NULL, false, 0, 0, 0, BENCH_KEYS_UNIFORM, BENCH_EMAIL_INDEX_NONE},
 };
 
 static const char *const bench_field_names[BENCH_FIELD_COUNT] = {
@@ -201,7 +207,7 @@ void bench_field_value_fill(bench_rng_t *rng, char *out_value)
     }
 }
 
-void bench_document_build(bson_t *document, int64_t id, int64_t created_at_ms, bench_rng_t *rng)
+void bench_document_build(bson_t *document, int64_t id, int64_t created_at_ms, bool with_email, bench_rng_t *rng)
 {
     char value[BENCH_FIELD_LENGTH];
     BSON_APPEND_INT64(document, "_id", id);
@@ -209,7 +215,12 @@ void bench_document_build(bson_t *document, int64_t id, int64_t created_at_ms, b
         bench_field_value_fill(rng, value);
         bson_append_utf8(document, bench_field_names[field], -1, value, BENCH_FIELD_LENGTH);
     }
-    BSON_APPEND_DATE_TIME(document, "createdAt", created_at_ms);
+    BSON_APPEND_DATE_TIME(document, BENCH_TIME_FIELD, created_at_ms);
+    if (with_email) {
+        char email[48];
+        int length = snprintf(email, sizeof email, "user%" PRId64 "@example.com", id);
+        bson_append_utf8(document, BENCH_EMAIL_FIELD, -1, email, length);
+    }
 }
 
 int64_t bench_document_created_at(int64_t id, int64_t record_count, int64_t load_start_ms)

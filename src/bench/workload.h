@@ -64,6 +64,21 @@ int64_t bench_key_choose(bench_key_chooser_t *chooser, bench_rng_t *rng, int64_t
 #define BENCH_ZETA_EXACT_TERMS 10000
 double bench_zeta(uint64_t n, double theta);
 
+/* The secondary index a workload's collection carries on BENCH_EMAIL_FIELD, whose
+ * value is distinct per document ("user<_id>@example.com"): the documents of a
+ * workload with one carry the field, and bench creates the index (and the
+ * {createdAt: 1} index a tiering proxy requires) before the run. */
+typedef enum bench_email_index {
+    BENCH_EMAIL_INDEX_NONE,   /* no email field, no index */
+    BENCH_EMAIL_INDEX_PLAIN,  /* {email: 1}, not unique */
+    BENCH_EMAIL_INDEX_UNIQUE, /* {email: 1}, unique */
+} bench_email_index_t;
+
+#define BENCH_EMAIL_FIELD "email"
+#define BENCH_EMAIL_INDEX_NAME "email_1"
+#define BENCH_TIME_FIELD "createdAt"
+#define BENCH_TIME_INDEX_NAME "createdAt_1"
+
 typedef struct bench_workload {
     const char *name;
     const char *summary; /* one line for --help and the report */
@@ -72,6 +87,7 @@ typedef struct bench_workload {
     double update_fraction;
     double insert_fraction;
     bench_key_distribution_t distribution; /* for reads and updates */
+    bench_email_index_t email_index;
 } bench_workload_t;
 
 /* NULL if name is not a workload. The result is static. */
@@ -86,8 +102,9 @@ const char *bench_field_name(int field);
 /* Fills out_value with BENCH_FIELD_LENGTH printable characters (no terminator). */
 void bench_field_value_fill(bench_rng_t *rng, char *out_value);
 
-/* Appends one document (_id, field0..field9, createdAt) to the empty document. */
-void bench_document_build(bson_t *document, int64_t id, int64_t created_at_ms, bench_rng_t *rng);
+/* Appends one document (_id, field0..field9, createdAt, and with_email an email
+ * distinct per _id) to the empty document. */
+void bench_document_build(bson_t *document, int64_t id, int64_t created_at_ms, bool with_email, bench_rng_t *rng);
 
 /* createdAt of loaded document id among record_count: spread over the year
  * before load_start_ms, oldest first, the last one just before load_start_ms. */

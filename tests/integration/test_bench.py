@@ -10,9 +10,12 @@ import signal
 import subprocess
 import time
 
+import pymongo
 import pytest
 
 from conftest import find_free_port, thermocline_binary
+from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
+from tier_support import client_for, start_proxy, wait_feeder
 
 BENCH_TIMEOUT_SECONDS = 40
 
@@ -176,6 +179,62 @@ def test_write_errors_are_counted(store, client, tmp_path):
     assert client.ycsb.usertable.count_documents({}) == 300
 
 
+def run_inserts(uri, workload, threads, report_path):
+    """A 1 s run of an insert workload that must succeed without an error; its
+    insert figures."""
+    result = run_bench("--uri", uri, "--workload", workload, "--threads", str(threads),
+                       "--duration", "1s", "--json", str(report_path))
+    assert result.returncode == 0, result.stderr
+    insert = json.loads(report_path.read_text())["operations"]["insert"]
+    assert insert["count"] > 0 and insert["errors"] == 0, insert.get("first_error")
+    return insert
+
+
+def test_insert_with_a_unique_secondary_key(store, client, tmp_path):
+    """insertunique creates {createdAt: 1} and a unique {email: 1} on an empty
+    namespace, then inserts documents whose email is distinct per _id, without an
+    error; insertemail, its baseline, wants {email: 1} not unique and says what to
+    drop when the unique one is there, then runs once it is gone."""
+    insert = run_inserts(store.uri, "insertunique", 4, tmp_path / "unique.json")
+
+    usertable = client.ycsb.usertable
+    indexes = {index["name"]: index for index in usertable.list_indexes()}
+    assert dict(indexes["createdAt_1"]["key"]) == {"createdAt": 1}
+    assert dict(indexes["email_1"]["key"]) == {"email": 1} and indexes["email_1"]["unique"] is True
+    assert usertable.count_documents({}) == insert["count"]
+    assert len(usertable.distinct("email")) == insert["count"]
+    assert usertable.find_one({"_id": 5})["email"] == "user5@example.com"
+    with pytest.raises(pymongo.errors.DuplicateKeyError):
+        usertable.insert_one({"_id": -1, "email": "user5@example.com"})
+
+    result = run_bench("--uri", store.uri, "--workload", "insertemail", "--threads", "2", "--duration", "1s")
+    assert result.returncode == 1
+    assert "drop it first" in result.stderr and "email_1" in result.stderr, result.stderr
+    usertable.drop_index("email_1")
+    baseline = run_inserts(store.uri, "insertemail", 2, tmp_path / "baseline.json")
+    assert "unique" not in {index["name"]: index for index in usertable.list_indexes()}["email_1"]
+    assert usertable.count_documents({}) == insert["count"] + baseline["count"]
+
+
+def test_insertunique_through_a_tiering_proxy(replicated_tiers, tmp_path):
+    """Through a proxy tiering ycsb.usertable (which does not exist yet, so the
+    proxy starts without its time-field index), insertunique's createIndexes
+    reaches both tiers; every insert, each checked against the archive for its
+    email, succeeds, and the feeder brings them all to the archive."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, ns="ycsb.usertable", max_age="1d",
+                        coverage="complete")
+    insert = run_inserts(proxy.uri, "insertunique", 4, tmp_path / "proxied.json")
+    wait_feeder(proxy, "ycsb.usertable")
+    for tier in (archive, fast):
+        with client_for(tier) as client:
+            usertable = client.ycsb.usertable
+            indexes = {index["name"]: index for index in usertable.list_indexes()}
+            assert indexes["email_1"]["unique"] is True, (tier, indexes)
+            assert dict(indexes["createdAt_1"]["key"]) == {"createdAt": 1}
+            assert usertable.count_documents({}) == insert["count"]
+
+
 @pytest.mark.parametrize("arguments", [
     [],
     ["--workload", "store"],
@@ -208,6 +267,7 @@ def test_help_and_unreachable_server(tmp_path):
     result = run_bench("--help")
     assert result.returncode == 0
     assert "--workload" in result.stdout and "concentrated" in result.stdout
+    assert "insertunique" in result.stdout and "insertemail" in result.stdout
 
     # Nothing listens: a failure (1), said in one line, and no JSON left behind.
     report_path = tmp_path / "never.json"

@@ -406,7 +406,8 @@ static void test_seed_is_reproducible(void **state)
 static void test_workload_table(void **state)
 {
     (void)state;
-    const char *names[] = {"load", "store", "readheavy", "concentrated", "uniform", "pointread", "insert"};
+    const char *names[] = {"load",      "store",  "readheavy",    "concentrated", "uniform",
+                           "pointread", "insert", "insertunique", "insertemail"};
     for (size_t index = 0; index < sizeof names / sizeof *names; index++) {
         const bench_workload_t *workload = bench_workload_find(names[index]);
         assert_non_null(workload);
@@ -422,6 +423,10 @@ static void test_workload_table(void **state)
     assert_int_equal(bench_workload_find("concentrated")->distribution, BENCH_KEYS_CONCENTRATED);
     assert_int_equal(bench_workload_find("uniform")->distribution, BENCH_KEYS_UNIFORM);
     assert_true(bench_workload_find("load")->is_load);
+    assert_int_equal(bench_workload_find("insert")->email_index, BENCH_EMAIL_INDEX_NONE);
+    assert_int_equal(bench_workload_find("insertunique")->email_index, BENCH_EMAIL_INDEX_UNIQUE);
+    assert_int_equal(bench_workload_find("insertemail")->email_index, BENCH_EMAIL_INDEX_PLAIN);
+    assert_true(bench_workload_find("insertunique")->insert_fraction == 1.0);
     assert_null(bench_workload_find("Store"));
     assert_null(bench_workload_find(""));
 }
@@ -432,7 +437,7 @@ static void test_document_shape(void **state)
     bench_rng_t rng;
     bench_rng_seed(&rng, 5);
     bson_t document = BSON_INITIALIZER;
-    bench_document_build(&document, 7, 1700000000000, &rng);
+    bench_document_build(&document, 7, 1700000000000, false, &rng);
     bson_iter_t iter;
     assert_true(bson_iter_init(&iter, &document));
     assert_true(bson_iter_next(&iter));
@@ -454,6 +459,14 @@ static void test_document_shape(void **state)
     assert_string_equal(bson_iter_key(&iter), "createdAt");
     assert_int_equal(bson_iter_type(&iter), BSON_TYPE_DATE_TIME);
     assert_int_equal(bson_iter_date_time(&iter), 1700000000000);
+    assert_false(bson_iter_next(&iter));
+    bson_destroy(&document);
+
+    /* With an email: the last field, distinct per _id. */
+    bson_init(&document);
+    bench_document_build(&document, 7, 1700000000000, true, &rng);
+    assert_true(bson_iter_init_find(&iter, &document, "email"));
+    assert_string_equal(bson_iter_utf8(&iter, NULL), "user7@example.com");
     assert_false(bson_iter_next(&iter));
     bson_destroy(&document);
 
