@@ -204,3 +204,41 @@ def test_writes_to_documents_the_fast_tier_holds_read_nothing_from_the_archive(r
             == [1, 30, 2, 1, 1]
         assert client.shop.orders.find_one({"_id": 5}) is None
     proxy.stop()
+
+
+def test_with_the_archive_away_the_fast_tier_keeps_serving(replicated_tiers, tmp_path):
+    """The archive killed: reads the planner proves on the fast tier, and writes by
+    _id of documents the fast tier holds, succeed at once; a write that needs the
+    archive fails within failoverWait with a retryable error; once the archive is
+    back, the feeder converges it to what one MongoDB would hold."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete",
+                        top={"warmerEnabled": "false", "failoverWait": "2s", "readYourWritesWait": "2s"})
+    recent = ago(60)
+    with client_for(proxy) as client:
+        orders = client.shop.orders
+        orders.insert_many([{"_id": i, "n": 0, "createdAt": utc_now()} for i in range(10)])
+        wait_feeder(proxy)
+        archive.kill9()
+        started = time.monotonic()
+        assert orders.count_documents({"createdAt": {"$gte": recent}}) == 10
+        assert orders.update_one({"_id": 1}, {"$inc": {"n": 1}}).modified_count == 1
+        assert orders.delete_one({"_id": 2}).deleted_count == 1
+        assert orders.find_one({"_id": 1})["n"] == 1
+        assert time.monotonic() - started < 2, "writes the fast tier alone answers waited for the archive"
+        started = time.monotonic()
+        with pytest.raises(pymongo.errors.PyMongoError) as raised:
+            orders.insert_one({"_id": 100, "n": 0, "createdAt": utc_now()})  # is 100 in the archive?
+        waited = time.monotonic() - started
+        assert waited < 8, "a write that needs the archive waited %.1f s" % waited
+        error = raised.value
+        labels = getattr(error, "_error_labels", set()) or set()
+        assert isinstance(error, pymongo.errors.ConnectionFailure) or "RetryableWriteError" in labels or \
+            getattr(error, "code", None) in (6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436), error
+    archive.restart()
+    wait_feeder(proxy, timeout=30)
+    with client_for(archive) as client:
+        assert client.shop.orders.find_one({"_id": 1})["n"] == 1
+        assert client.shop.orders.find_one({"_id": 2}) is None
+        assert client.shop.orders.count_documents({}) == 9
+    proxy.stop()
