@@ -193,20 +193,6 @@ bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t
     return ok;
 }
 
-int64_t tier_wall_clock_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-int64_t tier_monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 /* --- namespaces ----------------------------------------------------------------- */
 
 void tier_split_namespace(const char *ns, char *out_database, size_t size, const char **out_collection)
@@ -443,7 +429,7 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
                        int64_t timeout_ms, uint64_t *out_applied_time)
 {
-    int64_t deadline = tier_monotonic_ms() + timeout_ms;
+    int64_t deadline = clock_monotonic_ms() + timeout_ms;
     for (;;) {
         bson_error_t error;
         if (!context->feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
@@ -460,7 +446,7 @@ bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t in
             }
             return true;
         }
-        int64_t remaining = deadline - tier_monotonic_ms();
+        int64_t remaining = deadline - clock_monotonic_ms();
         if (remaining <= 0 || tier_group_stopping(context->group)) {
             return false;
         }
@@ -682,7 +668,7 @@ void tier_report_error(tier_context_t *context, tier_worker_t worker, const char
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, worker);
     bool repeated = strcmp(item->last_error, message) == 0;
     snprintf(item->last_error, sizeof item->last_error, "%s", message);
-    item->updated_ms = tier_wall_clock_ms();
+    item->updated_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (!repeated) {
         TC_LOG(TC_LOG_WARNING, worker_component(worker), 0, "%s", message);
@@ -694,7 +680,7 @@ void tier_report_ok(tier_context_t *context, tier_worker_t worker)
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, worker);
     bool recovered = item->last_error[0] != '\0';
     item->last_error[0] = '\0';
-    item->updated_ms = tier_wall_clock_ms();
+    item->updated_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (recovered) {
         TC_LOG(TC_LOG_INFO, worker_component(worker), 0, "working again");

@@ -4,6 +4,7 @@
 #ifndef TC_TIER_TIER_PRIVATE_H
 #define TC_TIER_TIER_PRIVATE_H
 
+#include "common/clock.h"
 #include "common/timestamp.h"
 #include "tier/thread_group.h"
 #include "tier/tier.h"
@@ -76,9 +77,6 @@ uint64_t tier_token_time(const bson_t *token);
 /* The fast tier's current cluster time: the operationTime of a ping. 0 when
  * the tier keeps no oplog (not a replica set member): the workers then idle. */
 bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t *error);
-
-int64_t tier_wall_clock_ms(void);
-int64_t tier_monotonic_ms(void);
 
 /* --- namespaces ----------------------------------------------------------------- */
 
