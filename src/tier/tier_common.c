@@ -3,6 +3,7 @@
  * worker-writes marks, exact-version filters and the pacer. */
 #include "tier/tier_private.h"
 
+#include "common/error.h"
 #include "common/log.h"
 
 #include <stdarg.h>
@@ -91,35 +92,16 @@ int32_t tier_error_code(const bson_error_t *error)
 
 bool tier_error_is_transient(const bson_error_t *error)
 {
-    static const int32_t retryable[] = {
-        6,     /* HostUnreachable */
-        7,     /* HostNotFound */
-        50,    /* MaxTimeMSExpired */
-        64,    /* WriteConcernFailed */
-        89,    /* NetworkTimeout */
-        91,    /* ShutdownInProgress */
-        134,   /* ReadConcernMajorityNotAvailableYet */
-        189,   /* PrimarySteppedDown */
-        262,   /* ExceededTimeLimit */
-        9001,  /* SocketException */
-        10107, /* NotWritablePrimary */
-        11600, /* InterruptedAtShutdown */
-        11601, /* Interrupted */
-        11602, /* InterruptedDueToReplStateChange */
-        13435, /* NotPrimaryNoSecondaryOk */
-        13436, /* NotPrimaryOrSecondary */
-    };
     if (error->domain == MONGOC_ERROR_STREAM || error->domain == MONGOC_ERROR_SERVER_SELECTION ||
         error->domain == MONGOC_ERROR_WRITE_CONCERN || error->domain == MONGOC_ERROR_CLIENT) {
         return true;
     }
+    /* Beyond the drivers' list, a worker also waits out a timed-out or
+     * interrupted command and an unsatisfied write concern: it repeats its own
+     * idempotent batch later, where a driver must not repeat a user's write. */
     int32_t code = tier_error_code(error);
-    for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++) {
-        if (code == retryable[i]) {
-            return true;
-        }
-    }
-    return false;
+    return tc_error_code_is_retryable(code) || code == TC_ERR_MAX_TIME_MS_EXPIRED ||
+           code == TC_ERR_WRITE_CONCERN_FAILED || code == TC_ERR_INTERRUPTED;
 }
 
 bool tier_write_errors_init(bson_iter_t *out_iter, const bson_t *reply)

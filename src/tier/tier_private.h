@@ -61,7 +61,9 @@ bool tier_write_errors_init(bson_iter_t *out_iter, const bson_t *reply);
 bool tier_write_errors_next(bson_iter_t *iter, tier_write_error_t *out);
 
 /* Whether error is worth retrying later as is: the tier unreachable, stepping
- * down, or a time limit (not a write the server refused). */
+ * down, or a time limit (not a write the server refused): a driver's retryable
+ * codes (tc_error_code_is_retryable) plus MaxTimeMSExpired, WriteConcernFailed
+ * and Interrupted. */
 bool tier_error_is_transient(const bson_error_t *error);
 
 /* The error code, as the server sent it (0 for client-side errors). */
