@@ -3,6 +3,7 @@
  * and the JSON in report.c. */
 #include "bench/bench.h"
 #include "bench/bench_private.h"
+#include "common/clock.h"
 #include "common/units.h"
 
 #include <errno.h>
@@ -96,7 +97,7 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
     options->collection = "usertable";
     options->thread_count = 64;
     options->duration_ms = 60000;
-    options->seed = (uint64_t)bench_wall_ms() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)bench_clock_ns();
+    options->seed = (uint64_t)clock_wall_ms() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)clock_monotonic_ns();
     *out_json = NULL;
     opterr = 0;
     optind = 1;

@@ -106,8 +106,4 @@ void bench_report_table(FILE *stream, const bench_options_t *options, const benc
 bool bench_report_json(FILE *stream, const bench_options_t *options, const bench_results_t *results,
                        bson_error_t *error) TC_MUST_CHECK;
 
-/* Monotonic and wall clocks. */
-int64_t bench_clock_ns(void);
-int64_t bench_wall_ms(void);
-
 #endif

@@ -12,6 +12,7 @@
 #include "bench/bench_private.h"
 
 #include "client/backend.h"
+#include "common/clock.h"
 #include "common/timestamp.h"
 #include "wire/wire.h"
 
@@ -170,7 +171,7 @@ static void build_insert(mix_client_t *client, bson_t *command)
     BSON_APPEND_UTF8(command, "insert", client->run->options->collection);
     BSON_APPEND_ARRAY_BEGIN(command, "documents", &documents);
     BSON_APPEND_DOCUMENT_BEGIN(&documents, "0", &document);
-    bench_document_build(&document, client->insert_id, bench_wall_ms(),
+    bench_document_build(&document, client->insert_id, clock_wall_ms(),
                          client->run->options->workload->email_index != BENCH_EMAIL_INDEX_NONE, &client->rng);
     bson_append_document_end(&documents, &document);
     bson_append_array_end(command, &documents);
@@ -320,7 +321,7 @@ static void on_operation_reply(void *context, const uint8_t *reply, size_t lengt
 {
     mix_client_t *client = context;
     mix_run_t *run = client->run;
-    int64_t done_ns = bench_clock_ns();
+    int64_t done_ns = clock_monotonic_ns();
     bson_error_t reply_failure;
     const bson_error_t *failure = error;
     bool found = false;
@@ -386,7 +387,7 @@ static void on_timer_fd(uv_poll_t *poll, int status, int events)
 static void client_next(mix_client_t *client)
 {
     mix_run_t *run = client->run;
-    int64_t now_ns = bench_clock_ns();
+    int64_t now_ns = clock_monotonic_ns();
     if (run->failed || run->phase == MIX_CLOSING || now_ns >= run->end_ns ||
         (run->interval_ns > 0 && client->intended_ns >= run->end_ns)) {
         run_client_done(run);
@@ -508,10 +509,10 @@ static void print_status(const bench_results_t *results, int second)
 static void on_clock(uv_timer_t *timer)
 {
     mix_run_t *run = timer->data;
-    int64_t now_ns = bench_clock_ns();
+    int64_t now_ns = clock_monotonic_ns();
     if (run->phase == MIX_WARMING_UP) {
         getrusage(RUSAGE_SELF, &run->usage_before);
-        run->results->started_at_ms = bench_wall_ms();
+        run->results->started_at_ms = clock_wall_ms();
         run->phase = MIX_MEASURING;
     }
     if (run->phase != MIX_MEASURING) {
@@ -538,7 +539,7 @@ static void on_clock(uv_timer_t *timer)
 static void start_clock(mix_run_t *run)
 {
     const bench_options_t *options = run->options;
-    run->start_ns = bench_clock_ns();
+    run->start_ns = clock_monotonic_ns();
     run->measure_start_ns = run->start_ns + options->warmup_ms * 1000000;
     run->end_ns = run->measure_start_ns + options->duration_ms * 1000000;
     if (options->target_ops > 0) {
@@ -571,7 +572,7 @@ static bool client_init(mix_run_t *run, mix_client_t *client, int index, bson_er
     bench_rng_seed(&client->rng, run->options->seed * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)index + 1);
     bench_key_chooser_init(&client->chooser, run->options->workload->distribution);
     for (size_t byte = 0; byte < sizeof client->session_id; byte += 8) {
-        uint64_t random = bench_rng_next(&client->rng) ^ (uint64_t)bench_clock_ns();
+        uint64_t random = bench_rng_next(&client->rng) ^ (uint64_t)clock_monotonic_ns();
         memcpy(client->session_id + byte, &random, 8);
     }
     client->session_id[6] = (uint8_t)((client->session_id[6] & 0x0F) | 0x40); /* UUID version 4 */

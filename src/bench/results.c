@@ -25,20 +25,6 @@ void bench_results_set_cpu(bench_results_t *results, const struct rusage *before
     results->cpu_system_seconds = cpu_seconds(&after->ru_stime) - cpu_seconds(&before->ru_stime);
 }
 
-int64_t bench_clock_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-int64_t bench_wall_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 /* --- results ------------------------------------------------------------------------ */
 
 bool bench_results_reserve_seconds(bench_results_t *results, int second_count, bool with_read_latency,

@@ -3,6 +3,7 @@
  * batches of documents with insert_many; their latency histograms are merged when
  * the load ends. The timed mixes run on one event loop instead (mix.c). */
 #include "bench/bench_private.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -134,10 +135,10 @@ static void *worker_run_load(void *argument)
         bson_t reply;
         bson_error_t error;
         bson_iter_t iter;
-        int64_t started_ns = bench_clock_ns();
+        int64_t started_ns = clock_monotonic_ns();
         bool ok = mongoc_collection_insert_many(collection, pointers, (size_t)count, &insert_options, &reply,
                                                 &error);
-        int64_t done_ns = bench_clock_ns();
+        int64_t done_ns = clock_monotonic_ns();
         int64_t inserted = ok ? count : 0;
         if (bson_iter_init_find(&iter, &reply, "insertedCount")) {
             inserted = bson_iter_as_int64(&iter);
@@ -159,7 +160,7 @@ static void *worker_run_load(void *argument)
     free(documents);
     free(pointers);
     bson_destroy(&insert_options);
-    worker->finished_ns = bench_clock_ns();
+    worker->finished_ns = clock_monotonic_ns();
     worker_disconnect(worker, client, collection);
     atomic_fetch_add(&shared->workers_done, 1);
     return NULL;
@@ -299,13 +300,13 @@ bool bench_run_load(const bench_options_t *options, mongoc_client_pool_t *pool, 
         tc_error_set(error, TC_ERR_INTERNAL, "out of memory for %d workers", options->thread_count);
         goto done;
     }
-    shared.load_start_ms = bench_wall_ms();
+    shared.load_start_ms = clock_wall_ms();
     TC_CHECK(workers_start(&shared, workers, worker_run_load, error));
     gate_wait_ready(&shared, options->thread_count);
     bool terminal = isatty(STDERR_FILENO);
     getrusage(RUSAGE_SELF, &usage_before);
-    results->started_at_ms = bench_wall_ms();
-    shared.start_ns = bench_clock_ns();
+    results->started_at_ms = clock_wall_ms();
+    shared.start_ns = clock_monotonic_ns();
     gate_open(&shared);
 
     /* Progress: redrawn in place on a terminal, a line per 10% otherwise; one
@@ -315,7 +316,7 @@ bool bench_run_load(const bench_options_t *options, mongoc_client_pool_t *pool, 
     int64_t next_second_ns = shared.start_ns + 1000000000;
     while (atomic_load(&shared.workers_done) < options->thread_count) {
         usleep(100000);
-        int64_t now_ns = bench_clock_ns();
+        int64_t now_ns = clock_monotonic_ns();
         uint64_t done_count = atomic_load(&shared.documents_done);
         while (now_ns >= next_second_ns) {
             if (!bench_results_reserve_seconds(results, results->second_count + 1, false, error)) {

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "net/stream_write.h"
 #include "wire/wire.h"
+#include "common/clock.h"
 
 #include <mongoc/mongoc.h>
 #include <netdb.h>
@@ -53,7 +54,7 @@ typedef struct backend_request {
     size_t length;
     backend_reply_fn done;
     void *context;
-    uint64_t sent_ns; /* uv_hrtime() when written to a connection */
+    uint64_t sent_ns; /* clock_monotonic_ns() when written to a connection */
 } backend_request_t;
 
 typedef struct backend_connection {
@@ -356,7 +357,7 @@ static void start_request(backend_connection_t *connection, backend_request_t *r
     backend_set_state(connection, BACKEND_BUSY);
     connection->request = request;
     connection->pool->sent++;
-    request->sent_ns = uv_hrtime();
+    request->sent_ns = (uint64_t)clock_monotonic_ns();
     uint8_t *message = request->message;
     request->message = NULL;
     write_message(connection, message, request->length);
@@ -591,7 +592,7 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
             backend_request_t *request = connection->request;
             connection->request = NULL;
             backend_set_state(connection, BACKEND_IDLE);
-            connection->pool->round_trip_us = (int64_t)((uv_hrtime() - request->sent_ns) / 1000);
+            connection->pool->round_trip_us = (int64_t)(((uint64_t)clock_monotonic_ns() - request->sent_ns) / 1000);
             request->done(request->context, connection->buffer, message_length, NULL);
             bson_free(request->message);
             bson_free(request);

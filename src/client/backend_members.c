@@ -5,6 +5,7 @@
  * monitor does. Selection hands what the monitor knows to read_preference.c. */
 #include "client/backend_members.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -68,20 +69,6 @@ struct backend_members {
 };
 
 static void send_probe(backend_members_t *members, backend_member_t *member);
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-static int64_t wall_clock_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 static const char *type_name(read_preference_member_type_t type)
 {
@@ -240,7 +227,7 @@ static void note_primary_hello(backend_members_t *members, const bson_t *hello, 
 {
     backend_member_t *primary = &members->primary;
     read_preference_topology_t topology;
-    read_preference_topology_from_hello(hello, wall_clock_ms(), &topology);
+    read_preference_topology_from_hello(hello, clock_wall_ms(), &topology);
     members->standalone = topology.standalone;
     if (topology.standalone) {
         read_preference_topology_cleanup(&topology);
@@ -263,7 +250,7 @@ static void note_member_hello(backend_members_t *members, backend_member_t *memb
                               int64_t round_trip_us)
 {
     read_preference_topology_t topology;
-    read_preference_topology_from_hello(hello, wall_clock_ms(), &topology);
+    read_preference_topology_from_hello(hello, clock_wall_ms(), &topology);
     if (strcmp(topology.set_name, members->set_name) != 0 ||
         topology.members[0].type != READ_PREFERENCE_MEMBER_SECONDARY) {
         char reason[256];
@@ -331,7 +318,7 @@ static void send_probe(backend_members_t *members, backend_member_t *member)
     probe->member_id = member->id;
     probe->sequence = ++members->last_probe;
     member->probe = probe->sequence;
-    member->probe_sent_ms = monotonic_ms();
+    member->probe_sent_ms = clock_monotonic_ms();
     backend_pool_send(member->pool, message, length, on_probe_reply, probe); /* may answer at once */
     bson_free(message);
 }
@@ -366,7 +353,7 @@ static void free_closed_retired(backend_members_t *members)
 static void on_tick(uv_timer_t *timer)
 {
     backend_members_t *members = timer->data;
-    int64_t now = monotonic_ms();
+    int64_t now = clock_monotonic_ms();
     if (!members->discovered) {
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
                "%s tier: not every member answered hello within %d ms; reads choose among those that did",

@@ -116,6 +116,15 @@ static const struct {
     {TC_ERR_FAILED_TO_SATISFY_READ_PREFERENCE, "FailedToSatisfyReadPreference"},
     {TC_ERR_MAX_STALENESS_OUT_OF_RANGE, "MaxStalenessOutOfRange"},
     {TC_ERR_UNSUPPORTED_OP_QUERY_COMMAND, "UnsupportedOpQueryCommand"},
+    {TC_ERR_HOST_NOT_FOUND, "HostNotFound"},
+    {TC_ERR_WRITE_CONCERN_FAILED, "WriteConcernFailed"},
+    {TC_ERR_SHUTDOWN_IN_PROGRESS, "ShutdownInProgress"},
+    {TC_ERR_READ_CONCERN_MAJORITY_NOT_AVAILABLE_YET, "ReadConcernMajorityNotAvailableYet"},
+    {TC_ERR_PRIMARY_STEPPED_DOWN, "PrimarySteppedDown"},
+    {TC_ERR_INTERRUPTED_AT_SHUTDOWN, "InterruptedAtShutdown"},
+    {TC_ERR_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE, "InterruptedDueToReplStateChange"},
+    {TC_ERR_NOT_PRIMARY_NO_SECONDARY_OK, "NotPrimaryNoSecondaryOk"},
+    {TC_ERR_NOT_PRIMARY_OR_SECONDARY, "NotPrimaryOrSecondary"},
 };
 
 const char *tc_error_code_name(int32_t code)
@@ -137,4 +146,26 @@ void tc_error_append_reply(const bson_error_t *error, bson_t *reply)
     BSON_APPEND_UTF8(reply, "errmsg", error->message);
     BSON_APPEND_INT32(reply, "code", code);
     BSON_APPEND_UTF8(reply, "codeName", tc_error_code_name(code));
+}
+
+bool tc_error_code_is_retryable(int32_t code)
+{
+    switch (code) {
+    case TC_ERR_HOST_UNREACHABLE:
+    case TC_ERR_HOST_NOT_FOUND:
+    case TC_ERR_NETWORK_TIMEOUT:
+    case TC_ERR_SHUTDOWN_IN_PROGRESS:
+    case TC_ERR_READ_CONCERN_MAJORITY_NOT_AVAILABLE_YET:
+    case TC_ERR_PRIMARY_STEPPED_DOWN:
+    case TC_ERR_EXCEEDED_TIME_LIMIT:
+    case TC_ERR_SOCKET_EXCEPTION:
+    case TC_ERR_NOT_WRITABLE_PRIMARY:
+    case TC_ERR_INTERRUPTED_AT_SHUTDOWN:
+    case TC_ERR_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE:
+    case TC_ERR_NOT_PRIMARY_NO_SECONDARY_OK:
+    case TC_ERR_NOT_PRIMARY_OR_SECONDARY:
+        return true;
+    default:
+        return false;
+    }
 }

@@ -148,6 +148,16 @@ enum {
     TC_ERR_INVALID_LENGTH = 16,
     TC_ERR_FAILED_TO_SATISFY_READ_PREFERENCE = 133,
     TC_ERR_MAX_STALENESS_OUT_OF_RANGE = 160,
+    /* A member going away, stepping down or not yet ready (the retryable codes). */
+    TC_ERR_HOST_NOT_FOUND = 7,
+    TC_ERR_WRITE_CONCERN_FAILED = 64,
+    TC_ERR_SHUTDOWN_IN_PROGRESS = 91,
+    TC_ERR_READ_CONCERN_MAJORITY_NOT_AVAILABLE_YET = 134,
+    TC_ERR_PRIMARY_STEPPED_DOWN = 189,
+    TC_ERR_INTERRUPTED_AT_SHUTDOWN = 11600,
+    TC_ERR_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE = 11602,
+    TC_ERR_NOT_PRIMARY_NO_SECONDARY_OK = 13435,
+    TC_ERR_NOT_PRIMARY_OR_SECONDARY = 13436,
 };
 
 /* Fills error with a MongoDB code and a printf-style message; always returns false,
@@ -166,6 +176,14 @@ const char *tc_error_code_name(int32_t code);
 
 /* Appends ok: 0, errmsg, code and codeName for error to reply. */
 void tc_error_append_reply(const bson_error_t *error, bson_t *reply);
+
+/* Whether a server error code is one the retryable-reads and retryable-writes
+ * specifications both retry: InterruptedAtShutdown,
+ * InterruptedDueToReplStateChange, NotWritablePrimary, NotPrimaryNoSecondaryOk,
+ * NotPrimaryOrSecondary, PrimarySteppedDown, ShutdownInProgress, HostNotFound,
+ * HostUnreachable, NetworkTimeout, SocketException, ExceededTimeLimit and
+ * ReadConcernMajorityNotAvailableYet. The one list of them in the project. */
+bool tc_error_code_is_retryable(int32_t code);
 
 /* WiredTiger-style cleanup discipline inside a module: `TC_CHECK(expr)` jumps to
  * the function's `done` label when expr is false (the callee filled error). */

@@ -158,9 +158,6 @@ int lab_interrupt_signal(void); /* the last one received, 0 if none */
 /* Sleeps up to milliseconds; false if a signal asked the lab to stop. */
 bool lab_sleep_ms(int64_t milliseconds);
 
-int64_t lab_wall_ms(void);
-int64_t lab_monotonic_ms(void);
-
 /* Starts /proc/self/exe with argv ("thermocline", the subcommand, its flags) in its own process group (Ctrl-C reaches the lab, which stops its children
  * in order) with SIGTERM as its parent-death signal (a lab killed outright leaves
  * nothing running). stdout, and stderr unless stderr_to_terminal, go to log_path. */

@@ -2,6 +2,7 @@
  * client per server: is it up, the archive's read counters (serverStatus), the
  * collection's sizes, and what the proxy's workers report (thermoclineStatus). */
 #include "lab/lab_private.h"
+#include "common/clock.h"
 
 #include <string.h>
 
@@ -49,7 +50,7 @@ static bool ping(int port)
 
 bool lab_wait_ready(lab_process_t *process, int port, int64_t timeout_ms, bson_error_t *error)
 {
-    int64_t deadline = lab_monotonic_ms() + timeout_ms;
+    int64_t deadline = clock_monotonic_ms() + timeout_ms;
     /* A bare TCP probe until it listens: a single-threaded libmongoc client waits
      * 5 s before retrying a server it once failed to reach. */
     for (;;) {
@@ -62,7 +63,7 @@ bool lab_wait_ready(lab_process_t *process, int port, int64_t timeout_ms, bson_e
         if (lab_port_open(port) && ping(port)) {
             return true;
         }
-        if (lab_monotonic_ms() >= deadline) {
+        if (clock_monotonic_ms() >= deadline) {
             return tc_error_set(error, TC_ERR_NETWORK_TIMEOUT, "the %s did not answer on port %d within %lld s: see %s",
                                 process->name, port, (long long)(timeout_ms / 1000), process->log_path);
         }
@@ -97,9 +98,9 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
     bson_t command = BSON_INITIALIZER, reply;
     bson_error_t command_error;
     BSON_APPEND_INT32(&command, "serverStatus", 1);
-    int64_t before = lab_wall_ms();
+    int64_t before = clock_wall_ms();
     bool ok = mongoc_client_command_simple(client, "admin", &command, NULL, &reply, &command_error);
-    int64_t after = lab_wall_ms();
+    int64_t after = clock_wall_ms();
     if (!ok) {
         tc_error_set(error, TC_ERR_OPERATION_FAILED, "serverStatus on the archive failed: %s", command_error.message);
     } else {

@@ -2,6 +2,7 @@
  * the child processes it starts (this executable again, through /proc/self/exe)
  * and stops, loopback ports, and the data directories it copies and removes. */
 #include "lab/lab_private.h"
+#include "common/clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -50,25 +51,11 @@ int lab_interrupt_signal(void)
     return last_signal;
 }
 
-int64_t lab_wall_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-int64_t lab_monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 bool lab_sleep_ms(int64_t milliseconds)
 {
-    int64_t deadline = lab_monotonic_ms() + milliseconds;
+    int64_t deadline = clock_monotonic_ms() + milliseconds;
     while (!lab_interrupted()) {
-        int64_t left = deadline - lab_monotonic_ms();
+        int64_t left = deadline - clock_monotonic_ms();
         if (left <= 0) {
             return true;
         }
@@ -188,10 +175,10 @@ void lab_process_stop(lab_process_t *process, int64_t timeout_ms)
     pid_t pid = process->pid;
     int signals_before = signal_count;
     kill(pid, SIGTERM);
-    int64_t deadline = lab_monotonic_ms() + timeout_ms;
+    int64_t deadline = clock_monotonic_ms() + timeout_ms;
     while (lab_process_running(process)) {
         /* A second Ctrl-C means "now": no more waiting for a clean shutdown. */
-        if (lab_monotonic_ms() >= deadline || signal_count > signals_before) {
+        if (clock_monotonic_ms() >= deadline || signal_count > signals_before) {
             kill(pid, SIGKILL);
             int status;
             while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

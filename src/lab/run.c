@@ -2,6 +2,7 @@
  * one run (direct, tiered, or the empty start), each from a fresh copy of that
  * snapshot, with the archive's counters sampled every second while bench runs. */
 #include "lab/lab_private.h"
+#include "common/clock.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -254,7 +255,7 @@ static void clear_progress(const lab_t *lab)
 static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int64_t expected_ms,
                         mongoc_client_t *archive, sample_list_t *samples, bson_error_t *error)
 {
-    int64_t started = lab_monotonic_ms();
+    int64_t started = clock_monotonic_ms();
     int64_t next_sample = started + LAB_SAMPLE_INTERVAL_MS;
     bool ok = true;
     while (lab_process_running(&lab->bench)) {
@@ -263,7 +264,7 @@ static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int
             ok = fail_dead_server(dead, run_name, error);
             break;
         }
-        int64_t now = lab_monotonic_ms();
+        int64_t now = clock_monotonic_ms();
         if (now >= next_sample) {
             sample_take(lab, samples, archive);
             next_sample += LAB_SAMPLE_INTERVAL_MS;
@@ -368,7 +369,7 @@ typedef struct warm_state {
 static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, int64_t timeout_ms, warm_state_t *out,
                             bson_error_t *error)
 {
-    int64_t started = lab_monotonic_ms();
+    int64_t started = clock_monotonic_ms();
     for (;;) {
         bson_t reply;
         lab_worker_view_t view;
@@ -385,7 +386,7 @@ static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, int64_t timeout_
         snprintf(out->state, sizeof out->state, "%s", view.warmer_state[0] != '\0' ? view.warmer_state : "unknown");
         lab_worker_view_cleanup(&view);
 
-        int64_t elapsed = lab_monotonic_ms() - started;
+        int64_t elapsed = clock_monotonic_ms() - started;
         out->seconds = (double)elapsed / 1000.0;
         if (out->complete || !out->reported || elapsed >= timeout_ms) {
             clear_progress(lab);
@@ -409,7 +410,7 @@ static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, int64_t timeout_
 static bool after_proxied_run(lab_t *lab, mongoc_client_t *proxy, const char *run_name, lab_run_t *run,
                               bson_error_t *error)
 {
-    int64_t started = lab_monotonic_ms();
+    int64_t started = clock_monotonic_ms();
     bool first = true;
     run->feeder_drain_seconds = -1;
     for (;;) {
@@ -427,10 +428,10 @@ static bool after_proxied_run(lab_t *lab, mongoc_client_t *proxy, const char *ru
             first = false;
         }
         bool drained = view.feeder_reported && view.feeder_lag_ms == 0;
-        bool give_up = !view.feeder_reported || lab_monotonic_ms() - started >= lab->settings.drain_wait_ms;
+        bool give_up = !view.feeder_reported || clock_monotonic_ms() - started >= lab->settings.drain_wait_ms;
         if (drained || give_up) {
             if (drained) {
-                run->feeder_drain_seconds = (double)(lab_monotonic_ms() - started) / 1000.0;
+                run->feeder_drain_seconds = (double)(clock_monotonic_ms() - started) / 1000.0;
             }
             if (view.warmer_copied >= 0) {
                 run->documents_warmed = view.warmer_copied;

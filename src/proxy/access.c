@@ -8,6 +8,7 @@
  * failed." as mongod does; the reason goes to the log, never a secret. */
 #include "proxy/proxy_private.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "security/sasl.h"
 
@@ -117,7 +118,7 @@ static void on_user_refreshed(void *context, const proxy_user_t *user, const bso
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, call->client.connection_id,
                "cannot refresh user %s@%s (its roles read before stand): %s", session->user.name,
                session->user.database, error->message);
-        session->user_read_ms = proxy_now_ms(); /* try again when the cache would */
+        session->user_read_ms = clock_monotonic_ms(); /* try again when the cache would */
         session->user_generation = user_cache_generation(call->proxy->users);
     } else if (!user->found) {
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, call->client.connection_id,
@@ -144,7 +145,7 @@ void access_admit(proxy_t *proxy, const access_client_t *client, const char *nam
     call->command = command;
     call->admitted = done;
     access_session_t *session = call->session;
-    bool stale = proxy_now_ms() - session->user_read_ms >= PROXY_USER_CACHE_MS ||
+    bool stale = clock_monotonic_ms() - session->user_read_ms >= PROXY_USER_CACHE_MS ||
                  session->user_generation != user_cache_generation(proxy->users);
     if (session->user.name != NULL && stale) {
         user_cache_lookup(proxy->users, session->user.name, session->user.database, on_user_refreshed, call);

@@ -4,6 +4,7 @@
 #include "proxy/proxy_private.h"
 
 #include "wire/wire.h"
+#include "common/clock.h"
 
 #include <stdlib.h>
 #include <stdio.h>
@@ -71,10 +72,10 @@ int64_t cursor_map_add(cursor_map_t *map, proxy_tier_t tier, uint64_t member_id,
         grow(map);
     }
     proxy_cursor_t cursor = {
-        .backend_id = backend_id, .tier = tier, .member_id = member_id, .last_used_ms = proxy_now_ms()};
+        .backend_id = backend_id, .tier = tier, .member_id = member_id, .last_used_ms = clock_monotonic_ms()};
     snprintf(cursor.ns, sizeof cursor.ns, "%s", ns);
     do {
-        cursor.proxy_id = wire_cursor_id_random(proxy_now_ms());
+        cursor.proxy_id = wire_cursor_id_random(clock_monotonic_ms());
     } while (cursor_map_find(map, cursor.proxy_id) != NULL);
     insert_slot(map, &cursor);
     return cursor.proxy_id;

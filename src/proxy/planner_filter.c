@@ -2,22 +2,9 @@
  * field, the _id values it pins, the point-read shape, and the _id an upsert may
  * insert. Every answer errs toward "nothing proved". */
 #include "proxy/planner_private.h"
+#include "common/bson_view.h"
 
 #include <string.h>
-
-static bool sub_document(const bson_iter_t *iter, bson_t *out)
-{
-    uint32_t length = 0;
-    const uint8_t *data = NULL;
-    if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
-        bson_iter_document(iter, &length, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(iter)) {
-        bson_iter_array(iter, &length, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(out, data, length);
-}
 
 /* How many times key names a field of document's top level. A field named twice
  * proves nothing: the planner will not bet on which one a server honours. */
@@ -160,7 +147,7 @@ static bool collect_bound(const bson_t *filter, const char *time_field, int dept
             }
             while (bson_iter_next(&element)) {
                 bson_t conjunct;
-                if (!BSON_ITER_HOLDS_DOCUMENT(&element) || !sub_document(&element, &conjunct) ||
+                if (!BSON_ITER_HOLDS_DOCUMENT(&element) || !bson_view_of(&element, &conjunct) ||
                     !collect_bound(&conjunct, time_field, depth + 1, &and_bound)) {
                     return false;
                 }
@@ -323,7 +310,7 @@ static bool pinned_ids(const bson_t *filter, int depth, bson_t *ids, uint32_t *c
             bson_iter_recurse(&iter, &element);
             while (bson_iter_next(&element)) {
                 bson_t conjunct;
-                if (BSON_ITER_HOLDS_DOCUMENT(&element) && sub_document(&element, &conjunct) &&
+                if (BSON_ITER_HOLDS_DOCUMENT(&element) && bson_view_of(&element, &conjunct) &&
                     pinned_ids(&conjunct, depth + 1, ids, count)) {
                     return true;
                 }
@@ -360,7 +347,7 @@ static bool has_id_subpath(const bson_t *filter, int depth)
             bson_iter_recurse(&iter, &element);
             while (bson_iter_next(&element)) {
                 bson_t conjunct;
-                if (BSON_ITER_HOLDS_DOCUMENT(&element) && sub_document(&element, &conjunct) &&
+                if (BSON_ITER_HOLDS_DOCUMENT(&element) && bson_view_of(&element, &conjunct) &&
                     has_id_subpath(&conjunct, depth + 1)) {
                     return true;
                 }

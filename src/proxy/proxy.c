@@ -7,6 +7,7 @@
 #include "proxy/proxy.h"
 #include "proxy/proxy_private.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -24,20 +25,6 @@
 const char *proxy_tier_name(proxy_tier_t tier)
 {
     return tier == PROXY_TIER_FAST ? "fast" : "archive";
-}
-
-int64_t proxy_now_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-int64_t proxy_wall_clock_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
 namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns)
@@ -60,7 +47,7 @@ plan_coverage_t proxy_coverage(const proxy_t *proxy, const namespace_state_t *st
     (void)proxy;
     if (state->config->coverage == CONFIG_COVERAGE_COMPLETE || state->progress.coverage_valid) {
         coverage.valid = true;
-        coverage.horizon_ms = proxy_wall_clock_ms() - state->config->max_age_ms + state->config->safety_slack_ms;
+        coverage.horizon_ms = clock_wall_ms() - state->config->max_age_ms + state->config->safety_slack_ms;
     }
     return coverage;
 }
@@ -230,7 +217,7 @@ static void poll_collection(proxy_t *proxy, const char *collection)
 static void on_poll_timer(uv_timer_t *timer)
 {
     proxy_t *proxy = timer->data;
-    int64_t now = proxy_now_ms();
+    int64_t now = clock_monotonic_ms();
     if (proxy->polls_in_flight > 0 || (proxy->wait_count == 0 && now - proxy->last_poll_ms < POLL_IDLE_INTERVAL_MS)) {
         return;
     }
@@ -249,7 +236,7 @@ static void on_poll_timer(uv_timer_t *timer)
 static void on_housekeeping(uv_timer_t *timer)
 {
     proxy_t *proxy = timer->data;
-    cursor_map_expire(proxy->cursors, proxy_now_ms());
+    cursor_map_expire(proxy->cursors, clock_monotonic_ms());
     unique_indexes_refresh_due(proxy);
 }
 

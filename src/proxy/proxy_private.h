@@ -6,6 +6,7 @@
 #define TC_PROXY_PROXY_PRIVATE_H
 
 #include "client/backend.h"
+#include "common/clock.h"
 #include "common/timestamp.h"
 #include "config/config.h"
 #include "net/server.h"
@@ -81,7 +82,7 @@ typedef struct proxy_user {
     privileges_user_t user;                     /* name, database, roles */
     bool has_credentials[2];                    /* indexed by scram_mechanism_t */
     scram_credentials_t credentials[2];
-    int64_t fetched_ms;                         /* proxy_now_ms() when read */
+    int64_t fetched_ms;                         /* clock_monotonic_ms() when read */
     uint64_t generation;                        /* the cache's generation then */
 } proxy_user_t;
 
@@ -321,8 +322,5 @@ bool member_route_choose_again(proxy_t *proxy, const bson_t *command, proxy_tier
 bool member_route_leave_failed_primary(proxy_t *proxy, const bson_t *command, const plan_decision_t *decision,
                                        const namespace_state_t *state, proxy_tier_t tier, const char *failure,
                                        uint64_t *out_member_id);
-
-int64_t proxy_now_ms(void);
-int64_t proxy_wall_clock_ms(void);
 
 #endif

@@ -5,6 +5,7 @@
  * successful probe means the pool has found it again. */
 #include "proxy/proxy_private.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -120,7 +121,7 @@ static void send_probe(proxy_t *proxy, proxy_tier_t tier)
 static void on_recovery_timer(uv_timer_t *timer)
 {
     proxy_t *proxy = timer->data;
-    int64_t now = proxy_now_ms();
+    int64_t now = clock_monotonic_ms();
     finish_waiters(take_waiters(proxy, waiter_expired, &now), false);
     for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
         if (!proxy->recovery_probes[tier].in_flight && tier_has_waiters(proxy, (proxy_tier_t)tier)) {

@@ -1,46 +1,20 @@
 /* The retryable-reads and retryable-writes rules as tables: which commands may run
- * again after a transient failure, and which failures are transient. */
+ * again after a transient failure (which failures are transient is
+ * tc_error_code_is_retryable in common/error.h). */
 #include "proxy/retry.h"
+
+#include "common/error.h"
 
 #include <string.h>
 
-static const int32_t retryable_codes[] = {
-    6,     /* HostUnreachable */
-    7,     /* HostNotFound */
-    89,    /* NetworkTimeout */
-    91,    /* ShutdownInProgress */
-    134,   /* ReadConcernMajorityNotAvailableYet */
-    189,   /* PrimarySteppedDown */
-    262,   /* ExceededTimeLimit */
-    9001,  /* SocketException */
-    10107, /* NotWritablePrimary */
-    11600, /* InterruptedAtShutdown */
-    11602, /* InterruptedDueToReplStateChange */
-    13435, /* NotPrimaryNoSecondaryOk */
-    13436, /* NotPrimaryOrSecondary */
-};
-
-/* SDAM's "not writable primary" and "node is recovering" errors. */
-static const int32_t primary_change_codes[] = {91, 189, 10107, 11600, 11602, 13435, 13436};
-
-static bool code_in(int32_t code, const int32_t *codes, size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        if (codes[i] == code) {
-            return true;
-        }
-    }
-    return false;
-}
-
-bool retry_code_is_retryable(int32_t code)
-{
-    return code_in(code, retryable_codes, sizeof retryable_codes / sizeof retryable_codes[0]);
-}
-
+/* SDAM's "not writable primary" and "node is recovering" errors: a subset of
+ * tc_error_code_is_retryable's codes. */
 bool retry_code_changes_primary(int32_t code)
 {
-    return code_in(code, primary_change_codes, sizeof primary_change_codes / sizeof primary_change_codes[0]);
+    return code == TC_ERR_SHUTDOWN_IN_PROGRESS || code == TC_ERR_PRIMARY_STEPPED_DOWN ||
+           code == TC_ERR_NOT_WRITABLE_PRIMARY || code == TC_ERR_INTERRUPTED_AT_SHUTDOWN ||
+           code == TC_ERR_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE || code == TC_ERR_NOT_PRIMARY_NO_SECONDARY_OK ||
+           code == TC_ERR_NOT_PRIMARY_OR_SECONDARY;
 }
 
 /* Whether every statement of an update (multi) or delete (limit) touches at most
@@ -160,7 +134,7 @@ bool retry_reply_is_retryable(const bson_t *reply, retry_kind_t kind, int32_t *o
     }
     bool ok = bson_iter_init_find(&iter, reply, "ok") && bson_iter_as_double(&iter) == 1.0;
     int32_t code = ok ? 0 : code_of(reply);
-    if (!ok && (retry_code_is_retryable(code) || (kind == RETRY_WRITE && has_retryable_write_label(reply)))) {
+    if (!ok && (tc_error_code_is_retryable(code) || (kind == RETRY_WRITE && has_retryable_write_label(reply)))) {
         *out_code = code;
         return true;
     }
@@ -170,7 +144,7 @@ bool retry_reply_is_retryable(const bson_t *reply, retry_kind_t kind, int32_t *o
         uint32_t length;
         const uint8_t *data;
         bson_iter_document(&iter, &length, &data);
-        if (bson_init_static(&concern, data, length) && retry_code_is_retryable(code_of(&concern))) {
+        if (bson_init_static(&concern, data, length) && tc_error_code_is_retryable(code_of(&concern))) {
             *out_code = code_of(&concern);
             return true;
         }

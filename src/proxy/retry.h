@@ -25,13 +25,6 @@ retry_kind_t retry_command_kind(const bson_t *command);
 /* The same, for a command whose fields the caller has indexed. */
 retry_kind_t retry_command_kind_fields(const fields_t *command);
 
-/* The server error codes both specifications retry: InterruptedAtShutdown,
- * InterruptedDueToReplStateChange, NotWritablePrimary, NotPrimaryNoSecondaryOk,
- * NotPrimaryOrSecondary, PrimarySteppedDown, ShutdownInProgress, HostNotFound,
- * HostUnreachable, NetworkTimeout, SocketException, ExceededTimeLimit,
- * ReadConcernMajorityNotAvailableYet. */
-bool retry_code_is_retryable(int32_t code);
-
 /* Whether the code says the member is no longer (or not yet) the primary, or is
  * shutting down: the pool must find the primary again before a retry. */
 bool retry_code_changes_primary(int32_t code);

@@ -30,6 +30,7 @@
 #include "proxy/router_private.h"
 #include "proxy/retry.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "query/value_format.h"
 #include "wire/wire.h"
@@ -654,7 +655,7 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
            "%s failed on the %s tier (%s); it runs once more when the tier's primary is found", request->command_name,
            proxy_tier_name(call->tier), error != NULL ? error->message : tc_error_code_name(code));
     router_enter(request, PHASE_AWAITING_PRIMARY);
-    recovery_wait(proxy, call->tier, proxy_now_ms() + proxy->config->failover_wait_ms, on_primary_found, request);
+    recovery_wait(proxy, call->tier, clock_monotonic_ms() + proxy->config->failover_wait_ms, on_primary_found, request);
 }
 
 void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error)
@@ -700,7 +701,7 @@ void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t
                 write_int64(cursor_id, request->getmore_proxy_id);
                 proxy_cursor_t *cursor = cursor_map_find(proxy->cursors, request->getmore_proxy_id);
                 if (cursor != NULL) {
-                    cursor->last_used_ms = proxy_now_ms();
+                    cursor->last_used_ms = clock_monotonic_ms();
                 }
             } else if (cursor_gone) {
                 cursor_map_remove(proxy->cursors, request->getmore_proxy_id);

@@ -2,6 +2,7 @@
  * applied the writes acknowledged before them (read-your-writes across tiers),
  * and writes until the documents they fault in can be pinned against the evictor. */
 #include "proxy/router_private.h"
+#include "common/clock.h"
 
 #include <string.h>
 
@@ -102,7 +103,7 @@ static void arm_wait_timer(proxy_t *proxy)
         uv_timer_stop(&proxy->wait_timer);
         return;
     }
-    int64_t delay = earliest - proxy_now_ms();
+    int64_t delay = earliest - clock_monotonic_ms();
     uv_timer_start(&proxy->wait_timer, on_wait_deadline, delay < 0 ? 0 : (uint64_t)delay, 0);
 }
 
@@ -182,7 +183,7 @@ static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only
     wait->for_pin = for_pin;
     wait->deletes_only = deletes_only;
     wait->blocking = blocking;
-    wait->started_ms = proxy_now_ms();
+    wait->started_ms = clock_monotonic_ms();
     wait->deadline_ms = wait->started_ms + proxy->config->read_your_writes_wait_ms;
     if (proxy->waits_tail != NULL) {
         proxy->waits_tail->next = wait;
@@ -237,7 +238,7 @@ void router_wait_for_pins(proxy_request_t *request)
 static void sweep_waits(proxy_t *proxy, bool (*keep)(read_wait_t *wait, int64_t now),
                         void (*done)(read_wait_t *wait, int64_t now))
 {
-    int64_t now = proxy_now_ms();
+    int64_t now = clock_monotonic_ms();
     read_wait_t *list = proxy->waits_head;
     read_wait_t *kept_head = NULL, *kept_tail = NULL, *leaving_head = NULL, *leaving_tail = NULL;
     proxy->waits_head = proxy->waits_tail = NULL;

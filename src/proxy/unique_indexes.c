@@ -6,6 +6,7 @@
  * (PHASE_LOADING_INDEXES) for the read. Runs on the loop thread. */
 #include "proxy/router_private.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -74,14 +75,14 @@ static void on_indexes_listed(void *context, const uint8_t *reply, size_t length
     } else if (router_reply_is_ok(&body)) {
         keep_unique_indexes(state, &body);
         state->indexes_known = true;
-        state->indexes_loaded_ms = proxy_now_ms();
+        state->indexes_loaded_ms = clock_monotonic_ms();
         state->policy.unique_indexes = &state->unique_indexes;
         release_waiters(state, NULL);
         return;
     } else if (bson_iter_init_find(&code, &body, "code") && bson_iter_as_int64(&code) == TC_ERR_NAMESPACE_NOT_FOUND) {
         bson_reinit(&state->unique_indexes); /* no collection in the archive yet: no index */
         state->indexes_known = true;
-        state->indexes_loaded_ms = proxy_now_ms();
+        state->indexes_loaded_ms = clock_monotonic_ms();
         state->policy.unique_indexes = &state->unique_indexes;
         release_waiters(state, NULL);
         return;
@@ -120,7 +121,7 @@ void unique_indexes_load(proxy_t *proxy, namespace_state_t *state)
 
 void unique_indexes_refresh_due(proxy_t *proxy)
 {
-    int64_t now = proxy_now_ms();
+    int64_t now = clock_monotonic_ms();
     for (size_t i = 0; i < proxy->namespace_count; i++) {
         namespace_state_t *state = &proxy->namespaces[i];
         if (state->indexes_known && now - state->indexes_loaded_ms >= UNIQUE_INDEXES_REFRESH_MS) {

@@ -6,6 +6,7 @@
  * through the proxy); lookups of a user being read wait for that one read. */
 #include "proxy/proxy_private.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -250,7 +251,7 @@ static void on_users_info(void *context, const uint8_t *reply, size_t length, co
     }
     value_cleanup(&entry->value);
     entry->value = fresh;
-    entry->value.fetched_ms = proxy_now_ms();
+    entry->value.fetched_ms = clock_monotonic_ms();
     entry->value.generation = entry->fetch_generation;
     entry->has_value = true;
     deliver(entry, NULL);
@@ -284,7 +285,7 @@ void user_cache_lookup(user_cache_t *cache, const char *name, const char *databa
                        void *context)
 {
     user_entry_t *entry = find_or_add(cache, name, database);
-    if (entry_fresh(cache, entry, proxy_now_ms()) && !entry->fetching) {
+    if (entry_fresh(cache, entry, clock_monotonic_ms()) && !entry->fetching) {
         done(context, &entry->value, NULL);
         return;
     }

@@ -2,6 +2,7 @@
  * paths ("$a.b", "$$ROOT.x"), system variables, documents and arrays of expressions.
  * Operators are looked up in the tables of the expression_*.c files. */
 #include "query/expression_private.h"
+#include "common/clock.h"
 
 #include <string.h>
 #include <time.h>
@@ -529,9 +530,7 @@ void expression_values_destroy(bson_value_t *values, size_t count)
 
 void expression_context_init(expression_context_t *context)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    context->now_milliseconds = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    context->now_milliseconds = clock_wall_ms();
 }
 
 bool expression_evaluate(const expression_t *expression, const bson_t *document,

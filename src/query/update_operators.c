@@ -5,6 +5,7 @@
 #include "query/update_private.h"
 
 #include "query/order.h"
+#include "common/clock.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -264,17 +265,16 @@ static bool push_into(const update_node_t *leaf, update_element_t *array)
 static update_element_t *element_now(const update_node_t *leaf, const char *name)
 {
     static atomic_uint timestamp_increment;
-    struct timespec now;
+    int64_t now_ms = clock_wall_ms();
     bson_value_t value;
-    clock_gettime(CLOCK_REALTIME, &now);
     if (leaf->current_date_timestamp) {
         /* A process-wide counter keeps timestamps taken in the same second distinct. */
         value.value_type = BSON_TYPE_TIMESTAMP;
-        value.value.v_timestamp.timestamp = (uint32_t)now.tv_sec;
+        value.value.v_timestamp.timestamp = (uint32_t)(now_ms / 1000);
         value.value.v_timestamp.increment = atomic_fetch_add(&timestamp_increment, 1) + 1;
     } else {
         value.value_type = BSON_TYPE_DATE_TIME;
-        value.value.v_datetime = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        value.value.v_datetime = now_ms;
     }
     return update_element_from_value(name, &value);
 }

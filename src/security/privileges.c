@@ -6,6 +6,7 @@
 #include "security/privileges.h"
 
 #include "query/value_format.h"
+#include "common/bson_view.h"
 
 #include <string.h>
 
@@ -111,20 +112,6 @@ static bool document_field(const bson_t *document, const char *field, bson_t *ou
     return bson_init_static(out, data, length);
 }
 
-static bool iter_document(const bson_iter_t *iter, bson_t *out)
-{
-    uint32_t length;
-    const uint8_t *data;
-    if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
-        bson_iter_document(iter, &length, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(iter)) {
-        bson_iter_array(iter, &length, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(out, data, length);
-}
-
 /* The collection a command names with its first field, or NULL. */
 static const char *first_string(const bson_t *command)
 {
@@ -153,7 +140,7 @@ static void require_target(const rule_input_t *input, const bson_iter_t *target,
     bson_t spec;
     if (BSON_ITER_HOLDS_UTF8(target)) {
         require(out, ROLES_RESOURCE_COLLECTION, input->database, bson_iter_utf8(target, NULL), actions);
-    } else if (iter_document(target, &spec)) {
+    } else if (bson_view_of(target, &spec)) {
         const char *database = string_field(&spec, "db");
         const char *collection = string_field(&spec, "coll");
         require(out, ROLES_RESOURCE_COLLECTION, database != NULL ? database : input->database,
@@ -173,7 +160,7 @@ static void require_on_role_databases(const rule_input_t *input, const bson_t *r
     while (bson_iter_next(&iter)) {
         if (BSON_ITER_HOLDS_UTF8(&iter)) {
             require(out, ROLES_RESOURCE_DATABASE, input->database, NULL, actions);
-        } else if (iter_document(&iter, &role)) {
+        } else if (bson_view_of(&iter, &role)) {
             const char *database = string_field(&role, "db");
             require(out, ROLES_RESOURCE_DATABASE, database != NULL ? database : input->database, NULL, actions);
         }
@@ -194,12 +181,12 @@ static void require_stage(const rule_input_t *input, const char *name, const bso
         bson_iter_t into;
         if (BSON_ITER_HOLDS_UTF8(value)) {
             require_target(input, value, out, ACT(INSERT) | ACT(UPDATE));
-        } else if (iter_document(value, &spec) && bson_iter_init_find(&into, &spec, "into")) {
+        } else if (bson_view_of(value, &spec) && bson_iter_init_find(&into, &spec, "into")) {
             require_target(input, &into, out, ACT(INSERT) | ACT(UPDATE));
         }
     } else if (strcmp(name, "$lookup") == 0 || strcmp(name, "$graphLookup") == 0) {
         bson_iter_t from;
-        if (iter_document(value, &spec)) {
+        if (bson_view_of(value, &spec)) {
             if (bson_iter_init_find(&from, &spec, "from")) {
                 require_target(input, &from, out, ACT(FIND));
             }
@@ -211,7 +198,7 @@ static void require_stage(const rule_input_t *input, const char *name, const bso
         bson_iter_t collection;
         if (BSON_ITER_HOLDS_UTF8(value)) {
             require_target(input, value, out, ACT(FIND));
-        } else if (iter_document(value, &spec)) {
+        } else if (bson_view_of(value, &spec)) {
             if (bson_iter_init_find(&collection, &spec, "coll")) {
                 require_target(input, &collection, out, ACT(FIND));
             }
@@ -219,11 +206,11 @@ static void require_stage(const rule_input_t *input, const char *name, const bso
                 require_pipeline(input, &inner, out);
             }
         }
-    } else if (strcmp(name, "$facet") == 0 && iter_document(value, &spec)) {
+    } else if (strcmp(name, "$facet") == 0 && bson_view_of(value, &spec)) {
         bson_iter_t facets;
         bson_iter_init(&facets, &spec);
         while (bson_iter_next(&facets)) {
-            if (iter_document(&facets, &inner)) {
+            if (bson_view_of(&facets, &inner)) {
                 require_pipeline(input, &inner, out);
             }
         }
@@ -240,7 +227,7 @@ static void require_pipeline(const rule_input_t *input, const bson_t *pipeline, 
     }
     while (bson_iter_next(&stages)) {
         bson_t document;
-        if (iter_document(&stages, &document) && bson_iter_init(&stage, &document) && bson_iter_next(&stage)) {
+        if (bson_view_of(&stages, &document) && bson_iter_init(&stage, &document) && bson_iter_next(&stage)) {
             require_stage(input, bson_iter_key(&stage), &stage, out);
         }
     }
@@ -253,7 +240,7 @@ static bool rule_aggregate(const rule_input_t *input, requirements_t *out)
     roles_actions_t actions = ACT(FIND);
     bool has_pipeline = document_field(input->command, "pipeline", &pipeline);
     if (has_pipeline && bson_iter_init(&iter, &pipeline) && bson_iter_next(&iter) &&
-        iter_document(&iter, &first_stage) && bson_has_field(&first_stage, "$changeStream")) {
+        bson_view_of(&iter, &first_stage) && bson_has_field(&first_stage, "$changeStream")) {
         actions |= ACT(CHANGE_STREAM);
     }
     if (first_string(input->command) != NULL) {
@@ -288,7 +275,7 @@ static bool rule_update(const rule_input_t *input, requirements_t *out)
     bson_iter_t iter, upsert;
     if (document_field(input->command, "updates", &updates) && bson_iter_init(&iter, &updates)) {
         while (bson_iter_next(&iter)) {
-            if (iter_document(&iter, &statement) && bson_iter_init_find(&upsert, &statement, "upsert") &&
+            if (bson_view_of(&iter, &statement) && bson_iter_init_find(&upsert, &statement, "upsert") &&
                 bson_iter_as_bool(&upsert)) {
                 actions |= ACT(INSERT);
             }
@@ -416,7 +403,7 @@ static void require_view_one(const rule_input_t *input, const bson_iter_t *iter,
     bson_t spec;
     if (BSON_ITER_HOLDS_UTF8(iter)) {
         require_view_user(input, bson_iter_utf8(iter, NULL), input->database, out);
-    } else if (BSON_ITER_HOLDS_DOCUMENT(iter) && iter_document(iter, &spec)) {
+    } else if (BSON_ITER_HOLDS_DOCUMENT(iter) && bson_view_of(iter, &spec)) {
         if (bson_has_field(&spec, "forAllDBs")) {
             require(out, ROLES_RESOURCE_ANY_DATABASE, NULL, NULL, ACT(VIEW_USER));
             return;
@@ -652,14 +639,14 @@ void privileges_filter_list_databases(const privileges_user_t *user, bson_t *rep
     while (bson_iter_next(&iter)) {
         const char *key = bson_iter_key(&iter);
         bson_t databases, database, kept;
-        if (strcmp(key, "databases") == 0 && iter_document(&iter, &databases)) {
+        if (strcmp(key, "databases") == 0 && bson_view_of(&iter, &databases)) {
             bson_iter_t entries, field;
             uint32_t index = 0;
             BSON_APPEND_ARRAY_BEGIN(&filtered, "databases", &kept);
             bson_iter_init(&entries, &databases);
             while (bson_iter_next(&entries)) {
                 const char *name;
-                if (!iter_document(&entries, &database) || (name = string_field(&database, "name")) == NULL ||
+                if (!bson_view_of(&entries, &database) || (name = string_field(&database, "name")) == NULL ||
                     !roles_allow_any_on_database(grants, grant_count, name)) {
                     continue;
                 }
@@ -744,7 +731,7 @@ bool privileges_user_from_document(const bson_t *document, privileges_user_t *ou
     while (bson_iter_next(&roles)) {
         bson_t role;
         const char *role_name, *role_database;
-        if (BSON_ITER_HOLDS_DOCUMENT(&roles) && iter_document(&roles, &role) &&
+        if (BSON_ITER_HOLDS_DOCUMENT(&roles) && bson_view_of(&roles, &role) &&
             (role_name = string_field(&role, "role")) != NULL && (role_database = string_field(&role, "db")) != NULL) {
             add_grant(out_user, &capacity, role_name, role_database);
         }

@@ -10,6 +10,7 @@
  * awaitData: a getMore that finds nothing asks to be run again after
  * CHANGE_STREAM_POLL_MS until maxTimeMS has passed since its first run. */
 #include "store/change_stream.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "query/pipeline.h"
 #include "query/value_format.h"
@@ -677,7 +678,7 @@ bool change_stream_get_more(command_context_t *context, store_cursor_t *cursor, 
         cursor_table_release(context->store->cursors, cursor, false);
         return false;
     }
-    int64_t now = store_now_ms();
+    int64_t now = clock_monotonic_ms();
     if (context->attempt == 0 || stream->await_deadline_ms == 0) {
         stream->await_deadline_ms = now + await_ms;
     }

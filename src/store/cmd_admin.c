@@ -9,6 +9,7 @@
 #include "store/slow_disk.h"
 #include "store/transactions.h"
 #include "wire/wire.h"
+#include "common/clock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,13 +20,6 @@
 #define MAX_WIRE_VERSION 17 /* MongoDB 6.0 */
 #define LOGICAL_SESSION_TIMEOUT_MINUTES 30
 #define MONGODB_VERSION "6.0.0"
-
-static int64_t wall_clock_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 static void append_host_and_port(const store_t *store, char *buffer, size_t size)
 {
@@ -114,7 +108,7 @@ static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
     BSON_APPEND_INT32(reply, "maxWriteBatchSize", WIRE_MAX_WRITE_BATCH_SIZE);
-    BSON_APPEND_DATE_TIME(reply, "localTime", wall_clock_ms());
+    BSON_APPEND_DATE_TIME(reply, "localTime", clock_wall_ms());
     BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", LOGICAL_SESSION_TIMEOUT_MINUTES);
     BSON_APPEND_INT64(reply, "connectionId", (int64_t)context->connection_id);
     BSON_APPEND_INT32(reply, "minWireVersion", 0);
@@ -271,7 +265,7 @@ static bool handle_host_info(command_context_t *context, bson_t *reply, bson_err
     gethostname(hostname, sizeof hostname - 1);
     bson_t system, os, extra;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "system", &system);
-    BSON_APPEND_DATE_TIME(&system, "currentTime", wall_clock_ms());
+    BSON_APPEND_DATE_TIME(&system, "currentTime", clock_wall_ms());
     BSON_APPEND_UTF8(&system, "hostname", hostname);
     BSON_APPEND_INT32(&system, "cpuAddrSize", 64);
     BSON_APPEND_INT64(&system, "memSizeMB", (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / (1024 * 1024));
@@ -436,11 +430,11 @@ static bool handle_server_status(command_context_t *context, bson_t *reply, bson
     BSON_APPEND_UTF8(reply, "version", MONGODB_VERSION);
     BSON_APPEND_UTF8(reply, "process", "thermocline-store");
     BSON_APPEND_INT64(reply, "pid", (int64_t)getpid());
-    int64_t uptime_ms = wall_clock_ms() - store->start_time_ms;
+    int64_t uptime_ms = clock_wall_ms() - store->start_time_ms;
     BSON_APPEND_DOUBLE(reply, "uptime", (double)(uptime_ms / 1000));
     BSON_APPEND_INT64(reply, "uptimeMillis", uptime_ms);
     BSON_APPEND_INT64(reply, "uptimeEstimate", uptime_ms / 1000);
-    BSON_APPEND_DATE_TIME(reply, "localTime", wall_clock_ms());
+    BSON_APPEND_DATE_TIME(reply, "localTime", clock_wall_ms());
 
     if (section_wanted(context, "connections")) {
         bson_t connections;

@@ -3,6 +3,7 @@
 #include "store/commands.h"
 #include "query/order.h"
 #include "store/change_stream.h"
+#include "common/clock.h"
 
 #include <string.h>
 #include <time.h>
@@ -498,13 +499,6 @@ static bool handle_distinct(command_context_t *context, bson_t *reply, bson_erro
 
 /* --- explain -------------------------------------------------------------------------- */
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 static bool discard_emit(void *context, const bson_t *document, int64_t record_id)
 {
     (void)document, (void)record_id;
@@ -683,12 +677,12 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
         bson_append_document_end(reply, &planner);
         ok = true;
         if (strcmp(verbosity, "queryPlanner") != 0) {
-            int64_t started = monotonic_ms(), returned = 0;
+            int64_t started = clock_monotonic_ms(), returned = 0;
             ok = run_plan_to_end(context, plan, collection, discard_emit, &returned, error);
             if (ok) {
                 bson_t stats;
                 BSON_APPEND_DOCUMENT_BEGIN(reply, "executionStats", &stats);
-                find_plan_append_execution_stats(plan, monotonic_ms() - started, &stats);
+                find_plan_append_execution_stats(plan, clock_monotonic_ms() - started, &stats);
                 bson_append_document_end(reply, &stats);
             }
         }

@@ -3,6 +3,7 @@
 #include "store/cursors.h"
 
 #include "wire/wire.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,18 +18,11 @@ struct cursor_table {
     _Atomic int64_t timeout_ms;
 };
 
-int64_t store_now_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 store_cursor_t *store_cursor_new(const char *ns)
 {
     store_cursor_t *cursor = BSON_ALIGNED_ALLOC0(store_cursor_t);
     cursor->ns = bson_strdup(ns);
-    cursor->last_used_ms = store_now_ms();
+    cursor->last_used_ms = clock_monotonic_ms();
     return cursor;
 }
 
@@ -90,7 +84,7 @@ void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor)
 {
     pthread_mutex_lock(&table->mutex);
     do {
-        cursor->id = wire_cursor_id_random(store_now_ms());
+        cursor->id = wire_cursor_id_random(clock_monotonic_ms());
     } while (find_slot(table, cursor->id) >= 0);
     if (table->count == table->capacity) {
         table->capacity = table->capacity ? table->capacity * 2 : 16;
@@ -135,7 +129,7 @@ void cursor_table_release(cursor_table_t *table, store_cursor_t *cursor, bool de
     pthread_mutex_lock(&table->mutex);
     ssize_t slot = find_slot(table, cursor->id);
     cursor->in_use = false;
-    cursor->last_used_ms = store_now_ms();
+    cursor->last_used_ms = clock_monotonic_ms();
     if (slot < 0) {
         destroy_it = true; /* killed while in use */
     } else if (destroy_it) {

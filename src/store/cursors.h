@@ -63,6 +63,4 @@ size_t cursor_table_count(cursor_table_t *table);
 store_cursor_t *store_cursor_new(const char *ns);
 void store_cursor_destroy(store_cursor_t *cursor);
 
-int64_t store_now_ms(void);
-
 #endif

@@ -7,6 +7,7 @@
 #include "store/oplog.h"
 #include "store/transactions.h"
 #include "query/value_format.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -276,7 +277,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         count_operation(store, context.name); /* a request run again counts once */
     }
     oplog_session_begin_command(session);
-    uint64_t started_micros = op_latency_now_micros();
+    uint64_t started_micros = (uint64_t)clock_monotonic_us();
     ok = definition->handler(&context, reply, &error);
     if (storage_in_transaction(context.session)) {
         storage_rollback(context.session); /* a handler that failed mid-write (a held transaction stays) */
@@ -292,7 +293,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         bson_destroy(&duplicate_key);
         return;
     }
-    op_latency_record(&store->latencies, context.name, op_latency_now_micros() - started_micros);
+    op_latency_record(&store->latencies, context.name, (uint64_t)clock_monotonic_us() - started_micros);
     if (ok) {
         auth_after_command(&context, reply);
     }

@@ -22,13 +22,6 @@ op_latency_class_t op_latency_class_of(const char *command_name)
     return OP_LATENCY_COMMANDS;
 }
 
-uint64_t op_latency_now_micros(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-}
-
 void op_latency_record(op_latency_t *latency, const char *command_name, uint64_t micros)
 {
     op_latency_class_t class = op_latency_class_of(command_name);

@@ -27,9 +27,6 @@ typedef struct op_latency {
  * everything else is a command. */
 op_latency_class_t op_latency_class_of(const char *command_name);
 
-/* A monotonic clock in microseconds, for timing one command. */
-uint64_t op_latency_now_micros(void);
-
 /* Adds one operation of command_name that took micros. Thread-safe. */
 void op_latency_record(op_latency_t *latency, const char *command_name, uint64_t micros);
 

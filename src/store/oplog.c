@@ -16,6 +16,7 @@
  * majority_time, in fact: committed and synced to the journal). */
 #include "store/oplog.h"
 #include "store/storage_private.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <string.h>
@@ -65,13 +66,6 @@ struct oplog_scan {
 
 /* --- helpers -------------------------------------------------------------- */
 
-static int64_t wall_clock_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 static void atomic_raise(_Atomic uint64_t *value, uint64_t candidate)
 {
     uint64_t current = atomic_load(value);
@@ -107,9 +101,7 @@ oplog_t *oplog_for(storage_t *storage)
  * with clock_mutex held. */
 static uint64_t clock_next(oplog_t *oplog)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t seconds = (uint64_t)now.tv_sec;
+    uint64_t seconds = (uint64_t)(clock_wall_ms() / 1000);
     uint64_t next = seconds > OPLOG_TIME_SECONDS(oplog->last_time) ? OPLOG_TIME(seconds, 1) : oplog->last_time + 1;
     oplog->last_time = next;
     return next;
@@ -290,7 +282,7 @@ static bool write_entry(storage_session_t *session, void (*body)(bson_t *entry, 
     BSON_APPEND_INT64(&entry, "t", OPLOG_TERM);
     BSON_APPEND_INT32(&entry, "v", OPLOG_VERSION);
     body(&entry, body_context);
-    BSON_APPEND_DATE_TIME(&entry, "wall", wall_clock_ms());
+    BSON_APPEND_DATE_TIME(&entry, "wall", clock_wall_ms());
 
     WT_ITEM value = {.data = bson_get_data(&entry), .size = entry.len};
     cursor->set_key(cursor, time);
@@ -681,11 +673,7 @@ static void *oplog_thread_main(void *argument)
     count_opened_entries(oplog, session);
     pthread_mutex_lock(&oplog->thread_mutex);
     while (!oplog->stop) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_nsec += OPLOG_TICK_MS * 1000000L;
-        deadline.tv_sec += deadline.tv_nsec / 1000000000L;
-        deadline.tv_nsec %= 1000000000L;
+        struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, OPLOG_TICK_MS);
         pthread_cond_timedwait(&oplog->thread_wakeup, &oplog->thread_mutex, &deadline);
         pthread_mutex_unlock(&oplog->thread_mutex);
         /* Writes acknowledged without j (w: 1) reach the change streams once the

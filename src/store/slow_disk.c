@@ -10,6 +10,7 @@
  * it, and wins over libc's. The state is process-wide for the same reason:
  * pread() carries no context. */
 #include "store/slow_disk.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -125,16 +126,9 @@ done:
 
 /* --- the read path ------------------------------------------------------------ */
 
-static int64_t monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * NANOSECONDS_PER_SECOND + now.tv_nsec;
-}
-
 static void wait_for_slot(uint64_t io_units)
 {
-    int64_t now = monotonic_ns();
+    int64_t now = clock_monotonic_ns();
     int64_t start = slow_disk_bucket_reserve(&bucket, now, io_units);
     if (start <= now) {
         return;

@@ -3,6 +3,7 @@
  * stay only in memory (mongod's journal commit interval, 100 ms). */
 #include "store/storage_private.h"
 #include "store/slow_disk.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -43,11 +44,7 @@ static void *journal_flusher_main(void *argument)
     }
     pthread_mutex_lock(&storage->journal_mutex);
     while (!storage->journal_stop) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_nsec += JOURNAL_COMMIT_INTERVAL_MS * 1000000L;
-        deadline.tv_sec += deadline.tv_nsec / 1000000000L;
-        deadline.tv_nsec %= 1000000000L;
+        struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, JOURNAL_COMMIT_INTERVAL_MS);
         pthread_cond_timedwait(&storage->journal_wakeup, &storage->journal_mutex, &deadline);
         pthread_mutex_unlock(&storage->journal_mutex);
         wt->log_flush(wt, "sync=on");

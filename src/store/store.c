@@ -3,6 +3,7 @@
  * idle cursors and expired transactions, and closes everything in order on
  * SIGINT/SIGTERM. */
 #include "store/store.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "store/auth.h"
@@ -86,11 +87,9 @@ static void *janitor_main(void *argument)
     janitor_t *janitor = argument;
     pthread_mutex_lock(&janitor->mutex);
     while (!janitor->stop) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += CURSOR_REAP_INTERVAL_MS / 1000;
+        struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, CURSOR_REAP_INTERVAL_MS);
         pthread_cond_timedwait(&janitor->wakeup, &janitor->mutex, &deadline);
-        cursor_table_reap(janitor->store->cursors, store_now_ms());
+        cursor_table_reap(janitor->store->cursors, clock_monotonic_ms());
         transaction_table_reap(janitor->store->transactions);
     }
     pthread_mutex_unlock(&janitor->mutex);

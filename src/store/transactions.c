@@ -15,6 +15,7 @@
  * table->mutex guards the table and every session's state; the one thread that
  * has a session checked out (in_use) alone uses its storage session. */
 #include "store/transactions.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "query/value_format.h"
 #include "store/change_stream.h"
@@ -531,7 +532,7 @@ static bool start_transaction(transaction_table_t *table, transaction_session_t 
     session->active_number = number;
     set_state(session, TRANSACTION_IN_PROGRESS);
     session->transaction_id = ++table->last_transaction_id;
-    session->expires_ms = store_now_ms() + atomic_load(&table->lifetime_seconds) * 1000;
+    session->expires_ms = clock_monotonic_ms() + atomic_load(&table->lifetime_seconds) * 1000;
     forget_namespaces(session);
     table->total_started++;
     return true;
@@ -543,7 +544,7 @@ static bool begin_or_continue(transaction_table_t *table, transaction_session_t 
                               const command_context_t *context, const session_fields_t *fields, bson_error_t *error)
 {
     int64_t number = fields->txn_number;
-    if (session->state == TRANSACTION_IN_PROGRESS && store_now_ms() >= session->expires_ms) {
+    if (session->state == TRANSACTION_IN_PROGRESS && clock_monotonic_ms() >= session->expires_ms) {
         abort_locked(table, session);
     }
     if (number < session->active_number) {
@@ -661,7 +662,7 @@ bool transaction_begin_command(command_context_t *context, transaction_command_t
         goto done;
     }
     session->in_use = true;
-    session->last_used_ms = store_now_ms();
+    session->last_used_ms = clock_monotonic_ms();
     if (ns != NULL && session->state == TRANSACTION_IN_PROGRESS) {
         note_namespace(session, ns);
     }
@@ -703,7 +704,7 @@ void transaction_end_command(command_context_t *context, transaction_command_t *
         }
     }
     session->in_use = false;
-    session->last_used_ms = store_now_ms();
+    session->last_used_ms = clock_monotonic_ms();
     pthread_cond_broadcast(&table->released);
     pthread_mutex_unlock(&table->mutex);
     context->session = state->worker_session;
@@ -809,7 +810,7 @@ void transaction_end_sessions(transaction_table_t *table, const bson_t *lsids)
 
 void transaction_table_reap(transaction_table_t *table)
 {
-    int64_t now = store_now_ms();
+    int64_t now = clock_monotonic_ms();
     storage_lock_shared(table->store->storage);
     pthread_mutex_lock(&table->mutex);
     for (size_t i = 0; i < table->session_count;) {

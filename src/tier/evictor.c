@@ -17,6 +17,7 @@
  * Only the fast tier is touched; a per-second cap keeps client traffic first. */
 #include "tier/index_sync.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <stdio.h>
@@ -322,7 +323,7 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
  * the archive's TTL indexes: {$or: [that, {ttlField: {$lt: now - expireAfterSeconds}}, ...]}. */
 static void candidates_filter(evictor_t *evictor, const config_namespace_t *policy, bson_t *out)
 {
-    int64_t now = tier_wall_clock_ms();
+    int64_t now = clock_wall_ms();
     bson_t conditions = BSON_INITIALIZER, aged = BSON_INITIALIZER, bound;
     bson_error_t error;
     uint32_t count = 1;
@@ -362,7 +363,7 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
         return;
     }
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
-        int64_t started = tier_monotonic_ms();
+        int64_t started = clock_monotonic_ms();
         int64_t found = evict_batch(evictor, policy, &candidates, &held_ids);
         if (found <= 0) {
             break;
@@ -370,7 +371,7 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
         total += found;
         /* At most EVICT_MAX_PER_SECOND: client traffic comes first. */
         int64_t budget_ms = found * 1000 / EVICT_MAX_PER_SECOND;
-        int64_t spent = tier_monotonic_ms() - started;
+        int64_t spent = clock_monotonic_ms() - started;
         if (spent < budget_ms && !tier_group_sleep(context->group, budget_ms - spent)) {
             break;
         }
@@ -381,7 +382,7 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     bson_destroy(&held_ids);
     bson_destroy(&candidates);
     tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, policy->index);
-    item->evict_last_pass_ms = tier_wall_clock_ms();
+    item->evict_last_pass_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (total > 0) {
         TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, 0, "%s: looked at %lld documents older than the window or expired", policy->ns,
@@ -424,19 +425,19 @@ void evictor_run(tier_group_t *group, void *argument)
                 continue;
             }
         }
-        int64_t now = tier_monotonic_ms();
+        int64_t now = clock_monotonic_ms();
         int64_t next = now + 1000;
         for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
             evictor_namespace_t *entry = &evictor.namespaces[i];
             if (now >= entry->next_due_ms) {
                 evict_namespace(&evictor, entry->config);
-                entry->next_due_ms = tier_monotonic_ms() + entry->config->evictor_period_ms;
+                entry->next_due_ms = clock_monotonic_ms() + entry->config->evictor_period_ms;
             }
             if (entry->next_due_ms < next) {
                 next = entry->next_due_ms;
             }
         }
-        tier_group_sleep(group, next - tier_monotonic_ms());
+        tier_group_sleep(group, next - clock_monotonic_ms());
     }
     bson_free(evictor.namespaces);
     mongoc_client_pool_push(context->fast_pool, evictor.fast);

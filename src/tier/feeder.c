@@ -433,7 +433,7 @@ static bool mark_consumed(const bson_t *consumed, const bson_t *key)
  * outcome is not written yet. False only when the group stops. */
 static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t count)
 {
-    int64_t started = tier_monotonic_ms();
+    int64_t started = clock_monotonic_ms();
     bool warned = false;
     for (;;) {
         bson_t command = BSON_INITIALIZER, filter, id_condition, keys, reply, batch;
@@ -475,7 +475,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             continue;
         }
         bool waiting_evict = false, waiting_warm = false;
-        int64_t waited = tier_monotonic_ms() - started;
+        int64_t waited = clock_monotonic_ms() - started;
         for (size_t i = 0; i < count; i++) {
             candidate_t *item = &candidates[i];
             if (item->resolved) {
@@ -625,7 +625,7 @@ static void stop_namespace(feeder_t *feeder, feeder_namespace_t *item, const fee
     BSON_APPEND_UTF8(&document, "error", text);
     BSON_APPEND_INT32(&document, "code", code);
     BSON_APPEND_VALUE(&document, "documentId", &op->id);
-    BSON_APPEND_DATE_TIME(&document, "at", tier_wall_clock_ms());
+    BSON_APPEND_DATE_TIME(&document, "at", clock_wall_ms());
     bson_append_document_end(&statement, &document);
     BSON_APPEND_BOOL(&statement, "upsert", true);
     bson_append_document_end(&updates, &statement);
@@ -805,7 +805,7 @@ static bool write_checkpoint(feeder_t *feeder)
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
     BSON_APPEND_DOCUMENT(&set, "resumeToken", &feeder->token);
     timestamp_append(&set, "appliedTime", feeder->applied_time);
-    BSON_APPEND_DATE_TIME(&set, "updatedAt", tier_wall_clock_ms());
+    BSON_APPEND_DATE_TIME(&set, "updatedAt", clock_wall_ms());
     bson_append_document_end(&update, &set);
     bson_append_document_end(&statement, &update);
     BSON_APPEND_BOOL(&statement, "upsert", true);
@@ -816,7 +816,7 @@ static bool write_checkpoint(feeder_t *feeder)
     bson_destroy(&command);
     if (ok) {
         feeder->checkpoint_time = feeder->applied_time;
-        feeder->last_checkpoint_ms = tier_monotonic_ms();
+        feeder->last_checkpoint_ms = clock_monotonic_ms();
     }
     return ok;
 }
@@ -923,7 +923,7 @@ static void set_lag(feeder_t *feeder, int64_t lag_ms, int reachable)
     if (reachable >= 0) {
         item->archive_reachable = reachable == 1;
     }
-    item->updated_ms = tier_wall_clock_ms();
+    item->updated_ms = clock_wall_ms();
     tier_progress_unlock(feeder->context->progress, false);
 }
 
@@ -1014,11 +1014,11 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
             }
         }
         while (ok) {
-            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, -1);
+            set_lag(feeder, first_wall > 0 ? clock_wall_ms() - first_wall : 0, -1);
             if (apply_batch(feeder, &writes) == APPLY_DONE) {
                 break;
             }
-            set_lag(feeder, first_wall > 0 ? tier_wall_clock_ms() - first_wall : 0, 0);
+            set_lag(feeder, first_wall > 0 ? clock_wall_ms() - first_wall : 0, 0);
             if (tier_group_stopping(feeder->context->group)) {
                 ok = false;
                 break;
@@ -1065,7 +1065,7 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
     /* An idle stream still moves: checkpoint it now and then, not at every getMore. */
     if (feeder->have_token && feeder->applied_time > feeder->checkpoint_time &&
-        (event_count > 0 || tier_monotonic_ms() - feeder->last_checkpoint_ms >= IDLE_CHECKPOINT_MS)) {
+        (event_count > 0 || clock_monotonic_ms() - feeder->last_checkpoint_ms >= IDLE_CHECKPOINT_MS)) {
         if (!write_checkpoint(feeder)) {
             return false;
         }
@@ -1079,14 +1079,14 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     item->batches += count > 0;
     item->lag_ms = 0;
     item->archive_reachable = true;
-    item->updated_ms = tier_wall_clock_ms();
+    item->updated_ms = clock_wall_ms();
     tier_progress_unlock(feeder->context->progress, false);
     if (count > 0) {
         tier_report_ok(feeder->context, TIER_WORKER_FEEDER);
     }
     feeder->stats_events += (int64_t)count;
     feeder->stats_writes += (int64_t)writes;
-    int64_t now = tier_monotonic_ms();
+    int64_t now = clock_monotonic_ms();
     if (now - feeder->stats_since_ms >= STATS_LOG_INTERVAL_MS) {
         if (feeder->stats_events > 0) {
             TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "applied %lld events as %lld archive writes in %.1f s",
@@ -1135,7 +1135,7 @@ void feeder_run(tier_group_t *group, void *argument)
     feeder.batch = feeder_batch_new();
     feeder.fast = mongoc_client_pool_pop(context->fast_pool);
     feeder.archive = mongoc_client_pool_pop(context->archive_pool);
-    feeder.stats_since_ms = tier_monotonic_ms();
+    feeder.stats_since_ms = clock_monotonic_ms();
     const char *kill_after = getenv("THERMOCLINE_TEST_KILL_AFTER_APPLY");
     feeder.kill_after_batches = kill_after != NULL ? strtol(kill_after, NULL, 10) : 0;
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_FEEDER);

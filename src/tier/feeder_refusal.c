@@ -129,7 +129,7 @@ bool feeder_refusal_record(feeder_t *feeder, feeder_namespace_t *item, const fee
                            const char *message)
 {
     feeder_refused_t *entry = feeder_refused_find(item, &op->id);
-    int64_t now = tier_wall_clock_ms();
+    int64_t now = clock_wall_ms();
     bson_t command = BSON_INITIALIZER, documents, record;
     BSON_APPEND_UTF8(&command, "insert", REFUSALS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);
@@ -284,7 +284,7 @@ bool feeder_refusals_load(feeder_t *feeder, bson_error_t *error)
             bson_strncpy(entry->message, message, sizeof entry->message);
             entry->first_ms = bson_iter_init_find(&field, &record, "at") && BSON_ITER_HOLDS_DATE_TIME(&field)
                                   ? bson_iter_date_time(&field)
-                                  : tier_wall_clock_ms();
+                                  : clock_wall_ms();
         }
         entry->records++;
         uint64_t last_time = timestamp_find(&record, "lastTime");
@@ -386,7 +386,7 @@ static bool settle_record(feeder_t *feeder, const bson_t *record, bool applied, 
         BSON_APPEND_BOOL(&set, "queued", false);
         BSON_APPEND_INT32(&set, "code", code);
         BSON_APPEND_UTF8(&set, "message", message);
-        BSON_APPEND_DATE_TIME(&set, "lastTried", tier_wall_clock_ms());
+        BSON_APPEND_DATE_TIME(&set, "lastTried", clock_wall_ms());
         bson_append_document_end(&update, &set);
         bson_append_document_end(&statement, &update);
     }

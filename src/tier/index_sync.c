@@ -12,6 +12,7 @@
  * holds their version; src/tier/README.md says why). */
 #include "tier/index_sync.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <string.h>
@@ -447,7 +448,7 @@ static bool save_ttl_rules(mongoc_client_t *fast, const config_namespace_t *poli
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
     BSON_APPEND_UTF8(&document, "_id", policy->ns);
     BSON_APPEND_ARRAY(&document, "ttl", rules);
-    BSON_APPEND_DATE_TIME(&document, "updatedAt", tier_wall_clock_ms());
+    BSON_APPEND_DATE_TIME(&document, "updatedAt", clock_wall_ms());
     bson_append_document_end(&statement, &document);
     BSON_APPEND_BOOL(&statement, "upsert", true);
     bson_append_document_end(&updates, &statement);

@@ -4,6 +4,7 @@
 #include "tier/progress.h"
 
 #include "query/order.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -159,14 +160,7 @@ void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_
 
 void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = clock_deadline_after_ms(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&progress->mutex);
     uint64_t generation = progress->generation;
     while (progress->generation == generation) {

@@ -1,6 +1,7 @@
 /* The tier workers' thread group: pthreads, one stop flag, one condition
  * variable every sleeper waits on so that a stop wakes them all at once. */
 #include "tier/thread_group.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -75,17 +76,10 @@ bool tier_group_stopping(tier_group_t *group)
 
 bool tier_group_sleep(tier_group_t *group, int64_t milliseconds)
 {
-    struct timespec deadline;
     if (milliseconds <= 0) {
         return !tier_group_stopping(group);
     }
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += milliseconds / 1000;
-    deadline.tv_nsec += (milliseconds % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = clock_deadline_after_ms(CLOCK_MONOTONIC, milliseconds);
     pthread_mutex_lock(&group->mutex);
     while (!atomic_load(&group->stopping)) {
         if (pthread_cond_timedwait(&group->wake, &group->mutex, &deadline) == ETIMEDOUT) {

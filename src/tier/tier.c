@@ -52,7 +52,7 @@ bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
         BSON_APPEND_UTF8(&document, "_id", "stream");
         timestamp_append(&document, "startAtOperationTime", now);
         timestamp_append(&document, "appliedTime", now);
-        BSON_APPEND_DATE_TIME(&document, "updatedAt", tier_wall_clock_ms());
+        BSON_APPEND_DATE_TIME(&document, "updatedAt", clock_wall_ms());
         bson_append_document_end(&documents, &document);
         bson_append_array_end(&command, &documents);
         BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);

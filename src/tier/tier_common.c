@@ -3,6 +3,7 @@
  * worker-writes marks, exact-version filters and the pacer. */
 #include "tier/tier_private.h"
 
+#include "common/error.h"
 #include "common/log.h"
 
 #include <stdarg.h>
@@ -91,35 +92,16 @@ int32_t tier_error_code(const bson_error_t *error)
 
 bool tier_error_is_transient(const bson_error_t *error)
 {
-    static const int32_t retryable[] = {
-        6,     /* HostUnreachable */
-        7,     /* HostNotFound */
-        50,    /* MaxTimeMSExpired */
-        64,    /* WriteConcernFailed */
-        89,    /* NetworkTimeout */
-        91,    /* ShutdownInProgress */
-        134,   /* ReadConcernMajorityNotAvailableYet */
-        189,   /* PrimarySteppedDown */
-        262,   /* ExceededTimeLimit */
-        9001,  /* SocketException */
-        10107, /* NotWritablePrimary */
-        11600, /* InterruptedAtShutdown */
-        11601, /* Interrupted */
-        11602, /* InterruptedDueToReplStateChange */
-        13435, /* NotPrimaryNoSecondaryOk */
-        13436, /* NotPrimaryOrSecondary */
-    };
     if (error->domain == MONGOC_ERROR_STREAM || error->domain == MONGOC_ERROR_SERVER_SELECTION ||
         error->domain == MONGOC_ERROR_WRITE_CONCERN || error->domain == MONGOC_ERROR_CLIENT) {
         return true;
     }
+    /* Beyond the drivers' list, a worker also waits out a timed-out or
+     * interrupted command and an unsatisfied write concern: it repeats its own
+     * idempotent batch later, where a driver must not repeat a user's write. */
     int32_t code = tier_error_code(error);
-    for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++) {
-        if (code == retryable[i]) {
-            return true;
-        }
-    }
-    return false;
+    return tc_error_code_is_retryable(code) || code == TC_ERR_MAX_TIME_MS_EXPIRED ||
+           code == TC_ERR_WRITE_CONCERN_FAILED || code == TC_ERR_INTERRUPTED;
 }
 
 bool tier_write_errors_init(bson_iter_t *out_iter, const bson_t *reply)
@@ -191,20 +173,6 @@ bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t
     bson_destroy(&ping);
     bson_destroy(&reply);
     return ok;
-}
-
-int64_t tier_wall_clock_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-int64_t tier_monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
 /* --- namespaces ----------------------------------------------------------------- */
@@ -443,7 +411,7 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
                        int64_t timeout_ms, uint64_t *out_applied_time)
 {
-    int64_t deadline = tier_monotonic_ms() + timeout_ms;
+    int64_t deadline = clock_monotonic_ms() + timeout_ms;
     for (;;) {
         bson_error_t error;
         if (!context->feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
@@ -460,7 +428,7 @@ bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t in
             }
             return true;
         }
-        int64_t remaining = deadline - tier_monotonic_ms();
+        int64_t remaining = deadline - clock_monotonic_ms();
         if (remaining <= 0 || tier_group_stopping(context->group)) {
             return false;
         }
@@ -682,7 +650,7 @@ void tier_report_error(tier_context_t *context, tier_worker_t worker, const char
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, worker);
     bool repeated = strcmp(item->last_error, message) == 0;
     snprintf(item->last_error, sizeof item->last_error, "%s", message);
-    item->updated_ms = tier_wall_clock_ms();
+    item->updated_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (!repeated) {
         TC_LOG(TC_LOG_WARNING, worker_component(worker), 0, "%s", message);
@@ -694,7 +662,7 @@ void tier_report_ok(tier_context_t *context, tier_worker_t worker)
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, worker);
     bool recovered = item->last_error[0] != '\0';
     item->last_error[0] = '\0';
-    item->updated_ms = tier_wall_clock_ms();
+    item->updated_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (recovered) {
         TC_LOG(TC_LOG_INFO, worker_component(worker), 0, "working again");

@@ -4,6 +4,7 @@
 #ifndef TC_TIER_TIER_PRIVATE_H
 #define TC_TIER_TIER_PRIVATE_H
 
+#include "common/clock.h"
 #include "common/timestamp.h"
 #include "tier/thread_group.h"
 #include "tier/tier.h"
@@ -60,7 +61,9 @@ bool tier_write_errors_init(bson_iter_t *out_iter, const bson_t *reply);
 bool tier_write_errors_next(bson_iter_t *iter, tier_write_error_t *out);
 
 /* Whether error is worth retrying later as is: the tier unreachable, stepping
- * down, or a time limit (not a write the server refused). */
+ * down, or a time limit (not a write the server refused): a driver's retryable
+ * codes (tc_error_code_is_retryable) plus MaxTimeMSExpired, WriteConcernFailed
+ * and Interrupted. */
 bool tier_error_is_transient(const bson_error_t *error);
 
 /* The error code, as the server sent it (0 for client-side errors). */
@@ -76,9 +79,6 @@ uint64_t tier_token_time(const bson_t *token);
 /* The fast tier's current cluster time: the operationTime of a ping. 0 when
  * the tier keeps no oplog (not a replica set member): the workers then idle. */
 bool tier_cluster_time(mongoc_client_t *client, uint64_t *out_time, bson_error_t *error);
-
-int64_t tier_wall_clock_ms(void);
-int64_t tier_monotonic_ms(void);
 
 /* --- namespaces ----------------------------------------------------------------- */
 

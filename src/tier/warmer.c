@@ -204,14 +204,14 @@ static bool sync_indexes(warmer_t *warmer, size_t index)
     tier_context_t *context = warmer->context;
     const config_namespace_t *policy = &context->config->namespaces[index];
     index_sync_state_t *sync = &warmer->namespaces[index].index_sync;
-    if (tier_monotonic_ms() < sync->next_due_ms) {
+    if (clock_monotonic_ms() < sync->next_due_ms) {
         return sync->synced;
     }
     bson_error_t error;
     bool first = !sync->synced;
     if (index_sync_namespace(context, warmer->archive, warmer->fast, policy, sync, &error)) {
         sync->synced = true;
-        sync->next_due_ms = tier_monotonic_ms() + policy->index_sync_period_ms;
+        sync->next_due_ms = clock_monotonic_ms() + policy->index_sync_period_ms;
         if (first && policy->coverage == CONFIG_COVERAGE_COMPLETE) {
             tier_namespace_progress_t *declared = tier_progress_lock_namespace(context->progress, index);
             declared->warm_declared = true;
@@ -222,7 +222,7 @@ static bool sync_indexes(warmer_t *warmer, size_t index)
     } else {
         tier_report_error(context, TIER_WORKER_WARMER, "cannot copy the archive's indexes of %s to the fast tier: %s",
                           policy->ns, error.message);
-        sync->next_due_ms = tier_monotonic_ms() + (first ? 1000 : policy->index_sync_period_ms);
+        sync->next_due_ms = clock_monotonic_ms() + (first ? 1000 : policy->index_sync_period_ms);
     }
     return sync->synced;
 }
@@ -270,13 +270,13 @@ void warmer_run(tier_group_t *group, void *argument)
                 continue; /* no batch before the first sync: see warmer_publish */
             }
             if (context->config->namespaces[i].coverage == CONFIG_COVERAGE_COMPLETE || state->complete ||
-                tier_monotonic_ms() < state->next_due_ms) {
+                clock_monotonic_ms() < state->next_due_ms) {
                 continue;
             }
             int64_t batch_pause = 0;
             warm_batch_result_t result = warmer_batch(&warmer, i, &batch_pause);
             if (result == WARM_BATCH_BLOCKED) {
-                state->next_due_ms = tier_monotonic_ms() + context->config->namespaces[i].warmer_period_ms;
+                state->next_due_ms = clock_monotonic_ms() + context->config->namespaces[i].warmer_period_ms;
             } else {
                 worked = true;
                 pause = batch_pause < pause ? batch_pause : pause;

@@ -386,7 +386,7 @@ static bool deletes_since(warmer_t *warmer, const char *database, const char *co
         bson_init(&reply);
     }
     bson_destroy(&command);
-    int64_t deadline = tier_monotonic_ms() + DELETE_CHECK_WAIT_MS;
+    int64_t deadline = clock_monotonic_ms() + DELETE_CHECK_WAIT_MS;
     int64_t cursor_id = 0;
     uint32_t found = 0;
     while (ok) {
@@ -420,7 +420,7 @@ static bool deletes_since(warmer_t *warmer, const char *database, const char *co
         if (position >= to) {
             break;
         }
-        if (cursor_id == 0 || tier_monotonic_ms() > deadline || tier_group_stopping(warmer->context->group)) {
+        if (cursor_id == 0 || clock_monotonic_ms() > deadline || tier_group_stopping(warmer->context->group)) {
             ok = tc_error_set(error, TC_ERR_EXCEEDED_TIME_LIMIT,
                               "the fast tier's change stream did not reach the copy's time within %d ms",
                               DELETE_CHECK_WAIT_MS);
@@ -674,7 +674,7 @@ static void count_window(warmer_t *warmer, size_t index, int64_t lower_ms)
 static void log_progress(warmer_t *warmer, size_t index, bool force)
 {
     warm_namespace_t *state = &warmer->namespaces[index];
-    int64_t now = tier_monotonic_ms();
+    int64_t now = clock_monotonic_ms();
     if (!force && now - state->last_log_ms < PROGRESS_LOG_MS) {
         return;
     }
@@ -719,13 +719,13 @@ static bool batch_start(warmer_t *warmer, size_t index, uint64_t *out_start_time
                           "could not be checked against deletes made meanwhile");
         return false;
     }
-    int64_t lower_ms = tier_wall_clock_ms() - policy->max_age_ms + policy->safety_slack_ms;
+    int64_t lower_ms = clock_wall_ms() - policy->max_age_ms + policy->safety_slack_ms;
     if (state->started_ms == 0) {
-        state->started_ms = tier_wall_clock_ms();
+        state->started_ms = clock_wall_ms();
         count_window(warmer, index, lower_ms);
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: warming the window (about %lld documents), newest first",
                policy->ns, (long long)state->total_estimate);
-        state->last_log_ms = tier_monotonic_ms();
+        state->last_log_ms = clock_monotonic_ms();
         warmer_publish(warmer, index, false);
     }
     /* Every delete acknowledged before A is in the archive before we read it; those
@@ -784,9 +784,9 @@ static bool batch_read(warmer_t *warmer, size_t index, bson_t *out_documents, ui
 {
     const config_namespace_t *policy = &warmer->context->config->namespaces[index];
     bson_error_t error;
-    int64_t read_started = tier_monotonic_ms();
+    int64_t read_started = clock_monotonic_ms();
     /* The window as of now, not as of before the wait. */
-    int64_t lower_ms = tier_wall_clock_ms() - policy->max_age_ms + policy->safety_slack_ms;
+    int64_t lower_ms = clock_wall_ms() - policy->max_age_ms + policy->safety_slack_ms;
     if (!read_next(warmer, index, lower_ms, out_documents, out_count, out_next_cursor, out_exhausted, &error)) {
         tier_report_error(warmer->context, TIER_WORKER_WARMER, "cannot read %s from the archive: %s", policy->ns,
                           error.message);
@@ -794,7 +794,7 @@ static bool batch_read(warmer_t *warmer, size_t index, bson_t *out_documents, ui
         bson_destroy(out_documents);
         return false;
     }
-    pace_after_read(warmer, index, tier_monotonic_ms() - read_started, *out_count, out_pause_ms);
+    pace_after_read(warmer, index, clock_monotonic_ms() - read_started, *out_count, out_pause_ms);
     return true;
 }
 
@@ -818,7 +818,7 @@ static warm_batch_result_t finish_pass(warmer_t *warmer, size_t index, const cha
         return WARM_BATCH_BLOCKED;
     }
     state->complete = true;
-    state->completed_ms = tier_wall_clock_ms();
+    state->completed_ms = clock_wall_ms();
     /* T0 of this last batch follows every write of the pass (copies, and copies
      * deleted again): a fast-tier secondary that has applied it lacks none. */
     uint64_t copy_time_before = state->last_copy_time;

@@ -2,6 +2,7 @@
  * hello on "admin.$cmd" with it) turned into a command the way mongod upconverts
  * it, and OP_REPLY, the answer to an OP_QUERY. */
 #include "wire/wire_private.h"
+#include "common/bson_view.h"
 
 /* mongod's DbMessage codes: "Failed to parse ns string", "Not enough data to read". */
 #define LEGACY_NAMESPACE_CODE TC_ERR_LOCATION_NAMESPACE_STRING
@@ -79,14 +80,7 @@ static bool append_secondary_preferred(bson_t *command)
  * does, which fails with 10065 for anything else. */
 static bool element_object(const bson_iter_t *iter, bson_t *out_document, bson_error_t *error)
 {
-    uint32_t length = 0;
-    const uint8_t *data = NULL;
-    if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
-        bson_iter_document(iter, &length, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(iter)) {
-        bson_iter_array(iter, &length, &data);
-    }
-    if (data == NULL || !bson_init_static(out_document, data, length)) {
+    if (!bson_view_of(iter, out_document)) {
         return tc_error_set(error, TC_ERR_LOCATION_EXPECTED_OBJECT,
                             "invalid parameter: expected an object (%s)", bson_iter_key(iter));
     }

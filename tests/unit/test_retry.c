@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "common/error.h"
 #include "proxy/retry.h"
 
 /* JSON with single quotes for double quotes. */
@@ -85,10 +86,10 @@ static void test_codes(void **state)
     static const int32_t retryable[] = {6, 7, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436};
     static const int32_t not_retryable[] = {0, 1, 2, 11000, 11601, 43, 50, 64, 133, 13};
     for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++) {
-        assert_true(retry_code_is_retryable(retryable[i]));
+        assert_true(tc_error_code_is_retryable(retryable[i]));
     }
     for (size_t i = 0; i < sizeof not_retryable / sizeof not_retryable[0]; i++) {
-        assert_false(retry_code_is_retryable(not_retryable[i]));
+        assert_false(tc_error_code_is_retryable(not_retryable[i]));
     }
     assert_true(retry_code_changes_primary(10107));
     assert_true(retry_code_changes_primary(91));
