@@ -533,7 +533,12 @@ static bool resolve_start(command_context_t *context, const stream_options_t *op
         stream->position = (change_token_t){.time = OPLOG_TIME(options->start_seconds, options->start_increment),
                                             .kind = CHANGE_TOKEN_START};
     } else {
-        stream->position = (change_token_t){.time = oplog_majority_time(oplog),
+        /* As mongod: from now on. The majority (journaled) time lags the last
+         * acknowledged write until the next journal flush, and a stream starting
+         * there reported writes made before it was opened (a drop, say). Every
+         * write at or below the committed time has ended; later ones show once
+         * they are in the journal. */
+        stream->position = (change_token_t){.time = oplog_committed_time(oplog),
                                             .kind = CHANGE_TOKEN_HIGH_WATER_MARK};
         return true;
     }

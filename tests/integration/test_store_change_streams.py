@@ -85,6 +85,24 @@ def test_watch_sees_insert_update_replace_delete_in_order(rs_client):
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
 
 
+def test_a_new_stream_sees_nothing_from_before_it_was_opened(rs_client):
+    """A stream opened without a resume point starts now, as mongod's: the drop,
+    create and writes acknowledged just before watch() never appear in it (they
+    did while the stream started at the journaled time, which lags by up to a
+    journal flush)."""
+    coll = rs_client.shop.fresh
+    for round_number in range(5):
+        coll.insert_one({"_id": "before", "round": round_number})
+        coll.drop()
+        rs_client.shop.create_collection("fresh")  # DDL, the last write before watch()
+        with coll.watch(max_await_time_ms=100) as stream:
+            coll.insert_one({"_id": "after", "round": round_number})
+            event = next_events(stream, 1)[0]
+            assert (event["operationType"], event.get("documentKey")) == ("insert", {"_id": "after"}), event
+            assert_no_more_events(stream, wait=0.3)
+        coll.drop()
+
+
 def test_full_document_update_lookup_reads_the_current_version(rs_client):
     coll = rs_client.shop.items
     coll.insert_one({"_id": 7, "n": 0})
