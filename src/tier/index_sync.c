@@ -10,6 +10,7 @@
  * as a client's. The archive's rules go to thermocline.indexes, where the evictor
  * reads them and removes expired fast-tier copies like aged ones (once the archive
  * holds their version; src/tier/README.md says why). */
+#include "common/bson_view.h"
 #include "tier/index_sync.h"
 
 #include "common/clock.h"
@@ -358,10 +359,10 @@ static void validation_of(const bson_t *info, bson_t *out)
     }
 }
 
-static bool list_collection(mongoc_client_t *client, const config_namespace_t *policy, bson_t *out_info,
-                            bool *out_exists, bson_error_t *error)
+bool index_sync_collection_info(mongoc_client_t *client, const config_namespace_t *policy, bson_t *out_info,
+                                bool *out_exists, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, filter, batch;
+    bson_t command = BSON_INITIALIZER, filter, batch, view;
     bson_iter_t iter;
     BSON_APPEND_INT32(&command, "listCollections", 1);
     BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
@@ -371,12 +372,7 @@ static bool list_collection(mongoc_client_t *client, const config_namespace_t *p
     bool ok = index_sync_list(client, policy->database, &command, &batch, &exists, error);
     bson_init(out_info);
     *out_exists = false;
-    if (ok && bson_iter_init(&iter, &batch) && bson_iter_next(&iter) && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t view;
-        bson_iter_document(&iter, &length, &data);
-        bson_init_static(&view, data, length);
+    if (ok && bson_iter_init(&iter, &batch) && bson_iter_next(&iter) && bson_view_of(&iter, &view)) {
         bson_concat(out_info, &view);
         *out_exists = true;
     }
@@ -395,8 +391,8 @@ static bool sync_validation(mongoc_client_t *archive, mongoc_client_t *fast, con
     bson_init(&wanted);
     bson_init(&held);
     bson_init(&fast_info);
-    TC_CHECK(list_collection(archive, policy, &archive_info, &archive_exists, error));
-    TC_CHECK(list_collection(fast, policy, &fast_info, &fast_exists, error));
+    TC_CHECK(index_sync_collection_info(archive, policy, &archive_info, &archive_exists, error));
+    TC_CHECK(index_sync_collection_info(fast, policy, &fast_info, &fast_exists, error));
     bson_destroy(&wanted);
     bson_destroy(&held);
     validation_of(&archive_info, &wanted);

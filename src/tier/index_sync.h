@@ -40,6 +40,12 @@ bool index_sync_append_ttl_conditions(mongoc_client_t *fast, const char *ns, int
 /* Runs command and copies its cursor.firstBatch into out_array (always
  * initialised; the caller destroys). NamespaceNotFound is no error: *out_exists
  * false and an empty array. */
+/* policy's collection as the server's listCollections lists it (into out_info,
+ * which the caller always destroys; *out_exists false, and out_info empty, when
+ * the collection does not exist). False only when the server cannot be asked. */
+bool index_sync_collection_info(mongoc_client_t *client, const config_namespace_t *policy, bson_t *out_info,
+                                bool *out_exists, bson_error_t *error) TC_MUST_CHECK;
+
 bool index_sync_list(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *out_array,
                      bool *out_exists, bson_error_t *error);
 

@@ -45,34 +45,6 @@ static const char *untierable_reason(const bson_t *info)
     return NULL;
 }
 
-/* The listCollections entry of policy's collection in the archive. */
-static bool archive_collection(mongoc_client_t *archive, const config_namespace_t *policy, bson_t *out_info,
-                               bool *out_exists, bson_error_t *error)
-{
-    bson_t command = BSON_INITIALIZER, filter, batch;
-    bson_iter_t iter;
-    bool exists = false;
-    BSON_APPEND_INT32(&command, "listCollections", 1);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "filter", &filter);
-    BSON_APPEND_UTF8(&filter, "name", policy->collection);
-    bson_append_document_end(&command, &filter);
-    bool ok = index_sync_list(archive, policy->database, &command, &batch, &exists, error);
-    bson_init(out_info);
-    *out_exists = false;
-    if (ok && bson_iter_init(&iter, &batch) && bson_iter_next(&iter) && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t view;
-        bson_iter_document(&iter, &length, &data);
-        bson_init_static(&view, data, length);
-        bson_concat(out_info, &view);
-        *out_exists = true;
-    }
-    bson_destroy(&batch);
-    bson_destroy(&command);
-    return ok;
-}
-
 static bool has_time_field_index(mongoc_client_t *archive, const config_namespace_t *policy, bool *out_has,
                                  bson_error_t *error)
 {
@@ -109,7 +81,7 @@ static bool preflight_namespace(mongoc_client_t *archive, const config_namespace
     bson_error_t read_error;
     bool exists = false, has_index = false, ok = true;
     *out_unchecked = false;
-    if (!archive_collection(archive, policy, &info, &exists, &read_error) ||
+    if (!index_sync_collection_info(archive, policy, &info, &exists, &read_error) ||
         (exists && !has_time_field_index(archive, policy, &has_index, &read_error))) {
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s: cannot check the archive's collection at start (%s)",
                policy->ns, read_error.message);
