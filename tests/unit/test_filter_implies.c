@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -23,54 +25,12 @@ typedef struct implies_case {
     bool expected;
 } implies_case_t;
 
-/* '%' at the start of a key stands for '$': libbson's JSON reader takes {"$type": ...}
- * for legacy extended JSON. */
-static void dollar_keys(const uint8_t *data, uint32_t length)
-{
-    bson_iter_t iter;
-    assert_true(bson_iter_init_from_data(&iter, data, length));
-    while (bson_iter_next(&iter)) {
-        char *key = (char *)bson_iter_key(&iter);
-        if (key[0] == '%') {
-            key[0] = '$';
-        }
-        if (BSON_ITER_HOLDS_DOCUMENT(&iter) || BSON_ITER_HOLDS_ARRAY(&iter)) {
-            const uint8_t *child;
-            uint32_t child_length;
-            if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-                bson_iter_document(&iter, &child_length, &child);
-            } else {
-                bson_iter_array(&iter, &child_length, &child);
-            }
-            dollar_keys(child, child_length);
-        }
-    }
-}
-
-static bson_t *json(const char *text)
-{
-    char buffer[1024];
-    size_t length = strlen(text);
-    assert_true(length < sizeof buffer);
-    for (size_t i = 0; i <= length; i++) {
-        buffer[i] = text[i] == '\'' ? '"' : text[i];
-    }
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)buffer, -1, &error);
-    if (document == NULL) {
-        print_error("bad test JSON %s: %s\n", text, error.message);
-    }
-    assert_non_null(document);
-    dollar_keys(bson_get_data(document), document->len);
-    return document;
-}
-
 static void run_cases(const implies_case_t *cases, size_t count)
 {
     int failures = 0;
     for (size_t i = 0; i < count; i++) {
-        bson_t *query = json(cases[i].query);
-        bson_t *condition = json(cases[i].condition);
+        bson_t *query = support_json(cases[i].query);
+        bson_t *condition = support_json(cases[i].condition);
         bool got = filter_implies(query, condition);
         if (got != cases[i].expected) {
             print_error("%s implies %s: expected %d, got %d\n", cases[i].query, cases[i].condition,

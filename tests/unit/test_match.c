@@ -7,6 +7,8 @@
 
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -25,57 +27,12 @@ typedef struct error_case {
     const char *message;
 } error_case_t;
 
-/* Turns every key starting with '%' into one starting with '$', in place. */
-static void dollar_keys(const uint8_t *data, uint32_t length)
-{
-    bson_iter_t iter;
-    assert_true(bson_iter_init_from_data(&iter, data, length));
-    while (bson_iter_next(&iter)) {
-        char *key = (char *)bson_iter_key(&iter);
-        if (key[0] == '%') {
-            key[0] = '$';
-        }
-        if (BSON_ITER_HOLDS_DOCUMENT(&iter) || BSON_ITER_HOLDS_ARRAY(&iter)) {
-            const uint8_t *child;
-            uint32_t child_length;
-            if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-                bson_iter_document(&iter, &child_length, &child);
-            } else {
-                bson_iter_array(&iter, &child_length, &child);
-            }
-            dollar_keys(child, child_length);
-        }
-    }
-}
-
-/* Parses the tables' JSON: single quotes stand for double quotes, and keys written
- * '%regex', '%options', '%type' become '$...' after parsing, because libbson's JSON
- * reader would take {"$regex": ...} and {"$type": ...} for legacy extended JSON.
- * Aborts the test on a typo. */
-static bson_t *json(const char *text)
-{
-    char buffer[2048];
-    size_t length = strlen(text);
-    assert_true(length < sizeof buffer);
-    for (size_t i = 0; i <= length; i++) {
-        buffer[i] = text[i] == '\'' ? '"' : text[i];
-    }
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)buffer, -1, &error);
-    if (document == NULL) {
-        print_error("bad test JSON %s: %s\n", text, error.message);
-    }
-    assert_non_null(document);
-    dollar_keys(bson_get_data(document), document->len);
-    return document;
-}
-
 static void run_match_cases(const match_case_t *cases, size_t count)
 {
     int failures = 0;
     for (size_t i = 0; i < count; i++) {
-        bson_t *filter = json(cases[i].filter);
-        bson_t *document = json(cases[i].document);
+        bson_t *filter = support_json(cases[i].filter);
+        bson_t *document = support_json(cases[i].document);
         bson_error_t error;
         match_expression_t *expression = match_compile(filter, &error);
         if (expression == NULL) {
@@ -97,7 +54,7 @@ static void run_error_cases(const error_case_t *cases, size_t count)
 {
     int failures = 0;
     for (size_t i = 0; i < count; i++) {
-        bson_t *filter = json(cases[i].filter);
+        bson_t *filter = support_json(cases[i].filter);
         bson_error_t error = {0};
         match_expression_t *expression = match_compile(filter, &error);
         if (expression != NULL) {
@@ -636,26 +593,26 @@ static void test_api(void **state)
     /* A NULL filter matches everything, like {}. */
     match_expression_t *everything = match_compile(NULL, &error);
     assert_non_null(everything);
-    bson_t *document = json("{'a': [1, {'b': 'x'}]}");
+    bson_t *document = support_json("{'a': [1, {'b': 'x'}]}");
     assert_true(match_document(everything, document));
     match_destroy(everything);
 
     /* The filter is copied: the caller's may go away. */
-    bson_t *filter = json("{'a.b': {'%regex': '^x'}, 'a': {'$size': 2}}");
+    bson_t *filter = support_json("{'a.b': {'%regex': '^x'}, 'a': {'$size': 2}}");
     match_expression_t *expression = match_compile(filter, &error);
     assert_non_null(expression);
     bson_destroy(filter);
     for (int round = 0; round < 3; round++) {
         assert_true(match_document(expression, document));
     }
-    bson_t *other = json("{'a': [1, {'b': 'y'}]}");
+    bson_t *other = support_json("{'a': [1, {'b': 'y'}]}");
     assert_false(match_document(expression, other));
     match_destroy(expression);
     bson_destroy(other);
     bson_destroy(document);
 
     /* Errors may be ignored by passing NULL. */
-    bson_t *bad = json("{'$foo': 1}");
+    bson_t *bad = support_json("{'$foo': 1}");
     assert_null(match_compile(bad, NULL));
     bson_destroy(bad);
     match_destroy(NULL);
@@ -714,8 +671,8 @@ static void test_details(void **state)
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        bson_t *filter = json(cases[i].filter);
-        bson_t *document = json(cases[i].document);
+        bson_t *filter = support_json(cases[i].filter);
+        bson_t *document = support_json(cases[i].document);
         bson_error_t error;
         match_expression_t *expression = match_compile(filter, &error);
         assert_non_null(expression);

@@ -9,6 +9,8 @@
 
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -33,53 +35,10 @@
 #define REGEX "{'$regularExpression':{'pattern':'^a','options':''}}"
 #define OID "{'$oid':'0123456789abcdef01234567'}"
 
-/* Turns every key starting with '%' into one starting with '$', in place. */
-static void dollar_keys(const uint8_t *data, uint32_t length)
-{
-    bson_iter_t iter;
-    assert_true(bson_iter_init_from_data(&iter, data, length));
-    while (bson_iter_next(&iter)) {
-        char *key = (char *)bson_iter_key(&iter);
-        if (key[0] == '%') {
-            key[0] = '$';
-        }
-        if (BSON_ITER_HOLDS_DOCUMENT(&iter) || BSON_ITER_HOLDS_ARRAY(&iter)) {
-            const uint8_t *child;
-            uint32_t child_length;
-            if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-                bson_iter_document(&iter, &child_length, &child);
-            } else {
-                bson_iter_array(&iter, &child_length, &child);
-            }
-            dollar_keys(child, child_length);
-        }
-    }
-}
-
-/* Parses the tables' JSON: single quotes stand for double quotes, and keys written
- * '%type', '%ref', '%id' become '$...' after parsing (libbson's JSON reader would
- * take them for extended JSON). Aborts the test on a typo. */
-static bson_t *json(const char *text)
-{
-    char buffer[4096];
-    size_t length = strlen(text);
-    bson_error_t error;
-    assert_true(length < sizeof buffer);
-    for (size_t i = 0; i <= length; i++) {
-        buffer[i] = text[i] == '\'' ? '"' : text[i];
-    }
-    bson_t *document = bson_new_from_json((const uint8_t *)buffer, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", text, error.message);
-    }
-    dollar_keys(bson_get_data(document), document->len);
-    return document;
-}
-
 /* A command as a client sends it: the JSON plus $db: "shop". */
 static bson_t *command_json(const char *text)
 {
-    bson_t *command = json(text);
+    bson_t *command = support_json(text);
     if (!bson_has_field(command, "$db")) {
         BSON_APPEND_UTF8(command, "$db", "shop");
     }
@@ -94,7 +53,7 @@ static bson_t *json_array(const char *text)
     uint32_t length;
     const uint8_t *data;
     snprintf(wrapped, sizeof wrapped, "{'a': %s}", text);
-    bson_t *document = json(wrapped);
+    bson_t *document = support_json(wrapped);
     assert_true(bson_iter_init_find(&iter, document, "a") && BSON_ITER_HOLDS_ARRAY(&iter));
     bson_iter_array(&iter, &length, &data);
     bson_t *array = bson_new_from_data(data, length);
@@ -142,7 +101,7 @@ static void run_bound_cases(const bound_case_t *cases, size_t count, const char 
 {
     int failures = 0;
     for (size_t i = 0; i < count; i++) {
-        bson_t *filter = json(cases[i].filter);
+        bson_t *filter = support_json(cases[i].filter);
         int64_t bound = -1;
         bool inclusive = false;
         bool proved = plan_filter_lower_bound(filter, time_field, &bound, &inclusive);
@@ -280,7 +239,7 @@ static void test_lower_bound_arguments(void **state)
     (void)state;
     int64_t bound;
     bool inclusive;
-    bson_t *filter = json("{'createdAt': {'$gte': " IN "}}");
+    bson_t *filter = support_json("{'createdAt': {'$gte': " IN "}}");
     assert_false(plan_filter_lower_bound(NULL, "createdAt", &bound, &inclusive));
     assert_false(plan_filter_lower_bound(filter, "", &bound, &inclusive));
     assert_false(plan_filter_lower_bound(filter, "$createdAt", &bound, &inclusive));
@@ -796,7 +755,7 @@ static void test_write_fault_in_filters(void **state)
     assert_true(plan_with(UPDATE("{'q': {'sku': 'x'}, 'u': {'$set': {'a': 1}}, 'collation': {'locale': 'fr'}}, "
                                  "{'q': {'n': {'$gt': 2}}, 'u': {'$set': {'a': 1}}}"),
                           WITH_HORIZON, &decision, &error));
-    bson_t *expected = json("{'0': {'filter': {'sku': 'x'}, 'collation': {'locale': 'fr'}}, "
+    bson_t *expected = support_json("{'0': {'filter': {'sku': 'x'}, 'collation': {'locale': 'fr'}}, "
                             "'1': {'filter': {'n': {'$gt': 2}}}}");
     assert_true(bson_equal(expected, &decision.fault_in_filters));
     assert_true(decision.needs_fault_in);
@@ -826,7 +785,7 @@ static void assert_unique_fault_ins(const char *command_text, const char *expect
     bson_error_t error;
     bson_t *command = command_json(command_text);
     assert_true(plan_command(command, &policy, &valid_coverage, &decision, &error));
-    bson_t *expected = json(expected_filters);
+    bson_t *expected = support_json(expected_filters);
     if (!bson_equal(expected, &decision.fault_in_filters)) {
         char *got = bson_as_relaxed_extended_json(&decision.fault_in_filters, NULL);
         fail_msg("%s: fault-in filters %s", command_text, got);
@@ -1238,7 +1197,7 @@ static void test_command_namespace(void **state)
         bson_destroy(command);
     }
     /* no $db, and a buffer too small */
-    bson_t *command = json("{'find': 'orders'}");
+    bson_t *command = support_json("{'find': 'orders'}");
     char namespace[PLAN_NAMESPACE_SIZE];
     assert_false(plan_command_namespace(command, namespace, sizeof namespace));
     bson_destroy(command);
@@ -1477,10 +1436,10 @@ static void test_point_ids_against_matcher(void **state)
     for (size_t i = 0; i < ID_COUNT; i++) {
         char text[256];
         snprintf(text, sizeof text, "{'_id': %s, 'v': %zu}", ids[i], i);
-        documents[i] = json(text);
+        documents[i] = support_json(text);
     }
     for (size_t f = 0; f < sizeof filters / sizeof filters[0]; f++) {
-        bson_t *filter = json(filters[f]);
+        bson_t *filter = support_json(filters[f]);
         bson_t point_ids = BSON_INITIALIZER;
         uint32_t count;
         assert_true(plan_filter_point_ids(filter, &point_ids, &count));
@@ -1521,7 +1480,7 @@ static void test_pinned_ids_against_matcher(void **state)
     };
     rng_state = 12345;
     for (size_t f = 0; f < sizeof filters / sizeof filters[0]; f++) {
-        bson_t *filter = json(filters[f]);
+        bson_t *filter = support_json(filters[f]);
         bson_t pinned = BSON_INITIALIZER;
         uint32_t count;
         assert_true(planner_filter_pinned_ids(filter, &pinned, &count));
@@ -1554,7 +1513,7 @@ static void test_pinned_ids_against_matcher(void **state)
         "{'_id': 1, '_id': 2}", "{'_id.a': 1}",
     };
     for (size_t f = 0; f < sizeof unpinned / sizeof unpinned[0]; f++) {
-        bson_t *filter = json(unpinned[f]);
+        bson_t *filter = support_json(unpinned[f]);
         bson_t pinned = BSON_INITIALIZER;
         uint32_t count;
         assert_false(planner_filter_pinned_ids(filter, &pinned, &count));
