@@ -4,7 +4,10 @@
 #include "proxy/router_private.h"
 #include "common/clock.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#define WAIT_RECHECK_MS 250
 
 /* --- read-your-writes across tiers ----------------------------------------------------
  * A read the archive answers waits here until the feeder has applied every write to
@@ -76,10 +79,54 @@ static void fail_stopped_feed(proxy_request_t *request, const namespace_state_t 
     router_finish_with_error(request, &error);
 }
 
+/* Why the archive is away, or false when nothing says so: this process's feeder
+ * cannot reach it, or the proxy's own last connection attempt to it failed. A
+ * wait for the feeder then ends after failoverWait, not readYourWritesWait: the
+ * feeder cannot catch up before the archive returns. */
+static bool archive_away(proxy_t *proxy, char *out_reason, size_t reason_size)
+{
+    if ((proxy->workers_here & TIER_RUN_FEEDER) != 0) {
+        tier_worker_progress_t feeder;
+        tier_progress_worker(proxy->progress, TIER_WORKER_FEEDER, &feeder);
+        if (feeder.running && !feeder.archive_reachable && feeder.last_error[0] != '\0') {
+            snprintf(out_reason, reason_size, "%s", feeder.last_error);
+            return true;
+        }
+    }
+    backend_pool_stats_t stats = backend_pool_stats(proxy->tiers[PROXY_TIER_ARCHIVE]);
+    if (stats.last_error != NULL) {
+        snprintf(out_reason, reason_size, "%s", stats.last_error);
+        return true;
+    }
+    return false;
+}
+
+static int64_t wait_deadline(proxy_t *proxy, const read_wait_t *wait)
+{
+    char reason[TIER_ERROR_TEXT_SIZE];
+    int64_t away_deadline = wait->started_ms + proxy->config->failover_wait_ms;
+    if (!wait->for_pin && away_deadline < wait->deadline_ms && archive_away(proxy, reason, sizeof reason)) {
+        return away_deadline;
+    }
+    return wait->deadline_ms;
+}
+
 static void fail_wait_expired(proxy_request_t *request, const namespace_state_t *blocking, int64_t waited_ms)
 {
     bson_error_t error;
     bool catalog = request->has_decision && request->decision.kind == PLAN_KIND_CATALOG;
+    char reason[TIER_ERROR_TEXT_SIZE];
+    if (archive_away(request->proxy, reason, sizeof reason)) {
+        /* Retryable, as a network error is: the same command succeeds once the
+         * archive is back and the feeder has caught up. */
+        tc_error_set(&error, TC_ERR_HOST_UNREACHABLE,
+                     "the archive is unreachable (%s): this %s needs it, and the feeder cannot apply the writes to "
+                     "%s acknowledged before it (waited %lld ms); retry once the archive is back",
+                     reason, catalog ? request->command_name : "operation", blocking->config->ns,
+                     (long long)waited_ms);
+        router_finish_with_error(request, &error);
+        return;
+    }
     tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,
                  "read-your-writes: the feeder has not yet applied to the archive the writes to %s acknowledged "
                  "before this %s (waited %lld ms, readYourWritesWait); retry the %s",
@@ -97,13 +144,17 @@ static void arm_wait_timer(proxy_t *proxy)
 {
     int64_t earliest = INT64_MAX;
     for (read_wait_t *wait = proxy->waits_head; wait != NULL; wait = wait->next) {
-        earliest = wait->deadline_ms < earliest ? wait->deadline_ms : earliest;
+        int64_t deadline = wait_deadline(proxy, wait);
+        earliest = deadline < earliest ? deadline : earliest;
     }
     if (earliest == INT64_MAX) {
         uv_timer_stop(&proxy->wait_timer);
         return;
     }
     int64_t delay = earliest - clock_monotonic_ms();
+    /* The archive going away shortens the waits (wait_deadline), and no event
+     * says so: look again this often while requests wait. */
+    delay = delay > WAIT_RECHECK_MS ? WAIT_RECHECK_MS : delay;
     uv_timer_start(&proxy->wait_timer, on_wait_deadline, delay < 0 ? 0 : (uint64_t)delay, 0);
 }
 
@@ -293,7 +344,7 @@ static void resume_or_fail(read_wait_t *wait, int64_t now)
 
 static bool keep_until_deadline(read_wait_t *wait, int64_t now)
 {
-    return now < wait->deadline_ms;
+    return now < wait_deadline(wait->request->proxy, wait);
 }
 
 static void expire(read_wait_t *wait, int64_t now)

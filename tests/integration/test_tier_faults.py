@@ -190,6 +190,47 @@ def test_archive_down_then_back(replicated_tiers, tmp_path):
     proxy.stop()
 
 
+def test_archive_away_what_needs_it_fails_within_failover_wait(replicated_tiers, tmp_path):
+    """With the archive killed, writes to documents the fast tier holds and window
+    reads go on; what needs the archive (an update of an archive-only document, a
+    read the planner sends there) fails with a retryable HostUnreachable once
+    failoverWait is spent, not after readYourWritesWait; after the archive returns
+    the same update succeeds and the archive has every write."""
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.orders.insert_one({"_id": "old", "createdAt": ago(2 * 86400), "n": 0})
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete",
+                        top={"failoverWait": "1s", "readYourWritesWait": "60s"})
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": utc_now(), "n": 0} for i in range(10)])
+    wait_feeder(proxy)
+    archive.kill9()
+    with pymongo.MongoClient(proxy.uri, serverSelectionTimeoutMS=10000, retryWrites=False,
+                             retryReads=False) as client:
+        orders = client.shop.orders
+        assert orders.delete_one({"_id": 9}).deleted_count == 1  # the feeder is now behind on a delete
+        assert orders.update_one({"_id": 1}, {"$inc": {"n": 1}}).modified_count == 1
+        assert len(list(orders.find({"createdAt": {"$gte": ago(600)}}))) == 9
+        for attempt in (lambda: orders.update_one({"_id": "old"}, {"$inc": {"n": 1}}),
+                        lambda: list(orders.find({"n": {"$gte": 0}}))):
+            started = time.monotonic()
+            with pytest.raises(pymongo.errors.OperationFailure) as raised:
+                attempt()
+            elapsed = time.monotonic() - started
+            assert raised.value.code == 6, raised.value.details
+            assert "archive is unreachable" in str(raised.value) or "unreachable" in str(raised.value)
+            assert elapsed < 30, "waited %.1f s: readYourWritesWait (60 s), not failoverWait (1 s)" % elapsed
+    archive.restart()
+    with client_for(proxy) as client:
+        assert client.shop.orders.update_one({"_id": "old"}, {"$inc": {"n": 1}}).modified_count == 1
+    wait_feeder(proxy, timeout=40)
+    with client_for(archive) as client:  # "old" may have been evicted again since: only the archive is sure
+        expected = {i: 0 for i in range(9)}
+        expected.update({1: 1, "old": 1})
+        assert {d["_id"]: d["n"] for d in client.shop.orders.find()} == expected
+    proxy.stop()
+
+
 def test_unique_key_only_the_archive_holds_holds_only_that_document_loudly(replicated_tiers, tmp_path):
     """What I7 can guarantee for a unique key the proxy does not check at write time
     (one an operator computes, here $inc) that only the archive holds: the archive
