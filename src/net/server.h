@@ -26,6 +26,8 @@ typedef struct server_request {
      * callbacks.connection_close once the connection is gone. */
     void **connection_data;
     bool tls;                  /* the connection speaks TLS */
+    int64_t submitted_us;      /* worker mode: when it was queued for a worker (clock_monotonic_us);
+                                * until a worker takes it, it waits for one */
 } server_request_t;
 
 /* What the handler answers. The server owns data after the call (bson_free). */

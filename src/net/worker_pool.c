@@ -3,6 +3,8 @@
  * (one call per batch the submitter has not taken yet). */
 #include "net/worker_pool.h"
 
+#include "common/clock.h"
+
 #include <pthread.h>
 #include <string.h>
 
@@ -142,6 +144,7 @@ worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callb
 void worker_pool_submit(worker_pool_t *pool, worker_job_t *job)
 {
     memset(&job->reply, 0, sizeof job->reply);
+    job->request.submitted_us = clock_monotonic_us();
     pthread_mutex_lock(&pool->submitted_lock);
     worker_job_queue_push(&pool->submitted, job);
     bool wake = pool->sleeping_count > 0;

@@ -3,6 +3,7 @@
  * the reply in the request's own format (and compressor). Also the small helpers
  * every handler uses to read command fields the way mongod validates them. */
 #include "store/dispatch.h"
+#include "store/slow_ops.h"
 #include "store/auth.h"
 #include "store/oplog.h"
 #include "store/transactions.h"
@@ -246,6 +247,8 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     transaction_command_t transaction;
     bson_t duplicate_key = BSON_INITIALIZER; /* read before a transaction's session is given back */
     bool ok = false;
+    slow_op_watch_t watch;
+    slow_op_start(&watch, control->submitted_us);
 
     if (!bson_iter_init(&iter, command) || !bson_iter_next(&iter)) {
         tc_error_set(&error, TC_ERR_FAILED_TO_PARSE, "Empty command: a command document needs a command name");
@@ -311,6 +314,8 @@ done:
     append_cluster_time(session, reply);
     control->run_again = false;
     control->delay_ms = context.reply_delay_ms;
+    slow_op_finish(&watch, store, session, context.name, context.database, command, ok ? NULL : &error,
+                   connection_id);
     bson_destroy(&duplicate_key);
 }
 
@@ -346,7 +351,8 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
     bson_t reply = BSON_INITIALIZER;
     bool legacy = false;
     bool more_to_come = false;
-    dispatch_control_t control = {.attempt = request->attempt, .connection_data = request->connection_data};
+    dispatch_control_t control = {
+        .attempt = request->attempt, .connection_data = request->connection_data, .submitted_us = request->submitted_us};
     uint8_t *encoded = NULL;
     size_t encoded_length = 0;
 

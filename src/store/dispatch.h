@@ -18,6 +18,7 @@ typedef struct dispatch_control {
                         * stream's getMore waiting for events); reply is empty */
     void **connection_data; /* in: the connection's state slot
                              * (server_request_t.connection_data), or NULL */
+    int64_t submitted_us;   /* in: when it was queued for a worker (server_request_t), 0: now */
 } dispatch_control_t;
 
 /* Runs one command document (with $db) and fills reply with its fields and ok

@@ -126,6 +126,9 @@ done:
 
 /* --- the read path ------------------------------------------------------------ */
 
+/* The calling thread's reads: a command's own, for its slow-operation log line. */
+static _Thread_local slow_disk_thread_reads_t thread_reads;
+
 static void wait_for_slot(uint64_t io_units)
 {
     int64_t now = clock_monotonic_ns();
@@ -133,6 +136,7 @@ static void wait_for_slot(uint64_t io_units)
     if (start <= now) {
         return;
     }
+    thread_reads.throttled_wait_micros += (uint64_t)(start - now) / 1000;
     struct timespec deadline = {.tv_sec = start / NANOSECONDS_PER_SECOND,
                                 .tv_nsec = start % NANOSECONDS_PER_SECOND};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR) {
@@ -148,6 +152,7 @@ ssize_t slow_disk_pread(int descriptor, void *buffer, size_t count, off_t offset
 {
     if (is_data_file(descriptor)) {
         uint64_t io_units = count == 0 ? 1 : (count + SLOW_DISK_IO_UNIT_BYTES - 1) / SLOW_DISK_IO_UNIT_BYTES;
+        int64_t started = clock_monotonic_ns();
         atomic_fetch_add_explicit(&counters.reads, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&counters.io_units, io_units, memory_order_relaxed);
         atomic_fetch_add_explicit(&counters.bytes_read, count, memory_order_relaxed);
@@ -159,8 +164,18 @@ ssize_t slow_disk_pread(int descriptor, void *buffer, size_t count, off_t offset
             posix_fadvise(descriptor, offset, (off_t)count, POSIX_FADV_DONTNEED);
             posix_fadvise(descriptor, 0, 0, POSIX_FADV_RANDOM);
         }
+        ssize_t result = (ssize_t)syscall(SYS_pread64, descriptor, buffer, count, offset);
+        thread_reads.reads++;
+        thread_reads.bytes_read += count;
+        thread_reads.read_micros += (uint64_t)(clock_monotonic_ns() - started) / 1000;
+        return result;
     }
     return (ssize_t)syscall(SYS_pread64, descriptor, buffer, count, offset);
+}
+
+slow_disk_thread_reads_t slow_disk_thread_reads(void)
+{
+    return thread_reads;
 }
 
 /* --- control and statistics ------------------------------------------------- */

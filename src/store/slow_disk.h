@@ -20,6 +20,17 @@ typedef struct slow_disk_stats {
     uint64_t throttled_wait_micros; /* total time those reads waited */
 } slow_disk_stats_t;
 
+/* The calling thread's data-file reads since it started: a command's own are
+ * the difference across it (its slow-operation log line). */
+typedef struct slow_disk_thread_reads {
+    uint64_t reads;
+    uint64_t bytes_read;
+    uint64_t read_micros;           /* in pread, the cap's wait included */
+    uint64_t throttled_wait_micros; /* waiting for the cap alone */
+} slow_disk_thread_reads_t;
+
+slow_disk_thread_reads_t slow_disk_thread_reads(void);
+
 /* Caps data-file reads at reads_per_second; 0 lifts the cap (reads are still
  * counted). Under a cap each read also bypasses the OS page cache. Call before
  * the storage opens: the emulation is process-wide, as a volume is, one store

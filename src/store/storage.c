@@ -362,6 +362,35 @@ int64_t storage_table_size(storage_session_t *session, const char *table_uri)
     return size;
 }
 
+/* One connection statistic, 0 when it cannot be read. */
+static int64_t connection_statistic(WT_CURSOR *cursor, int key)
+{
+    const char *description, *printable;
+    uint64_t value;
+    cursor->set_key(cursor, key);
+    if (cursor->search(cursor) != 0 || cursor->get_value(cursor, &description, &printable, &value) != 0) {
+        return 0;
+    }
+    return (int64_t)value;
+}
+
+bool storage_read_pressure(storage_session_t *session, storage_pressure_t *out)
+{
+    WT_CURSOR *cursor = NULL;
+    memset(out, 0, sizeof *out);
+    if (session->wt->open_cursor(session->wt, "statistics:", NULL, "statistics=(fast)", &cursor) != 0) {
+        return false;
+    }
+    out->checkpoint_running = connection_statistic(cursor, WT_STAT_CONN_TXN_CHECKPOINT_RUNNING) != 0;
+    int64_t maximum = connection_statistic(cursor, WT_STAT_CONN_CACHE_BYTES_MAX);
+    if (maximum > 0) {
+        out->cache_used_percent = (double)connection_statistic(cursor, WT_STAT_CONN_CACHE_BYTES_INUSE) * 100 / maximum;
+        out->cache_dirty_percent = (double)connection_statistic(cursor, WT_STAT_CONN_CACHE_BYTES_DIRTY) * 100 / maximum;
+    }
+    cursor->close(cursor);
+    return true;
+}
+
 #define STATISTICS_MAX_SECTIONS 64
 
 typedef struct statistics_section {

@@ -229,6 +229,18 @@ void scan_position_cleanup(scan_position_t *position);
 
 /* --- statistics ----------------------------------------------------------- */
 
+/* What WiredTiger is doing that may slow a command down, read when one was slow:
+ * a checkpoint under way, and how full and how dirty the cache is (past 95% full
+ * or 20% dirty, application threads help evict and wait). */
+typedef struct storage_pressure {
+    bool checkpoint_running;
+    double cache_used_percent;
+    double cache_dirty_percent;
+} storage_pressure_t;
+
+/* False (out zeroed) when the statistics cannot be read. */
+bool storage_read_pressure(storage_session_t *session, storage_pressure_t *out);
+
 /* Appends WiredTiger's connection statistics to out as mongod's
  * serverStatus().wiredTiger shows them: one sub-document per section (the part
  * of the description before the colon), e.g. cache: {"bytes read into cache":

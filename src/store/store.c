@@ -10,6 +10,7 @@
 #include "store/dispatch.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
+#include "store/slow_ops.h"
 #include "store/transactions.h"
 #include "wire/wire.h"
 
@@ -31,6 +32,7 @@ void store_options_init(store_options_t *options)
     options->cache_bytes = 256ull * 1024 * 1024;
     options->compressor = "snappy";
     options->max_connections = 65536;
+    options->slow_ms = SLOW_OPS_DEFAULT_MS;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     options->worker_count = cores > 2 ? (int)cores * 2 : 4;
 }
@@ -241,6 +243,8 @@ static void print_usage(FILE *stream)
             "                         this long (default 30s)\n"
             "  --max-queued-replies SIZE  replies waiting for slow readers, server-wide;\n"
             "                         a reply past it closes its connection (default 256MB)\n"
+            "  --slowms MS            log each command slower than MS milliseconds, with where\n"
+            "                         its time went (default 100; 0: every command)\n"
             "  --verbose              log every failed command\n"
             "  --help                 this text\n");
 }
@@ -263,7 +267,7 @@ enum store_option {
     OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS, OPT_WORKERS,
     OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE, OPT_TLS_CA_FILE,
     OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT, OPT_SEND_TIMEOUT,
-    OPT_MAX_QUEUED_REPLIES
+    OPT_MAX_QUEUED_REPLIES, OPT_SLOW_MS
 };
 
 static const struct option store_long_options[] = {
@@ -292,6 +296,7 @@ static const struct option store_long_options[] = {
     {"receive-timeout", required_argument, NULL, OPT_RECEIVE_TIMEOUT},
     {"send-timeout", required_argument, NULL, OPT_SEND_TIMEOUT},
     {"max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED_REPLIES},
+    {"slowms", required_argument, NULL, OPT_SLOW_MS},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -467,6 +472,11 @@ int store_main(int argc, char **argv)
             break;
         case OPT_MAX_QUEUED_REPLIES:
             if (!parse_size_flag(optarg, "--max-queued-replies", &options.max_queued_reply_bytes)) {
+                return 2;
+            }
+            break;
+        case OPT_SLOW_MS:
+            if (!parse_positive(optarg, "--slowms", INT32_MAX, &options.slow_ms)) {
                 return 2;
             }
             break;
