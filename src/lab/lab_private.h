@@ -73,6 +73,19 @@ typedef enum lab_mode {
     LAB_MODE_EMPTY_START, /* through the proxy, from an empty fast tier, no warm-up */
 } lab_mode_t;
 
+/* The per-second series of a run (timeline.c). */
+typedef enum lab_series {
+    LAB_SERIES_ARCHIVE_PAGES_READ, /* pages read into the archive's cache */
+    LAB_SERIES_CPU_ARCHIVE,        /* CPU percent of one core (100: one core busy) */
+    LAB_SERIES_CPU_FAST,
+    LAB_SERIES_CPU_PROXY,
+    LAB_SERIES_FEEDER_LAG_MS,      /* at the end of the second */
+    LAB_SERIES_FEEDER_EVENTS,      /* change events applied to the archive */
+    LAB_SERIES_READS_WAITED,       /* reads that waited on the read-your-writes barrier */
+    LAB_SERIES_READS_WAITING,      /* reads waiting on it at the end of the second */
+    LAB_SERIES_COUNT
+} lab_series_t;
+
 /* What one run measured. */
 typedef struct lab_run {
     bool attempted;
@@ -88,6 +101,11 @@ typedef struct lab_run {
     double measured_seconds;
     int second_count;
     double *ops_series; /* operations per second of the measured window; owned */
+    double *read_p99_series; /* bench's read p99 per second in ms, NAN without reads; owned */
+    /* What the servers did in each second of the measured window, beside the
+     * throughput (timeline.c): NULL when not sampled; NAN for a second or a
+     * server without the figure. Owned. */
+    double *series[LAB_SERIES_COUNT];
     /* From the archive's serverStatus over the measured window. */
     double archive_pages_read_per_second;
     double archive_disk_reads_per_second;
@@ -226,6 +244,13 @@ typedef enum lab_counter {
     LAB_COUNTER_CPU_ARCHIVE,
     LAB_COUNTER_CPU_FAST,
     LAB_COUNTER_CPU_PROXY,
+    /* The proxy's thermoclineStatus, -1 without a proxy: the feeder's lag in ms
+     * and the reads waiting on the read-your-writes barrier now (gauges), the
+     * events it applied and the reads that waited (cumulative). */
+    LAB_COUNTER_FEEDER_LAG_MS,
+    LAB_COUNTER_FEEDER_EVENTS,
+    LAB_COUNTER_READS_WAITED,
+    LAB_COUNTER_READS_WAITING,
     LAB_COUNTER_COUNT
 } lab_counter_t;
 
@@ -237,6 +262,10 @@ typedef struct lab_counters {
 
 /* Fills at_ms and the archive's counters; the CPU counters are the caller's. */
 bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+/* Fills the proxy's counters from its thermoclineStatus (-1 each when it does
+ * not answer). */
+void lab_read_proxy_counters(mongoc_client_t *proxy, lab_counters_t *out);
 
 /* The collection's count, BSON size and on-disk size (collection and indexes). */
 bool lab_collection_sizes(mongoc_client_t *client, int64_t *out_count, int64_t *out_data_bytes,
@@ -313,6 +342,23 @@ typedef struct lab_catch_up {
 void lab_catch_up_compute(const double *series, int count, double reference, int window_seconds,
                           lab_catch_up_t *out);
 
+/* --- timeline.c: each second of a run -------------------------------------------------- */
+
+/* Fills run->series from the samples (time order) over bench's measured window
+ * (run->started_at_ms, run->second_count). */
+void lab_timeline_compute(lab_run_t *run, const lab_counters_t *samples, size_t count);
+
+/* Appends {second: [...], ops: [...], read_p99_ms: [...], archive_pages_read:
+ * [...], cpu_percent: {archive, fast, proxy}, feeder_lag_ms, feeder_events_applied,
+ * reads_waited_for_feeder, reads_waiting_for_feeder} under key. */
+void lab_timeline_append_json(bson_t *parent, const char *key, const lab_run_t *run);
+
+/* Stacked panels over the run's seconds: throughput, read p99, feeder lag and
+ * the reads on the barrier, CPU per process. */
+bool lab_timeline_plot(const lab_run_t *run, const char *title, const char *path, bson_error_t *error) TC_MUST_CHECK;
+
+void lab_timeline_cleanup(lab_run_t *run);
+
 /* The comparison table and notes, as printed at the end. */
 void lab_report_table(FILE *stream, const lab_t *lab);
 
@@ -340,6 +386,17 @@ typedef struct lab_plot_line {
 /* A line chart with linear axes from 0. */
 bool lab_plot_lines(const char *path, const char *title, const char *x_label, const char *y_label,
                     const lab_plot_line_t *lines, size_t line_count, bson_error_t *error) TC_MUST_CHECK;
+
+/* One chart of a stack sharing the x axis. */
+typedef struct lab_plot_panel {
+    const char *y_label;
+    const lab_plot_line_t *lines;
+    size_t line_count;
+} lab_plot_panel_t;
+
+/* Line charts stacked one above the other, each with its own y axis. */
+bool lab_plot_panels(const char *path, const char *title, const char *x_label, const lab_plot_panel_t *panels,
+                     size_t panel_count, bson_error_t *error) TC_MUST_CHECK;
 
 typedef struct lab_plot_bars {
     const char *label;

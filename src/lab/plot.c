@@ -62,7 +62,7 @@ static void format_tick(double value, char *out, size_t size)
     }
 }
 
-static FILE *open_svg(const char *path, const char *title, bson_error_t *error)
+static FILE *open_svg(const char *path, const char *title, int height, bson_error_t *error)
 {
     FILE *file = fopen(path, "w");
     if (file == NULL) {
@@ -73,7 +73,7 @@ static FILE *open_svg(const char *path, const char *title, bson_error_t *error)
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-            PLOT_WIDTH, PLOT_HEIGHT, PLOT_WIDTH, PLOT_HEIGHT);
+            PLOT_WIDTH, height, PLOT_WIDTH, height);
     write_text(file, PLOT_WIDTH / 2.0, 28, "middle", "font-weight=\"bold\"", title);
     return file;
 }
@@ -91,17 +91,23 @@ static bool close_svg(FILE *file, const char *path, bson_error_t *error)
     return true;
 }
 
+static void write_y_label(FILE *file, double top, double height, const char *y_label)
+{
+    char transform[96];
+    snprintf(transform, sizeof transform, "transform=\"rotate(-90 18 %.1f)\"", top + height / 2);
+    write_text(file, 18, top + height / 2, "middle", transform, y_label);
+}
+
 static void write_axis_labels(FILE *file, const char *x_label, const char *y_label)
 {
     write_text(file, PLOT_LEFT + plot_inner_width / 2, PLOT_HEIGHT - 16, "middle", "", x_label);
-    char transform[96];
-    snprintf(transform, sizeof transform, "transform=\"rotate(-90 18 %.1f)\"", PLOT_TOP + plot_inner_height / 2);
-    write_text(file, 18, PLOT_TOP + plot_inner_height / 2, "middle", transform, y_label);
+    write_y_label(file, PLOT_TOP, plot_inner_height, y_label);
 }
 
-static void write_legend_entry(FILE *file, int index, const char *label, const char *color, bool dashed, bool box)
+static void write_legend_entry(FILE *file, double top, int index, const char *label, const char *color, bool dashed,
+                               bool box)
 {
-    double x = PLOT_LEFT + 12, y = PLOT_TOP + 14 + index * 18;
+    double x = PLOT_LEFT + 12, y = top + 14 + index * 18;
     if (box) {
         fprintf(file, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" fill=\"%s\"/>\n", x, y - 9, color);
     } else {
@@ -111,33 +117,34 @@ static void write_legend_entry(FILE *file, int index, const char *label, const c
     write_text(file, x + 28, y, "start", "", label);
 }
 
-bool lab_plot_lines(const char *path, const char *title, const char *x_label, const char *y_label,
-                    const lab_plot_line_t *lines, size_t line_count, bson_error_t *error)
+/* The x axis every panel of a chart shares: 1 .. x_right seconds. */
+static double lines_x_right(const lab_plot_line_t *lines, size_t line_count, double *out_step)
 {
     int x_max = 1;
+    for (size_t i = 0; i < line_count; i++) {
+        x_max = lines[i].count > x_max ? lines[i].count : x_max;
+    }
+    *out_step = nice_step((double)x_max, 8);
+    return ceil((double)x_max / *out_step) * *out_step;
+}
+
+/* One line chart in the band [top, top + height] of the file. */
+static void write_line_panel(FILE *file, double top, double height, double x_right, double x_step,
+                             const lab_plot_line_t *lines, size_t line_count)
+{
     double y_max = 0;
     for (size_t i = 0; i < line_count; i++) {
-        if (lines[i].count > x_max) {
-            x_max = lines[i].count;
-        }
         for (int j = 0; j < lines[i].count; j++) {
             if (isfinite(lines[i].values[j]) && lines[i].values[j] > y_max) {
                 y_max = lines[i].values[j];
             }
         }
     }
-    double y_step = nice_step(y_max > 0 ? y_max * 1.05 : 1.0, 6);
+    double y_step = nice_step(y_max > 0 ? y_max * 1.05 : 1.0, height > 200 ? 6 : 3);
     double y_top = ceil((y_max > 0 ? y_max * 1.05 : 1.0) / y_step) * y_step;
-    double x_step = nice_step((double)x_max, 8);
-    double x_right = ceil((double)x_max / x_step) * x_step;
-
-    FILE *file = open_svg(path, title, error);
-    if (file == NULL) {
-        return false;
-    }
     char label[32];
     for (double tick = 0; tick <= y_top + y_step / 2; tick += y_step) {
-        double y = PLOT_TOP + plot_inner_height - tick / y_top * plot_inner_height;
+        double y = top + height - tick / y_top * height;
         fprintf(file, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n", PLOT_LEFT, y,
                 PLOT_LEFT + plot_inner_width, y);
         format_tick(tick, label, sizeof label);
@@ -145,13 +152,13 @@ bool lab_plot_lines(const char *path, const char *title, const char *x_label, co
     }
     for (double tick = 0; tick <= x_right + x_step / 2; tick += x_step) {
         double x = PLOT_LEFT + tick / x_right * plot_inner_width;
-        fprintf(file, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#f0f0f0\"/>\n", x, PLOT_TOP, x,
-                PLOT_TOP + plot_inner_height);
+        fprintf(file, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#f0f0f0\"/>\n", x, top, x,
+                top + height);
         format_tick(tick, label, sizeof label);
-        write_text(file, x, PLOT_TOP + plot_inner_height + 18, "middle", "", label);
+        write_text(file, x, top + height + 18, "middle", "", label);
     }
-    fprintf(file, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n",
-            PLOT_LEFT, PLOT_TOP, plot_inner_width, plot_inner_height);
+    fprintf(file, "<rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n",
+            PLOT_LEFT, top, plot_inner_width, height);
     for (size_t i = 0; i < line_count; i++) {
         const lab_plot_line_t *line = &lines[i];
         fprintf(file, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s points=\"", line->color,
@@ -159,12 +166,53 @@ bool lab_plot_lines(const char *path, const char *title, const char *x_label, co
         for (int j = 0; j < line->count; j++) {
             double value = isfinite(line->values[j]) ? line->values[j] : 0.0;
             fprintf(file, "%.1f,%.1f ", PLOT_LEFT + (j + 1) / x_right * plot_inner_width,
-                    PLOT_TOP + plot_inner_height - value / y_top * plot_inner_height);
+                    top + height - value / y_top * height);
         }
         fputs("\"/>\n", file);
-        write_legend_entry(file, (int)i, line->label, line->color, line->dashed, false);
+        write_legend_entry(file, top, (int)i, line->label, line->color, line->dashed, false);
     }
+}
+
+bool lab_plot_lines(const char *path, const char *title, const char *x_label, const char *y_label,
+                    const lab_plot_line_t *lines, size_t line_count, bson_error_t *error)
+{
+    double x_step;
+    double x_right = lines_x_right(lines, line_count, &x_step);
+    FILE *file = open_svg(path, title, PLOT_HEIGHT, error);
+    if (file == NULL) {
+        return false;
+    }
+    write_line_panel(file, PLOT_TOP, plot_inner_height, x_right, x_step, lines, line_count);
     write_axis_labels(file, x_label, y_label);
+    return close_svg(file, path, error);
+}
+
+#define PANEL_HEIGHT 170
+#define PANEL_GAP 40
+
+bool lab_plot_panels(const char *path, const char *title, const char *x_label, const lab_plot_panel_t *panels,
+                     size_t panel_count, bson_error_t *error)
+{
+    double x_step = 1, x_right = 1;
+    for (size_t i = 0; i < panel_count; i++) {
+        double step;
+        double right = lines_x_right(panels[i].lines, panels[i].line_count, &step);
+        if (right > x_right) {
+            x_right = right;
+            x_step = step;
+        }
+    }
+    int height = PLOT_TOP + (int)panel_count * (PANEL_HEIGHT + PANEL_GAP) + PLOT_BOTTOM - PANEL_GAP;
+    FILE *file = open_svg(path, title, height, error);
+    if (file == NULL) {
+        return false;
+    }
+    for (size_t i = 0; i < panel_count; i++) {
+        double top = PLOT_TOP + (double)i * (PANEL_HEIGHT + PANEL_GAP);
+        write_line_panel(file, top, PANEL_HEIGHT, x_right, x_step, panels[i].lines, panels[i].line_count);
+        write_y_label(file, top, PANEL_HEIGHT, panels[i].y_label);
+    }
+    write_text(file, PLOT_LEFT + plot_inner_width / 2, height - 16, "middle", "", x_label);
     return close_svg(file, path, error);
 }
 
@@ -202,7 +250,7 @@ bool lab_plot_bars(const char *path, const char *title, const char *y_label, boo
      (log_scale ? (log10(value) - log10(axis_low)) / (log10(axis_high) - log10(axis_low))               \
                 : (value) / axis_high) * plot_inner_height)
 
-    FILE *file = open_svg(path, title, error);
+    FILE *file = open_svg(path, title, PLOT_HEIGHT, error);
     if (file == NULL) {
         return false;
     }
@@ -248,7 +296,7 @@ bool lab_plot_bars(const char *path, const char *title, const char *y_label, boo
         write_text(file, PLOT_LEFT + slot * ((double)c + 0.5), base + 18, "middle", "", categories[c]);
     }
     for (size_t g = 0; g < group_count; g++) {
-        write_legend_entry(file, (int)g, groups[g].label, groups[g].color, false, true);
+        write_legend_entry(file, PLOT_TOP, (int)g, groups[g].label, groups[g].color, false, true);
     }
 #undef PLOT_Y
     write_axis_labels(file, "", y_label);
@@ -341,6 +389,26 @@ bool lab_report_plots(const lab_t *lab, FILE *stream, bson_error_t *error)
     for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
         snprintf(path, sizeof path, "%s/latency-%s.svg", lab->settings.output_dir, lab->workloads[i]);
         if (!plot_latency(lab, i, path, error)) {
+            return false;
+        }
+        fprintf(stream, "  %s\n", path);
+    }
+    for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
+        if (!lab->tiered[i].ok) {
+            continue;
+        }
+        char title[128];
+        snprintf(title, sizeof title, "%s tiered: each second of the run", lab->workloads[i]);
+        snprintf(path, sizeof path, "%s/timeline-%s-tiered.svg", lab->settings.output_dir, lab->workloads[i]);
+        if (!lab_timeline_plot(&lab->tiered[i], title, path, error)) {
+            return false;
+        }
+        fprintf(stream, "  %s\n", path);
+    }
+    if (lab->fixed_tiered.ok) {
+        snprintf(path, sizeof path, "%s/timeline-store-fixed-tiered.svg", lab->settings.output_dir);
+        if (!lab_timeline_plot(&lab->fixed_tiered, "store tiered at a fixed offered load: each second of the run",
+                               path, error)) {
             return false;
         }
         fprintf(stream, "  %s\n", path);

@@ -244,6 +244,24 @@ void lab_worker_view_init(lab_worker_view_t *view, const bson_t *reply)
     }
 }
 
+void lab_read_proxy_counters(mongoc_client_t *proxy, lab_counters_t *out)
+{
+    static const char *const lag_path[] = {"workers", "feeder", "lagMillis"};
+    static const char *const events_path[] = {"workers", "feeder", "eventsApplied"};
+    static const char *const waiting_path[] = {"readsWaitingForFeeder"};
+    static const char *const waited_path[] = {"namespaces", LAB_NAMESPACE, "readsWaitedForFeeder"};
+    bson_t reply;
+    bson_error_t error;
+    bool ok = proxy != NULL && lab_proxy_status(proxy, &reply, &error);
+    out->values[LAB_COUNTER_FEEDER_LAG_MS] = ok ? (double)number_at(&reply, lag_path, 3) : -1;
+    out->values[LAB_COUNTER_FEEDER_EVENTS] = ok ? (double)number_at(&reply, events_path, 3) : -1;
+    out->values[LAB_COUNTER_READS_WAITING] = ok ? (double)number_at(&reply, waiting_path, 1) : -1;
+    out->values[LAB_COUNTER_READS_WAITED] = ok ? (double)number_at(&reply, waited_path, 3) : -1;
+    if (proxy != NULL) {
+        bson_destroy(&reply);
+    }
+}
+
 void lab_worker_view_cleanup(lab_worker_view_t *view)
 {
     bson_destroy(&view->namespace_status);

@@ -116,6 +116,7 @@ bool lab_read_bench_report(const char *path, lab_run_t *run, bson_error_t *error
     if (find_child(&report, "time_series", &series)) {
         int count = (int)bson_count_keys(&series);
         run->ops_series = bson_malloc0(((size_t)count + 1) * sizeof *run->ops_series);
+        run->read_p99_series = bson_malloc0(((size_t)count + 1) * sizeof *run->read_p99_series);
         run->second_count = 0;
         bson_iter_t row_iter;
         bson_iter_init(&row_iter, &series);
@@ -128,6 +129,11 @@ bool lab_read_bench_report(const char *path, lab_run_t *run, bson_error_t *error
             }
             bson_iter_document(&row_iter, &row_length, &row_data);
             if (bson_init_static(&row, row_data, row_length)) {
+                bson_iter_t p99;
+                run->read_p99_series[run->second_count] =
+                    bson_iter_init_find(&p99, &row, "read_p99_us") && BSON_ITER_HOLDS_NUMBER(&p99)
+                        ? bson_iter_as_double(&p99) / 1000.0
+                        : NAN;
                 run->ops_series[run->second_count++] =
                     number_of(&row, "read") + number_of(&row, "update") + number_of(&row, "insert");
             }
@@ -463,6 +469,9 @@ static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bo
         append_number_or_null(&child, "feeder_drain_seconds", run->feeder_drain_seconds,
                               run->feeder_drain_seconds >= 0);
         BSON_APPEND_DOCUMENT(&child, "proxy_status", &run->proxy_namespace_status);
+    }
+    if (run->ok) {
+        lab_timeline_append_json(&child, "per_second", run);
     }
     bson_append_document_end(parent, &child);
 }

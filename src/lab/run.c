@@ -200,13 +200,15 @@ typedef struct sample_list {
     size_t count, capacity;
 } sample_list_t;
 
-static void sample_take(lab_t *lab, sample_list_t *samples, mongoc_client_t *archive)
+/* proxy: NULL in a run without one. */
+static void sample_take(lab_t *lab, sample_list_t *samples, mongoc_client_t *archive, mongoc_client_t *proxy)
 {
     lab_counters_t reading;
     bson_error_t error;
     if (archive == NULL || !lab_read_counters(archive, &reading, &error)) {
         return; /* a missed sample only widens the interpolation */
     }
+    lab_read_proxy_counters(proxy, &reading);
     /* Read right after serverStatus returns, so close to its localTime. */
     const lab_process_t *servers[] = {&lab->archive, &lab->fast, &lab->proxy}; /* lab_role_t order */
     for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
@@ -253,7 +255,8 @@ static void clear_progress(const lab_t *lab)
  * servers; fails if one dies or the lab is interrupted (bench is left to the
  * caller's stop). */
 static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int64_t expected_ms,
-                        mongoc_client_t *archive, sample_list_t *samples, bson_error_t *error)
+                        mongoc_client_t *archive, mongoc_client_t *proxy, sample_list_t *samples,
+                        bson_error_t *error)
 {
     int64_t started = clock_monotonic_ms();
     int64_t next_sample = started + LAB_SAMPLE_INTERVAL_MS;
@@ -266,7 +269,7 @@ static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int
         }
         int64_t now = clock_monotonic_ms();
         if (now >= next_sample) {
-            sample_take(lab, samples, archive);
+            sample_take(lab, samples, archive, proxy);
             next_sample += LAB_SAMPLE_INTERVAL_MS;
             show_progress(lab, label, now - started, expected_ms);
         }
@@ -547,8 +550,34 @@ void lab_run_cleanup(lab_run_t *run)
 {
     bson_free(run->ops_series);
     run->ops_series = NULL;
+    bson_free(run->read_p99_series);
+    run->read_p99_series = NULL;
+    lab_timeline_cleanup(run);
     if (run->attempted) {
         bson_destroy(&run->proxy_namespace_status);
+    }
+}
+
+/* The run's figures over bench's measured window from the samples: the archive's
+ * reads, each process's CPU per operation, and each second (timeline.c). */
+static void measure_from_samples(lab_t *lab, const char *run_name, lab_run_t *run, const sample_list_t *samples)
+{
+    lab_timeline_compute(run, samples->items, samples->count);
+    if (samples->count < 2) {
+        lab_note(lab, "%s: too few serverStatus samples of the archive to measure its page reads", run_name);
+        return;
+    }
+    int64_t from = run->started_at_ms, to = run->started_at_ms + (int64_t)(run->measured_seconds * 1000.0);
+    double seconds = (double)(to - from) / 1000.0;
+    if (seconds <= 0) {
+        return;
+    }
+    run->archive_pages_read_per_second = counter_change(samples, LAB_COUNTER_PAGES_READ, from, to) / seconds;
+    run->archive_disk_reads_per_second = counter_change(samples, LAB_COUNTER_DISK_READS, from, to) / seconds;
+    for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
+        double cpu_seconds = counter_change(samples, LAB_COUNTER_CPU_ARCHIVE + role, from, to);
+        run->cpu_us_per_operation[role] =
+            cpu_seconds >= 0 && run->operations > 0 ? cpu_seconds * 1e6 / (double)run->operations : -1.0;
     }
 }
 
@@ -642,11 +671,12 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     archive_client = lab_client_new(archive_port, &error);
     TC_CHECK(archive_client != NULL);
 
-    sample_take(lab, &samples, archive_client);
+    sample_take(lab, &samples, archive_client, proxy_client);
     snprintf(log_path, sizeof log_path, "%s/%s-bench.log", lab->logs_dir, run_name);
     TC_CHECK(start_bench(lab, workload, uri, warmup_ms, duration_ms, target_ops, json_path, log_path, &error));
-    TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, archive_client, &samples, &error));
-    sample_take(lab, &samples, archive_client);
+    TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, archive_client, proxy_client, &samples,
+                         &error));
+    sample_take(lab, &samples, archive_client, proxy_client);
     TC_CHECK(bench_finished_well(lab, &error));
     TC_CHECK(lab_read_bench_report(json_path, run, &error));
 
@@ -656,21 +686,7 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
                  (long long)run->errors, lab_grouped((double)run->operations, operations, sizeof operations),
                  run->first_error);
     }
-    if (samples.count >= 2) {
-        int64_t from = run->started_at_ms, to = run->started_at_ms + (int64_t)(run->measured_seconds * 1000.0);
-        double seconds = (double)(to - from) / 1000.0;
-        if (seconds > 0) {
-            run->archive_pages_read_per_second = counter_change(&samples, LAB_COUNTER_PAGES_READ, from, to) / seconds;
-            run->archive_disk_reads_per_second = counter_change(&samples, LAB_COUNTER_DISK_READS, from, to) / seconds;
-            for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
-                double cpu_seconds = counter_change(&samples, LAB_COUNTER_CPU_ARCHIVE + role, from, to);
-                run->cpu_us_per_operation[role] =
-                    cpu_seconds >= 0 && run->operations > 0 ? cpu_seconds * 1e6 / (double)run->operations : -1.0;
-            }
-        }
-    } else {
-        lab_note(lab, "%s: too few serverStatus samples of the archive to measure its page reads", run_name);
-    }
+    measure_from_samples(lab, run_name, run, &samples);
     if (mode != LAB_MODE_DIRECT) {
         TC_CHECK(after_proxied_run(lab, proxy_client, run_name, run, &error));
     }

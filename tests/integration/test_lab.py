@@ -145,6 +145,19 @@ def test_tiny_lab_end_to_end(tmp_path):
                 assert abs(ratio - tiered / direct) < 1e-9 * max(1.0, ratio)
         tiered = modes["tiered"]
         assert "routes" in tiered["proxy_status"], tiered["proxy_status"]
+        # Each second of the run beside its throughput: what limits it shows there.
+        for mode in ("direct", "tiered"):
+            per_second = modes[mode]["per_second"]
+            seconds = len(per_second["ops"])
+            assert seconds >= 1 and sum(per_second["ops"]) > 0, per_second
+            assert len(per_second["archive_pages_read"]) == len(per_second["cpu_percent"]["archive"]) == seconds
+            assert all(value is None or value >= 0 for value in per_second["cpu_percent"]["archive"])
+        per_second = tiered["per_second"]
+        for key in ("feeder_lag_ms", "feeder_events_applied", "reads_waited_for_feeder", "reads_waiting_for_feeder"):
+            assert len(per_second[key]) == len(per_second["ops"]), (key, per_second)
+            assert all(value >= 0 for value in per_second[key]), (key, per_second)
+        assert sum(per_second["cpu_percent"]["proxy"]) > 0, per_second
+        assert "feeder_lag_ms" not in modes["direct"]["per_second"]
         for key in ("warmer_reported", "fast_tier_warm_at_start", "feeder_reported"):
             assert isinstance(tiered[key], bool)
 
@@ -175,7 +188,9 @@ def test_tiny_lab_end_to_end(tmp_path):
     assert len(empty_start["ops_per_second_series"]) == 2
     assert all(isinstance(note, str) for note in report["notes"])
 
-    for name in ["throughput", "empty-start"] + ["latency-%s" % workload for workload in WORKLOADS]:
+    for name in (["throughput", "empty-start", "timeline-store-fixed-tiered"] +
+                 ["latency-%s" % workload for workload in WORKLOADS] +
+                 ["timeline-%s-tiered" % workload for workload in WORKLOADS]):
         assert_valid_svg(output / ("%s.svg" % name))
         assert str(output / ("%s.svg" % name)) in stdout
     throughput_bars = [element for element in assert_valid_svg(output / "throughput.svg").iter()
