@@ -81,6 +81,13 @@ static bool history_lost(bson_error_t *error)
                         "oplog.");
 }
 
+const char *change_stream_error_label(const bson_error_t *error)
+{
+    bool non_resumable = error->domain == TC_ERROR_DOMAIN && (error->code == TC_ERR_CHANGE_STREAM_FATAL_ERROR ||
+                                                              error->code == TC_ERR_CHANGE_STREAM_HISTORY_LOST);
+    return non_resumable ? "NonResumableChangeStreamError" : NULL;
+}
+
 /* --- reading a batch --------------------------------------------------------------- */
 
 typedef struct capture {

@@ -153,6 +153,22 @@ check('a token older than the oplog is refused (ChangeStreamHistoryLost)', async
     assert.ok(error instanceof MongoServerError, `expected MongoServerError, got ${error}`);
     assert.equal(error.code, 286);
     assert.equal(error.codeName, 'ChangeStreamHistoryLost');
+    assert.ok(error.hasErrorLabel('NonResumableChangeStreamError'), `labels: ${error.errorLabels}`);
+    return true;
+  });
+  await stream.close().catch(() => {});
+});
+
+check('a pipeline that removes _id fails once, labelled NonResumableChangeStreamError', async () => {
+  const coll = db.collection('unresumable');
+  const stream = coll.watch([{ $project: { _id: 0 } }], { maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await coll.insertOne({ _id: 1 });
+  await assert.rejects(nextEvents(stream, 1), (error) => {
+    assert.ok(error instanceof MongoServerError, `expected MongoServerError, got ${error}`);
+    assert.equal(error.code, 280);
+    assert.equal(error.codeName, 'ChangeStreamFatalError');
+    assert.ok(error.hasErrorLabel('NonResumableChangeStreamError'), `labels: ${error.errorLabels}`);
     return true;
   });
   await stream.close().catch(() => {});
