@@ -85,6 +85,33 @@ def test_watch_sees_insert_update_replace_delete_in_order(rs_client):
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
 
 
+def test_truncated_arrays_and_appended_elements_as_mongod_reports_them(rs_client):
+    """A pipeline update that shortens an array reports {field, newSize} in
+    truncatedArrays and leaves the kept prefix out of updatedFields (the
+    change-streams specification's "Test array truncation"); an operator
+    $set gives the array whole, as mongod's oplog does; $push gives the
+    appended elements by index."""
+    coll = rs_client.shop.arrays
+    coll.insert_one({"_id": 1, "a": 1, "array": ["foo", {"a": "bar"}, 1, 2, 3],
+                     "list": ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"]})
+    with coll.watch(max_await_time_ms=200) as stream:
+        coll.update_one({"_id": 1}, [{"$set": {"array": ["foo", {"a": "bar"}]}}])
+        coll.update_one({"_id": 1}, [{"$set": {"list": ["aaaaaaaaaa", "x"]}}])
+        coll.update_one({"_id": 1}, {"$push": {"array": {"$each": [7, 8]}}})
+        coll.update_one({"_id": 1}, {"$set": {"array": ["foo"]}})
+        truncated, changed_and_truncated, pushed, operator_set = [
+            e["updateDescription"] for e in next_events(stream, 4)]
+    assert truncated == {"updatedFields": {}, "removedFields": [],
+                         "truncatedArrays": [{"field": "array", "newSize": 2}]}
+    assert changed_and_truncated == {"updatedFields": {"list.1": "x"}, "removedFields": [],
+                                     "truncatedArrays": [{"field": "list", "newSize": 2}]}
+    assert pushed == {"updatedFields": {"array.2": 7, "array.3": 8}, "removedFields": [],
+                      "truncatedArrays": []}
+    assert operator_set == {"updatedFields": {"array": ["foo"]}, "removedFields": [],
+                            "truncatedArrays": []}
+    assert coll.find_one({"_id": 1})["list"] == ["aaaaaaaaaa", "x"]
+
+
 def test_a_new_stream_sees_nothing_from_before_it_was_opened(rs_client):
     """A stream opened without a resume point starts now, as mongod's: the drop,
     create and writes acknowledged just before watch() never appear in it (they

@@ -76,6 +76,20 @@ check('watch() sees insert, update, replace and delete in order', async () => {
   assert.deepEqual([...tokens].sort(), tokens);
 });
 
+check('a pipeline update that shortens an array: truncatedArrays', async () => {
+  const coll = db.collection('truncated');
+  await coll.insertOne({ _id: 1, array: ['foo', { a: 'bar' }, 1, 2, 3] });
+  const stream = coll.watch([], { maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await coll.updateOne({ _id: 1 }, [{ $set: { array: ['foo', { a: 'bar' }] } }]);
+  const [event] = await nextEvents(stream, 1);
+  await stream.close();
+  assert.equal(event.operationType, 'update');
+  assert.deepEqual(event.updateDescription, {
+    updatedFields: {}, removedFields: [], truncatedArrays: [{ field: 'array', newSize: 2 }],
+  });
+});
+
 check('fullDocument: updateLookup', async () => {
   const coll = db.collection('lookup');
   await coll.insertOne({ _id: 'k', n: 1 });
