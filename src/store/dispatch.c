@@ -17,7 +17,8 @@
 #include <string.h>
 
 static const command_definition_t *const command_tables[] = {
-    admin_commands, catalog_commands, write_commands, read_commands, aggregate_commands, auth_commands,
+    admin_commands, catalog_commands, coll_mod_commands, write_commands, read_commands, aggregate_commands,
+    auth_commands,
     transaction_commands,
 };
 
@@ -110,6 +111,22 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
     }
     *out = bson_iter_as_bool(&iter);
     return true;
+}
+
+bool command_is_generic_argument(const char *field)
+{
+    static const char *const generic_arguments[] = {
+        "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "$clusterTime", "$readPreference",
+        "readConcern", "writeConcern", "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors",
+        "$audit", "$client", "databaseVersion", "shardVersion", "$configServerState", "$gleStats",
+        "mayBypassWriteBlocking", "$configTime", "$topologyTime", "clientOperationKey", "$queryOptions", NULL,
+    };
+    for (const char *const *name = generic_arguments; *name != NULL; name++) {
+        if (strcmp(*name, field) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool command_wants_durable_write(const command_context_t *context)

@@ -90,6 +90,46 @@ check('a pipeline update that shortens an array: truncatedArrays', async () => {
   });
 });
 
+check('collMod changeStreamPreAndPostImages: images required for insert, update, replace, delete', async () => {
+  await db.createCollection('imaged');
+  await db.command({ collMod: 'imaged', changeStreamPreAndPostImages: { enabled: true } });
+  const [info] = await db.listCollections({ name: 'imaged' }).toArray();
+  assert.deepEqual(info.options, { changeStreamPreAndPostImages: { enabled: true } });
+  const coll = db.collection('imaged');
+  const stream = coll.watch([], {
+    fullDocument: 'required', fullDocumentBeforeChange: 'required', maxAwaitTimeMS: 200,
+  });
+  await stream.tryNext();
+  await coll.insertOne({ _id: 1, v: 1 });
+  await coll.updateOne({ _id: 1 }, { $inc: { v: 1 } });
+  await coll.replaceOne({ _id: 1 }, { w: 'replaced' });
+  await coll.deleteOne({ _id: 1 });
+  const [insert, update, replace, remove] = await nextEvents(stream, 4);
+  await stream.close();
+  assert.deepEqual(insert.fullDocument, { _id: 1, v: 1 });
+  assert.equal(insert.fullDocumentBeforeChange, undefined);
+  assert.deepEqual(update.fullDocumentBeforeChange, { _id: 1, v: 1 });
+  assert.deepEqual(update.fullDocument, { _id: 1, v: 2 });
+  assert.deepEqual(replace.fullDocumentBeforeChange, { _id: 1, v: 2 });
+  assert.deepEqual(replace.fullDocument, { _id: 1, w: 'replaced' });
+  assert.deepEqual(remove.fullDocumentBeforeChange, { _id: 1, w: 'replaced' });
+  assert.equal(remove.fullDocument, undefined);
+});
+
+check('a required pre-image that was not kept: NoMatchingDocument', async () => {
+  const coll = db.collection('not_imaged');
+  await coll.insertOne({ _id: 1 });
+  const stream = coll.watch([], { fullDocumentBeforeChange: 'required', maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await coll.deleteOne({ _id: 1 });
+  await assert.rejects(nextEvents(stream, 1), (error) => {
+    assert.equal(error.code, 47);
+    assert.equal(error.codeName, 'NoMatchingDocument');
+    return true;
+  });
+  await stream.close().catch(() => {});
+});
+
 check('fullDocument: updateLookup', async () => {
   const coll = db.collection('lookup');
   await coll.insertOne({ _id: 'k', n: 1 });
