@@ -130,6 +130,30 @@ check('a required pre-image that was not kept: NoMatchingDocument', async () => 
   await stream.close().catch(() => {});
 });
 
+check('showExpandedEvents: create, createIndexes, modify, dropIndexes with collectionUUID', async () => {
+  const stream = db.collection('expanded').watch([], { showExpandedEvents: true, maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await db.createCollection('expanded');
+  const coll = db.collection('expanded');
+  await coll.createIndex({ a: 1 });
+  await db.command({ collMod: 'expanded', index: { name: 'a_1', hidden: true } });
+  await coll.dropIndex('a_1');
+  const events = await nextEvents(stream, 4);
+  await stream.close();
+  assert.deepEqual(events.map((e) => e.operationType), ['create', 'createIndexes', 'modify', 'dropIndexes']);
+  const [info] = await db.listCollections({ name: 'expanded' }).toArray();
+  for (const event of events) {
+    assert.equal(event.collectionUUID.toString('hex'), info.info.uuid.toString('hex'));
+    assert.deepEqual(event.ns, { db: 'node_cs', coll: 'expanded' });
+  }
+  assert.deepEqual(events[0].operationDescription, { idIndex: { v: 2, key: { _id: 1 }, name: '_id_' } });
+  assert.deepEqual(events[1].operationDescription, { indexes: [{ v: 2, key: { a: 1 }, name: 'a_1' }] });
+  assert.deepEqual(events[2].operationDescription, { index: { name: 'a_1', hidden: true } });
+  assert.deepEqual(events[2].stateBeforeChange.indexOptions, { hidden: false });
+  assert.deepEqual(events[3].operationDescription,
+    { indexes: [{ v: 2, key: { a: 1 }, name: 'a_1', hidden: true }] });
+});
+
 check('fullDocument: updateLookup', async () => {
   const coll = db.collection('lookup');
   await coll.insertOne({ _id: 'k', n: 1 });
