@@ -803,7 +803,8 @@ bool storage_create_index(storage_session_t *session, collection_t *collection, 
         scan_position_cleanup(&position);
         if (built) {
             collection_add_index(collection, index);
-            built = catalog_write_entry(session, collection, error) && log_create_index(session, collection, index, error);
+            built = catalog_write_entry(session, collection, error) &&
+                    log_create_index(session, collection, index, error);
             if (!built) {
                 collection->index_count--;
             }
