@@ -3,16 +3,17 @@
  *   changeStreamPreAndPostImages: {enabled: bool}   recorded in the catalog's
  *       options (listCollections shows it while enabled); from then on each
  *       update and delete keeps its images for change streams (oplog.c);
- *   index: {name | keyPattern, hidden, expireAfterSeconds}   the index's spec
- *       (listIndexes), hidden taking it out of the planner's choices;
+ *   index: {name | keyPattern, hidden}   the index's spec (listIndexes),
+ *       hidden taking it out of the planner's choices;
  *   validationLevel, validationAction, an empty validator   recorded, as create
  *       records them.
  *
  * What the store cannot honour is refused, never silently kept: a validator
- * (the store validates no documents), views, time series, capped sizes,
- * collection-level expireAfterSeconds, an index made unique. The change is one
- * transaction with its {collMod: ...} oplog entry, whose o2 holds the options
- * before it (a change stream's expanded "modify" event shows both). */
+ * (the store validates no documents), views, time series, capped sizes, an
+ * index's expireAfterSeconds (the store runs no TTL monitor), an index made
+ * unique. The change is one transaction with its {collMod: ...} oplog entry,
+ * whose o2 holds the options before it (a change stream's expanded "modify"
+ * event shows both). */
 #include "store/commands.h"
 #include "query/value_format.h"
 
@@ -144,8 +145,6 @@ typedef struct index_change {
     index_descriptor_t *index;
     bool has_hidden;
     bool hidden;
-    bool has_expire;
-    int64_t expire_after_seconds;
 } index_change_t;
 
 static bool parse_index_request(const coll_mod_request_t *request, collection_t *collection, index_change_t *out,
@@ -167,9 +166,10 @@ static bool parse_index_request(const coll_mod_request_t *request, collection_t 
         } else if (strcmp(field, "hidden") == 0 && BSON_ITER_HOLDS_BOOL(&iter)) {
             out->has_hidden = true;
             out->hidden = bson_iter_bool(&iter);
-        } else if (strcmp(field, "expireAfterSeconds") == 0 && BSON_ITER_HOLDS_NUMBER(&iter)) {
-            out->has_expire = true;
-            out->expire_after_seconds = bson_iter_as_int64(&iter);
+        } else if (strcmp(field, "expireAfterSeconds") == 0) {
+            /* createIndexes keeps a TTL in the spec, but nothing here ever deletes
+             * what it expires: changing one would look like working TTL. */
+            return refuse(request, "changing a TTL index (it runs no TTL monitor)", error);
         } else if (strcmp(field, "unique") == 0 || strcmp(field, "prepareUnique") == 0 ||
                    strcmp(field, "forceNonUnique") == 0) {
             return refuse(request, "converting an index to or from unique yet", error);
@@ -184,7 +184,7 @@ static bool parse_index_request(const coll_mod_request_t *request, collection_t 
     if (name == NULL && !has_key_pattern) {
         return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "Must specify either index name or key pattern.");
     }
-    if (!out->has_hidden && !out->has_expire) {
+    if (!out->has_hidden) {
         return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "no expireAfterSeconds or hidden field");
     }
     for (size_t i = 0; i < collection->index_count && out->index == NULL; i++) {
@@ -205,58 +205,31 @@ static bool parse_index_request(const coll_mod_request_t *request, collection_t 
     return true;
 }
 
-/* The index's new spec, the reply's old and new values, the oplog's index
- * argument (by name, as mongod normalizes it) and its indexOptions_old. */
-static bool build_index_change(const index_change_t *change, bson_t *spec, bson_t *reply, bson_t *logged,
-                               bson_t *old_options, bson_error_t *error)
+/* The index's new spec (mongod keeps hidden: true and drops the field when
+ * unhidden), the reply's hidden_old and hidden_new (when it changes), the
+ * oplog's index argument (by name, as mongod normalizes a key pattern) and its
+ * indexOptions_old. */
+static void build_index_change(const index_change_t *change, bson_t *spec, bson_t *reply, bson_t *logged,
+                               bson_t *old_options)
 {
     const index_descriptor_t *index = change->index;
     bson_iter_t iter;
-    bool old_hidden = index->hidden;
-    bool has_old_expire = bson_iter_init_find(&iter, &index->spec, "expireAfterSeconds");
-    int64_t old_expire = has_old_expire ? bson_iter_as_int64(&iter) : 0;
-    if (change->has_expire && !has_old_expire) {
-        return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "no expireAfterSeconds field to update");
-    }
-    if (change->has_expire && change->expire_after_seconds < 0) {
-        return tc_error_set(error, TC_ERR_INVALID_OPTIONS,
-                            "TTL index 'expireAfterSeconds' option must be within an acceptable range, try a "
-                            "non-negative value");
-    }
     bson_iter_init(&iter, &index->spec);
     while (bson_iter_next(&iter)) {
-        const char *field = bson_iter_key(&iter);
-        if (strcmp(field, "hidden") == 0 && change->has_hidden) {
-            continue;
+        if (strcmp(bson_iter_key(&iter), "hidden") != 0) {
+            bson_append_iter(spec, bson_iter_key(&iter), -1, &iter);
         }
-        if (strcmp(field, "expireAfterSeconds") == 0 && change->has_expire) {
-            BSON_APPEND_INT64(spec, field, change->expire_after_seconds);
-            continue;
-        }
-        bson_append_iter(spec, field, -1, &iter);
+    }
+    if (change->hidden) {
+        BSON_APPEND_BOOL(spec, "hidden", true);
     }
     BSON_APPEND_UTF8(logged, "name", index->name);
-    if (change->has_expire) {
-        BSON_APPEND_INT64(logged, "expireAfterSeconds", change->expire_after_seconds);
-        BSON_APPEND_INT64(old_options, "expireAfterSeconds", old_expire);
-        if (old_expire != change->expire_after_seconds) {
-            BSON_APPEND_INT64(reply, "expireAfterSeconds_old", old_expire);
-            BSON_APPEND_INT64(reply, "expireAfterSeconds_new", change->expire_after_seconds);
-        }
+    BSON_APPEND_BOOL(logged, "hidden", change->hidden);
+    BSON_APPEND_BOOL(old_options, "hidden", index->hidden);
+    if (index->hidden != change->hidden) {
+        BSON_APPEND_BOOL(reply, "hidden_old", index->hidden);
+        BSON_APPEND_BOOL(reply, "hidden_new", change->hidden);
     }
-    if (change->has_hidden) {
-        /* mongod keeps hidden: true in the spec and drops the field when unhidden. */
-        if (change->hidden) {
-            BSON_APPEND_BOOL(spec, "hidden", true);
-        }
-        BSON_APPEND_BOOL(logged, "hidden", change->hidden);
-        BSON_APPEND_BOOL(old_options, "hidden", old_hidden);
-        if (old_hidden != change->hidden) {
-            BSON_APPEND_BOOL(reply, "hidden_old", old_hidden);
-            BSON_APPEND_BOOL(reply, "hidden_new", change->hidden);
-        }
-    }
-    return true;
 }
 
 /* --- the command ------------------------------------------------------------------- */
@@ -343,7 +316,7 @@ static bool handle_coll_mod(command_context_t *context, bson_t *reply, bson_erro
     }
     if (request.has_index) {
         TC_CHECK(parse_index_request(&request, collection, &change, error));
-        TC_CHECK(build_index_change(&change, &index_spec, &index_reply, &logged_index, &old_index_options, error));
+        build_index_change(&change, &index_spec, &index_reply, &logged_index, &old_index_options);
     }
     build_options(collection, &request, &options);
     build_oplog_entry(context, collection, &logged_index, &old_index_options, &object, &object2);

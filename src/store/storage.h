@@ -115,8 +115,8 @@ bool storage_drop_index(storage_session_t *session, collection_t *collection, co
 index_descriptor_t *storage_find_index(collection_t *collection, const char *name);
 
 /* collMod: collection's options become options (what listCollections shows)
- * and, when index is not NULL, its spec becomes index_spec (hidden and
- * expireAfterSeconds changed), in one transaction with the oplog entry object
+ * and, when index is not NULL, its spec becomes index_spec (hidden changed),
+ * in one transaction with the oplog entry object
  * ({collMod: coll, ...}) and object2 ({collectionOptions_old,
  * indexOptions_old}). Nothing changes on failure. Requires the exclusive lock. */
 bool storage_modify_collection(storage_session_t *session, collection_t *collection, const bson_t *options,
