@@ -472,75 +472,6 @@ static bool single_source_next(void *context, const bson_t **out_document, bson_
     return true;
 }
 
-static void append_dotted(bson_string_t *path, const char *prefix, const char *key)
-{
-    bson_string_truncate(path, 0);
-    if (prefix[0] != '\0') {
-        bson_string_append_printf(path, "%s.", prefix);
-    }
-    bson_string_append(path, key);
-}
-
-/* Adds to updated/removed what turned before into after, under the dotted prefix:
- * sub-documents on both sides are compared field by field, anything else whole. */
-static void describe_difference(const bson_t *before, const bson_t *after, const char *prefix,
-                                bson_t *updated, bson_t *removed, uint32_t *removed_count)
-{
-    bson_iter_t iter, found;
-    bson_string_t *path = bson_string_new(NULL);
-    bson_iter_init(&iter, after);
-    while (bson_iter_next(&iter)) {
-        const char *key = bson_iter_key(&iter);
-        const bson_value_t *value = bson_iter_value(&iter);
-        append_dotted(path, prefix, key);
-        if (!bson_iter_init_find(&found, before, key)) {
-            bson_append_value(updated, path->str, -1, value);
-            continue;
-        }
-        const bson_value_t *old_value = bson_iter_value(&found);
-        if (value->value_type == BSON_TYPE_DOCUMENT &&
-            old_value->value_type == BSON_TYPE_DOCUMENT) {
-            bson_t old_child, new_child;
-            bson_init_static(&old_child, old_value->value.v_doc.data,
-                             old_value->value.v_doc.data_len);
-            bson_init_static(&new_child, value->value.v_doc.data, value->value.v_doc.data_len);
-            describe_difference(&old_child, &new_child, path->str, updated, removed,
-                                removed_count);
-        } else if (!update_values_binary_equal(old_value, value)) {
-            bson_append_value(updated, path->str, -1, value);
-        }
-    }
-    bson_iter_init(&iter, before);
-    while (bson_iter_next(&iter)) {
-        if (!bson_iter_init_find(&found, after, bson_iter_key(&iter))) {
-            char index_buffer[16];
-            const char *index_key;
-            append_dotted(path, prefix, bson_iter_key(&iter));
-            bson_uint32_to_string((*removed_count)++, &index_key, index_buffer,
-                                  sizeof index_buffer);
-            bson_append_utf8(removed, index_key, -1, path->str, -1);
-        }
-    }
-    bson_string_free(path, true);
-}
-
-static void build_difference_description(const bson_t *before, const bson_t *after, bson_t *out)
-{
-    bson_t updated, removed, truncated;
-    uint32_t removed_count = 0;
-    bson_t removed_list = BSON_INITIALIZER;
-    bson_init(out);
-    bson_append_document_begin(out, "updatedFields", -1, &updated);
-    describe_difference(before, after, "", &updated, &removed_list, &removed_count);
-    bson_append_document_end(out, &updated);
-    bson_append_array_begin(out, "removedFields", -1, &removed);
-    bson_concat(&removed, &removed_list);
-    bson_append_array_end(out, &removed);
-    bson_append_array_begin(out, "truncatedArrays", -1, &truncated);
-    bson_append_array_end(out, &truncated);
-    bson_destroy(&removed_list);
-}
-
 /* mongod's PipelineExecutor: the pipeline's one output replaces the document. */
 static bool apply_pipeline(const update_spec_t *spec, const bson_t *document,
                            bool is_upsert_insert, bson_t *out_document, bson_t *out_description,
@@ -564,7 +495,7 @@ static bool apply_pipeline(const update_spec_t *spec, const bson_t *document,
     bson_destroy(&transformed);
     if (ok && out_description != NULL) {
         bson_destroy(out_description);
-        build_difference_description(document, out_document, out_description);
+        update_describe_difference(document, out_document, out_description);
     }
     return ok;
 }

@@ -63,10 +63,13 @@ typedef struct update_apply_options {
  * kept when the result has none, and may not change.
  *
  * out_description (NULL-able, uninitialised, caller destroys): for an operator or a
- * pipeline update, {updatedFields: {...}, removedFields: [...], truncatedArrays: []} as
- * a change stream reports the update; for a replacement an empty document. A pipeline's
- * is the difference between the two documents, recursing into sub-documents both sides
- * hold and giving changed arrays whole (mongod's oplog diff also splits arrays).
+ * pipeline update, {updatedFields: {...}, removedFields: [...], truncatedArrays: [...]} as
+ * a change stream reports the update; for a replacement an empty document. An operator
+ * update's lists the paths it set ($push's appended elements as "field.N"), with
+ * truncatedArrays empty; a pipeline's is the difference between the two documents as
+ * mongod's oplog diff gives it: sub-documents field by field, arrays element by element
+ * with a shortened array in truncatedArrays ({field, newSize}) and its unchanged prefix
+ * left out, or whole when that is smaller (update_difference.c).
  * out_changed (NULL-able): false when the update was a no-op (mongod's nModified 0).
  *
  * Errors as mongod raises them while applying: ImmutableField 66 (changing _id),

@@ -137,6 +137,12 @@ int update_element_compare_value(const update_element_t *element, const bson_val
 bool update_element_binary_equal(const update_element_t *element, const bson_value_t *value);
 bool update_values_binary_equal(const bson_value_t *left, const bson_value_t *right);
 
+/* update_difference.c: {updatedFields, removedFields, truncatedArrays} turning
+ * before into after, as mongod's oplog diff of a pipeline update reports it
+ * (arrays element by element, shrunk ones in truncatedArrays). out is
+ * initialized here; the caller destroys it. */
+void update_describe_difference(const bson_t *before, const bson_t *after, bson_t *out);
+
 /* Dotted paths (update_document.c). */
 void update_path_push(update_path_t *path, const char *part);
 void update_path_pop(update_path_t *path);

@@ -474,6 +474,7 @@ static const command_rule_t rules[] = {
     {"listIndexes", RULE_COLLECTION, ACT(LIST_INDEXES), NULL},
     {"dropIndexes", RULE_COLLECTION, ACT(DROP_INDEX), NULL},
     {"deleteIndexes", RULE_COLLECTION, ACT(DROP_INDEX), NULL},
+    {"collMod", RULE_COLLECTION, ACT(COLL_MOD), NULL},
     {"collStats", RULE_COLLECTION, ACT(COLL_STATS), NULL},
     {"collstats", RULE_COLLECTION, ACT(COLL_STATS), NULL},
     {"listCollections", RULE_DATABASE, ACT(LIST_COLLECTIONS), NULL},

@@ -410,17 +410,19 @@ static bool create_table(storage_session_t *session, const char *uri, const char
 #define RECORD_TABLE_FORMAT "key_format=q,value_format=u"
 
 /* Runs step (in the caller's transaction if one is open, else in its own) and
- * records object, a command entry of the oplog, in the same transaction. */
+ * records object (and object2, NULL-able), a command entry of the oplog, in the
+ * same transaction. */
 static bool catalog_change_with_oplog(storage_session_t *session, bool (*step)(storage_session_t *, void *,
                                                                              bson_error_t *),
                                       void *step_context, const char *database, const uint8_t *uuid,
-                                      const bson_t *object, bson_error_t *error)
+                                      const bson_t *object, const bson_t *object2, bson_error_t *error)
 {
     bool own_transaction = !storage_in_transaction(session);
     if (own_transaction && !storage_begin(session, error)) {
         return false;
     }
-    bool ok = step(session, step_context, error) && oplog_log_command(session, database, uuid, object, error);
+    bool ok = step(session, step_context, error) &&
+              oplog_log_command(session, database, uuid, object, object2, error);
     if (own_transaction) {
         if (ok) {
             ok = storage_commit(session, false, error);
@@ -436,14 +438,17 @@ static bool write_entry_step(storage_session_t *session, void *collection, bson_
     return catalog_write_entry(session, collection, error);
 }
 
-/* The catalog row of a new collection and its {create: ...} oplog entry. */
+/* The catalog row of a new collection and its {create: coll, <options>,
+ * idIndex} oplog entry, mongod's shape (a change stream's expanded create
+ * event shows all but create in its operationDescription). */
 static bool write_entry_and_log_create(storage_session_t *session, collection_t *collection, bson_error_t *error)
 {
     bson_t object = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&object, "create", collection->name);
     bson_concat(&object, &collection->options);
+    BSON_APPEND_DOCUMENT(&object, "idIndex", &collection->indexes[0]->spec);
     bool ok = catalog_change_with_oplog(session, write_entry_step, collection, collection->database,
-                                        collection->uuid, &object, error);
+                                        collection->uuid, &object, NULL, error);
     bson_destroy(&object);
     return ok;
 }
@@ -555,7 +560,7 @@ static bool drop_collection(storage_session_t *session, const char *ns, const bs
     collection_t *collection = storage->collections[slot];
     storage_run_ddl_hook(storage, collection->ns);
     TC_CHECK(catalog_change_with_oplog(session, remove_entry_step, collection->ns, collection->database,
-                                       collection->uuid, object, error));
+                                       collection->uuid, object, NULL, error));
     storage_drop_table(session, collection->table_uri);
     for (size_t i = 0; i < collection->index_count; i++) {
         storage_drop_table(session, collection->indexes[i]->table_uri);
@@ -705,6 +710,18 @@ static bool check_index_conflicts(collection_t *collection, const bson_t *reques
     return true;
 }
 
+/* mongod's {createIndexes: coll, v, key, name, <options>} entry, in the build's transaction. */
+static bool log_create_index(storage_session_t *session, collection_t *collection, const index_descriptor_t *index,
+                             bson_error_t *error)
+{
+    bson_t object = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&object, "createIndexes", collection->name);
+    bson_concat(&object, &index->spec);
+    bool ok = oplog_log_command(session, collection->database, collection->uuid, &object, NULL, error);
+    bson_destroy(&object);
+    return ok;
+}
+
 bool storage_create_index(storage_session_t *session, collection_t *collection, const bson_t *spec,
                           bool *out_created, bson_error_t *error)
 {
@@ -786,7 +803,8 @@ bool storage_create_index(storage_session_t *session, collection_t *collection, 
         scan_position_cleanup(&position);
         if (built) {
             collection_add_index(collection, index);
-            built = catalog_write_entry(session, collection, error);
+            built = catalog_write_entry(session, collection, error) &&
+                    log_create_index(session, collection, index, error);
             if (!built) {
                 collection->index_count--;
             }
@@ -829,7 +847,14 @@ bool storage_drop_index(storage_session_t *session, collection_t *collection, co
         memmove(&collection->indexes[i], &collection->indexes[i + 1],
                 (collection->index_count - i - 1) * sizeof(index_descriptor_t *));
         collection->index_count--;
-        if (!catalog_write_entry(session, collection, error)) {
+        /* mongod's {dropIndexes: coll, index: name} entry, with the spec in o2. */
+        bson_t object = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&object, "dropIndexes", collection->name);
+        BSON_APPEND_UTF8(&object, "index", index->name);
+        bool ok = catalog_change_with_oplog(session, write_entry_step, collection, collection->database,
+                                            collection->uuid, &object, &index->spec, error);
+        bson_destroy(&object);
+        if (!ok) {
             collection_add_index(collection, index);
             return false;
         }
@@ -838,4 +863,37 @@ bool storage_drop_index(storage_session_t *session, collection_t *collection, co
         return true;
     }
     return tc_error_set(error, TC_ERR_INDEX_NOT_FOUND, "index not found with name [%s]", name);
+}
+
+/* --- collMod ---------------------------------------------------------------- */
+
+bool storage_modify_collection(storage_session_t *session, collection_t *collection, const bson_t *options,
+                               index_descriptor_t *index, const bson_t *index_spec, const bson_t *object,
+                               const bson_t *object2, bson_error_t *error)
+{
+    bson_t old_options, old_index_spec;
+    bool old_hidden = index != NULL && index->hidden;
+    bson_steal(&old_options, &collection->options);
+    bson_copy_to(options, &collection->options);
+    if (index != NULL) {
+        bson_steal(&old_index_spec, &index->spec);
+        bson_copy_to(index_spec, &index->spec);
+        index->hidden = index_options_flag(index_spec, "hidden");
+    }
+    bool ok = catalog_change_with_oplog(session, write_entry_step, collection, collection->database,
+                                        collection->uuid, object, object2, error);
+    if (ok) {
+        bson_destroy(&old_options);
+    } else {
+        bson_destroy(&collection->options);
+        bson_steal(&collection->options, &old_options);
+    }
+    if (index != NULL && ok) {
+        bson_destroy(&old_index_spec);
+    } else if (index != NULL) {
+        bson_destroy(&index->spec);
+        bson_steal(&index->spec, &old_index_spec);
+        index->hidden = old_hidden;
+    }
+    return ok;
 }

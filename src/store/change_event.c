@@ -1,9 +1,14 @@
 /* Oplog entry -> change events, and resume tokens. The event shapes follow
  * mongod 6.0 (change_stream_event_transform.cpp and the invalidate stage):
  *
- *   {_id: <token>, operationType, clusterTime, wallTime, fullDocument?, ns,
- *    to? (rename), documentKey?, updateDescription?, lsid?, txnNumber?,
+ *   {_id: <token>, operationType, clusterTime, collectionUUID?, wallTime,
+ *    fullDocument?, ns, to? (rename), documentKey?, operationDescription?,
+ *    updateDescription?, stateBeforeChange? (modify), lsid?, txnNumber?,
  *    fullDocumentBeforeChange?}
+ *
+ * collectionUUID and operationDescription only with showExpandedEvents, which
+ * also turns the oplog's create, createIndexes, dropIndexes and collMod
+ * entries into events.
  *
  * lsid and txnNumber appear only for writes of a multi-document transaction
  * (the operations of an applyOps entry), as on mongod: retryable writes carry
@@ -259,14 +264,20 @@ static void append_full_namespace(bson_t *event, const char *key, const char *ns
     }
 }
 
-/* _id, operationType, clusterTime, wallTime: the head every event shares. */
-static void begin_event(bson_t *event, const bson_t *entry, uint64_t time, const change_token_t *token,
-                        const char *operation_type)
+/* _id, operationType, clusterTime, collectionUUID (expanded events only, and
+ * only when the operation names its collection: a dropDatabase does not),
+ * wallTime: the head every event shares, in mongod's order. */
+static void begin_event(bson_t *event, const bson_t *entry, const bson_t *operation, uint64_t time,
+                        const change_token_t *token, const char *operation_type, const change_spec_t *spec)
 {
     bson_iter_t iter;
     change_token_append(event, "_id", token);
     BSON_APPEND_UTF8(event, "operationType", operation_type);
     BSON_APPEND_TIMESTAMP(event, "clusterTime", (uint32_t)(time >> 32), (uint32_t)time);
+    if (spec->show_expanded_events && operation != NULL && bson_iter_init_find(&iter, operation, "ui") &&
+        BSON_ITER_HOLDS_BINARY(&iter)) {
+        bson_append_iter(event, "collectionUUID", -1, &iter);
+    }
     if (bson_iter_init_find(&iter, entry, "wall") && BSON_ITER_HOLDS_DATE_TIME(&iter)) {
         bson_append_iter(event, "wallTime", -1, &iter);
     }
@@ -396,7 +407,7 @@ static bool build_document_event(const bson_t *entry, uint64_t time, const entry
         bson_init(&id_only);
     }
 
-    begin_event(event, entry, time, token, operation_type);
+    begin_event(event, entry, view->operation, time, token, operation_type, spec);
     bool ok = true;
     if (strcmp(view->op, "i") == 0 || (strcmp(view->op, "u") == 0 && !is_update)) {
         BSON_APPEND_DOCUMENT(event, "fullDocument", &view->object);
@@ -428,18 +439,118 @@ static bool is_document_operation(const char *op)
     return strcmp(op, "i") == 0 || strcmp(op, "u") == 0 || strcmp(op, "d") == 0;
 }
 
-static void add_command_event(change_events_t *out, const bson_t *entry, uint64_t time, change_token_kind_t kind,
-                              const char *operation_type, bson_t **out_event)
+static bson_t *add_command_event(change_events_t *out, const bson_t *entry, const bson_t *operation, uint64_t time,
+                                 change_token_kind_t kind, const char *operation_type, const change_spec_t *spec)
 {
     change_token_t *token;
     bson_t *event = reserve_event(out, &token);
     *token = (change_token_t){.time = time, .kind = kind};
-    begin_event(event, entry, time, token, operation_type);
+    begin_event(event, entry, operation, time, token, operation_type, spec);
     out->count++;
-    *out_event = event;
+    return event;
 }
 
-/* drop, renameCollection and dropDatabase; other commands give no event. */
+/* document without the fields named in skipped (NULL-ended). */
+static void append_except(bson_t *out, const bson_t *document, const char *const *skipped)
+{
+    bson_iter_t iter;
+    bson_iter_init(&iter, document);
+    while (bson_iter_next(&iter)) {
+        bool skip = false;
+        for (const char *const *name = skipped; *name != NULL && !skip; name++) {
+            skip = strcmp(*name, bson_iter_key(&iter)) == 0;
+        }
+        if (!skip) {
+            bson_append_iter(out, bson_iter_key(&iter), -1, &iter);
+        }
+    }
+}
+
+/* operationDescription: {indexes: [spec without the command's own field]}, as
+ * mongod wraps the one index of a createIndexes or dropIndexes entry. */
+static void append_index_description(bson_t *event, const bson_t *spec, const char *command)
+{
+    const char *skipped[] = {command, NULL};
+    bson_t description, indexes, index;
+    BSON_APPEND_DOCUMENT_BEGIN(event, "operationDescription", &description);
+    BSON_APPEND_ARRAY_BEGIN(&description, "indexes", &indexes);
+    BSON_APPEND_DOCUMENT_BEGIN(&indexes, "0", &index);
+    append_except(&index, spec, skipped);
+    bson_append_document_end(&indexes, &index);
+    bson_append_array_end(&description, &indexes);
+    bson_append_document_end(event, &description);
+}
+
+/* The DDL events only expanded streams see: create, createIndexes, dropIndexes
+ * and modify (collMod), each with its operationDescription as mongod 6.0
+ * builds it from the entry (o without the command's field; the index specs
+ * wrapped in indexes: [...]; a modify's options before it in
+ * stateBeforeChange). False when object is none of them. */
+static bool build_expanded_command_event(const bson_t *entry, uint64_t time, const entry_view_t *view,
+                                         const change_spec_t *spec, const char *database, change_events_t *out)
+{
+    static const char *const commands[] = {"create", "createIndexes", "dropIndexes", "collMod", NULL};
+    static const char *const event_types[] = {"create", "createIndexes", "dropIndexes", "modify"};
+    const char *collection = NULL;
+    size_t which = 0;
+    for (; commands[which] != NULL && collection == NULL; which++) {
+        collection = get_string(&view->object, commands[which]);
+    }
+    if (collection == NULL) {
+        return false;
+    }
+    which--;
+    if (!spec->show_expanded_events || !namespace_in_scope(spec, database, collection)) {
+        return true;
+    }
+    const char *skipped[] = {commands[which], NULL};
+    bson_t *event = add_command_event(out, entry, view->operation, time, CHANGE_TOKEN_EVENT, event_types[which], spec);
+    append_namespace(event, "ns", database, collection);
+    if (strcmp(commands[which], "createIndexes") == 0) {
+        append_index_description(event, &view->object, commands[which]);
+    } else if (strcmp(commands[which], "dropIndexes") == 0) {
+        append_index_description(event, &view->object2, commands[which]);
+    } else {
+        bson_t description;
+        BSON_APPEND_DOCUMENT_BEGIN(event, "operationDescription", &description);
+        append_except(&description, &view->object, skipped);
+        bson_append_document_end(event, &description);
+    }
+    if (strcmp(commands[which], "collMod") == 0) {
+        bson_t before, old_options;
+        BSON_APPEND_DOCUMENT_BEGIN(event, "stateBeforeChange", &before);
+        if (get_document(&view->object2, "collectionOptions_old", &old_options)) {
+            BSON_APPEND_DOCUMENT(&before, "collectionOptions", &old_options);
+        }
+        if (get_document(&view->object2, "indexOptions_old", &old_options)) {
+            BSON_APPEND_DOCUMENT(&before, "indexOptions", &old_options);
+        }
+        bson_append_document_end(event, &before);
+    }
+    return true;
+}
+
+/* An expanded rename's operationDescription: o without renameCollection and
+ * stayTemp, its to as {db, coll}. */
+static void append_rename_description(bson_t *event, const bson_t *object, const char *target)
+{
+    bson_t description;
+    bson_iter_t iter;
+    BSON_APPEND_DOCUMENT_BEGIN(event, "operationDescription", &description);
+    bson_iter_init(&iter, object);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        if (strcmp(key, "to") == 0) {
+            append_full_namespace(&description, "to", target);
+        } else if (strcmp(key, "renameCollection") != 0 && strcmp(key, "stayTemp") != 0) {
+            bson_append_iter(&description, key, -1, &iter);
+        }
+    }
+    bson_append_document_end(event, &description);
+}
+
+/* drop, renameCollection and dropDatabase, and for expanded streams the other
+ * DDL; other commands give no event. */
 static void build_command_events(const bson_t *entry, uint64_t time, const entry_view_t *view,
                                  const change_spec_t *spec, change_events_t *out)
 {
@@ -458,7 +569,7 @@ static void build_command_events(const bson_t *entry, uint64_t time, const entry
         if (!namespace_in_scope(spec, database, dropped)) {
             return;
         }
-        add_command_event(out, entry, time, CHANGE_TOKEN_EVENT, "drop", &event);
+        event = add_command_event(out, entry, view->operation, time, CHANGE_TOKEN_EVENT, "drop", spec);
         append_namespace(event, "ns", database, dropped);
         invalidates = spec->scope == CHANGE_SCOPE_COLLECTION;
     } else if (renamed != NULL) {
@@ -467,22 +578,27 @@ static void build_command_events(const bson_t *entry, uint64_t time, const entry
             (!full_namespace_in_scope(spec, renamed) && !full_namespace_in_scope(spec, target))) {
             return;
         }
-        add_command_event(out, entry, time, CHANGE_TOKEN_EVENT, "rename", &event);
+        event = add_command_event(out, entry, view->operation, time, CHANGE_TOKEN_EVENT, "rename", spec);
         append_full_namespace(event, "ns", renamed);
         append_full_namespace(event, "to", target);
+        if (spec->show_expanded_events) {
+            append_rename_description(event, &view->object, target);
+        }
         invalidates = spec->scope == CHANGE_SCOPE_COLLECTION;
     } else if (bson_iter_init_find(&iter, &view->object, "dropDatabase")) {
         if (!database_in_scope(spec, database)) {
             return;
         }
-        add_command_event(out, entry, time, CHANGE_TOKEN_EVENT, "dropDatabase", &event);
+        event = add_command_event(out, entry, view->operation, time, CHANGE_TOKEN_EVENT, "dropDatabase", spec);
         append_namespace(event, "ns", database, NULL);
         invalidates = spec->scope != CHANGE_SCOPE_CLUSTER;
     } else {
+        build_expanded_command_event(entry, time, view, spec, database, out);
         return;
     }
     if (invalidates) {
-        add_command_event(out, entry, time, CHANGE_TOKEN_INVALIDATE, "invalidate", &event);
+        /* mongod's invalidate carries no collectionUUID. */
+        add_command_event(out, entry, NULL, time, CHANGE_TOKEN_INVALIDATE, "invalidate", spec);
     }
 }
 

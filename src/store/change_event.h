@@ -67,6 +67,9 @@ typedef struct change_spec {
     const char *collection; /* collection scope */
     change_full_document_t full_document;
     change_before_change_t full_document_before_change;
+    /* showExpandedEvents: collectionUUID on every event, operationDescription,
+     * and the create, createIndexes, dropIndexes and modify (collMod) events. */
+    bool show_expanded_events;
 } change_spec_t;
 
 /* Reads the current version of the document with document_key ({_id: ...}) in
@@ -84,8 +87,10 @@ typedef struct change_events {
 } change_events_t;
 
 /* The events the oplog entry recorded at time gives a stream of spec, in order:
- * none (another namespace, a system collection, a no-op, a create), one (insert,
- * update, replace, delete, drop, rename, dropDatabase), that event and the
+ * none (another namespace, a system collection, a no-op, and without
+ * show_expanded_events a create, createIndexes, dropIndexes or collMod), one
+ * (insert, update, replace, delete, drop, rename, dropDatabase, and the expanded
+ * create, createIndexes, dropIndexes, modify), that event and the
  * invalidate that ends the stream (a collection's drop or rename for its stream,
  * a dropDatabase for its database's streams), or, for a transaction's applyOps
  * entry, one event per operation in scope, in the transaction's order, each with

@@ -81,6 +81,13 @@ static bool history_lost(bson_error_t *error)
                         "oplog.");
 }
 
+const char *change_stream_error_label(const bson_error_t *error)
+{
+    bool non_resumable = error->domain == TC_ERROR_DOMAIN && (error->code == TC_ERR_CHANGE_STREAM_FATAL_ERROR ||
+                                                              error->code == TC_ERR_CHANGE_STREAM_HISTORY_LOST);
+    return non_resumable ? "NonResumableChangeStreamError" : NULL;
+}
+
 /* --- reading a batch --------------------------------------------------------------- */
 
 typedef struct capture {
@@ -315,6 +322,7 @@ typedef struct stream_options {
     bool all_changes_for_cluster;
     change_full_document_t full_document;
     change_before_change_t before_change;
+    bool show_expanded_events;
 } stream_options_t;
 
 static bool option_document(bson_iter_t *iter, bson_t *out, bool *out_present, bson_error_t *error)
@@ -401,7 +409,9 @@ static bool parse_stream_options(const bson_value_t *stage, stream_options_t *op
             options->before_change = (change_before_change_t)choice;
         } else if (strcmp(field, "allChangesForCluster") == 0) {
             TC_CHECK(option_bool(&iter, &options->all_changes_for_cluster, error));
-        } else if (strcmp(field, "showExpandedEvents") == 0 || strcmp(field, "showRawUpdateDescription") == 0) {
+        } else if (strcmp(field, "showExpandedEvents") == 0) {
+            TC_CHECK(option_bool(&iter, &options->show_expanded_events, error));
+        } else if (strcmp(field, "showRawUpdateDescription") == 0) {
             TC_CHECK(option_bool(&iter, &flag, error));
             if (flag) {
                 return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
@@ -461,6 +471,7 @@ static bool resolve_target(command_context_t *context, const stream_options_t *o
     stream->spec.collection = stream->collection;
     stream->spec.full_document = options->full_document;
     stream->spec.full_document_before_change = options->before_change;
+    stream->spec.show_expanded_events = options->show_expanded_events;
     *out_cursor_ns = collectionless ? bson_strdup_printf("%s.$cmd.aggregate", database)
                                     : bson_strdup_printf("%s.%s", database, collection);
     return true;

@@ -29,4 +29,10 @@ bool change_stream_is_cursor(const store_cursor_t *cursor);
 bool change_stream_get_more(command_context_t *context, store_cursor_t *cursor, int64_t batch_size, bson_t *reply,
                             bson_error_t *error) TC_MUST_CHECK;
 
+/* The errorLabel mongod 6.0 adds to any command failing with an error of its
+ * NonResumableChangeStreamError category (ChangeStreamFatalError 280,
+ * ChangeStreamHistoryLost 286): "NonResumableChangeStreamError", which tells a
+ * driver not to resume the stream; else NULL. */
+const char *change_stream_error_label(const bson_error_t *error);
+
 #endif

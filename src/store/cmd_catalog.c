@@ -432,14 +432,6 @@ static bool handle_list_collections(command_context_t *context, bson_t *reply, b
 
 /* --- create --------------------------------------------------------------------- */
 
-/* Fields any command may carry (generic arguments); they are not collection options. */
-static const char *const generic_fields[] = {
-    "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "$clusterTime", "$readPreference",
-    "readConcern", "writeConcern", "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors",
-    "$audit", "$client", "databaseVersion", "shardVersion", "$configServerState", "$gleStats",
-    "mayBypassWriteBlocking", "$configTime", "$topologyTime", "clientOperationKey", "$queryOptions", NULL,
-};
-
 /* create's own fields in mongod 6.0 (create.idl). */
 static const char *const create_option_fields[] = {
     "capped", "autoIndexId", "idIndex", "size", "max", "storageEngine", "validator", "validationLevel",
@@ -504,7 +496,7 @@ static bool build_create_options(const command_context_t *context, const char *n
     bson_iter_next(&iter); /* the command name */
     while (bson_iter_next(&iter)) {
         const char *field = bson_iter_key(&iter);
-        if (name_in(field, generic_fields)) {
+        if (command_is_generic_argument(field)) {
             continue;
         }
         if (!name_in(field, create_option_fields)) {
@@ -517,6 +509,16 @@ static bool build_create_options(const command_context_t *context, const char *n
         if (strcmp(field, "capped") == 0 || strcmp(field, "size") == 0 || strcmp(field, "max") == 0 ||
             strcmp(field, "autoIndexId") == 0 || strcmp(field, "idIndex") == 0 || strcmp(field, "flags") == 0) {
             continue;
+        }
+        if (strcmp(field, "changeStreamPreAndPostImages") == 0) {
+            /* Kept (and shown by listCollections) only while enabled, as on mongod. */
+            bool enabled = false;
+            if (!command_parse_pre_and_post_images("create", &iter, &enabled, error)) {
+                return false;
+            }
+            if (!enabled) {
+                continue;
+            }
         }
         bson_append_iter(options, field, -1, &iter);
     }
@@ -587,7 +589,7 @@ static bool handle_drop_database(command_context_t *context, bson_t *reply, bson
         /* As mongod: a drop entry per collection, then this one. */
         bson_t object = BSON_INITIALIZER;
         BSON_APPEND_INT32(&object, "dropDatabase", 1);
-        ok = oplog_log_command(context->session, context->database, NULL, &object, error);
+        ok = oplog_log_command(context->session, context->database, NULL, &object, NULL, error);
         bson_destroy(&object);
     }
     storage_unlock(storage);

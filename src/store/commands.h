@@ -72,6 +72,7 @@ extern const command_definition_t write_commands[];
 extern const command_definition_t read_commands[];
 extern const command_definition_t aggregate_commands[];
 extern const command_definition_t transaction_commands[];
+extern const command_definition_t coll_mod_commands[];
 
 /* --- helpers shared by the handlers ------------------------------------------- */
 
@@ -92,6 +93,16 @@ bool command_get_int64(const command_context_t *context, const char *field, int6
 /* Reads an optional boolean field (numbers count as mongod counts them). */
 bool command_get_bool(const command_context_t *context, const char *field, bool default_value, bool *out,
                       bson_error_t *error) TC_MUST_CHECK;
+
+/* changeStreamPreAndPostImages: {enabled: bool} of create or collMod
+ * (command_name), strictly as mongod's IDL reads it: TypeMismatch 14,
+ * 40414 without enabled, 40415 for another field. */
+bool command_parse_pre_and_post_images(const char *command_name, bson_iter_t *iter, bool *out_enabled,
+                                       bson_error_t *error) TC_MUST_CHECK;
+
+/* Whether field is one any command may carry (mongod's generic arguments:
+ * lsid, $db, writeConcern, comment...), not one of the command's own. */
+bool command_is_generic_argument(const char *field);
 
 /* Appends cursor: {firstBatch|nextBatch: [...], id, ns} to reply. */
 typedef struct batch_builder {

@@ -5,6 +5,7 @@
 #include "store/dispatch.h"
 #include "store/slow_ops.h"
 #include "store/auth.h"
+#include "store/change_stream.h"
 #include "store/oplog.h"
 #include "store/transactions.h"
 #include "query/value_format.h"
@@ -16,7 +17,8 @@
 #include <string.h>
 
 static const command_definition_t *const command_tables[] = {
-    admin_commands, catalog_commands, write_commands, read_commands, aggregate_commands, auth_commands,
+    admin_commands, catalog_commands, coll_mod_commands, write_commands, read_commands, aggregate_commands,
+    auth_commands,
     transaction_commands,
 };
 
@@ -109,6 +111,22 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
     }
     *out = bson_iter_as_bool(&iter);
     return true;
+}
+
+bool command_is_generic_argument(const char *field)
+{
+    static const char *const generic_arguments[] = {
+        "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "$clusterTime", "$readPreference",
+        "readConcern", "writeConcern", "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors",
+        "$audit", "$client", "databaseVersion", "shardVersion", "$configServerState", "$gleStats",
+        "mayBypassWriteBlocking", "$configTime", "$topologyTime", "clientOperationKey", "$queryOptions", NULL,
+    };
+    for (const char *const *name = generic_arguments; *name != NULL; name++) {
+        if (strcmp(*name, field) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool command_wants_durable_write(const command_context_t *context)
@@ -205,6 +223,30 @@ static void count_operation(store_t *store, const char *name)
 
 /* What a replica set member adds to every reply: $clusterTime (unsigned: the
  * zero signature of a deployment without keyFile) and operationTime. */
+/* errorLabels, as mongod's ErrorLabelBuilder gives them: the ones drivers act on
+ * (retry the transaction, do not resume the change stream). */
+static void append_error_labels(const bson_t *command, const bson_error_t *error, bson_t *reply)
+{
+    const char *labels[] = {transaction_error_label(command, error), change_stream_error_label(error)};
+    bson_t array;
+    uint32_t count = 0;
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        if (labels[i] == NULL) {
+            continue;
+        }
+        if (count == 0) {
+            BSON_APPEND_ARRAY_BEGIN(reply, "errorLabels", &array);
+        }
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(count++, &key_string, key, sizeof key);
+        BSON_APPEND_UTF8(&array, key_string, labels[i]);
+    }
+    if (count > 0) {
+        bson_append_array_end(reply, &array);
+    }
+}
+
 static void append_cluster_time(storage_session_t *session, bson_t *reply)
 {
     static const uint8_t zero_hash[20] = {0};
@@ -307,7 +349,7 @@ done:
         bson_reinit(reply);
         tc_error_append_reply(&error, reply);
         bson_concat(reply, &duplicate_key);
-        transaction_append_error_labels(command, &error, reply);
+        append_error_labels(command, &error, reply);
         TC_LOG(TC_LOG_DEBUG, "COMMAND", connection_id, "%s failed: %s", context.name ? context.name : "?",
                error.message);
     }

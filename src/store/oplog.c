@@ -465,13 +465,13 @@ bool oplog_log_delete(storage_session_t *session, const collection_t *collection
 }
 
 bool oplog_log_command(storage_session_t *session, const char *database, const uint8_t *uuid,
-                       const bson_t *object, bson_error_t *error)
+                       const bson_t *object, const bson_t *object2, bson_error_t *error)
 {
     if (session->storage->oplog == NULL) {
         return true;
     }
     char *ns = bson_strdup_printf("%s.$cmd", database);
-    entry_parts_t parts = {.op = "c", .ns = ns, .uuid = uuid, .object = object};
+    entry_parts_t parts = {.op = "c", .ns = ns, .uuid = uuid, .object = object, .object2 = object2};
     bool own_transaction = !session->in_transaction;
     bool ok = !own_transaction || storage_begin(session, error);
     if (ok) {

@@ -38,9 +38,10 @@ oplog_t *oplog_for(storage_t *storage);
  * Each call appends one entry in the session's open transaction, after the
  * change it records (so two writes of one document get their times in commit
  * order), and does nothing when storage has no oplog. command is the write
- * command (lsid and txnNumber are taken from it) or NULL. A
- * collection created with changeStreamPreAndPostImages: {enabled: true} also
- * keeps the images change streams ask for with fullDocument(BeforeChange). */
+ * command (lsid and txnNumber are taken from it) or NULL. A collection whose
+ * options hold changeStreamPreAndPostImages: {enabled: true} (create or
+ * collMod) also keeps, in the entry, the images change streams ask for with
+ * fullDocument(BeforeChange). */
 bool oplog_log_insert(storage_session_t *session, const collection_t *collection, const bson_t *document,
                       const bson_t *command, bson_error_t *error) TC_MUST_CHECK;
 
@@ -53,11 +54,14 @@ bool oplog_log_update(storage_session_t *session, const collection_t *collection
 bool oplog_log_delete(storage_session_t *session, const collection_t *collection, const bson_t *before,
                       const bson_t *command, bson_error_t *error) TC_MUST_CHECK;
 
-/* A command entry on "<database>.$cmd": {create: ...}, {drop: coll},
- * {renameCollection: from, to: ...}, {dropDatabase: 1}. uuid (16 bytes) may be
- * NULL. In the session's transaction if one is open, else in its own. */
+/* A command entry on "<database>.$cmd", mongod's shapes: o {create: coll, ...,
+ * idIndex}, {drop: coll}, {renameCollection: from, to: ...}, {dropDatabase: 1},
+ * {createIndexes: coll, v, key, name, ...}, {dropIndexes: coll, index: name}
+ * (o2: the index's spec), {collMod: coll, ...} (o2: {collectionOptions_old,
+ * indexOptions_old?}). uuid (16 bytes) and object2 may be NULL. In the session's
+ * transaction if one is open, else in its own. */
 bool oplog_log_command(storage_session_t *session, const char *database, const uint8_t *uuid,
-                       const bson_t *object, bson_error_t *error) TC_MUST_CHECK;
+                       const bson_t *object, const bson_t *object2, bson_error_t *error) TC_MUST_CHECK;
 
 /* A held (multi-document) transaction (storage_hold_transaction()): the
  * oplog_log_* calls above collect its operations; this writes them, just before

@@ -114,6 +114,15 @@ bool storage_drop_index(storage_session_t *session, collection_t *collection, co
 
 index_descriptor_t *storage_find_index(collection_t *collection, const char *name);
 
+/* collMod: collection's options become options (what listCollections shows)
+ * and, when index is not NULL, its spec becomes index_spec (hidden changed),
+ * in one transaction with the oplog entry object
+ * ({collMod: coll, ...}) and object2 ({collectionOptions_old,
+ * indexOptions_old}). Nothing changes on failure. Requires the exclusive lock. */
+bool storage_modify_collection(storage_session_t *session, collection_t *collection, const bson_t *options,
+                               index_descriptor_t *index, const bson_t *index_spec, const bson_t *object,
+                               const bson_t *object2, bson_error_t *error) TC_MUST_CHECK;
+
 /* Whether document has entries in index (its sparse or partial condition). */
 bool storage_index_covers_document(const index_descriptor_t *index, const bson_t *document);
 

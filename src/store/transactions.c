@@ -715,24 +715,19 @@ void transaction_end_command(command_context_t *context, transaction_command_t *
     memset(state, 0, sizeof *state);
 }
 
-void transaction_append_error_labels(const bson_t *command, const bson_error_t *error, bson_t *reply)
+const char *transaction_error_label(const bson_t *command, const bson_error_t *error)
 {
     bson_iter_t iter;
     if (error->domain != TC_ERROR_DOMAIN || !bson_iter_init_find(&iter, command, "autocommit")) {
-        return;
+        return NULL;
     }
     switch (error->code) {
     case TC_ERR_WRITE_CONFLICT:
     case TC_ERR_LOCK_TIMEOUT:
-    case TC_ERR_NO_SUCH_TRANSACTION: {
-        bson_t labels;
-        BSON_APPEND_ARRAY_BEGIN(reply, "errorLabels", &labels);
-        BSON_APPEND_UTF8(&labels, "0", "TransientTransactionError");
-        bson_append_array_end(reply, &labels);
-        break;
-    }
+    case TC_ERR_NO_SUCH_TRANSACTION:
+        return "TransientTransactionError";
     default:
-        break;
+        return NULL;
     }
 }
 

@@ -42,10 +42,10 @@ bool transaction_begin_command(command_context_t *context, transaction_command_t
  * does; then gives the transaction back and context->session to the worker. */
 void transaction_end_command(command_context_t *context, transaction_command_t *state, bool ok);
 
-/* The errorLabels mongod adds to a failed command of a transaction:
- * TransientTransactionError for the errors after which the whole transaction
- * may be retried (WriteConflict, NoSuchTransaction, LockTimeout...). */
-void transaction_append_error_labels(const bson_t *command, const bson_error_t *error, bson_t *reply);
+/* The errorLabel mongod adds to a failed command of a transaction:
+ * "TransientTransactionError" for the errors after which the whole transaction
+ * may be retried (WriteConflict, NoSuchTransaction, LockTimeout...), else NULL. */
+const char *transaction_error_label(const bson_t *command, const bson_error_t *error);
 
 /* commitTransaction and abortTransaction, run in the transaction they end.
  * Commit writes the transaction's applyOps oplog entry and commits, waiting for

@@ -211,15 +211,16 @@ def test_create_reaches_both_tiers(deployment):
 
 
 def test_coll_mod_answers_with_the_archive(deployment):
-    """The archive is asked first: its answer (a store has no collMod) is the
-    client's, and the fast tier is not asked."""
+    """The archive is asked first: its answer (a store refuses a validator) is
+    the client's, and the fast tier is not asked."""
     archive, _, _, client = deployment
     client.shop.orders.insert_one({"_id": 1, "createdAt": utc_now()})
+    validator = {"n": {"$type": "int"}}
     with client_for(archive) as direct:
         with pytest.raises(pymongo.errors.OperationFailure) as direct_failure:
-            direct.shop.command("collMod", "orders")
+            direct.shop.command("collMod", "orders", validator=validator)
     with pytest.raises(pymongo.errors.OperationFailure) as raised:
-        client.shop.command("collMod", "orders")
+        client.shop.command("collMod", "orders", validator=validator)
     assert raised.value.code == direct_failure.value.code
     assert raised.value.details["codeName"] == direct_failure.value.details["codeName"]
 

@@ -207,6 +207,12 @@ def test_read_write_user_cannot_drop_a_database(auth_store):
         clerk.shop.command("createUser", "mallory", pwd="x", roles=["dbOwner"])
     assert caught.value.code == 13
     assert "xxx" in caught.value.details["errmsg"] and "pwd: \"x\"" not in caught.value.details["errmsg"]
+    with pytest.raises(OperationFailure) as caught:
+        clerk.shop.command("collMod", "orders", changeStreamPreAndPostImages={"enabled": True})
+    assert caught.value.code == 13  # readWrite has no collMod action; dbAdmin has
+    root.shop.command("createUser", "schema", pwd="schema-pw", roles=["dbAdmin"])
+    schema = connect(auth_store, "schema", "schema-pw", source="shop")
+    assert schema.shop.command("collMod", "orders", changeStreamPreAndPostImages={"enabled": True})["ok"] == 1.0
     viewer = connect(auth_store, "viewer", "viewer-pw", source="shop")
     assert viewer.shop.orders.count_documents({}) == 5
     with pytest.raises(OperationFailure) as caught:

@@ -232,3 +232,35 @@ def test_libmongoc_watch_gets_history_lost_for_a_token_off_the_oplog(watch_clien
     # Whatever the stalled client read before the restart follows "first", in order.
     keys = [e["documentKey"]["_id"] for e in stalled.events()]
     assert keys == ["first"] + list(range(len(keys) - 1)), keys
+
+
+def test_libmongoc_watch_round_trips_pre_and_post_images(watch_client_binary, replica_store):
+    """collMod's changeStreamPreAndPostImages, then libmongoc's watch() with
+    fullDocument and fullDocumentBeforeChange "required": every image comes back."""
+    writer = open_client(replica_store)
+    writer.shop.create_collection("imaged")
+    writer.shop.command("collMod", "imaged", changeStreamPreAndPostImages={"enabled": True})
+    watcher = WatchClient(watch_client_binary, replica_store, "imaged", count=4,
+                          options={"fullDocument": "required", "fullDocumentBeforeChange": "required"})
+    try:
+        watcher.wait_for(lambda line: line == "ready", "ready")
+        imaged = writer.shop.imaged
+        imaged.insert_one({"_id": 1, "v": 1})
+        imaged.update_one({"_id": 1}, {"$inc": {"v": 1}})
+        imaged.replace_one({"_id": 1}, {"w": "replaced"})
+        imaged.delete_one({"_id": 1})
+        status = watcher.finish()
+    finally:
+        watcher.stop()
+        writer.close()
+    print(watcher.output())
+    assert status == 0, watcher.output()
+    watcher.assert_no_sanitizer_report()
+    assert watcher.tagged("aggregate")[0] == {"$changeStream": {"fullDocument": "required",
+                                                                "fullDocumentBeforeChange": "required"}}
+    insert, update, replace, delete = watcher.events()
+    assert insert["fullDocument"] == {"_id": 1, "v": 1} and "fullDocumentBeforeChange" not in insert
+    assert (update["fullDocumentBeforeChange"], update["fullDocument"]) == ({"_id": 1, "v": 1}, {"_id": 1, "v": 2})
+    assert (replace["fullDocumentBeforeChange"], replace["fullDocument"]) == (
+        {"_id": 1, "v": 2}, {"_id": 1, "w": "replaced"})
+    assert delete["fullDocumentBeforeChange"] == {"_id": 1, "w": "replaced"} and "fullDocument" not in delete

@@ -42,6 +42,8 @@ def test_feeder_replays_every_kind_of_write(replicated_tiers, tmp_path):
         orders.update_one({"_id": 2}, {"$pop": {"tags": 1}})             # a truncated array
         orders.update_one({"_id": 3}, {"$pull": {"tags": {"$in": [2, 3]}}})
         orders.update_one({"_id": 4}, {"$push": {"tags": {"$each": [9], "$position": 0}}})
+        orders.update_one({"_id": 11}, [{"$set": {"tags": [1, 2]}}])      # truncatedArrays only
+        orders.update_one({"_id": 12}, [{"$set": {"tags": [1, 7, 3]}}])   # "tags.1" and a truncation
         orders.update_many({"n": {"$gte": 40}}, {"$inc": {"n": 100}})
         orders.replace_one({"_id": 5}, {"createdAt": utc_now(), "replaced": "yes"})
         orders.delete_one({"_id": 6})

@@ -76,6 +76,84 @@ check('watch() sees insert, update, replace and delete in order', async () => {
   assert.deepEqual([...tokens].sort(), tokens);
 });
 
+check('a pipeline update that shortens an array: truncatedArrays', async () => {
+  const coll = db.collection('truncated');
+  await coll.insertOne({ _id: 1, array: ['foo', { a: 'bar' }, 1, 2, 3] });
+  const stream = coll.watch([], { maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await coll.updateOne({ _id: 1 }, [{ $set: { array: ['foo', { a: 'bar' }] } }]);
+  const [event] = await nextEvents(stream, 1);
+  await stream.close();
+  assert.equal(event.operationType, 'update');
+  assert.deepEqual(event.updateDescription, {
+    updatedFields: {}, removedFields: [], truncatedArrays: [{ field: 'array', newSize: 2 }],
+  });
+});
+
+check('collMod changeStreamPreAndPostImages: images required for insert, update, replace, delete', async () => {
+  await db.createCollection('imaged');
+  await db.command({ collMod: 'imaged', changeStreamPreAndPostImages: { enabled: true } });
+  const [info] = await db.listCollections({ name: 'imaged' }).toArray();
+  assert.deepEqual(info.options, { changeStreamPreAndPostImages: { enabled: true } });
+  const coll = db.collection('imaged');
+  const stream = coll.watch([], {
+    fullDocument: 'required', fullDocumentBeforeChange: 'required', maxAwaitTimeMS: 200,
+  });
+  await stream.tryNext();
+  await coll.insertOne({ _id: 1, v: 1 });
+  await coll.updateOne({ _id: 1 }, { $inc: { v: 1 } });
+  await coll.replaceOne({ _id: 1 }, { w: 'replaced' });
+  await coll.deleteOne({ _id: 1 });
+  const [insert, update, replace, remove] = await nextEvents(stream, 4);
+  await stream.close();
+  assert.deepEqual(insert.fullDocument, { _id: 1, v: 1 });
+  assert.equal(insert.fullDocumentBeforeChange, undefined);
+  assert.deepEqual(update.fullDocumentBeforeChange, { _id: 1, v: 1 });
+  assert.deepEqual(update.fullDocument, { _id: 1, v: 2 });
+  assert.deepEqual(replace.fullDocumentBeforeChange, { _id: 1, v: 2 });
+  assert.deepEqual(replace.fullDocument, { _id: 1, w: 'replaced' });
+  assert.deepEqual(remove.fullDocumentBeforeChange, { _id: 1, w: 'replaced' });
+  assert.equal(remove.fullDocument, undefined);
+});
+
+check('a required pre-image that was not kept: NoMatchingDocument', async () => {
+  const coll = db.collection('not_imaged');
+  await coll.insertOne({ _id: 1 });
+  const stream = coll.watch([], { fullDocumentBeforeChange: 'required', maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await coll.deleteOne({ _id: 1 });
+  await assert.rejects(nextEvents(stream, 1), (error) => {
+    assert.equal(error.code, 47);
+    assert.equal(error.codeName, 'NoMatchingDocument');
+    return true;
+  });
+  await stream.close().catch(() => {});
+});
+
+check('showExpandedEvents: create, createIndexes, modify, dropIndexes with collectionUUID', async () => {
+  const stream = db.collection('expanded').watch([], { showExpandedEvents: true, maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await db.createCollection('expanded');
+  const coll = db.collection('expanded');
+  await coll.createIndex({ a: 1 });
+  await db.command({ collMod: 'expanded', index: { name: 'a_1', hidden: true } });
+  await coll.dropIndex('a_1');
+  const events = await nextEvents(stream, 4);
+  await stream.close();
+  assert.deepEqual(events.map((e) => e.operationType), ['create', 'createIndexes', 'modify', 'dropIndexes']);
+  const [info] = await db.listCollections({ name: 'expanded' }).toArray();
+  for (const event of events) {
+    assert.equal(event.collectionUUID.toString('hex'), info.info.uuid.toString('hex'));
+    assert.deepEqual(event.ns, { db: 'node_cs', coll: 'expanded' });
+  }
+  assert.deepEqual(events[0].operationDescription, { idIndex: { v: 2, key: { _id: 1 }, name: '_id_' } });
+  assert.deepEqual(events[1].operationDescription, { indexes: [{ v: 2, key: { a: 1 }, name: 'a_1' }] });
+  assert.deepEqual(events[2].operationDescription, { index: { name: 'a_1', hidden: true } });
+  assert.deepEqual(events[2].stateBeforeChange.indexOptions, { hidden: false });
+  assert.deepEqual(events[3].operationDescription,
+    { indexes: [{ v: 2, key: { a: 1 }, name: 'a_1', hidden: true }] });
+});
+
 check('fullDocument: updateLookup', async () => {
   const coll = db.collection('lookup');
   await coll.insertOne({ _id: 'k', n: 1 });
@@ -153,6 +231,22 @@ check('a token older than the oplog is refused (ChangeStreamHistoryLost)', async
     assert.ok(error instanceof MongoServerError, `expected MongoServerError, got ${error}`);
     assert.equal(error.code, 286);
     assert.equal(error.codeName, 'ChangeStreamHistoryLost');
+    assert.ok(error.hasErrorLabel('NonResumableChangeStreamError'), `labels: ${error.errorLabels}`);
+    return true;
+  });
+  await stream.close().catch(() => {});
+});
+
+check('a pipeline that removes _id fails once, labelled NonResumableChangeStreamError', async () => {
+  const coll = db.collection('unresumable');
+  const stream = coll.watch([{ $project: { _id: 0 } }], { maxAwaitTimeMS: 200 });
+  await stream.tryNext();
+  await coll.insertOne({ _id: 1 });
+  await assert.rejects(nextEvents(stream, 1), (error) => {
+    assert.ok(error instanceof MongoServerError, `expected MongoServerError, got ${error}`);
+    assert.equal(error.code, 280);
+    assert.equal(error.codeName, 'ChangeStreamFatalError');
+    assert.ok(error.hasErrorLabel('NonResumableChangeStreamError'), `labels: ${error.errorLabels}`);
     return true;
   });
   await stream.close().catch(() => {});

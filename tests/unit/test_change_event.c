@@ -548,6 +548,55 @@ static void test_stored_images_when_available_and_required(void **state)
     bson_destroy(with);
 }
 
+/* showExpandedEvents: the DDL entries become events with mongod 6.0's shapes. */
+static void test_expanded_events(void **state)
+{
+    (void)state;
+    change_spec_t spec = collection_spec("shop", "orders");
+    change_events_t events;
+    const char *uuid = "\"ui\": {\"$binary\": {\"base64\": \"AAECAwQFBgcICQoLDA0ODw==\", \"subType\": \"04\"}}";
+    bson_t *coll_mod = entry("c", "shop.$cmd", "{\"collMod\": \"orders\", \"index\": {\"name\": \"a_1\", \"hidden\": true}}",
+                             "{\"collectionOptions_old\": {\"validationLevel\": \"strict\"}, "
+                             "\"indexOptions_old\": {\"hidden\": false}}",
+                             uuid);
+    build(coll_mod, &spec, &events);
+    assert_int_equal(events.count, 0); /* not without the option */
+    spec.show_expanded_events = true;
+    build(coll_mod, &spec, &events);
+    assert_int_equal(events.count, 1);
+    assert_keys(events.documents[0],
+                "_id,operationType,clusterTime,collectionUUID,wallTime,ns,operationDescription,stateBeforeChange");
+    assert_field_json(events.documents[0], "operationType", "\"modify\"");
+    assert_field_json(events.documents[0], "operationDescription", "{\"index\": {\"name\": \"a_1\", \"hidden\": true}}");
+    assert_field_json(events.documents[0], "stateBeforeChange",
+                      "{\"collectionOptions\": {\"validationLevel\": \"strict\"}, \"indexOptions\": {\"hidden\": false}}");
+    change_events_cleanup(&events);
+
+    bson_t *drop_index = entry("c", "shop.$cmd", "{\"dropIndexes\": \"orders\", \"index\": \"a_1\"}",
+                               "{\"v\": 2, \"key\": {\"a\": 1}, \"name\": \"a_1\"}", uuid);
+    build(drop_index, &spec, &events);
+    assert_int_equal(events.count, 1);
+    assert_field_json(events.documents[0], "operationType", "\"dropIndexes\"");
+    assert_field_json(events.documents[0], "operationDescription",
+                      "{\"indexes\": [{\"v\": 2, \"key\": {\"a\": 1}, \"name\": \"a_1\"}]}");
+    assert_field_json(events.documents[0], "ns", "{\"db\": \"shop\", \"coll\": \"orders\"}");
+    change_events_cleanup(&events);
+
+    /* Another collection's DDL is not this stream's; an insert gains collectionUUID. */
+    bson_t *other = entry("c", "shop.$cmd", "{\"create\": \"other\", \"idIndex\": {}}", NULL, uuid);
+    build(other, &spec, &events);
+    assert_int_equal(events.count, 0);
+    bson_t *insert = entry("i", "shop.orders", "{\"_id\": 1}", "{\"_id\": 1}", uuid);
+    build(insert, &spec, &events);
+    assert_int_equal(events.count, 1);
+    assert_keys(events.documents[0], "_id,operationType,clusterTime,collectionUUID,wallTime,fullDocument,ns,documentKey");
+    change_events_cleanup(&events);
+    bson_destroy(coll_mod);
+    bson_destroy(drop_index);
+    bson_destroy(other);
+    bson_destroy(insert);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_drop_database),
         cmocka_unit_test(test_update_lookup_reads_the_current_document_or_null),
         cmocka_unit_test(test_stored_images_when_available_and_required),
+        cmocka_unit_test(test_expanded_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1155,12 +1155,55 @@ static void test_pipeline_description(void **state)
     assert_true(update_apply(spec, document, false, &out, &description, NULL, &error));
     assert_documents_equal(&out, "{'_id': 1, 'a': {'x': 5}, 'b': [1], 'd': 4, 'e': {'f': 1}}");
     assert_documents_equal(&description,
-                           "{'updatedFields': {'a.x': 5, 'b': [1], 'e': {'f': 1}}, "
-                           "'removedFields': ['a.y', 'c'], 'truncatedArrays': []}");
+                           "{'updatedFields': {'a.x': 5, 'e': {'f': 1}}, "
+                           "'removedFields': ['a.y', 'c'], 'truncatedArrays': [{'field': 'b', 'newSize': 1}]}");
     bson_destroy(&description);
     bson_destroy(&out);
     update_destroy(spec);
     bson_destroy(document);
+}
+
+/* Arrays as mongod's oplog diff describes them (doc_diff.cpp computeArrDiff). */
+static void expect_pipeline_description(const char *document_json, const char *stages_json,
+                                        const char *expected_json)
+{
+    bson_t *document = json(document_json);
+    bson_error_t error;
+    bson_t out, description;
+    update_spec_t *spec = compile_pipeline_update(stages_json, NULL, &error);
+    assert_non_null(spec);
+    assert_true(update_apply(spec, document, false, &out, &description, NULL, &error));
+    assert_documents_equal(&description, expected_json);
+    bson_destroy(&description);
+    bson_destroy(&out);
+    update_destroy(spec);
+    bson_destroy(document);
+}
+
+static void test_pipeline_array_description(void **state)
+{
+    (void)state;
+    /* The change-streams specification's "Test array truncation": the kept prefix is left out. */
+    expect_pipeline_description("{'_id': 1, 'a': 1, 'array': ['foo', {'a': 'bar'}, 1, 2, 3]}",
+                                "[{'$set': {'array': ['foo', {'a': 'bar'}]}}]",
+                                "{'updatedFields': {}, 'removedFields': [], "
+                                "'truncatedArrays': [{'field': 'array', 'newSize': 2}]}");
+    /* Appended elements and a changed element by index; a changed sub-document inside. */
+    expect_pipeline_description("{'_id': 1, 'list': ['aaaaaaaaaa', 'bbbbbbbbbb', {'x': 1, 'y': 'cccccccccc'}]}",
+                                "[{'$set': {'list': ['aaaaaaaaaa', 'zz', {'x': 2, 'y': 'cccccccccc'}, 'dd']}}]",
+                                "{'updatedFields': {'list.1': 'zz', 'list.2.x': 2, 'list.3': 'dd'}, "
+                                "'removedFields': [], 'truncatedArrays': []}");
+    /* A change and a truncation together, and in a nested array. */
+    expect_pipeline_description("{'_id': 1, 'm': {'n': ['aaaaaaaaaa', 'bbbbbbbbbb', 'c', 'd']}}",
+                                "[{'$set': {'m.n': ['aaaaaaaaaa', 'e']}}]",
+                                "{'updatedFields': {'m.n.1': 'e'}, 'removedFields': [], "
+                                "'truncatedArrays': [{'field': 'm.n', 'newSize': 2}]}");
+    /* Every element changed: the diff would be larger than the array, which is given whole. */
+    expect_pipeline_description("{'_id': 1, 'a': [1, 2, 3]}", "[{'$set': {'a': [4, 5, 6]}}]",
+                                "{'updatedFields': {'a': [4, 5, 6]}, 'removedFields': [], 'truncatedArrays': []}");
+    /* An array that becomes something else is given whole. */
+    expect_pipeline_description("{'_id': 1, 'a': [1, 2, 3]}", "[{'$set': {'a': 'x'}}]",
+                                "{'updatedFields': {'a': 'x'}, 'removedFields': [], 'truncatedArrays': []}");
 }
 
 int main(void)
@@ -1190,6 +1233,7 @@ int main(void)
         cmocka_unit_test(test_positional),
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_pipeline_description),
+        cmocka_unit_test(test_pipeline_array_description),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
