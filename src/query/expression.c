@@ -3,6 +3,7 @@
  * Operators are looked up in the tables of the expression_*.c files. */
 #include "query/expression_private.h"
 #include "common/clock.h"
+#include "query/value_format.h"
 
 #include <string.h>
 #include <time.h>
@@ -36,6 +37,7 @@ void expression_destroy(expression_t *expression)
         return;
     }
     bson_value_destroy(&expression->constant);
+    bson_free(expression->variable_name);
     for (size_t i = 0; i < expression->path_length; i++) {
         bson_free(expression->path[i]);
     }
@@ -68,6 +70,7 @@ static const expression_operator_t *find_operator(const char *name)
         {expression_logic_operators, &expression_logic_operator_count},
         {expression_string_operators, &expression_string_operator_count},
         {expression_date_operators, &expression_date_operator_count},
+        {expression_object_operators, &expression_object_operator_count},
     };
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         for (size_t i = 0; i < *tables[t].count; i++) {
@@ -149,10 +152,16 @@ static bool parse_variable(expression_t *expression, const char *name, size_t le
         expression->variable = EXPRESSION_VARIABLE_REMOVE;
     } else if (strcmp(variable, "NOW") == 0) {
         expression->variable = EXPRESSION_VARIABLE_NOW;
-    } else {
+    } else if (first >= 'A' && first <= 'Z') {
         tc_error_set(error, EXPRESSION_ERROR_UNDEFINED_VARIABLE, "Use of undefined variable: %s",
                      variable);
-        goto done;
+        goto done; /* an upper-case name is a system variable, and not one of those */
+    } else {
+        /* A user variable (let): whether it is defined is checked once the whole
+         * expression is parsed (expression_compile_with_variables). */
+        expression->variable = EXPRESSION_VARIABLE_USER;
+        expression->variable_name = variable;
+        return true;
     }
     ok = true;
 done:
@@ -201,7 +210,7 @@ bool expression_parse_operands(expression_t *expression, const bson_value_t *arg
         if (bson_iter_init_from_data(&iter, argument->value.v_doc.data,
                                      argument->value.v_doc.data_len)) {
             while (bson_iter_next(&iter)) {
-                expression_t *child = expression_compile(bson_iter_value(&iter), error);
+                expression_t *child = expression_parse(bson_iter_value(&iter), error);
                 if (child == NULL) {
                     return false;
                 }
@@ -209,7 +218,7 @@ bool expression_parse_operands(expression_t *expression, const bson_value_t *arg
             }
         }
     } else {
-        expression_t *child = expression_compile(argument, error);
+        expression_t *child = expression_parse(argument, error);
         if (child == NULL) {
             return false;
         }
@@ -304,7 +313,7 @@ static expression_t *parse_object(const bson_value_t *spec, bson_error_t *error)
                 goto done;
             }
         }
-        expression_t *child = expression_compile(bson_iter_value(&iter), error);
+        expression_t *child = expression_parse(bson_iter_value(&iter), error);
         TC_CHECK(child != NULL);
         expression->names = bson_realloc(expression->names,
                                          (expression->child_count + 1) * sizeof *expression->names);
@@ -317,7 +326,7 @@ done:
     return NULL;
 }
 
-expression_t *expression_compile(const bson_value_t *spec, bson_error_t *error)
+expression_t *expression_parse(const bson_value_t *spec, bson_error_t *error)
 {
     switch (spec->value_type) {
     case BSON_TYPE_UTF8:
@@ -332,7 +341,7 @@ expression_t *expression_compile(const bson_value_t *spec, bson_error_t *error)
         bson_iter_t iter;
         if (bson_iter_init_from_data(&iter, spec->value.v_doc.data, spec->value.v_doc.data_len)) {
             while (bson_iter_next(&iter)) {
-                expression_t *child = expression_compile(bson_iter_value(&iter), error);
+                expression_t *child = expression_parse(bson_iter_value(&iter), error);
                 if (child == NULL) {
                     expression_destroy(expression);
                     return NULL;
@@ -348,6 +357,113 @@ expression_t *expression_compile(const bson_value_t *spec, bson_error_t *error)
     expression_t *expression = expression_new(EXPRESSION_CONSTANT);
     bson_value_copy(spec, &expression->constant);
     return expression;
+}
+
+void expression_reserve_slots(expression_t *expression, size_t count)
+{
+    expression->children = bson_malloc0(count * sizeof *expression->children);
+    expression->child_count = count;
+}
+
+bool expression_parse_into_slot(expression_t *expression, size_t slot, const bson_value_t *value,
+                                bson_error_t *error)
+{
+    expression_t *child = expression_parse(value, error);
+    if (child == NULL) {
+        return false;
+    }
+    expression_destroy(expression->children[slot]);
+    expression->children[slot] = child;
+    return true;
+}
+
+/* Every user variable the expression reads is one of defined's fields. */
+static bool check_variables(const expression_t *expression, const bson_t *defined, bson_error_t *error)
+{
+    if (expression->kind == EXPRESSION_FIELD_PATH && expression->variable == EXPRESSION_VARIABLE_USER &&
+        (defined == NULL || !bson_has_field(defined, expression->variable_name))) {
+        return tc_error_set(error, EXPRESSION_ERROR_UNDEFINED_VARIABLE, "Use of undefined variable: %s",
+                            expression->variable_name);
+    }
+    for (size_t i = 0; i < expression->child_count; i++) {
+        if (!check_variables(expression->children[i], defined, error)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+expression_t *expression_compile_with_variables(const bson_value_t *spec, const bson_t *defined,
+                                                bson_error_t *error)
+{
+    expression_t *expression = expression_parse(spec, error);
+    if (expression != NULL && !check_variables(expression, defined, error)) {
+        expression_destroy(expression);
+        return NULL;
+    }
+    return expression;
+}
+
+expression_t *expression_compile(const bson_value_t *spec, bson_error_t *error)
+{
+    return expression_compile_with_variables(spec, NULL, error);
+}
+
+expression_t *expression_compile_unchecked(const bson_value_t *spec, bson_error_t *error)
+{
+    return expression_parse(spec, error);
+}
+
+bool expression_check_variables(const expression_t *expression, const bson_t *defined, bson_error_t *error)
+{
+    return check_variables(expression, defined, error);
+}
+
+bool expression_evaluate_let(const bson_value_t *let, expression_context_t *context, bson_t *out_values,
+                             bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_init(out_values);
+    if (let->value_type != BSON_TYPE_DOCUMENT) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field 'let' is the wrong type '%s', expected type 'object'",
+                            value_type_name(let->value_type));
+    }
+    if (!bson_iter_init_from_data(&iter, let->value.v_doc.data, let->value.v_doc.data_len)) {
+        return tc_error_set(error, TC_ERR_INVALID_BSON, "invalid BSON in let");
+    }
+    while (bson_iter_next(&iter)) {
+        const char *name = bson_iter_key(&iter);
+        unsigned char first = (unsigned char)name[0];
+        /* Variables::validateNameForUserWrite: a lower-case letter or a non-ASCII first. */
+        if (first != '\0' && !((first >= 'a' && first <= 'z') || (first & 0x80))) {
+            return tc_error_set(error, EXPRESSION_ERROR_VARIABLE_START,
+                                "'%s' starts with an invalid character for a user variable name", name);
+        }
+        expression_t probe = {.kind = EXPRESSION_FIELD_PATH};
+        if (!parse_variable(&probe, name, strlen(name), error)) {
+            return false;
+        }
+        bson_free(probe.variable_name);
+        /* Each value is a constant expression, evaluated once for the command; it may
+         * read the variables defined before it. */
+        expression_t *expression = expression_compile_with_variables(bson_iter_value(&iter), out_values, error);
+        bson_value_t value;
+        expression_context_t scope = *context;
+        scope.variables = out_values;
+        bson_t empty = BSON_INITIALIZER;
+        bool ok = expression != NULL && expression_evaluate(expression, &empty, &scope, &value, error);
+        expression_destroy(expression);
+        if (!ok) {
+            return false;
+        }
+        if (aggregation_value_is_missing(&value)) {
+            aggregation_value_set_null(&value); /* $$REMOVE: the variable is null, not absent */
+        }
+        aggregation_value_append(out_values, name, -1, &value);
+        bson_value_destroy(&value);
+    }
+    context->variables = out_values;
+    return true;
 }
 
 /* ---- evaluation ---- */
@@ -418,6 +534,23 @@ static void evaluate_field_path(const expression_t *expression,
             aggregation_value_set_date(out_value, evaluation->context->now_milliseconds);
         }
         return;
+    case EXPRESSION_VARIABLE_USER: {
+        bson_iter_t iter;
+        const bson_t *variables = evaluation->context->variables;
+        if (variables == NULL || !bson_iter_init_find(&iter, variables, expression->variable_name)) {
+            return; /* checked at compile time: not reached */
+        }
+        const bson_value_t *value = bson_iter_value(&iter);
+        if (expression->path_length == 0) {
+            bson_value_copy(value, out_value);
+        } else if (value->value_type == BSON_TYPE_DOCUMENT) {
+            lookup_path(value->value.v_doc.data, value->value.v_doc.data_len, expression->path,
+                        expression->path_length, out_value);
+        } else if (value->value_type == BSON_TYPE_ARRAY) {
+            lookup_path_in_array(value, expression->path, expression->path_length, out_value);
+        }
+        return;
+    }
     case EXPRESSION_VARIABLE_ROOT:
     case EXPRESSION_VARIABLE_CURRENT:
         break;
@@ -531,6 +664,7 @@ void expression_values_destroy(bson_value_t *values, size_t count)
 void expression_context_init(expression_context_t *context)
 {
     context->now_milliseconds = clock_wall_ms();
+    context->variables = NULL;
 }
 
 bool expression_evaluate(const expression_t *expression, const bson_t *document,

@@ -32,7 +32,7 @@ typedef enum date_part {
 
 static bool add_operand(expression_t *expression, const bson_value_t *value, bson_error_t *error)
 {
-    expression_t *child = expression_compile(value, error);
+    expression_t *child = expression_parse(value, error);
     if (child == NULL) {
         return false;
     }

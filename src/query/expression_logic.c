@@ -145,31 +145,12 @@ static bool evaluate_not(const expression_t *expression, const expression_evalua
 
 /* ---- conditionals ---- */
 
-/* Compiles value as a child at children[slot] (slots are pre-sized to NULL). */
-static bool parse_into_slot(expression_t *expression, size_t slot, const bson_value_t *value,
-                            bson_error_t *error)
-{
-    expression_t *child = expression_compile(value, error);
-    if (child == NULL) {
-        return false;
-    }
-    expression_destroy(expression->children[slot]);
-    expression->children[slot] = child;
-    return true;
-}
-
-static void reserve_slots(expression_t *expression, size_t count)
-{
-    expression->children = bson_malloc0(count * sizeof *expression->children);
-    expression->child_count = count;
-}
-
 static bool parse_cond(expression_t *expression, const bson_value_t *argument, bson_error_t *error)
 {
     if (argument->value_type != BSON_TYPE_DOCUMENT) {
         return expression_parse_operands(expression, argument, error);
     }
-    reserve_slots(expression, 3);
+    expression_reserve_slots(expression, 3);
     bson_iter_t iter;
     if (bson_iter_init_from_data(&iter, argument->value.v_doc.data,
                                  argument->value.v_doc.data_len)) {
@@ -186,7 +167,7 @@ static bool parse_cond(expression_t *expression, const bson_value_t *argument, b
                 return tc_error_set(error, LOGIC_ERROR_COND_UNKNOWN,
                                     "Unrecognized parameter to $cond: %s", key);
             }
-            if (!parse_into_slot(expression, slot, bson_iter_value(&iter), error)) {
+            if (!expression_parse_into_slot(expression, slot, bson_iter_value(&iter), error)) {
                 return false;
             }
         }
@@ -269,7 +250,7 @@ static bool parse_switch_branch(expression_t *expression, const bson_value_t *br
                 goto done;
             }
             expression_destroy(parts[slot]);
-            parts[slot] = expression_compile(bson_iter_value(&iter), error);
+            parts[slot] = expression_parse(bson_iter_value(&iter), error);
             TC_CHECK(parts[slot] != NULL);
         }
     }
@@ -327,7 +308,7 @@ static bool parse_switch(expression_t *expression, const bson_value_t *argument,
                 }
             } else if (strcmp(key, "default") == 0) {
                 expression_destroy(default_expression);
-                default_expression = expression_compile(value, error);
+                default_expression = expression_parse(value, error);
                 TC_CHECK(default_expression != NULL);
             } else {
                 tc_error_set(error, LOGIC_ERROR_SWITCH_UNKNOWN,

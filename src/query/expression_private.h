@@ -48,12 +48,14 @@ typedef enum expression_variable {
     EXPRESSION_VARIABLE_ROOT,
     EXPRESSION_VARIABLE_REMOVE,
     EXPRESSION_VARIABLE_NOW,
+    EXPRESSION_VARIABLE_USER, /* a let variable, named by variable_name */
 } expression_variable_t;
 
 struct expression {
     expression_kind_t kind;
     bson_value_t constant;          /* CONSTANT: owned copy */
     expression_variable_t variable; /* FIELD_PATH: where the path starts */
+    char *variable_name;            /* FIELD_PATH of a USER variable: its name, owned */
     char **path;                    /* FIELD_PATH: components after the variable */
     size_t path_length;
     char **names;            /* OBJECT: field names, parallel to children */
@@ -62,6 +64,16 @@ struct expression {
     const expression_operator_t *operation; /* OPERATOR */
     bool has_default;                       /* $switch: last child is the default */
 };
+
+/* expression_compile() without the check that the user variables it reads are
+ * defined: for the parts of an expression, which is checked whole. */
+expression_t *expression_parse(const bson_value_t *spec, bson_error_t *error);
+
+/* For operators with named arguments: count children, all NULL, to fill by slot;
+ * then value compiled into children[slot] (replacing what was there). */
+void expression_reserve_slots(expression_t *expression, size_t count);
+bool expression_parse_into_slot(expression_t *expression, size_t slot, const bson_value_t *value,
+                                bson_error_t *error);
 
 /* Appends child to expression's children (takes ownership). */
 void expression_add_child(expression_t *expression, expression_t *child);
@@ -93,5 +105,7 @@ extern const expression_operator_t expression_string_operators[];
 extern const size_t expression_string_operator_count;
 extern const expression_operator_t expression_date_operators[];
 extern const size_t expression_date_operator_count;
+extern const expression_operator_t expression_object_operators[];
+extern const size_t expression_object_operator_count;
 
 #endif

@@ -48,6 +48,9 @@ void match_node_destroy(match_node_t *node)
     case MATCH_BITS:
         bson_free(node->u.bits.positions);
         break;
+    case MATCH_EXPR:
+        expression_destroy(node->u.expr.expression);
+        break;
     default:
         break;
     }
@@ -119,7 +122,41 @@ match_node_t *match_node_new_with_path(match_kind_t kind, const char *path)
 
 /* ---- public API ---- */
 
-match_expression_t *match_compile(const bson_t *filter, bson_error_t *error)
+/* Gives each $expr node the filter's shared state, once its variables are known
+ * to be defined. */
+static bool attach_expr_state(match_expression_t *expression, match_node_t *node, const expression_context_t *context,
+                              bson_error_t *error)
+{
+    if (node->kind == MATCH_EXPR) {
+        if (expression->expr_state == NULL) {
+            match_expr_state_t *state = bson_malloc0(sizeof *state);
+            state->variables = bson_new();
+            if (context != NULL) {
+                state->context = *context;
+                if (context->variables != NULL) {
+                    bson_concat(state->variables, context->variables);
+                }
+            } else {
+                expression_context_init(&state->context);
+            }
+            state->context.variables = state->variables;
+            expression->expr_state = state;
+        }
+        node->u.expr.state = expression->expr_state;
+        if (!expression_check_variables(node->u.expr.expression, expression->expr_state->variables, error)) {
+            return false;
+        }
+    }
+    for (size_t i = 0; i < node->child_count; i++) {
+        if (!attach_expr_state(expression, node->children[i], context, error)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+match_expression_t *match_compile_with_context(const bson_t *filter, const expression_context_t *context,
+                                               bson_error_t *error)
 {
     match_expression_t *expression = BSON_ALIGNED_ALLOC0(match_expression_t);
     expression->filter = filter ? bson_copy(filter) : bson_new();
@@ -127,11 +164,27 @@ match_expression_t *match_compile(const bson_t *filter, bson_error_t *error)
     document.value.v_doc.data = (uint8_t *)bson_get_data(expression->filter);
     document.value.v_doc.data_len = expression->filter->len;
     expression->root = match_parse_filter(&document, false, error);
-    if (expression->root == NULL) {
+    if (expression->root == NULL || !attach_expr_state(expression, expression->root, context, error)) {
         match_destroy(expression);
         return NULL;
     }
     return expression;
+}
+
+match_expression_t *match_compile(const bson_t *filter, bson_error_t *error)
+{
+    return match_compile_with_context(filter, NULL, error);
+}
+
+bool match_failed(const match_expression_t *expression, bson_error_t *error)
+{
+    if (expression == NULL || expression->expr_state == NULL || !expression->expr_state->failed) {
+        return false;
+    }
+    if (error != NULL) {
+        *error = expression->expr_state->error;
+    }
+    return true;
 }
 
 bool match_document(const match_expression_t *expression, const bson_t *document)
@@ -160,5 +213,9 @@ void match_destroy(match_expression_t *expression)
     }
     match_node_destroy(expression->root);
     bson_destroy(expression->filter);
+    if (expression->expr_state != NULL) {
+        bson_destroy(expression->expr_state->variables);
+        bson_free(expression->expr_state);
+    }
     bson_free(expression);
 }

@@ -5,15 +5,27 @@
 #define TC_QUERY_MATCH_H
 
 #include "common/error.h"
+#include "query/expression.h"
 
 typedef struct match_expression match_expression_t;
 
 /* Compiles filter (NULL: match everything). Returns NULL and fills error (may be
  * NULL) with mongod's code and message for a bad filter (BadValue 2 for an unknown
  * $operator, FailedToParse 9, TypeMismatch 14, Location51091 for a bad regex, ...).
- * $expr, $where, $text, $jsonSchema and geo operators are refused with BadValue.
+ * $where, $text, $jsonSchema and geo operators are refused with BadValue.
  * The filter's bytes are copied; free the result with match_destroy(). */
 match_expression_t *match_compile(const bson_t *filter, bson_error_t *error) TC_MUST_CHECK;
+
+/* match_compile() for a command's filter: context gives $expr the command's $$NOW
+ * and let variables (copied; NULL: none, $$NOW read now), and a $$name the let does
+ * not define is Location17276. */
+match_expression_t *match_compile_with_context(const bson_t *filter, const expression_context_t *context,
+                                               bson_error_t *error) TC_MUST_CHECK;
+
+/* Whether an evaluation failed since the compile ($expr: "can't $divide by zero"):
+ * a document that failed did not match, and the command must fail with error, as
+ * mongod's does. */
+bool match_failed(const match_expression_t *expression, bson_error_t *error);
 
 /* True when document satisfies the filter. Allocates nothing. An expression keeps
  * its regexes' scratch space, so one thread at a time may use it (any thread). */

@@ -587,6 +587,28 @@ static bool and_matches_with_details(const match_node_t *node, const uint8_t *da
     return true;
 }
 
+/* $expr: the expression's value on the whole document, as $cond would read it. */
+static bool expr_matches(const match_node_t *node, const uint8_t *data, uint32_t length)
+{
+    match_expr_state_t *state = node->u.expr.state;
+    bson_t document;
+    bson_value_t value;
+    bson_error_t error;
+    if (!bson_init_static(&document, data, length)) {
+        return false;
+    }
+    if (!expression_evaluate(node->u.expr.expression, &document, &state->context, &value, &error)) {
+        if (!state->failed) {
+            state->failed = true;
+            state->error = error;
+        }
+        return false;
+    }
+    bool truth = aggregation_value_truthy(&value);
+    bson_value_destroy(&value);
+    return truth;
+}
+
 /* details (NULL-able) as match_document_with_details() describes. */
 bool match_node_matches_document(const match_node_t *node, const uint8_t *data, uint32_t length,
                                  match_details_t *details)
@@ -631,6 +653,8 @@ bool match_node_matches_document(const match_node_t *node, const uint8_t *data, 
         return true;
     case MATCH_ALWAYS_FALSE:
         return false;
+    case MATCH_EXPR:
+        return expr_matches(node, data, length);
     default:
         return node->part_count > 0 &&
                path_matches_document(node, 0, data, length, NULL, details);

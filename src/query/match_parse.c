@@ -984,7 +984,17 @@ static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, b
             return tc_error_set(error, TC_ERR_BAD_VALUE, "%s can only be applied to the top-level document",
                                 key);
         }
-        return refuse_unsupported(key, error);
+        if (strcmp(name, "expr") != 0) {
+            return refuse_unsupported(key, error);
+        }
+        /* Compiled whole here; its let variables are checked, and its state
+         * attached, once the filter is parsed (match_compile_with_context). */
+        expression_t *compiled = expression_compile_unchecked(&value, error);
+        if (compiled == NULL) {
+            return false;
+        }
+        child = match_node_new(MATCH_EXPR);
+        child->u.expr.expression = compiled;
     } else if (is_pathless_operator(name)) {
         return refuse_unsupported(key, error);
     } else {

@@ -9,6 +9,7 @@
 #endif
 
 #include "query/match.h"
+#include "query/expression.h"
 
 #include <pcre2.h>
 #include <stdint.h>
@@ -34,6 +35,7 @@ typedef enum match_kind {
     MATCH_BITS,
     MATCH_ELEM_MATCH_OBJECT, /* one child: a whole filter run on each element */
     MATCH_ELEM_MATCH_VALUE,  /* children: predicates that must all hold for one element */
+    MATCH_EXPR,              /* $expr: an aggregation expression on the whole document */
 } match_kind_t;
 
 typedef enum match_compare { MATCH_EQ, MATCH_LT, MATCH_LTE, MATCH_GT, MATCH_GTE } match_compare_t;
@@ -60,6 +62,16 @@ typedef struct match_path_part {
 } match_path_part_t;
 
 typedef struct match_node match_node_t;
+
+/* What the $expr nodes of one compiled filter share: the command's $$NOW and let
+ * variables, and the first error an evaluation met (a filter's evaluation
+ * cannot fail, so it is kept for match_failed()). */
+typedef struct match_expr_state {
+    expression_context_t context;
+    bson_t *variables;
+    bool failed;
+    bson_error_t error;
+} match_expr_state_t;
 
 struct match_node {
     match_kind_t kind;
@@ -98,6 +110,10 @@ struct match_node {
         } mod;
         int32_t size;
         struct {
+            expression_t *expression; /* owned */
+            match_expr_state_t *state; /* the compiled filter's */
+        } expr;
+        struct {
             match_bits_test_t test;
             uint64_t mask;       /* for numbers: positions past 63 fold onto the sign bit */
             uint32_t *positions; /* for BinData */
@@ -109,6 +125,7 @@ struct match_node {
 struct match_expression {
     bson_t *filter; /* owned copy: operands point into it */
     match_node_t *root;
+    match_expr_state_t *expr_state; /* NULL without $expr */
 };
 
 /* ---- the node tree (match.c) ---- */

@@ -31,6 +31,9 @@ struct pipeline {
     pipeline_stage_t *stages;
     size_t stage_count;
     pipeline_limits_t limits;
+    bool has_context;             /* the command's $$NOW, else each run's start */
+    expression_context_t context; /* variables points at the copy below */
+    bson_t *variables;            /* the command's let values */
 };
 
 struct pipeline_run {
@@ -139,12 +142,15 @@ static bool match_next(pipeline_cursor_t *cursor, bson_t *out_document, bool *ou
             return true;
         }
         bson_destroy(out_document);
+        if (match_failed(match->matcher, error)) {
+            return false; /* its $expr failed on the document */
+        }
     }
 }
 
 static const pipeline_stage_kind_t match_kind = {"$match", match_next, NULL, match_spec_destroy};
 
-static bool compile_match(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_match(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                           bson_error_t *error)
 {
     if (argument->value_type != BSON_TYPE_DOCUMENT) {
@@ -156,7 +162,14 @@ static bool compile_match(const bson_value_t *argument, pipeline_stage_t *out_st
     bson_t borrowed;
     bson_init_static(&borrowed, argument->value.v_doc.data, argument->value.v_doc.data_len);
     bson_copy_to(&borrowed, &match->filter);
-    match->matcher = match_compile(&match->filter, error);
+    expression_context_t context;
+    if (scope->context != NULL) {
+        context = *scope->context;
+    } else {
+        expression_context_init(&context);
+        context.variables = scope->variables;
+    }
+    match->matcher = match_compile_with_context(&match->filter, &context, error);
     if (match->matcher == NULL) {
         match_spec_destroy(match);
         return false;
@@ -269,7 +282,7 @@ done:
     return ok;
 }
 
-static bool compile_limit(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_limit(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                           bson_error_t *error)
 {
     int64_t count;
@@ -288,7 +301,7 @@ static bool compile_limit(const bson_value_t *argument, pipeline_stage_t *out_st
     return true;
 }
 
-static bool compile_skip(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_skip(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                          bson_error_t *error)
 {
     int64_t count;
@@ -358,9 +371,10 @@ static const pipeline_stage_kind_t replace_root_kind = {"$replaceRoot", replace_
                                                         replace_root_spec_destroy};
 
 static bool compile_replace_with_expression(const bson_value_t *expression_spec, const char *what,
-                                            pipeline_stage_t *out_stage, bson_error_t *error)
+                                            const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
+                                            bson_error_t *error)
 {
-    expression_t *new_root = expression_compile(expression_spec, error);
+    expression_t *new_root = expression_compile_with_variables(expression_spec, scope->variables, error);
     if (new_root == NULL) {
         return false;
     }
@@ -372,7 +386,7 @@ static bool compile_replace_with_expression(const bson_value_t *expression_spec,
     return true;
 }
 
-static bool compile_replace_root(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_replace_root(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                                  bson_error_t *error)
 {
     if (argument->value_type != BSON_TYPE_DOCUMENT) {
@@ -398,45 +412,45 @@ static bool compile_replace_root(const bson_value_t *argument, pipeline_stage_t 
         return tc_error_set(error, PIPELINE_ERROR_IDL_MISSING_FIELD,
                             "BSON field '$replaceRoot.newRoot' is missing but a required field");
     }
-    return compile_replace_with_expression(bson_iter_value(&new_root), "'newRoot' expression",
+    return compile_replace_with_expression(bson_iter_value(&new_root), "'newRoot' expression", scope,
                                            out_stage, error);
 }
 
-static bool compile_replace_with(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_replace_with(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                                  bson_error_t *error)
 {
-    return compile_replace_with_expression(argument, "'replacement document'", out_stage, error);
+    return compile_replace_with_expression(argument, "'replacement document'", scope, out_stage, error);
 }
 
 /* ---- the stage list ---- */
 
-static bool compile_project(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_project(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                             bson_error_t *error)
 {
-    return pipeline_projection_compile("$project", argument, out_stage, error);
+    return pipeline_projection_compile("$project", argument, scope, out_stage, error);
 }
 
-static bool compile_add_fields(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_add_fields(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                                bson_error_t *error)
 {
-    return pipeline_projection_compile("$addFields", argument, out_stage, error);
+    return pipeline_projection_compile("$addFields", argument, scope, out_stage, error);
 }
 
-static bool compile_set(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_set(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                         bson_error_t *error)
 {
-    return pipeline_projection_compile("$set", argument, out_stage, error);
+    return pipeline_projection_compile("$set", argument, scope, out_stage, error);
 }
 
-static bool compile_unset(const bson_value_t *argument, pipeline_stage_t *out_stage,
+static bool compile_unset(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                           bson_error_t *error)
 {
-    return pipeline_projection_compile("$unset", argument, out_stage, error);
+    return pipeline_projection_compile("$unset", argument, scope, out_stage, error);
 }
 
 static const struct {
     const char *name;
-    bool (*compile)(const bson_value_t *argument, pipeline_stage_t *out_stage, bson_error_t *error);
+    bool (*compile)(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage, bson_error_t *error);
 } stage_compilers[] = {
     {"$match", compile_match},
     {"$project", compile_project},
@@ -453,7 +467,7 @@ static const struct {
     {"$replaceWith", compile_replace_with},
 };
 
-static bool compile_stage(const bson_iter_t *element, pipeline_stage_t *out_stage,
+static bool compile_stage(const bson_iter_t *element, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                           bson_error_t *error)
 {
     if (!BSON_ITER_HOLDS_DOCUMENT(element)) {
@@ -475,7 +489,7 @@ static bool compile_stage(const bson_iter_t *element, pipeline_stage_t *out_stag
     const char *name = bson_iter_key(&stage);
     for (size_t i = 0; i < sizeof stage_compilers / sizeof stage_compilers[0]; i++) {
         if (strcmp(stage_compilers[i].name, name) == 0) {
-            return stage_compilers[i].compile(bson_iter_value(&stage), out_stage, error);
+            return stage_compilers[i].compile(bson_iter_value(&stage), scope, out_stage, error);
         }
     }
     if (strcmp(name, "$changeStream") == 0) {
@@ -521,6 +535,17 @@ pipeline_t *pipeline_compile(const bson_t *stages, const pipeline_options_t *opt
     pipeline->limits.memory_limit_bytes = options != NULL && options->memory_limit_bytes > 0
                                               ? options->memory_limit_bytes
                                               : PIPELINE_DEFAULT_MEMORY_LIMIT_BYTES;
+    pipeline->variables = bson_new();
+    if (options != NULL && options->expression_context != NULL) {
+        pipeline->has_context = true;
+        pipeline->context = *options->expression_context;
+        if (options->expression_context->variables != NULL) {
+            bson_concat(pipeline->variables, options->expression_context->variables);
+        }
+    }
+    pipeline->context.variables = pipeline->variables;
+    pipeline_scope_t scope = {.variables = pipeline->variables,
+                              .context = pipeline->has_context ? &pipeline->context : NULL};
     uint32_t count = bson_count_keys(stages);
     pipeline->stages = bson_malloc0((count + 1) * sizeof *pipeline->stages);
     bson_iter_t iter;
@@ -529,7 +554,7 @@ pipeline_t *pipeline_compile(const bson_t *stages, const pipeline_options_t *opt
         goto fail;
     }
     while (bson_iter_next(&iter) && pipeline->stage_count < count) {
-        if (!compile_stage(&iter, &pipeline->stages[pipeline->stage_count], error)) {
+        if (!compile_stage(&iter, &scope, &pipeline->stages[pipeline->stage_count], error)) {
             goto fail;
         }
         pipeline->stage_count++;
@@ -550,6 +575,7 @@ void pipeline_destroy(pipeline_t *pipeline)
         pipeline->stages[i].kind->destroy_spec(pipeline->stages[i].spec);
     }
     bson_free(pipeline->stages);
+    bson_destroy(pipeline->variables);
     bson_free(pipeline);
 }
 
@@ -609,7 +635,12 @@ pipeline_run_t *pipeline_start(const pipeline_t *pipeline, pipeline_source_fn so
     run->pipeline = pipeline;
     run->source = source;
     run->source_context = context;
-    expression_context_init(&run->expression_context);
+    if (pipeline->has_context) {
+        run->expression_context = pipeline->context;
+    } else {
+        expression_context_init(&run->expression_context);
+        run->expression_context.variables = pipeline->variables;
+    }
     run->cursors = bson_malloc0((pipeline->stage_count + 1) * sizeof *run->cursors);
     for (size_t i = 0; i < pipeline->stage_count; i++) {
         pipeline_cursor_t *cursor = &run->cursors[i];

@@ -7,6 +7,7 @@
 #define TC_QUERY_PIPELINE_H
 
 #include "common/error.h"
+#include "query/expression.h"
 
 #include <stdint.h>
 
@@ -24,6 +25,9 @@ typedef struct pipeline_options {
     bool allow_disk_use;
     /* Per blocking stage; 0 means PIPELINE_DEFAULT_MEMORY_LIMIT_BYTES. */
     int64_t memory_limit_bytes;
+    /* The command's $$NOW and let variables (copied; NULL: none, and $$NOW is read at
+     * each run's start). */
+    const expression_context_t *expression_context;
 } pipeline_options_t;
 
 /* Compiles stages, the aggregate command's "pipeline" array (a first $changeStream stage

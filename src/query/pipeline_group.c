@@ -496,7 +496,7 @@ static group_field_t *add_field(group_spec_t *spec, const char *name, accumulato
 
 /* AccumulationStatement::parseAccumulationStatement for `name: {$accumulator: argument}`. */
 static bool parse_accumulator(group_spec_t *spec, const char *name, const bson_value_t *value,
-                              bson_error_t *error)
+                              const pipeline_scope_t *scope, bson_error_t *error)
 {
     bson_iter_t iter;
     bool is_accumulator_object =
@@ -539,7 +539,7 @@ static bool parse_accumulator(group_spec_t *spec, const char *name, const bson_v
             add_field(spec, name, kind);
             return true;
         }
-        expression_t *expression = expression_compile(argument, error);
+        expression_t *expression = expression_compile_with_variables(argument, scope->variables, error);
         if (expression == NULL) {
             return false;
         }
@@ -550,7 +550,7 @@ static bool parse_accumulator(group_spec_t *spec, const char *name, const bson_v
                         accumulator);
 }
 
-bool pipeline_group_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_group_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                             bson_error_t *error)
 {
     if (argument->value_type != BSON_TYPE_DOCUMENT) {
@@ -569,10 +569,10 @@ bool pipeline_group_compile(const bson_value_t *argument, pipeline_stage_t *out_
                              "a group's _id may only be specified once");
                 goto done;
             }
-            spec->id = expression_compile(bson_iter_value(&iter), error);
+            spec->id = expression_compile_with_variables(bson_iter_value(&iter), scope->variables, error);
             TC_CHECK(spec->id != NULL);
         } else {
-            TC_CHECK(parse_accumulator(spec, name, bson_iter_value(&iter), error));
+            TC_CHECK(parse_accumulator(spec, name, bson_iter_value(&iter), scope, error));
         }
     }
     if (spec->id == NULL) {
@@ -590,7 +590,7 @@ done:
     return ok;
 }
 
-bool pipeline_count_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_count_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                             bson_error_t *error)
 {
     if (argument->value_type != BSON_TYPE_UTF8) {

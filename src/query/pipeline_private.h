@@ -65,17 +65,24 @@ void pipeline_field_path_destroy(pipeline_field_path_t *path);
  * context to errors from parsing some stages; returns false. */
 bool pipeline_error_add_stage_context(bson_error_t *error, const char *stage_name);
 
+/* What a stage's expressions may read besides the document: the command's let
+ * variables (their names are checked at compile time). */
+typedef struct pipeline_scope {
+    const bson_t *variables;              /* NULL: none */
+    const expression_context_t *context;  /* the command's $$NOW with them; NULL: each run's */
+} pipeline_scope_t;
+
 /* Stage compilers: each fills *out_stage (kind and spec) from the stage's argument. */
-bool pipeline_projection_compile(const char *stage_name, const bson_value_t *argument,
+bool pipeline_projection_compile(const char *stage_name, const bson_value_t *argument, const pipeline_scope_t *scope,
                                  pipeline_stage_t *out_stage, bson_error_t *error);
-bool pipeline_group_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_group_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                             bson_error_t *error);
 /* A $count stage is a $group of one counter, named by argument. */
-bool pipeline_count_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_count_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                             bson_error_t *error);
-bool pipeline_sort_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_sort_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                            bson_error_t *error);
-bool pipeline_unwind_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_unwind_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                              bson_error_t *error);
 
 /* Tells a compiled $sort that only its first `count` documents are ever read (a $limit,

@@ -125,6 +125,7 @@ static bool mark_computed(projection_node_t *node)
 typedef struct projection_parser {
     projection_spec_t *spec;
     const char *stage_name;
+    const bson_t *variables; /* the command's let */
 } projection_parser_t;
 
 /* The node at components[0 .. length-2] below node, created as needed; NULL with a path
@@ -256,7 +257,7 @@ static bool parse_field(projection_parser_t *parser, projection_node_t *node, co
         if (!add_fields) {
             TC_CHECK(decide_mode(parser, PROJECTION_COMPUTED, full_path, error));
         }
-        expression_t *expression = expression_compile(value, error);
+        expression_t *expression = expression_compile_with_variables(value, parser->variables, error);
         TC_CHECK(expression != NULL);
         projection_entry_t *entry = add_leaf(parent, leaf, PROJECTION_COMPUTED, full_path, error);
         if (entry == NULL) {
@@ -674,7 +675,7 @@ static bool projection_next(pipeline_cursor_t *cursor, bson_t *out_document, boo
 static const pipeline_stage_kind_t projection_kind = {"$project", projection_next, NULL,
                                                       projection_spec_destroy};
 
-bool pipeline_projection_compile(const char *stage_name, const bson_value_t *argument,
+bool pipeline_projection_compile(const char *stage_name, const bson_value_t *argument, const pipeline_scope_t *scope,
                                  pipeline_stage_t *out_stage, bson_error_t *error)
 {
     bool is_project = strcmp(stage_name, "$project") == 0;
@@ -694,7 +695,7 @@ bool pipeline_projection_compile(const char *stage_name, const bson_value_t *arg
         }
         goto done;
     } else {
-        projection_parser_t parser = {.spec = spec, .stage_name = stage_name};
+        projection_parser_t parser = {.spec = spec, .stage_name = stage_name, .variables = scope->variables};
         spec->mode = is_project ? PROJECTION_MODE_UNDECIDED : PROJECTION_MODE_ADD_FIELDS;
         if (is_project && argument->value.v_doc.data_len <= 5) {
             tc_error_set(error, PROJECTION_ERROR_EMPTY,

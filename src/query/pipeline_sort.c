@@ -158,7 +158,7 @@ static bool sort_next(pipeline_cursor_t *cursor, bson_t *out_document, bool *out
 static const pipeline_stage_kind_t sort_kind = {"$sort", sort_next, sort_state_destroy,
                                                 sort_stage_spec_destroy};
 
-bool pipeline_sort_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_sort_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                            bson_error_t *error)
 {
     if (argument->value_type != BSON_TYPE_DOCUMENT) {

@@ -248,7 +248,7 @@ static bool parse_unwind_path(const bson_value_t *path, unwind_spec_t *unwind, b
     return pipeline_field_path_parse(text + 1, &unwind->path, error);
 }
 
-bool pipeline_unwind_compile(const bson_value_t *argument, pipeline_stage_t *out_stage,
+bool pipeline_unwind_compile(const bson_value_t *argument, const pipeline_scope_t *scope, pipeline_stage_t *out_stage,
                              bson_error_t *error)
 {
     unwind_spec_t *unwind = bson_malloc0(sizeof *unwind);

@@ -8,6 +8,7 @@
 #define TC_QUERY_UPDATE_H
 
 #include "common/error.h"
+#include "query/expression.h"
 
 typedef struct update_spec update_spec_t;
 
@@ -24,6 +25,11 @@ typedef struct update_spec update_spec_t;
  * Everything needed is copied; free the result with update_destroy(). */
 update_spec_t *update_compile_value(const bson_value_t *update, const bson_t *array_filters,
                                     bson_error_t *error) TC_MUST_CHECK;
+
+/* update_compile_value() for a command with `let`: a pipeline update's
+ * expressions read context's variables and $$NOW (context NULL: none). */
+update_spec_t *update_compile_with_context(const bson_value_t *update, const bson_t *array_filters,
+                                           const expression_context_t *context, bson_error_t *error) TC_MUST_CHECK;
 
 /* The same for an update given as a document (an operator update or a replacement). */
 update_spec_t *update_compile(const bson_t *update, const bson_t *array_filters,

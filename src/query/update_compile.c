@@ -967,7 +967,7 @@ static const char *stage_name(bson_iter_t *stage)
 /* A pipeline-style update (mongod's PipelineExecutor): the whole pipeline is parsed
  * first, then every stage must be one an update may run (InvalidOptions 72). */
 static update_spec_t *compile_pipeline(const bson_value_t *update, const bson_t *array_filters,
-                                       bson_error_t *error)
+                                       const expression_context_t *context, bson_error_t *error)
 {
     bson_iter_t iter;
     bson_t compilable = BSON_INITIALIZER;
@@ -996,7 +996,8 @@ static update_spec_t *compile_pipeline(const bson_value_t *update, const bson_t 
         bson_uint32_to_string(count++, &key, key_buffer, sizeof key_buffer);
         bson_append_value(&compilable, key, -1, bson_iter_value(&iter));
     }
-    pipeline_t *pipeline = pipeline_compile(&compilable, NULL, error);
+    pipeline_options_t options = {.expression_context = context};
+    pipeline_t *pipeline = pipeline_compile(&compilable, &options, error);
     if (pipeline == NULL) {
         goto done;
     }
@@ -1016,9 +1017,15 @@ done:
 update_spec_t *update_compile_value(const bson_value_t *update, const bson_t *array_filters,
                                     bson_error_t *error)
 {
+    return update_compile_with_context(update, array_filters, NULL, error);
+}
+
+update_spec_t *update_compile_with_context(const bson_value_t *update, const bson_t *array_filters,
+                                           const expression_context_t *context, bson_error_t *error)
+{
     bson_t document;
     if (update->value_type == BSON_TYPE_ARRAY) {
-        return compile_pipeline(update, array_filters, error);
+        return compile_pipeline(update, array_filters, context, error);
     }
     if (update->value_type != BSON_TYPE_DOCUMENT) {
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE,

@@ -174,12 +174,14 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
         batch_size = bson_iter_as_int64(&iter);
     }
     aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
-    pipeline_options_t pipeline_options = {.allow_disk_use = allow_disk_use};
+    pipeline_options_t pipeline_options = {.allow_disk_use = allow_disk_use,
+                                           .expression_context = context->expression_context};
     aggregation->pipeline = pipeline_compile(&stages, &pipeline_options, error);
     TC_CHECK(aggregation->pipeline != NULL);
     find_options_t find_options = {
         .filter = pipeline_leading_match(aggregation->pipeline),
         .sort = pipeline_leading_sort(aggregation->pipeline),
+        .expression_context = context->expression_context,
     };
     if (find_options.sort != NULL && pipeline_leading_limit(aggregation->pipeline) > 0) {
         find_options.limit = pipeline_leading_limit(aggregation->pipeline);

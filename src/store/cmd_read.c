@@ -107,6 +107,7 @@ static bool parse_find(command_context_t *context, find_request_t *request, bson
                             (long long)request->batch_size);
     }
     request->options.filter = &request->filter;
+    request->options.expression_context = context->expression_context;
     request->options.sort = &request->sort;
     request->options.projection = &request->projection;
     request->options.min = &request->min;
@@ -332,6 +333,7 @@ static bool parse_count(command_context_t *context, char **out_ns, bson_t *query
         options->limit = -options->limit; /* count treats a negative limit as its absolute value */
     }
     options->filter = query;
+    options->expression_context = context->expression_context;
     return true;
 }
 
@@ -467,6 +469,7 @@ static bool handle_distinct(command_context_t *context, bson_t *reply, bson_erro
     }
     state.path = bson_iter_utf8(&iter, NULL);
     options.filter = &query;
+    options.expression_context = context->expression_context;
     storage_lock_shared(storage);
     collection_t *collection = storage_find_collection(storage, ns);
     find_plan_t *plan = find_plan_new(context->session, collection, &options, error);

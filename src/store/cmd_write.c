@@ -285,14 +285,55 @@ static bool collect_record_id(void *context, const bson_t *document, int64_t rec
     return true;
 }
 
+/* A write's hint: an index's key pattern or its name, as mongod takes both. */
+typedef struct write_hint {
+    bson_t pattern; /* empty when absent or a name */
+    const char *name; /* NULL unless a name */
+} write_hint_t;
+
+/* Reads the hint field at iter (found) into hint; a view into the command. */
+static bool read_write_hint(const bson_iter_t *iter, write_hint_t *hint, bson_error_t *error)
+{
+    if (BSON_ITER_HOLDS_UTF8(iter)) {
+        hint->name = bson_iter_utf8(iter, NULL);
+        return true;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(iter)) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "hint must be either a string or nested object");
+    }
+    uint32_t length;
+    const uint8_t *data;
+    bson_iter_document(iter, &length, &data);
+    bson_init_static(&hint->pattern, data, length);
+    return true;
+}
+
+/* The hint of a statement of an update or a delete, or of findAndModify (statement NULL). */
+static bool read_hint(const command_context_t *context, bson_iter_t *statement, write_hint_t *hint,
+                      bson_error_t *error)
+{
+    static const uint8_t empty[5] = {5, 0, 0, 0, 0};
+    bson_iter_t iter;
+    bson_init_static(&hint->pattern, empty, sizeof empty);
+    hint->name = NULL;
+    bool found = statement != NULL ? bson_iter_recurse(statement, &iter) && bson_iter_find(&iter, "hint")
+                                   : bson_iter_init_find(&iter, context->command, "hint");
+    return !found || read_write_hint(&iter, hint, error);
+}
+
 /* The record ids matching filter (in sort order, at most limit; 0: all), read in
  * one snapshot. Writes then re-read and re-check each document in their own
  * transaction, so a write never scans an index it is changing. */
 static bool find_matching_records(command_context_t *context, collection_t *collection, const bson_t *filter,
-                                  const bson_t *sort, const bson_t *hint, int64_t limit, record_list_t *out,
+                                  const bson_t *sort, const write_hint_t *hint, int64_t limit, record_list_t *out,
                                   bson_error_t *error)
 {
-    find_options_t options = {.filter = filter, .sort = sort, .hint = hint, .limit = limit};
+    find_options_t options = {.filter = filter,
+                              .sort = sort,
+                              .hint = bson_count_keys(&hint->pattern) > 0 ? &hint->pattern : NULL,
+                              .hint_name = hint->name,
+                              .limit = limit,
+                              .expression_context = context->expression_context};
     bool exhausted;
     find_plan_t *plan = find_plan_new(context->session, collection, &options, error);
     if (plan == NULL) {
@@ -370,6 +411,8 @@ static bool write_matched_document(command_context_t *context, collection_t *col
                     bson_copy_to(&current, &write->before);
                     bson_copy_to(write->update != NULL && changed ? &updated : &current, &write->after);
                 }
+            } else if (ok && found && match_failed(write->matcher, error)) {
+                ok = false; /* its $expr failed on this document: so does the write */
             }
             bson_destroy(&current);
             if (ok) {
@@ -464,7 +507,8 @@ static bool run_update_statement(command_context_t *context, const char *ns, bso
                                  void *totals_pointer, bson_error_t *error)
 {
     update_totals_t *totals = totals_pointer;
-    bson_t filter, hint, array_filters_document;
+    bson_t filter, array_filters_document;
+    write_hint_t hint;
     bson_iter_t iter;
     update_spec_t *update = NULL;
     match_expression_t *matcher = NULL;
@@ -476,7 +520,7 @@ static bool run_update_statement(command_context_t *context, const char *ns, bso
                             index);
     }
     TC_CHECK(statement_document(statement, "update", "updates", "q", true, &filter, error));
-    TC_CHECK(statement_document(statement, "update", "updates", "hint", false, &hint, error));
+    TC_CHECK(read_hint(context, statement, &hint, error));
     bool multi = statement_flag(statement, "multi");
     bool upsert = statement_flag(statement, "upsert");
     const bson_t *array_filters = NULL;
@@ -491,19 +535,20 @@ static bool run_update_statement(command_context_t *context, const char *ns, bso
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing but a required field");
         goto done;
     }
-    update = update_compile_value(bson_iter_value(&iter), array_filters, error);
+    update = update_compile_with_context(bson_iter_value(&iter), array_filters, context->expression_context,
+                                         error);
     TC_CHECK(update != NULL);
     if (multi && update_is_replacement(update)) {
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "multi update is not supported for replacement-style update");
         goto done;
     }
-    matcher = match_compile(&filter, error);
+    matcher = match_compile_with_context(&filter, context->expression_context, error);
     TC_CHECK(matcher != NULL);
     atomic_fetch_add(&context->store->opcounters.update, 1);
 
     collection_t *collection = storage_find_collection(context->store->storage, ns);
     if (collection != NULL) {
-        TC_CHECK(find_matching_records(context, collection, &filter, NULL, bson_count_keys(&hint) ? &hint : NULL,
+        TC_CHECK(find_matching_records(context, collection, &filter, NULL, &hint,
                                        multi ? 0 : 1, &matches, error));
     }
     document_write_t write = {.matcher = matcher, .update = update};
@@ -559,7 +604,8 @@ static bool run_delete_statement(command_context_t *context, const char *ns, bso
                                  void *totals, bson_error_t *error)
 {
     int64_t *deleted = totals;
-    bson_t filter, hint;
+    bson_t filter;
+    write_hint_t hint;
     bson_iter_t iter;
     match_expression_t *matcher = NULL;
     record_list_t matches = {0};
@@ -570,7 +616,7 @@ static bool run_delete_statement(command_context_t *context, const char *ns, bso
                             index);
     }
     TC_CHECK(statement_document(statement, "delete", "deletes", "q", true, &filter, error));
-    TC_CHECK(statement_document(statement, "delete", "deletes", "hint", false, &hint, error));
+    TC_CHECK(read_hint(context, statement, &hint, error));
     if (!bson_iter_recurse(statement, &iter) || !bson_iter_find(&iter, "limit")) {
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes.limit' is missing but a required field");
         goto done;
@@ -581,12 +627,12 @@ static bool run_delete_statement(command_context_t *context, const char *ns, bso
                      (long long)limit);
         goto done;
     }
-    matcher = match_compile(&filter, error);
+    matcher = match_compile_with_context(&filter, context->expression_context, error);
     TC_CHECK(matcher != NULL);
     atomic_fetch_add(&context->store->opcounters.delete_, 1);
     collection_t *collection = storage_find_collection(context->store->storage, ns);
     if (collection != NULL) {
-        TC_CHECK(find_matching_records(context, collection, &filter, NULL, bson_count_keys(&hint) ? &hint : NULL, limit,
+        TC_CHECK(find_matching_records(context, collection, &filter, NULL, &hint, limit,
                                        &matches, error));
     }
     document_write_t write = {.matcher = matcher};
@@ -637,7 +683,8 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
     storage_t *storage = context->store->storage;
     bson_iter_t iter;
     char *ns = NULL;
-    bson_t query, sort, fields, hint, array_filters_document;
+    bson_t query, sort, fields, array_filters_document;
+    write_hint_t hint;
     const bson_t *array_filters = NULL;
     bool remove, return_new, upsert;
     update_spec_t *update = NULL;
@@ -654,7 +701,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
     TC_CHECK(command_get_document(context, "query", &query, error));
     TC_CHECK(command_get_document(context, "sort", &sort, error));
     TC_CHECK(command_get_document(context, "fields", &fields, error));
-    TC_CHECK(command_get_document(context, "hint", &hint, error));
+    TC_CHECK(read_hint(context, NULL, &hint, error));
     TC_CHECK(command_get_bool(context, "remove", false, &remove, error));
     TC_CHECK(command_get_bool(context, "new", false, &return_new, error));
     TC_CHECK(command_get_bool(context, "upsert", false, &upsert, error));
@@ -680,7 +727,8 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
             bson_init_static(&array_filters_document, data, length);
             array_filters = &array_filters_document;
         }
-        update = update_compile_value(bson_iter_value(&iter), array_filters, error);
+        update = update_compile_with_context(bson_iter_value(&iter), array_filters,
+                                             context->expression_context, error);
         TC_CHECK(update != NULL);
     }
     if (bson_count_keys(&fields) > 0) {
@@ -688,7 +736,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
         projection = projection_compile_with_query(&fields, &query, error);
         TC_CHECK(projection != NULL);
     }
-    matcher = match_compile(&query, error);
+    matcher = match_compile_with_context(&query, context->expression_context, error);
     TC_CHECK(matcher != NULL);
     write.matcher = matcher;
     write.update = update;
@@ -699,7 +747,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
     collection_t *collection = storage_find_collection(storage, ns);
     document_outcome_t outcome = DOCUMENT_GONE;
     if (collection != NULL) {
-        TC_CHECK(find_matching_records(context, collection, &query, &sort, bson_count_keys(&hint) ? &hint : NULL, 1,
+        TC_CHECK(find_matching_records(context, collection, &query, &sort, &hint, 1,
                                        &matches, error));
         if (matches.count > 0) {
             TC_CHECK(write_matched_document(context, collection, matches.ids[0], &write, &outcome, error));

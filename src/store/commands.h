@@ -53,6 +53,9 @@ typedef struct command_context {
     uint64_t transaction_id;  /* unique per transaction, marks its cursors; 0: none */
     int64_t txn_number;
     bool abort_transaction;   /* set by a handler whose write failed: the transaction ends */
+    /* The command's $$NOW and, for the commands that take one, its `let`
+     * variables, evaluated once before the handler runs. */
+    const expression_context_t *expression_context;
 } command_context_t;
 
 /* A handler appends its reply fields (not "ok") to reply and returns true, or

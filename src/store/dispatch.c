@@ -272,6 +272,33 @@ static void append_cluster_time(storage_session_t *session, bson_t *reply)
                           OPLOG_TIME_INCREMENT(operation_time));
 }
 
+/* The commands whose `let` defines variables for their expressions, as in
+ * MongoDB 6.0; the others refuse the field as unknown. */
+static bool takes_let(const char *name)
+{
+    static const char *const names[] = {"find", "aggregate", "update", "delete", "findAndModify", "findandmodify"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One $$NOW for the whole command, and its let variables evaluated once. */
+static bool read_expression_context(command_context_t *context, expression_context_t *out_context,
+                                    bson_t *out_values, bson_error_t *error)
+{
+    bson_iter_t iter;
+    expression_context_init(out_context);
+    context->expression_context = out_context;
+    if (!takes_let(context->name) || !bson_iter_init_find(&iter, context->command, "let")) {
+        return true;
+    }
+    bson_destroy(out_values);
+    return expression_evaluate_let(bson_iter_value(&iter), out_context, out_values, error);
+}
+
 void dispatch_command(store_t *store, storage_session_t *session, const bson_t *command, uint64_t connection_id,
                       const char *peer_address, bson_t *reply, dispatch_control_t *control)
 {
@@ -288,6 +315,8 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     };
     transaction_command_t transaction;
     bson_t duplicate_key = BSON_INITIALIZER; /* read before a transaction's session is given back */
+    bson_t let_values = BSON_INITIALIZER;
+    expression_context_t expression_context;
     bool ok = false;
     slow_op_watch_t watch;
     slow_op_start(&watch, control->submitted_us);
@@ -315,6 +344,9 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     if (!auth_check_command(&context, &error)) {
         goto done;
     }
+    if (!read_expression_context(&context, &expression_context, &let_values, &error)) {
+        goto done;
+    }
     if (!transaction_begin_command(&context, &transaction, &error)) {
         goto done;
     }
@@ -336,6 +368,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         control->run_again = true;
         control->delay_ms = context.rerun_after_ms;
         bson_destroy(&duplicate_key);
+        bson_destroy(&let_values);
         return;
     }
     op_latency_record(&store->latencies, context.name, (uint64_t)clock_monotonic_us() - started_micros);
@@ -359,6 +392,7 @@ done:
     slow_op_finish(&watch, store, session, context.name, context.database, command, ok ? NULL : &error,
                    connection_id);
     bson_destroy(&duplicate_key);
+    bson_destroy(&let_values);
 }
 
 static bool is_never_compressed(const bson_t *command)

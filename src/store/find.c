@@ -607,7 +607,7 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
         tc_error_set(error, TC_ERR_MIN_MAX_DIFFERENT_FIELDS, "min and max must have the same field names");
         goto fail;
     }
-    plan->matcher = match_compile(&plan->filter, error);
+    plan->matcher = match_compile_with_context(&plan->filter, options->expression_context, error);
     if (plan->matcher == NULL) {
         goto fail;
     }
@@ -751,6 +751,9 @@ static bool next_candidate(find_plan_t *plan, storage_session_t *session, collec
         if (plan->access == ACCESS_COLLECTION_SCAN) {
             plan->documents_examined++;
             if (!match_document(plan->matcher, &document)) {
+                if (match_failed(plan->matcher, error)) {
+                    return false; /* $expr failed on this document: so does the query */
+                }
                 continue;
             }
             bson_copy_to(&document, &state->owned);
@@ -783,6 +786,11 @@ static bool next_candidate(find_plan_t *plan, storage_session_t *session, collec
                 }
             }
             if (!match_document(plan->matcher, &state->owned)) {
+                if (match_failed(plan->matcher, error)) {
+                    bson_destroy(&state->owned);
+                    state->owns = false;
+                    return false;
+                }
                 continue;
             }
         }

@@ -7,6 +7,7 @@
 #define TC_STORE_FIND_H
 
 #include "store/storage.h"
+#include "query/expression.h"
 
 typedef struct find_options {
     const bson_t *filter;     /* NULL: match everything */
@@ -19,6 +20,7 @@ typedef struct find_options {
     int64_t skip;
     int64_t limit;            /* 0: no limit */
     bool return_key_only;     /* internal: callers that only need record ids and documents */
+    const expression_context_t *expression_context; /* $expr's $$NOW and let variables; NULL: none */
 } find_options_t;
 
 typedef struct find_plan find_plan_t;

@@ -476,6 +476,20 @@ class ProxyProcess(StoreProcess):
         return [str(self.binary), "proxy", "--config", str(self.config_path)] + self.extra_args
 
 
+def proxy_over_two_stores(tmp_path):
+    """A generator for a `store` fixture override: the proxy in front of two
+    fresh stores, one namespace tiered (shop.orders, createdAt, 30 days, the
+    coverage declared complete), yielding the proxy; stops all three after."""
+    archive = StoreProcess(tmp_path / "archive").start()
+    fast = StoreProcess(tmp_path / "fast").start()
+    proxy = ProxyProcess(tmp_path / "proxy", proxy_config(archive, fast, [("shop.orders", "createdAt", "30d", True)]))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+    fast.stop()
+    archive.stop()
+
+
 def proxy_config(archive, fast, namespaces=(), extra=""):
     """A proxy config for two StoreProcess tiers. namespaces: (ns, timeField,
     maxAge, declared) tuples."""

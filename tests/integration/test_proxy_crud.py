@@ -4,7 +4,7 @@ exactly what the store alone gives (the proxy rewrites only cursor ids and
 answers the handshake as a mongos)."""
 import pytest
 
-from conftest import ProxyProcess, StoreProcess, proxy_config
+from conftest import proxy_over_two_stores
 from test_store_crud import *  # noqa: F401,F403 - the same tests, through the proxy
 
 # Checks of the server's own identity, which the proxy answers as a mongos.
@@ -17,11 +17,4 @@ def store(tmp_path, request):
     speak the wire protocol to `store.port` talk to the proxy."""
     if request.node.originalname in PROXY_ANSWERS_ITSELF:
         pytest.skip("the proxy answers hello as a mongos (tested in test_proxy.py)")
-    archive = StoreProcess(tmp_path / "archive").start()
-    fast = StoreProcess(tmp_path / "fast").start()
-    proxy = ProxyProcess(tmp_path / "proxy", proxy_config(archive, fast, [("shop.orders", "createdAt", "30d", True)]))
-    proxy.start()
-    yield proxy
-    proxy.stop()
-    fast.stop()
-    archive.stop()
+    yield from proxy_over_two_stores(tmp_path)

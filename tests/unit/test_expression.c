@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -364,6 +365,88 @@ static void test_strings(void **state)
                 "$strLenCP requires a string argument, found: missing");
 }
 
+static void test_fields_by_name(void **state)
+{
+    (void)state;
+    check("{\"$getField\": \"a.b\"}", "{\"a.b\": 1, \"a\": {\"b\": 2}}", "1");
+    check("{\"$getField\": {\"field\": {\"$literal\": \"$x\"}, \"input\": {\"$literal\": {\"$x\": 3}}}}", "{}",
+          "3");
+    check("{\"$getField\": {\"field\": \"z\", \"input\": \"$a\"}}", "{\"a\": {\"b\": 2}}", NULL);
+    check("{\"$getField\": {\"field\": \"z\", \"input\": \"$missing\"}}", "{}", "null");
+    check_error("{\"$getField\": \"$a\"}", "{}", 5654602, NULL);
+    check_error("{\"$getField\": 5}", "{}", 5654601, NULL);
+    check_error("{\"$getField\": {\"input\": {}}}", "{}", 3041702, "$getField requires 'field' to be specified");
+    check_error("{\"$getField\": {\"field\": \"a\", \"extra\": 1}}", "{}", 3041701,
+                "$getField found an unknown argument: extra");
+    check_error("{\"$getField\": {\"field\": \"a\", \"input\": 1}}", "{}", 3041705, NULL);
+    /* $setField keeps a field's place, appends a new one and removes on $$REMOVE. */
+    check("{\"$setField\": {\"field\": \"a\", \"input\": \"$$ROOT\", \"value\": 9}}", "{\"a\": 1, \"b\": 2}",
+          "{\"a\": 9, \"b\": 2}");
+    check("{\"$setField\": {\"field\": \"c.d\", \"input\": \"$$ROOT\", \"value\": 9}}", "{\"a\": 1}",
+          "{\"a\": 1, \"c.d\": 9}");
+    check("{\"$setField\": {\"field\": \"a\", \"input\": \"$$ROOT\", \"value\": \"$$REMOVE\"}}",
+          "{\"a\": 1, \"b\": 2}", "{\"b\": 2}");
+    check("{\"$setField\": {\"field\": \"a\", \"input\": null, \"value\": 1}}", "{}", "null");
+    check_error("{\"$setField\": {\"field\": \"a\", \"input\": {}}}", "{}", 4161104,
+                "$setField requires 'value' to be specified");
+    check_error("{\"$setField\": {\"field\": \"a\", \"value\": 1}}", "{}", 4161105, NULL);
+    check_error("{\"$setField\": 1}", "{}", 4161101, NULL);
+    check_error("{\"$setField\": {\"field\": \"a\", \"input\": 2, \"value\": 1}}", "{}", 4161109, NULL);
+}
+
+/* A command's let: evaluated once, in order, into the variables the expressions read. */
+static void test_let_variables(void **state)
+{
+    (void)state;
+    bson_t *let = parse_wrapped("{\"limit\": 10, \"twice\": {\"$multiply\": [\"$$limit\", 2]}, \"gone\": \"$$REMOVE\"}");
+    bson_value_t let_value, result;
+    bson_t values;
+    bson_error_t error;
+    first_value(let, &let_value);
+    expression_context_t context = {.now_milliseconds = 1600000000000};
+    assert_true(expression_evaluate_let(&let_value, &context, &values, &error));
+    assert_ptr_equal(context.variables, &values);
+    bson_t *spec_wrapper = parse_wrapped("[\"$$limit\", \"$$twice\", \"$$gone\", \"$$limit.x\"]");
+    bson_value_t spec;
+    first_value(spec_wrapper, &spec);
+    assert_null(expression_compile(&spec, &error)); /* no let: undefined */
+    assert_int_equal(error.code, 17276);
+    expression_t *expression = expression_compile_with_variables(&spec, &values, &error);
+    assert_non_null(expression);
+    bson_t empty = BSON_INITIALIZER;
+    assert_true(expression_evaluate(expression, &empty, &context, &result, &error));
+    bson_t actual = BSON_INITIALIZER;
+    bson_append_value(&actual, "v", 1, &result);
+    bson_t *expected = parse_wrapped("[10, 20, null, null]");
+    assert_true(bson_equal(&actual, expected));
+    bson_destroy(expected);
+    bson_destroy(&actual);
+    bson_value_destroy(&result);
+    expression_destroy(expression);
+    bson_value_destroy(&spec);
+    bson_destroy(spec_wrapper);
+    bson_destroy(&values);
+    bson_value_destroy(&let_value);
+    bson_destroy(let);
+
+    const char *bad[][2] = {{"{\"Upper\": 1}", "16870"}, {"{\"a-b\": 1}", "16871"}, {"{\"\": 1}", "16869"},
+                            {"5", "14"}, {"{\"x\": \"$$y\"}", "17276"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bson_t *wrapper = parse_wrapped(bad[i][0]);
+        first_value(wrapper, &let_value);
+        expression_context_t scope = {.now_milliseconds = 0};
+        if (expression_evaluate_let(&let_value, &scope, &values, &error)) {
+            fail_msg("let %s was accepted", bad[i][0]);
+        }
+        if (error.code != (uint32_t)atoi(bad[i][1])) {
+            fail_msg("let %s: got %u %s, expected %s", bad[i][0], error.code, error.message, bad[i][1]);
+        }
+        bson_destroy(&values);
+        bson_value_destroy(&let_value);
+        bson_destroy(wrapper);
+    }
+}
+
 static void test_arrays(void **state)
 {
     (void)state;
@@ -511,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_conditionals),  cmocka_unit_test(test_strings),
         cmocka_unit_test(test_arrays),        cmocka_unit_test(test_types_and_conversions),
         cmocka_unit_test(test_dates),
+        cmocka_unit_test(test_fields_by_name), cmocka_unit_test(test_let_variables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,6 +148,41 @@ static char *write_temporary(const char *text)
     return path;
 }
 
+/* Each second of a run from samples taken about every second: per-second changes
+ * of the cumulative counters, the gauges' values at each second's end, and no
+ * series for a counter a sample lacks. */
+static void test_timeline_is_computed_per_second(void **state)
+{
+    (void)state;
+    lab_counters_t samples[3];
+    memset(samples, 0, sizeof samples);
+    for (int i = 0; i < 3; i++) {
+        samples[i].at_ms = 10000 + i * 1000;
+        samples[i].values[LAB_COUNTER_PAGES_READ] = 100.0 * i * i; /* 0, 100, 400 */
+        samples[i].values[LAB_COUNTER_CPU_ARCHIVE] = 0.5 * i;       /* half a core */
+        samples[i].values[LAB_COUNTER_CPU_FAST] = 0.25 * i;
+        samples[i].values[LAB_COUNTER_CPU_PROXY] = -1;              /* no proxy */
+        samples[i].values[LAB_COUNTER_FEEDER_LAG_MS] = i == 2 ? 800 : 0;
+        samples[i].values[LAB_COUNTER_FEEDER_EVENTS] = -1;
+        samples[i].values[LAB_COUNTER_READS_WAITED] = -1;
+        samples[i].values[LAB_COUNTER_READS_WAITING] = -1;
+    }
+    lab_run_t run;
+    memset(&run, 0, sizeof run);
+    run.started_at_ms = 10000;
+    run.second_count = 2;
+    lab_timeline_compute(&run, samples, 3);
+    assert_float_equal(run.series[LAB_SERIES_ARCHIVE_PAGES_READ][0], 100.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_ARCHIVE_PAGES_READ][1], 300.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_CPU_ARCHIVE][1], 50.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_CPU_FAST][0], 25.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_FEEDER_LAG_MS][0], 0.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_FEEDER_LAG_MS][1], 800.0, 1e-9);
+    assert_null(run.series[LAB_SERIES_CPU_PROXY]);
+    assert_null(run.series[LAB_SERIES_READS_WAITED]);
+    lab_run_cleanup(&run);
+}
+
 static void test_bench_report_is_read(void **state)
 {
     (void)state;
@@ -166,7 +201,8 @@ static void test_bench_report_is_read(void **state)
         "                              \"max\": 1}}},"
         " \"total\": {\"count\": 1000, \"errors\": 4, \"not_found\": 2, \"ops_per_second\": 333.3},"
         " \"time_series\": [{\"second\": 1, \"read\": 200, \"update\": 20, \"insert\": 10, \"errors\": 0},"
-        "                   {\"second\": 2, \"read\": 300, \"update\": 40, \"insert\": 20, \"errors\": 4},"
+        "                   {\"second\": 2, \"read\": 300, \"update\": 40, \"insert\": 20, \"errors\": 4,"
+        "                    \"read_p99_us\": 4500},"
         "                   {\"second\": 3, \"read\": 350, \"update\": 40}]}");
     lab_run_t run;
     bson_error_t error;
@@ -188,7 +224,9 @@ static void test_bench_report_is_read(void **state)
     assert_float_equal(run.ops_series[0], 230.0, 1e-9);
     assert_float_equal(run.ops_series[1], 360.0, 1e-9);
     assert_float_equal(run.ops_series[2], 390.0, 1e-9); /* a missing operation counts as none */
-    bson_free(run.ops_series);
+    assert_true(isnan(run.read_p99_series[0]));
+    assert_float_equal(run.read_p99_series[1], 4.5, 1e-9);
+    lab_run_cleanup(&run);
     unlink(path);
     bson_free(path);
 }
@@ -294,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_catch_up_that_never_happens),
         cmocka_unit_test(test_grouped_numbers),
         cmocka_unit_test(test_bench_report_is_read),
+        cmocka_unit_test(test_timeline_is_computed_per_second),
         cmocka_unit_test(test_bench_report_without_a_window_is_refused),
         cmocka_unit_test(test_bars_skip_missing_values_and_escape_labels),
         cmocka_unit_test(test_lines_draw_one_polyline_per_series),

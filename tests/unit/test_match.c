@@ -560,15 +560,71 @@ static void test_parse_errors(void **state)
          "a takes an Array, a number, or a BinData but received: $bitsAllSet: \"x\""},
         /* Not implemented yet: refused clearly rather than misread. */
         {"{'$where': 'true'}", 2, "thermocline store does not support $where yet"},
-        {"{'$expr': {'$eq': ['$a', 1]}}", 2, "thermocline store does not support $expr yet"},
         {"{'$text': {'$search': 'x'}}", 2, "thermocline store does not support $text yet"},
         {"{'$jsonSchema': {}}", 2, "thermocline store does not support $jsonSchema yet"},
         {"{'a': {'$near': [0, 0]}}", 2, "thermocline store does not support $near yet"},
         {"{'a': {'$geoWithin': {'$center': [[0, 0], 1]}}}", 2,
          "thermocline store does not support $geoWithin yet"},
-        {"{'$or': [{'$expr': true}]}", 2, "thermocline store does not support $expr yet"},
+        {"{'$expr': '$$nope'}", 17276, "Use of undefined variable: nope"},
+        {"{'a': {'%elemMatch': {'$expr': true}}}", 2, "$expr can only be applied to the top-level document"},
+        {"{'$expr': {'$nope': 1}}", 168, "Unrecognized expression '$nope'"},
     };
     RUN_ERRORS(cases);
+}
+
+/* $expr: an aggregation expression over the whole document, true as $cond reads it. */
+static void test_expr(void **state)
+{
+    (void)state;
+    static const match_case_t cases[] = {
+        {"{'%expr': {'%gt': ['$a', '$b']}}", "{'a': 2, 'b': 1}", true},
+        {"{'%expr': {'%gt': ['$a', '$b']}}", "{'a': 1, 'b': 2}", false},
+        {"{'%expr': '$a'}", "{'a': 0}", false},
+        {"{'%expr': '$a'}", "{'a': null}", false},
+        {"{'%expr': '$a'}", "{}", false},
+        {"{'%expr': '$a'}", "{'a': 'x'}", true},
+        {"{'%expr': '$a'}", "{'a': []}", true},
+        {"{'%or': [{'%expr': {'%eq': ['$a', 1]}}, {'b': 2}]}", "{'a': 0, 'b': 2}", true},
+        {"{'c': 3, '%expr': {'%eq': ['$a', '$b']}}", "{'a': 1, 'b': 1, 'c': 4}", false},
+        {"{'%nor': [{'%expr': true}]}", "{}", false},
+    };
+    RUN_MATCHES(cases);
+}
+
+/* let variables through match_compile_with_context, and an evaluation that fails. */
+static void test_expr_context_and_failure(void **state)
+{
+    (void)state;
+    bson_t *filter = support_json("{'%expr': {'%eq': ['$a', '$$x']}}");
+    bson_t *variables = support_json("{'x': 5}");
+    bson_t *five = support_json("{'a': 5}");
+    bson_t *zero = support_json("{'a': 0}");
+    bson_error_t error;
+    expression_context_t context = {.now_milliseconds = 0, .variables = variables};
+    match_expression_t *expression = match_compile_with_context(filter, &context, &error);
+    assert_non_null(expression);
+    assert_true(match_document(expression, five));
+    assert_false(match_document(expression, zero));
+    assert_false(match_failed(expression, &error));
+    match_destroy(expression);
+    assert_null(match_compile(filter, &error));
+    assert_int_equal(error.code, 17276);
+    bson_destroy(filter);
+
+    filter = support_json("{'%expr': {'%divide': [1, '$a']}}");
+    expression = match_compile(filter, &error);
+    assert_non_null(expression);
+    assert_true(match_document(expression, five));
+    assert_false(match_failed(expression, &error));
+    assert_false(match_document(expression, zero));
+    assert_true(match_failed(expression, &error));
+    assert_int_equal(error.code, 2);
+    assert_string_equal(error.message, "can't $divide by zero");
+    match_destroy(expression);
+    bson_destroy(filter);
+    bson_destroy(variables);
+    bson_destroy(five);
+    bson_destroy(zero);
 }
 
 static void test_regex_embedded_null(void **state)
@@ -715,6 +771,8 @@ int main(void)
         cmocka_unit_test(test_elem_match),
         cmocka_unit_test(test_mod_and_bits),
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_expr),
+        cmocka_unit_test(test_expr_context_and_failure),
         cmocka_unit_test(test_regex_embedded_null),
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_details),

@@ -74,7 +74,7 @@ static void log_drop(storage_session_t *session, const char *collection)
     bson_error_t error;
     bson_t object = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&object, "drop", collection);
-    if (!oplog_log_command(session, "db", NULL, &object, &error)) {
+    if (!oplog_log_command(session, "db", NULL, &object, NULL, &error)) {
         fail_msg("oplog_log_command: %s", error.message);
     }
     bson_destroy(&object);
@@ -176,7 +176,7 @@ static void test_a_rollback_releases_its_time(void **state)
     /* Outside a transaction, a command entry opens and commits its own. */
     bson_t object = BSON_INITIALIZER;
     BSON_APPEND_INT32(&object, "dropDatabase", 1);
-    assert_true(oplog_log_command(fixture->first, "db", NULL, &object, &error)); /* opens its own */
+    assert_true(oplog_log_command(fixture->first, "db", NULL, &object, NULL, &error)); /* opens its own */
     bson_destroy(&object);
     assert_true(oplog_committed_time(fixture->oplog) == oplog_cluster_time(fixture->oplog));
 }
@@ -286,7 +286,7 @@ static void test_trimming_keeps_the_oplog_under_its_size(void **state)
     BSON_APPEND_UTF8(&object, "drop", payload);
     uint64_t first_written = 0;
     for (int i = 0; i < 60; i++) { /* 3 MB */
-        assert_true(oplog_log_command(fixture->first, "db", NULL, &object, &error));
+        assert_true(oplog_log_command(fixture->first, "db", NULL, &object, NULL, &error));
         if (i == 0) {
             first_written = oplog_cluster_time(fixture->oplog);
         }
