@@ -7,6 +7,7 @@ listIndexes, count, collStats, serverStatus with its oplog section)."""
 
 import datetime
 import subprocess
+import time
 
 import pytest
 from bson.timestamp import Timestamp
@@ -243,6 +244,23 @@ def test_check_reports_a_feeder_checkpoint_older_than_the_oplog(tmp_path, pair):
     config = write_config(tmp_path, tier_uri(archive, "rs0"), tier_uri(fast, "rs1"))
     error, lines = single_error(config)
     assert "the feeder's checkpoint" in error and "older than the fast tier's oldest oplog entry" in error
+
+
+def test_check_warns_of_a_feeder_behind_by_half_the_oplog_window(tmp_path, pair):
+    archive, fast = pair
+    load_orders(archive)
+    with direct(fast) as client:
+        earliest = client.admin.command("serverStatus", oplog=1)["oplog"]["earliestOptime"]
+        time.sleep(2.2)
+        client.shop.other.insert_one({"moves": "the newest oplog entry on"})
+        # A checkpoint at the oldest entry still held: resumable, but a whole window behind.
+        client.thermocline.feeder.insert_one({"_id": "stream", "appliedTime": earliest})
+    config = write_config(tmp_path, tier_uri(archive, "rs0"), tier_uri(fast, "rs1"))
+    status, lines = run_check(config)
+    assert status == 0, lines
+    warnings = findings(lines, "warning")
+    assert len(warnings) == 1, lines
+    assert "the feeder is" in warnings[0] and "s behind and the fast tier's oplog holds" in warnings[0], lines
 
 
 def test_check_bad_usage(tmp_path):
