@@ -4,6 +4,7 @@
 #include "lab/lab.h"
 #include "proxy/proxy.h"
 #include "store/store.h"
+#include "tier/check.h"
 #include "tier/tier.h"
 
 #include <signal.h>
@@ -40,6 +41,7 @@ static void print_usage(FILE *stream)
             "  feeder    run the feeder alone (fast tier's change stream -> archive)\n"
             "  evictor   run the evictor alone (old documents out of the fast tier)\n"
             "  warmer    run the warmer alone (the recent window into the fast tier)\n"
+            "  check     the preflight before traffic is switched: are both tiers fit for a config?\n"
             "  version   print the version\n"
             "\n"
             "`thermocline <command> --help` describes each command's options.\n");
@@ -75,6 +77,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "feeder") == 0 || strcmp(command, "evictor") == 0 || strcmp(command, "warmer") == 0) {
         return tier_main(argc - 1, argv + 1);
+    }
+    if (strcmp(command, "check") == 0) {
+        return check_main(argc - 1, argv + 1);
     }
     if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
         printf("thermocline %s\n", THERMOCLINE_VERSION);

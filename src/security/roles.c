@@ -224,3 +224,64 @@ bool roles_allow_any_on_database(const roles_grant_t *grants, size_t count, cons
     }
     return false;
 }
+
+/* The resource document of privilege as mongod writes it for a role held on database. */
+static roles_privilege_t privilege_resource(const privilege_t *privilege, const char *database)
+{
+    roles_privilege_t out = {.resource = ROLES_PRIVILEGE_NAMESPACE, .database = "", .collection = ""};
+    switch (privilege->kind) {
+    case PATTERN_DATABASE:
+        out.database = database;
+        break;
+    case PATTERN_DATABASE_SYSTEM:
+        out.database = database;
+        out.collection = privilege->collection;
+        break;
+    case PATTERN_ADMIN_COLLECTION:
+        out.database = "admin";
+        out.collection = privilege->collection;
+        break;
+    case PATTERN_CLUSTER:
+        out.resource = ROLES_PRIVILEGE_CLUSTER;
+        break;
+    case PATTERN_ANY_RESOURCE:
+        out.resource = ROLES_PRIVILEGE_ANY_RESOURCE;
+        break;
+    case PATTERN_ANY_DATABASE:
+    case PATTERN_NONE:
+        break;
+    }
+    return out;
+}
+
+static bool same_resource(const roles_privilege_t *left, const roles_privilege_t *right)
+{
+    return left->resource == right->resource && strcmp(left->database, right->database) == 0 &&
+           strcmp(left->collection, right->collection) == 0;
+}
+
+size_t roles_privileges(const roles_grant_t *grants, size_t count, roles_privilege_t *out, size_t capacity)
+{
+    size_t written = 0;
+    for (size_t g = 0; g < count; g++) {
+        if (!roles_exists(grants[g].role, grants[g].database)) {
+            continue;
+        }
+        const role_definition_t *definition = find_role(grants[g].role);
+        for (const privilege_t *privilege = definition->privileges; privilege->kind != PATTERN_NONE; privilege++) {
+            roles_privilege_t candidate = privilege_resource(privilege, grants[g].database);
+            size_t i = 0;
+            while (i < written && !same_resource(&out[i], &candidate)) {
+                i++;
+            }
+            if (i == written && written == capacity) {
+                continue;
+            }
+            if (i == written) {
+                out[written++] = candidate;
+            }
+            out[i].actions |= privilege->actions;
+        }
+    }
+    return written;
+}

@@ -98,6 +98,29 @@ bool roles_allow(const roles_grant_t *grants, size_t count, const roles_resource
  * those databases (mongod's authorizedDatabases). */
 bool roles_allow_any_on_database(const roles_grant_t *grants, size_t count, const char *database);
 
+/* One privilege as connectionStatus {showPrivileges: true} lists it: a resource
+ * document ({db, collection}, either "" for "any", as mongod writes them;
+ * {cluster: true}; {anyResource: true}) and the actions granted on it. */
+typedef enum roles_privilege_resource {
+    ROLES_PRIVILEGE_NAMESPACE, /* {db: database, collection: collection} */
+    ROLES_PRIVILEGE_CLUSTER,
+    ROLES_PRIVILEGE_ANY_RESOURCE,
+} roles_privilege_resource_t;
+
+typedef struct roles_privilege {
+    roles_privilege_resource_t resource;
+    const char *database;   /* NAMESPACE: "" for every database; borrows the grant or a constant */
+    const char *collection; /* NAMESPACE: "" for every non-system collection */
+    roles_actions_t actions;
+} roles_privilege_t;
+
+/* The privileges the roles grant together, one entry per distinct resource (the
+ * actions of two roles on one resource merged, as mongod shows them), written to
+ * out (at most capacity; ROLES_PRIVILEGES_PER_GRANT per grant is always enough).
+ * Returns how many were written. Roles that do not exist grant nothing. */
+#define ROLES_PRIVILEGES_PER_GRANT 6
+size_t roles_privileges(const roles_grant_t *grants, size_t count, roles_privilege_t *out, size_t capacity);
+
 /* The action's name as mongod spells it ("find", "dropDatabase"). */
 const char *roles_action_name(roles_action_t action);
 

@@ -279,6 +279,45 @@ void auth_append_hello(command_context_t *context, bson_t *reply)
     }
 }
 
+/* authenticatedUserPrivileges: what user's roles grant, one entry per resource
+ * (an empty array when nobody is authenticated, as mongod answers). */
+static void append_user_privileges(const privileges_user_t *user, bson_t *info)
+{
+    size_t capacity = user != NULL ? user->grant_count * ROLES_PRIVILEGES_PER_GRANT : 0;
+    roles_privilege_t *privileges = bson_malloc0((capacity + 1) * sizeof *privileges);
+    size_t count = user != NULL ? roles_privileges(user->grants, user->grant_count, privileges, capacity) : 0;
+    bson_t array, entry, resource, actions;
+    BSON_APPEND_ARRAY_BEGIN(info, "authenticatedUserPrivileges", &array);
+    for (size_t i = 0; i < count; i++) {
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+        BSON_APPEND_DOCUMENT_BEGIN(&array, key_string, &entry);
+        BSON_APPEND_DOCUMENT_BEGIN(&entry, "resource", &resource);
+        if (privileges[i].resource == ROLES_PRIVILEGE_CLUSTER) {
+            BSON_APPEND_BOOL(&resource, "cluster", true);
+        } else if (privileges[i].resource == ROLES_PRIVILEGE_ANY_RESOURCE) {
+            BSON_APPEND_BOOL(&resource, "anyResource", true);
+        } else {
+            BSON_APPEND_UTF8(&resource, "db", privileges[i].database);
+            BSON_APPEND_UTF8(&resource, "collection", privileges[i].collection);
+        }
+        bson_append_document_end(&entry, &resource);
+        BSON_APPEND_ARRAY_BEGIN(&entry, "actions", &actions);
+        uint32_t position = 0;
+        for (int action = 0; action < ROLES_ACTION_COUNT; action++) {
+            if ((privileges[i].actions & ROLES_ACTION(action)) != 0) {
+                bson_uint32_to_string(position++, &key_string, key, sizeof key);
+                BSON_APPEND_UTF8(&actions, key_string, roles_action_name((roles_action_t)action));
+            }
+        }
+        bson_append_array_end(&entry, &actions);
+        bson_append_document_end(&array, &entry);
+    }
+    bson_append_array_end(info, &array);
+    bson_free(privileges);
+}
+
 void auth_append_connection_status(command_context_t *context, bson_t *reply)
 {
     auth_session_t *session = auth_session_get(context);
@@ -305,5 +344,9 @@ void auth_append_connection_status(command_context_t *context, bson_t *reply)
         bson_append_document_end(&roles, &role);
     }
     bson_append_array_end(&info, &roles);
+    bson_iter_t show;
+    if (bson_iter_init_find(&show, context->command, "showPrivileges") && bson_iter_as_bool(&show)) {
+        append_user_privileges(session != NULL && session->user.name != NULL ? &session->user : NULL, &info);
+    }
     bson_append_document_end(reply, &info);
 }

@@ -36,7 +36,9 @@ void auth_after_command(command_context_t *context, bson_t *reply);
  * saslStart, adding their fields to reply (a failure only leaves them out). */
 void auth_append_hello(command_context_t *context, bson_t *reply);
 
-/* connectionStatus: authInfo {authenticatedUsers, authenticatedUserRoles}. */
+/* connectionStatus: authInfo {authenticatedUsers, authenticatedUserRoles}, and with
+ * showPrivileges: true authenticatedUserPrivileges ([{resource, actions}], mongod's
+ * shape, from the built-in roles of security/roles.h). */
 void auth_append_connection_status(command_context_t *context, bson_t *reply);
 
 /* saslStart, saslContinue, logout, createUser, updateUser, dropUser,

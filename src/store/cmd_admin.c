@@ -421,6 +421,29 @@ static void append_thermocline(const store_t *store, bson_t *reply)
     bson_append_document_end(reply, &thermocline);
 }
 
+/* mongod's oplog section, left out unless asked for ({serverStatus: 1, oplog: 1})
+ * and on a replica set member only: the oplog window, which an operator compares
+ * with how long a change stream's reader may fall behind. */
+static bool append_oplog_window(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    bson_iter_t iter;
+    oplog_t *oplog = oplog_for(context->store->storage);
+    if (oplog == NULL || !bson_iter_init_find(&iter, context->command, "oplog") || !bson_iter_as_bool(&iter)) {
+        return true;
+    }
+    uint64_t first = 0, last = 0;
+    if (!oplog_read_bounds(context->session, &first, &last, error)) {
+        return false;
+    }
+    uint64_t latest = oplog_committed_time(oplog);
+    bson_t section;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "oplog", &section);
+    BSON_APPEND_TIMESTAMP(&section, "latestOptime", OPLOG_TIME_SECONDS(latest), OPLOG_TIME_INCREMENT(latest));
+    BSON_APPEND_TIMESTAMP(&section, "earliestOptime", OPLOG_TIME_SECONDS(first), OPLOG_TIME_INCREMENT(first));
+    bson_append_document_end(reply, &section);
+    return true;
+}
+
 static bool handle_server_status(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     store_t *store = context->store;
@@ -482,6 +505,9 @@ static bool handle_server_status(command_context_t *context, bson_t *reply, bson
     }
     if (section_wanted(context, "thermocline")) {
         append_thermocline(store, reply);
+    }
+    if (!append_oplog_window(context, reply, error)) {
+        return false;
     }
     if (section_wanted(context, "wiredTiger")) {
         bson_t wired_tiger;

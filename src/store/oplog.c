@@ -692,8 +692,7 @@ static void *oplog_thread_main(void *argument)
 
 /* --- lifecycle -------------------------------------------------------------------- */
 
-/* The first and last keys of the table (0 when it is empty). */
-static bool read_bounds(storage_session_t *session, uint64_t *out_first, uint64_t *out_last, bson_error_t *error)
+bool oplog_read_bounds(storage_session_t *session, uint64_t *out_first, uint64_t *out_last, bson_error_t *error)
 {
     WT_CURSOR *cursor = NULL;
     *out_first = 0;
@@ -731,7 +730,7 @@ oplog_t *oplog_open(storage_t *storage, uint64_t max_bytes, bson_error_t *error)
         storage_error_from_wt(error, wt_code, "creating the oplog");
         goto done;
     }
-    TC_CHECK(read_bounds(session, &first, &last, error));
+    TC_CHECK(oplog_read_bounds(session, &first, &last, error));
     /* Everything on disk after recovery is committed and journaled. */
     oplog->last_time = last;
     oplog->opened_last_time = last;

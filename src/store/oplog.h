@@ -87,6 +87,11 @@ uint64_t oplog_cluster_time(oplog_t *oplog);
 /* Entries at or below this time may have been trimmed (0: none). */
 uint64_t oplog_trimmed_time(oplog_t *oplog);
 
+/* The times of the oldest and the newest entry in the table (0 when it is empty):
+ * the oplog window, as serverStatus's oplog section shows it. */
+bool oplog_read_bounds(storage_session_t *session, uint64_t *out_first, uint64_t *out_last,
+                       bson_error_t *error) TC_MUST_CHECK;
+
 /* Waits until the journal holds every committed transaction, as storage_sync_journal
  * does, and then moves the majority time up to what was committed before. */
 bool oplog_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;

@@ -136,6 +136,16 @@ static bool find_spec(const bson_t *specs, const char *name, bson_t *out)
     return false;
 }
 
+/* Whether the fast tier's spec, as listIndexes shows it, is the wanted one. */
+static bool held_as_wanted(const bson_t *held, const bson_t *wanted)
+{
+    bson_t stripped;
+    fast_spec_of(held, &stripped);
+    bool same = same_spec(&stripped, wanted);
+    bson_destroy(&stripped);
+    return same;
+}
+
 static void append_indexed(bson_t *array, uint32_t *position, const bson_t *document)
 {
     char key[16];
@@ -262,7 +272,7 @@ static bool drop_extra_indexes(mongoc_client_t *fast, const config_namespace_t *
     while (bson_iter_next(&iter)) {
         uint32_t length;
         const uint8_t *data;
-        bson_t spec, held, wanted;
+        bson_t spec, wanted;
         if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
             continue;
         }
@@ -272,12 +282,8 @@ static bool drop_extra_indexes(mongoc_client_t *fast, const config_namespace_t *
         if (strcmp(name, "_id_") == 0) {
             continue;
         }
-        bool known = find_spec(wanted_specs, name, &wanted), keep = false;
-        if (known) {
-            fast_spec_of(&spec, &held);
-            keep = same_spec(&held, &wanted);
-            bson_destroy(&held);
-        }
+        bool known = find_spec(wanted_specs, name, &wanted);
+        bool keep = known && held_as_wanted(&spec, &wanted);
         if (!keep && !drop_index(fast, policy, name,
                                  known ? "it differs from the archive's: rebuilt" : "the archive has no such index",
                                  error)) {
@@ -303,15 +309,9 @@ static bool create_missing_indexes(mongoc_client_t *fast, const config_namespace
         bson_iter_document(&iter, &length, &data);
         bson_init_static(&wanted, data, length);
         const char *name = spec_name(&wanted);
-        if (find_spec(fast_specs, name, &held)) {
-            bson_t stripped;
-            fast_spec_of(&held, &stripped);
-            bool same = same_spec(&stripped, &wanted);
-            bson_destroy(&stripped);
-            if (same) {
-                bson_destroy(&command);
-                continue;
-            }
+        if (find_spec(fast_specs, name, &held) && held_as_wanted(&held, &wanted)) {
+            bson_destroy(&command);
+            continue;
         }
         BSON_APPEND_UTF8(&command, "createIndexes", policy->collection);
         BSON_APPEND_ARRAY_BEGIN(&command, "indexes", &indexes);
@@ -465,19 +465,34 @@ static bool save_ttl_rules(mongoc_client_t *fast, const config_namespace_t *poli
     return ok;
 }
 
+/* listIndexes of policy's collection on both tiers; both arrays always initialised. */
+static bool list_both_indexes(mongoc_client_t *archive, mongoc_client_t *fast, const config_namespace_t *policy,
+                              bson_t *out_archive, bool *out_archive_exists, bson_t *out_fast, bool *out_fast_exists,
+                              bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&command, "listIndexes", policy->collection);
+    bool ok = index_sync_list(archive, policy->database, &command, out_archive, out_archive_exists, error);
+    if (ok) {
+        ok = index_sync_list(fast, policy->database, &command, out_fast, out_fast_exists, error);
+    } else {
+        bson_init(out_fast);
+    }
+    bson_destroy(&command);
+    return ok;
+}
+
 bool index_sync_namespace(tier_context_t *context, mongoc_client_t *archive, mongoc_client_t *fast,
                           const config_namespace_t *policy, index_sync_state_t *state, bson_error_t *error)
 {
     (void)context;
     bson_t archive_specs, fast_specs, wanted, ttl, command = BSON_INITIALIZER;
     bool archive_exists = false, fast_exists = false, ok = false;
-    bson_init(&fast_specs);
     bson_init(&wanted);
     bson_init(&ttl);
     BSON_APPEND_UTF8(&command, "listIndexes", policy->collection);
-    TC_CHECK(index_sync_list(archive, policy->database, &command, &archive_specs, &archive_exists, error));
-    bson_destroy(&fast_specs);
-    TC_CHECK(index_sync_list(fast, policy->database, &command, &fast_specs, &fast_exists, error));
+    TC_CHECK(list_both_indexes(archive, fast, policy, &archive_specs, &archive_exists, &fast_specs, &fast_exists,
+                               error));
     TC_CHECK(sync_validation(archive, fast, policy, state, error));
     bson_destroy(&wanted);
     bson_destroy(&ttl);
@@ -534,5 +549,71 @@ bool index_sync_append_ttl_conditions(mongoc_client_t *fast, const char *ns, int
         }
     }
     bson_destroy(&documents);
+    return ok;
+}
+
+/* The names of the specs of from (a BSON array) that other (by name and spec, as
+ * held_as_wanted compares them) lacks, appended to out. from_fast: from holds the
+ * fast tier's specs (stripped before comparing), else the wanted ones. */
+static void append_unmatched(const bson_t *from, const bson_t *other, bool from_fast, bson_t *out)
+{
+    bson_iter_t iter;
+    uint32_t position = bson_count_keys(out);
+    bson_iter_init(&iter, from);
+    while (bson_iter_next(&iter)) {
+        bson_t spec, match;
+        if (!bson_view_of(&iter, &spec) || strcmp(spec_name(&spec), "_id_") == 0) {
+            continue;
+        }
+        const char *name = spec_name(&spec);
+        bool matched = find_spec(other, name, &match) &&
+                       (from_fast ? held_as_wanted(&spec, &match) : held_as_wanted(&match, &spec));
+        if (!matched) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(position++, &key_string, key, sizeof key);
+            BSON_APPEND_UTF8(out, key_string, name);
+        }
+    }
+}
+
+bool index_sync_plan(mongoc_client_t *archive, mongoc_client_t *fast, const config_namespace_t *policy,
+                     bool *out_fast_exists, bson_t *out_create, bson_t *out_drop, bool *out_validation_differs,
+                     bson_error_t *error)
+{
+    bson_t archive_specs, fast_specs, wanted, ttl, archive_info, fast_info, wanted_validation, held_validation;
+    bool archive_exists = false, info_exists = false, ok = false;
+    index_sync_state_t scratch; /* the sync's memory between runs: none here, and no log line */
+    index_sync_state_init(&scratch);
+    scratch.time_index_warned = true;
+    bson_init(out_create);
+    bson_init(out_drop);
+    bson_init(&archive_info);
+    bson_init(&fast_info);
+    *out_fast_exists = false;
+    *out_validation_differs = false;
+    TC_CHECK(list_both_indexes(archive, fast, policy, &archive_specs, &archive_exists, &fast_specs, out_fast_exists,
+                               error));
+    bson_destroy(&archive_info);
+    TC_CHECK(index_sync_collection_info(archive, policy, &archive_info, &info_exists, error));
+    bson_destroy(&fast_info);
+    TC_CHECK(index_sync_collection_info(fast, policy, &fast_info, out_fast_exists, error));
+    desired_specs(policy, &archive_specs, archive_exists, &scratch, &wanted, &ttl);
+    append_unmatched(&fast_specs, &wanted, true, out_drop);
+    append_unmatched(&wanted, &fast_specs, false, out_create);
+    validation_of(&archive_info, &wanted_validation);
+    validation_of(&fast_info, &held_validation);
+    *out_validation_differs = archive_exists && !bson_equal(&wanted_validation, &held_validation);
+    bson_destroy(&wanted_validation);
+    bson_destroy(&held_validation);
+    bson_destroy(&wanted);
+    bson_destroy(&ttl);
+    ok = true;
+done:
+    bson_destroy(&archive_specs);
+    bson_destroy(&fast_specs);
+    bson_destroy(&archive_info);
+    bson_destroy(&fast_info);
+    index_sync_state_cleanup(&scratch);
     return ok;
 }

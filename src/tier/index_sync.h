@@ -52,4 +52,28 @@ bool index_sync_list(mongoc_client_t *client, const char *database, const bson_t
 /* Whether key (an index's key pattern) starts with field. */
 bool index_sync_key_starts_with(const bson_t *spec, const char *field);
 
+/* What index_sync_namespace would change on the fast tier now, changing nothing
+ * (`thermocline check`): out_create and out_drop get the names of the indexes it
+ * would create and drop (BSON arrays, always initialised; an index that differs
+ * from the archive's is in both), *out_validation_differs whether it would
+ * change the validator or its level or action. *out_fast_exists false when the
+ * fast tier has no such collection yet (the sync creates it whole). */
+bool index_sync_plan(mongoc_client_t *archive, mongoc_client_t *fast, const config_namespace_t *policy,
+                     bool *out_fast_exists, bson_t *out_create, bson_t *out_drop, bool *out_validation_differs,
+                     bson_error_t *error) TC_MUST_CHECK;
+
+/* --- preflight.c ------------------------------------------------------------------ */
+
+/* Why a collection (its listCollections entry) cannot be tiered, or NULL: a
+ * capped, clustered or time-series collection, or a view. */
+const char *preflight_untierable_reason(const bson_t *info);
+
+/* Whether policy's collection on archive has an index whose first key is timeField. */
+bool preflight_has_time_field_index(mongoc_client_t *archive, const config_namespace_t *policy, bool *out_has,
+                                    bson_error_t *error) TC_MUST_CHECK;
+
+/* The finding of a missing time-field index: what it costs, and the
+ * createIndexes command that fixes it, into out. */
+void preflight_time_index_advice(const config_namespace_t *policy, char *out, size_t size);
+
 #endif

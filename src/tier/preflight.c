@@ -1,6 +1,7 @@
 /* The checks at start (tier.h, tier_preflight): a namespace the workers cannot
  * tier, or could tier only by scanning the archive on every warmer pass, stops
- * the proxy or the worker before it serves anything, with what to do about it. */
+ * the proxy or the worker before it serves anything, with what to do about it.
+ * `thermocline check` (check_namespace.c) asks the same questions. */
 #include "tier/index_sync.h"
 
 #include "common/log.h"
@@ -9,8 +10,7 @@
 
 #define LOG_COMPONENT "TIER"
 
-/* Why a collection of this listCollections entry cannot be tiered, or NULL. */
-static const char *untierable_reason(const bson_t *info)
+const char *preflight_untierable_reason(const bson_t *info)
 {
     bson_iter_t iter, options;
     if (bson_iter_init_find(&iter, info, "type") && BSON_ITER_HOLDS_UTF8(&iter)) {
@@ -45,8 +45,8 @@ static const char *untierable_reason(const bson_t *info)
     return NULL;
 }
 
-static bool has_time_field_index(mongoc_client_t *archive, const config_namespace_t *policy, bool *out_has,
-                                 bson_error_t *error)
+bool preflight_has_time_field_index(mongoc_client_t *archive, const config_namespace_t *policy, bool *out_has,
+                                    bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, specs;
     bson_iter_t iter;
@@ -72,6 +72,16 @@ static bool has_time_field_index(mongoc_client_t *archive, const config_namespac
     return ok;
 }
 
+void preflight_time_index_advice(const config_namespace_t *policy, char *out, size_t size)
+{
+    snprintf(out, size,
+             "%s has no index whose first key is its timeField %s in the archive, so every warmer pass would "
+             "scan the whole collection: create it with db.getSiblingDB(\"%s\").runCommand({createIndexes: "
+             "\"%s\", indexes: [{key: {%s: 1}, name: \"%s_1\"}]})",
+             policy->ns, policy->time_field, policy->database, policy->collection, policy->time_field,
+             policy->time_field);
+}
+
 /* One namespace: false with the finding in error; *out_unchecked when the archive
  * could not answer (the caller stops asking it). */
 static bool preflight_namespace(mongoc_client_t *archive, const config_namespace_t *policy, bool *out_unchecked,
@@ -82,7 +92,7 @@ static bool preflight_namespace(mongoc_client_t *archive, const config_namespace
     bool exists = false, has_index = false, ok = true;
     *out_unchecked = false;
     if (!index_sync_collection_info(archive, policy, &info, &exists, &read_error) ||
-        (exists && !has_time_field_index(archive, policy, &has_index, &read_error))) {
+        (exists && !preflight_has_time_field_index(archive, policy, &has_index, &read_error))) {
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s: cannot check the archive's collection at start (%s)",
                policy->ns, read_error.message);
         *out_unchecked = true;
@@ -91,16 +101,12 @@ static bool preflight_namespace(mongoc_client_t *archive, const config_namespace
                "%s does not exist in the archive yet: create its index on %s before loading it (the warmer's "
                "passes read the window through it)",
                policy->ns, policy->time_field);
-    } else if (untierable_reason(&info) != NULL) {
-        ok = tc_error_set(error, TC_ERR_BAD_VALUE, "%s cannot be tiered: %s", policy->ns, untierable_reason(&info));
+    } else if (preflight_untierable_reason(&info) != NULL) {
+        ok = tc_error_set(error, TC_ERR_BAD_VALUE, "%s cannot be tiered: %s", policy->ns,
+                          preflight_untierable_reason(&info));
     } else if (!has_index) {
         char advice[600];
-        snprintf(advice, sizeof advice,
-                 "%s has no index whose first key is its timeField %s in the archive, so every warmer pass would "
-                 "scan the whole collection: create it with db.getSiblingDB(\"%s\").runCommand({createIndexes: "
-                 "\"%s\", indexes: [{key: {%s: 1}, name: \"%s_1\"}]})",
-                 policy->ns, policy->time_field, policy->database, policy->collection, policy->time_field,
-                 policy->time_field);
+        preflight_time_index_advice(policy, advice, sizeof advice);
         if (policy->require_time_field_index) {
             ok = tc_error_set(error, TC_ERR_BAD_VALUE, "%s, or set requireTimeFieldIndex: false for it", advice);
         } else {

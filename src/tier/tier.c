@@ -4,8 +4,8 @@
 #include "tier/tier_private.h"
 
 #include "common/log.h"
+#include "config/arguments.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -150,51 +150,24 @@ static void print_usage(FILE *stream, const char *worker)
 
 int tier_main(int argc, char **argv)
 {
-    enum { OPT_CONFIG = 256, OPT_VERBOSE, OPT_HELP };
-    static const struct option long_options[] = {
-        {"config", required_argument, NULL, OPT_CONFIG},
-        {"verbose", no_argument, NULL, OPT_VERBOSE},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     const char *worker = argv[0];
-    const char *config_path = NULL;
     unsigned which = strcmp(worker, "feeder") == 0    ? TIER_RUN_FEEDER
                      : strcmp(worker, "evictor") == 0 ? TIER_RUN_EVICTOR
                      : strcmp(worker, "warmer") == 0  ? TIER_RUN_WARMER
                                                       : 0;
-    int option;
     if (which == 0) {
         fprintf(stderr, "thermocline: unknown worker '%s'\n", worker);
         return 2;
     }
-    opterr = 0;
-    optind = 1;
-    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
-        switch (option) {
-        case OPT_CONFIG:
-            config_path = optarg;
-            break;
-        case OPT_VERBOSE:
-            tc_log_set_level(TC_LOG_DEBUG);
-            break;
-        case OPT_HELP:
-            print_usage(stdout, worker);
-            return 0;
-        default:
-            fprintf(stderr, "thermocline %s: unknown or incomplete option '%s' (see --help)\n", worker,
-                    argv[optind - 1]);
-            return 2;
-        }
+    config_arguments_t arguments;
+    int usage_status = config_arguments_parse(argc, argv, print_usage, &arguments);
+    if (usage_status >= 0) {
+        return usage_status;
     }
-    if (optind < argc) {
-        fprintf(stderr, "thermocline %s: unexpected argument '%s' (see --help)\n", worker, argv[optind]);
-        return 2;
+    if (arguments.verbose) {
+        tc_log_set_level(TC_LOG_DEBUG);
     }
-    if (config_path == NULL) {
-        fprintf(stderr, "thermocline %s: --config FILE is required (see --help)\n", worker);
-        return 2;
-    }
+    const char *config_path = arguments.config_path;
     bson_error_t error;
     config_t *config = config_load_file(config_path, &error);
     if (config == NULL) {

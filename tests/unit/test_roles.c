@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 #include <cmocka.h>
 
 #define ACT(name) ROLES_ACTION(ROLES_##name)
@@ -179,6 +180,47 @@ static void test_any_on_database(void **state)
     assert_true(roles_allow_any_on_database(&user_admin_any, 1, "admin"));
 }
 
+/* connectionStatus {showPrivileges: true}: one entry per resource, two roles'
+ * actions on one resource merged, mongod's resource documents. */
+static void test_privileges_as_listed(void **state)
+{
+    (void)state;
+    roles_grant_t grants[] = {{"read", "shop"}, {"dbAdmin", "shop"}, {"readAnyDatabase", "admin"},
+                              {"clusterMonitor", "admin"}, {"nosuchrole", "shop"}};
+    roles_privilege_t privileges[5 * ROLES_PRIVILEGES_PER_GRANT];
+    size_t count = roles_privileges(grants, 5, privileges, 5 * ROLES_PRIVILEGES_PER_GRANT);
+    const roles_privilege_t *shop = NULL, *any = NULL, *cluster = NULL;
+    size_t shop_entries = 0;
+    for (size_t i = 0; i < count; i++) {
+        const roles_privilege_t *item = &privileges[i];
+        if (item->resource == ROLES_PRIVILEGE_NAMESPACE && strcmp(item->database, "shop") == 0 &&
+            item->collection[0] == '\0') {
+            shop = item;
+            shop_entries++;
+        } else if (item->resource == ROLES_PRIVILEGE_NAMESPACE && item->database[0] == '\0') {
+            any = item;
+        } else if (item->resource == ROLES_PRIVILEGE_CLUSTER) {
+            cluster = item;
+        }
+    }
+    assert_int_equal(shop_entries, 1);
+    assert_non_null(shop);
+    assert_true((shop->actions & (ACT(FIND) | ACT(COLL_MOD) | ACT(BYPASS_DOCUMENT_VALIDATION))) ==
+                (ACT(FIND) | ACT(COLL_MOD) | ACT(BYPASS_DOCUMENT_VALIDATION)));
+    assert_false(shop->actions & ACT(INSERT));
+    assert_non_null(any);
+    assert_true(any->actions & ACT(CHANGE_STREAM));
+    assert_non_null(cluster);
+    assert_true(cluster->actions & ACT(SERVER_STATUS));
+    assert_true(cluster->actions & ACT(LIST_DATABASES));
+    /* read's and dbAdmin's system collections, the any-database and the cluster entries: 5. */
+    assert_int_equal(count, 5);
+    roles_grant_t root = {"root", "admin"};
+    assert_int_equal(roles_privileges(&root, 1, privileges, ROLES_PRIVILEGES_PER_GRANT), 1);
+    assert_int_equal(privileges[0].resource, ROLES_PRIVILEGE_ANY_RESOURCE);
+    assert_int_equal(roles_privileges(grants, 5, privileges, 2), 2); /* capacity respected */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_every_database_at_once),
         cmocka_unit_test(test_role_names),
         cmocka_unit_test(test_any_on_database),
+        cmocka_unit_test(test_privileges_as_listed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
