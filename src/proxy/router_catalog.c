@@ -3,6 +3,7 @@
  * proxy refuses (renames of tiered namespaces, $out or $merge into one). */
 #include "proxy/router_private.h"
 
+#include "common/bson_view.h"
 #include "common/log.h"
 #include "wire/wire.h"
 
@@ -157,9 +158,121 @@ static void fail_on_fast_tier_send(proxy_request_t *request, const bson_error_t 
     fail_on_fast_tier(request, code, tc_error_code_name(code), error->message);
 }
 
+/* --- TTLs stay off the fast tier -------------------------------------------------------
+ * An index's expireAfterSeconds reaches the fast tier neither with createIndexes
+ * nor with collMod: the fast tier's own TTL monitor would delete documents on its
+ * clock, and the feeder would replay those deletes into the archive as a client's.
+ * The evictor applies the archive's rule instead, which the index sync records
+ * (src/tier/README.md, TTL) within indexSyncPeriod. */
+
+/* spec without expireAfterSeconds into out; true when it had one. */
+static bool copy_without_ttl(const bson_t *spec, bson_t *out)
+{
+    bson_iter_t iter;
+    bool had = false;
+    bson_iter_init(&iter, spec);
+    while (bson_iter_next(&iter)) {
+        if (strcmp(bson_iter_key(&iter), "expireAfterSeconds") == 0) {
+            had = true;
+        } else {
+            bson_append_iter(out, NULL, 0, &iter);
+        }
+    }
+    return had;
+}
+
+/* The command for the fast tier, its TTLs taken out (the client's $clusterTime
+ * too: it is the archive's, which the fast tier does not know); *out_changed false
+ * when there was none to take out, *out_empty when a collMod keeps nothing to do. */
+static void command_without_ttl(const proxy_request_t *request, bson_t *out, bool *out_changed, bool *out_empty)
+{
+    static const char *const generic[] = {"collMod", "$db", "lsid", "$clusterTime", "writeConcern", "comment",
+                                          "maxTimeMS", "$readPreference", "apiVersion", "apiStrict",
+                                          "apiDeprecationErrors"};
+    bool collmod = is_command(request, "collMod");
+    bool options_left = false;
+    bson_iter_t iter, indexes;
+    *out_changed = false;
+    bson_init(out);
+    bson_iter_init(&iter, &request->command);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        bson_t view, stripped = BSON_INITIALIZER;
+        if (strcmp(key, "$clusterTime") == 0) {
+            continue;
+        }
+        if (!collmod && strcmp(key, "indexes") == 0 && BSON_ITER_HOLDS_ARRAY(&iter) &&
+            bson_iter_recurse(&iter, &indexes)) {
+            bson_t array;
+            bson_append_array_begin(out, "indexes", -1, &array);
+            while (bson_iter_next(&indexes)) {
+                bson_t spec = BSON_INITIALIZER;
+                if (BSON_ITER_HOLDS_DOCUMENT(&indexes) && bson_view_of(&indexes, &view)) {
+                    *out_changed |= copy_without_ttl(&view, &spec);
+                    bson_append_document(&array, bson_iter_key(&indexes), -1, &spec);
+                } else {
+                    bson_append_iter(&array, NULL, 0, &indexes);
+                }
+                bson_destroy(&spec);
+            }
+            bson_append_array_end(out, &array);
+        } else if (collmod && strcmp(key, "index") == 0 && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+                   bson_view_of(&iter, &view) && copy_without_ttl(&view, &stripped)) {
+            *out_changed = true;
+            /* Left with only which index it names, the index option has nothing to change. */
+            bool names_only = true;
+            bson_iter_t field;
+            bson_iter_init(&field, &stripped);
+            while (bson_iter_next(&field)) {
+                names_only &= strcmp(bson_iter_key(&field), "name") == 0 ||
+                              strcmp(bson_iter_key(&field), "keyPattern") == 0;
+            }
+            if (!names_only) {
+                bson_append_document(out, "index", -1, &stripped);
+                options_left = true;
+            }
+        } else {
+            bson_append_iter(out, NULL, 0, &iter);
+            bool is_generic = false;
+            for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) {
+                is_generic |= strcmp(key, generic[i]) == 0;
+            }
+            options_left |= !is_generic;
+        }
+        bson_destroy(&stripped);
+    }
+    *out_empty = collmod && !options_left;
+}
+
 static void send_both_to_fast(proxy_request_t *request)
 {
-    router_call_tier(request, PHASE_BOTH_ON_FAST, PROXY_TIER_FAST, request->message, request->length, NULL);
+    bson_t command;
+    bool changed, empty;
+    uint8_t *encoded;
+    size_t length;
+    bson_error_t error;
+    if (!is_command(request, "createIndexes") && !is_command(request, "collMod")) {
+        router_call_tier(request, PHASE_BOTH_ON_FAST, PROXY_TIER_FAST, request->message, request->length, NULL);
+        return;
+    }
+    command_without_ttl(request, &command, &changed, &empty);
+    if (!changed) {
+        bson_destroy(&command);
+        router_call_tier(request, PHASE_BOTH_ON_FAST, PROXY_TIER_FAST, request->message, request->length, NULL);
+        return;
+    }
+    if (empty) {
+        bson_destroy(&command);
+        finish_both_tiers(request, NULL, 0); /* a TTL change alone: the archive's, which the evictor follows */
+        return;
+    }
+    bool built = wire_op_msg_build(0, 0, 0, &command, NULL, 0, &encoded, &length, &error);
+    bson_destroy(&command);
+    if (!built) {
+        fail_on_fast_tier_send(request, &error);
+        return;
+    }
+    router_call_tier(request, PHASE_BOTH_ON_FAST, PROXY_TIER_FAST, encoded, length, encoded);
 }
 
 /* collMod's collection exists in the fast tier now: collMod again. */

@@ -136,9 +136,14 @@ static bool find_spec(const bson_t *specs, const char *name, bson_t *out)
     return false;
 }
 
-/* Whether the fast tier's spec, as listIndexes shows it, is the wanted one. */
+/* Whether the fast tier's spec, as listIndexes shows it, is the wanted one. A TTL
+ * there (created on the fast tier directly) is not: its monitor would delete on
+ * the fast tier's clock, and the feeder would replay those deletes. */
 static bool held_as_wanted(const bson_t *held, const bson_t *wanted)
 {
+    if (bson_has_field(held, "expireAfterSeconds")) {
+        return false;
+    }
     bson_t stripped;
     fast_spec_of(held, &stripped);
     bool same = same_spec(&stripped, wanted);

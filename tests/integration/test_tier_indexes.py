@@ -115,6 +115,33 @@ def test_archive_index_changes_reach_the_fast_tier(replicated_tiers, tmp_path):
     assert {"_id_", "createdAt_1"} <= set(indexes_of(fast))
 
 
+def test_a_ttl_never_reaches_the_fast_tier(replicated_tiers, tmp_path):
+    """createIndexes through the proxy gives both tiers the index but the fast tier
+    no expireAfterSeconds (its TTL monitor would delete on its own clock, and the
+    feeder would replay those deletes); one made on the fast tier directly is
+    rebuilt without it by the index sync; the evictor gets the archive's rule."""
+    archive, fast = replicated_tiers
+    load_orders(archive, count=20)
+    proxy = start(tmp_path, archive, fast, namespace_keys={"indexSyncPeriod": "500ms"})
+    wait_warm(proxy)
+    with client_for(proxy) as client:
+        reply = client.shop.command({"createIndexes": "orders", "indexes": [
+            {"key": {"shippedAt": 1}, "name": "shippedAt_ttl", "expireAfterSeconds": 60},
+            {"key": {"region": 1}, "name": "region_1"}]})
+        assert reply["ok"] == 1.0
+    assert indexes_of(archive)["shippedAt_ttl"]["expireAfterSeconds"] == 60
+    held = indexes_of(fast)
+    assert "expireAfterSeconds" not in held["shippedAt_ttl"] and "region_1" in held
+    with client_for(fast) as client:
+        client.shop.orders.drop_index("region_1")
+        client.shop.orders.create_index([("region", 1)], name="region_1", expireAfterSeconds=5)
+    assert wait_until(lambda: "region_1" in indexes_of(fast) and
+                      "expireAfterSeconds" not in indexes_of(fast)["region_1"], 10, 0.2), indexes_of(fast)
+    with client_for(fast) as client:
+        rules = list(client.thermocline.indexes.find())
+    assert any("shippedAt" in str(rule) and "60" in str(rule) for rule in rules), rules
+
+
 def test_fast_tier_gets_a_time_field_index_of_its_own(replicated_tiers, tmp_path):
     archive, fast = replicated_tiers
     with client_for(archive) as client:
