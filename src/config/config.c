@@ -81,6 +81,8 @@ static const setting_t settings[] = {
     {"feederEnabled", TOP(feeder_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the feeder"},
     {"evictorEnabled", TOP(evictor_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the evictor"},
     {"warmerEnabled", TOP(warmer_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the warmer"},
+    {"leaseTimeout", TOP(lease_timeout_ms), TYPE_DURATION, "10s", false, 500, HOUR_MS,
+     "how long a worker's lease lasts unrenewed before another proxy of this config takes it over"},
     {"warmerRateLimit", TOP(warmer_rate_limit), TYPE_INTEGER, "0", false, 0, 10000000,
      "archive documents the warmer reads per second at most (0: only its adaptive pace)"},
     {"authorization", TOP(authorization_enabled), TYPE_AUTHORIZATION, "disabled", false, 0, 0,

@@ -32,6 +32,10 @@
  *   feederEnabled       boolean   true               run the feeder in this process
  *   evictorEnabled      boolean   true               run the evictor in this process
  *   warmerEnabled       boolean   true               run the warmer in this process
+ *   leaseTimeout        duration  10s                each worker runs in one process of those sharing
+ *                                                    this config, the holder of its lease in the fast
+ *                                                    tier; a holder silent this long is replaced
+ *                                                    (500ms-1h; src/tier/lease.h)
  *   warmerRateLimit     integer   0                  archive documents the warmer reads per second at
  *                                                    most (0-10000000; 0: only its adaptive pace)
  *   authorization       enabled|disabled  disabled   enabled: clients authenticate (SCRAM) against
@@ -127,6 +131,7 @@ typedef struct config {
     bool feeder_enabled;
     bool evictor_enabled;
     bool warmer_enabled;
+    int64_t lease_timeout_ms; /* tier/lease.h */
     int64_t warmer_rate_limit; /* documents per second; 0: no cap beyond the adaptive pace */
     bool authorization_enabled; /* authorization: enabled */
     /* Client connections' limits (src/net/server.h): slowloris, clients that never read. */

@@ -222,14 +222,21 @@ static void on_poll_timer(uv_timer_t *timer)
         return;
     }
     proxy->last_poll_ms = now;
-    if ((proxy->workers_here & TIER_RUN_FEEDER) == 0) {
+    if (!proxy_worker_runs_here(proxy, TIER_WORKER_FEEDER)) {
         poll_collection(proxy, TIER_FEEDER_COLLECTION);
     }
-    if ((proxy->workers_here & TIER_RUN_WARMER) == 0) {
+    if (!proxy_worker_runs_here(proxy, TIER_WORKER_WARMER)) {
         poll_collection(proxy, TIER_WARMER_COLLECTION);
     }
 }
 
+
+bool proxy_worker_runs_here(proxy_t *proxy, tier_worker_t worker)
+{
+    tier_worker_progress_t item;
+    tier_progress_worker(proxy->progress, worker, &item);
+    return item.running;
+}
 
 /* --- housekeeping and shutdown ---------------------------------------------------- */
 
@@ -389,8 +396,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     proxy.progress_async.data = &proxy;
     proxy.progress_async_started = true;
     tier_progress_set_listener(proxy.progress, on_worker_progress, &proxy);
-    if (proxy.namespace_count > 0 && (proxy.workers_here & (TIER_RUN_FEEDER | TIER_RUN_WARMER)) !=
-                                         (TIER_RUN_FEEDER | TIER_RUN_WARMER)) {
+    if (proxy.namespace_count > 0) { /* a worker whose lease another process holds runs there */
         uv_timer_init(proxy.loop, &proxy.poll_timer);
         proxy.poll_timer.data = &proxy;
         uv_timer_start(&proxy.poll_timer, on_poll_timer, 0, POLL_INTERVAL_MS);
@@ -407,7 +413,11 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         }
     }
     if (proxy.namespace_count > 0 && proxy.workers_here != 0) {
-        proxy.workers = tier_workers_start(proxy.config, proxy.progress, proxy.workers_here, error);
+        /* This process's claim to its leases: no other process on this host can be
+         * listening on this port, so a lease claimed so is a dead process's. */
+        char claim[128];
+        snprintf(claim, sizeof claim, "%s:%u", proxy.config->listen.host, (unsigned)server_port(proxy.server));
+        proxy.workers = tier_workers_start(proxy.config, proxy.progress, proxy.workers_here, claim, error);
         TC_CHECK(proxy.workers != NULL);
     }
 

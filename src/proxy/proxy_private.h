@@ -323,4 +323,8 @@ bool member_route_leave_failed_primary(proxy_t *proxy, const bson_t *command, co
                                        const namespace_state_t *state, proxy_tier_t tier, const char *failure,
                                        uint64_t *out_member_id);
 
+/* Whether worker runs in this process now: configured here and holding its lease
+ * (tier/lease.h); its progress is then in memory, else polled from the fast tier. */
+bool proxy_worker_runs_here(proxy_t *proxy, tier_worker_t worker);
+
 #endif

@@ -115,11 +115,17 @@ static void on_hello_fields(void *context, const bson_t *fields, const bson_erro
  * does not wait for the outcome: thermoclineStatus shows what stands after. */
 static void retry_refusals(proxy_t *proxy, bson_t *body)
 {
-    if ((proxy->workers_here & TIER_RUN_FEEDER) == 0) {
+    if (!proxy_worker_runs_here(proxy, TIER_WORKER_FEEDER)) {
         bson_error_t error;
+        tier_worker_progress_t feeder;
+        tier_progress_worker(proxy->progress, TIER_WORKER_FEEDER, &feeder);
         tc_error_set(&error, TC_ERR_ILLEGAL_OPERATION,
-                     "thermoclineRetryRefusals: the feeder does not run in this proxy (feederEnabled: false); "
-                     "restart the process that runs it, which retries the refused writes at start");
+                     "thermoclineRetryRefusals: the feeder does not run in this proxy (%s); run the command "
+                     "through the proxy that holds its lease, or restart the process that runs it, which "
+                     "retries the refused writes at start",
+                     (proxy->workers_here & TIER_RUN_FEEDER) == 0 ? "feederEnabled: false"
+                     : feeder.lease_holder[0] != '\0'           ? feeder.lease_holder
+                                                                  : "it waits for its lease");
         tc_error_append_reply(&error, body);
         return;
     }

@@ -85,7 +85,7 @@ static void fail_stopped_feed(proxy_request_t *request, const namespace_state_t 
  * feeder cannot catch up before the archive returns. */
 static bool archive_away(proxy_t *proxy, char *out_reason, size_t reason_size)
 {
-    if ((proxy->workers_here & TIER_RUN_FEEDER) != 0) {
+    if (proxy_worker_runs_here(proxy, TIER_WORKER_FEEDER)) {
         tier_worker_progress_t feeder;
         tier_progress_worker(proxy->progress, TIER_WORKER_FEEDER, &feeder);
         if (feeder.running && !feeder.archive_reachable && feeder.last_error[0] != '\0') {

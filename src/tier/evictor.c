@@ -364,6 +364,9 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = clock_monotonic_ms();
+        if (!tier_holds_lease(context, TIER_WORKER_EVICTOR)) {
+            break; /* no mark or delete once another process may evict */
+        }
         int64_t found = evict_batch(evictor, policy, &candidates, &held_ids);
         if (found <= 0) {
             break;

@@ -18,6 +18,7 @@
  * applies it again. */
 #include "tier/feeder_private.h"
 
+#include "common/bson_view.h"
 #include "common/log.h"
 #include "tier/feeder_restore.h"
 
@@ -65,18 +66,8 @@ void feeder_backoff(feeder_t *feeder)
 static bool view_field_document(const bson_t *document, const char *path, bson_t *out)
 {
     bson_iter_t iter, found;
-    uint32_t length;
-    const uint8_t *data;
-    if (!bson_iter_init(&iter, document) || !bson_iter_find_descendant(&iter, path, &found) ||
-        !(BSON_ITER_HOLDS_DOCUMENT(&found) || BSON_ITER_HOLDS_ARRAY(&found))) {
-        return false;
-    }
-    if (BSON_ITER_HOLDS_DOCUMENT(&found)) {
-        bson_iter_document(&found, &length, &data);
-    } else {
-        bson_iter_array(&found, &length, &data);
-    }
-    return bson_init_static(out, data, length);
+    return bson_iter_init(&iter, document) && bson_iter_find_descendant(&iter, path, &found) &&
+           bson_view_of(&found, out);
 }
 
 static feeder_namespace_t *find_namespace(feeder_t *feeder, const char *database, const char *collection)
@@ -800,9 +791,11 @@ static bool write_checkpoint(feeder_t *feeder)
     BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     BSON_APPEND_UTF8(&query, "_id", "stream");
+    tier_lease_fence(&query, feeder->context->lease_term); /* a successor's checkpoint stays */
     bson_append_document_end(&statement, &query);
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
     BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_INT64(&set, "leaseTerm", feeder->context->lease_term);
     BSON_APPEND_DOCUMENT(&set, "resumeToken", &feeder->token);
     timestamp_append(&set, "appliedTime", feeder->applied_time);
     BSON_APPEND_DATE_TIME(&set, "updatedAt", clock_wall_ms());
@@ -1014,6 +1007,10 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
             }
         }
         while (ok) {
+            if (!tier_holds_lease(feeder->context, TIER_WORKER_FEEDER)) {
+                ok = false; /* another process may feed from here on: it replays this batch */
+                break;
+            }
             set_lag(feeder, first_wall > 0 ? clock_wall_ms() - first_wall : 0, -1);
             if (apply_batch(feeder, &writes) == APPLY_DONE) {
                 break;

@@ -265,6 +265,14 @@ void tier_progress_append_workers(tier_progress_t *progress, const char *key, bs
         bson_t document;
         bson_append_document_begin(&all, tier_worker_name((tier_worker_t)worker), -1, &document);
         BSON_APPEND_BOOL(&document, "runningHere", item->running);
+        if (item->lease_known) {
+            bson_t lease;
+            BSON_APPEND_DOCUMENT_BEGIN(&document, "lease", &lease);
+            BSON_APPEND_UTF8(&lease, "holder", item->lease_holder);
+            BSON_APPEND_INT64(&lease, "term", item->lease_term);
+            BSON_APPEND_BOOL(&lease, "heldHere", item->lease_held);
+            bson_append_document_end(&document, &lease);
+        }
         if (item->updated_ms > 0) {
             BSON_APPEND_DATE_TIME(&document, "lastReport", item->updated_ms);
         }

@@ -55,6 +55,11 @@ typedef struct tier_namespace_progress {
 
 typedef struct tier_worker_progress {
     bool running;          /* a thread of this process runs the worker */
+    /* Its lease (tier/lease.h), as this process last read or held it. */
+    bool lease_known;
+    bool lease_held;       /* this process holds it */
+    int64_t lease_term;
+    char lease_holder[160]; /* "" when released */
     int64_t updated_ms;    /* wall clock of the last report */
     char last_error[TIER_ERROR_TEXT_SIZE]; /* "" when the last attempt succeeded */
     /* Feeder only. */

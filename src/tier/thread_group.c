@@ -26,7 +26,16 @@ struct tier_group {
     group_thread_t threads[GROUP_MAX_THREADS];
     int thread_count;
     bool joined;
+    /* A scope (tier_group_scope_new): no threads of its own; it sleeps on its
+     * parent's condition variable and stops with it. */
+    tier_group_t *parent;
 };
+
+/* The group whose mutex and condition variable a scope shares. */
+static tier_group_t *owner_of(tier_group_t *group)
+{
+    return group->parent != NULL ? group->parent : group;
+}
 
 tier_group_t *tier_group_new(void)
 {
@@ -71,7 +80,29 @@ bool tier_group_start(tier_group_t *group, const char *name, tier_group_run_fn r
 
 bool tier_group_stopping(tier_group_t *group)
 {
-    return atomic_load(&group->stopping);
+    return atomic_load(&group->stopping) || (group->parent != NULL && atomic_load(&group->parent->stopping));
+}
+
+tier_group_t *tier_group_scope_new(tier_group_t *parent)
+{
+    tier_group_t *scope = bson_malloc0(sizeof *scope);
+    scope->parent = parent;
+    atomic_init(&scope->stopping, false);
+    return scope;
+}
+
+void tier_group_scope_stop(tier_group_t *scope)
+{
+    tier_group_t *owner = owner_of(scope);
+    pthread_mutex_lock(&owner->mutex);
+    atomic_store(&scope->stopping, true);
+    pthread_cond_broadcast(&owner->wake); /* its sleepers wake; the others sleep on */
+    pthread_mutex_unlock(&owner->mutex);
+}
+
+void tier_group_scope_destroy(tier_group_t *scope)
+{
+    bson_free(scope);
 }
 
 bool tier_group_sleep(tier_group_t *group, int64_t milliseconds)
@@ -80,13 +111,14 @@ bool tier_group_sleep(tier_group_t *group, int64_t milliseconds)
         return !tier_group_stopping(group);
     }
     struct timespec deadline = clock_deadline_after_ms(CLOCK_MONOTONIC, milliseconds);
-    pthread_mutex_lock(&group->mutex);
-    while (!atomic_load(&group->stopping)) {
-        if (pthread_cond_timedwait(&group->wake, &group->mutex, &deadline) == ETIMEDOUT) {
+    tier_group_t *owner = owner_of(group);
+    pthread_mutex_lock(&owner->mutex);
+    while (!tier_group_stopping(group)) {
+        if (pthread_cond_timedwait(&owner->wake, &owner->mutex, &deadline) == ETIMEDOUT) {
             break;
         }
     }
-    pthread_mutex_unlock(&group->mutex);
+    pthread_mutex_unlock(&owner->mutex);
     return !tier_group_stopping(group);
 }
 

@@ -30,6 +30,15 @@ bool tier_group_stopping(tier_group_t *group);
  * stopping, so loops read `while (tier_group_sleep(group, 100)) {...}`. */
 bool tier_group_sleep(tier_group_t *group, int64_t milliseconds);
 
+/* A scope inside group, for code run by one of its threads that must be able to
+ * stop alone (a worker whose lease was lost): tier_group_stopping() and
+ * tier_group_sleep() on the scope answer for the scope or its group, whichever
+ * stops first. No threads start in a scope. Free with tier_group_scope_destroy()
+ * once its code has returned. */
+tier_group_t *tier_group_scope_new(tier_group_t *parent);
+void tier_group_scope_stop(tier_group_t *scope); /* thread-safe; wakes the scope's sleepers */
+void tier_group_scope_destroy(tier_group_t *scope);
+
 /* Asks every thread to stop, wakes the sleepers and joins them. Idempotent. */
 void tier_group_stop(tier_group_t *group);
 

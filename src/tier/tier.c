@@ -1,6 +1,7 @@
 /* Starting and stopping the tier workers (tier.h): one libmongoc pool per tier,
  * one thread per worker in a thread group; and `thermocline feeder|evictor|warmer`,
  * which runs one worker alone until SIGINT or SIGTERM. */
+#include "tier/lease_private.h"
 #include "tier/tier_private.h"
 
 #include "common/log.h"
@@ -12,10 +13,41 @@
 
 #define LOG_COMPONENT "TIER"
 
+/* One worker's thread: it runs the worker while this process holds its lease. */
+typedef struct leased_worker {
+    tier_worker_t worker;
+    tier_group_run_fn run;
+    tier_context_t *context;
+    tier_leases_t *leases;
+} leased_worker_t;
+
 struct tier_workers {
     tier_context_t context;
     tier_group_t *group;
+    tier_leases_t *leases;
+    leased_worker_t leased[TIER_WORKER_COUNT];
 };
+
+/* Waits for the worker's lease, runs the worker in a scope that stops when the
+ * lease is lost (with its own context: the worker's sleeps and checks see that
+ * scope), and waits again; returns when the group stops. */
+static void run_leased(tier_group_t *group, void *argument)
+{
+    leased_worker_t *leased = argument;
+    int64_t term;
+    tier_group_t *scope;
+    while ((scope = tier_leases_wait(leased->leases, leased->worker, group, &term)) != NULL) {
+        tier_context_t context = *leased->context;
+        context.group = scope;
+        context.leases = leased->leases;
+        context.lease_term = term;
+        leased->run(scope, &context);
+        tier_worker_progress_t *item = tier_progress_lock_worker(context.progress, leased->worker);
+        item->running = false;
+        tier_progress_unlock(context.progress, true);
+        tier_leases_end(leased->leases, leased->worker, scope);
+    }
+}
 
 /* libmongoc's own messages: warnings and errors into our log, the rest dropped
  * (its default handler prints its debug chatter to stderr). */
@@ -77,7 +109,7 @@ bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
 }
 
 tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *progress, unsigned which,
-                                   bson_error_t *error)
+                                   const char *claim, bson_error_t *error)
 {
     static const struct {
         tier_worker_t worker;
@@ -94,7 +126,6 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
     started->context.config = config;
     started->context.progress = progress;
     started->context.group = started->group;
-    started->context.feeder_here = (which & TIER_RUN_FEEDER) != 0;
     started->context.fast_pool = tier_pool_new(config->fast_uri, "thermocline-workers", error);
     if (started->context.fast_pool == NULL) {
         goto fail;
@@ -103,9 +134,15 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
     if (started->context.archive_pool == NULL) {
         goto fail;
     }
+    started->leases = tier_leases_new(&started->context, which, claim);
+    if (!tier_group_start(started->group, "tc-leases", tier_leases_run, started->leases, error)) {
+        goto fail;
+    }
     for (size_t i = 0; i < sizeof workers / sizeof workers[0]; i++) {
+        leased_worker_t *leased = &started->leased[workers[i].worker];
+        *leased = (leased_worker_t){workers[i].worker, workers[i].run, &started->context, started->leases};
         if ((which & (1u << workers[i].worker)) != 0 &&
-            !tier_group_start(started->group, workers[i].thread_name, workers[i].run, &started->context, error)) {
+            !tier_group_start(started->group, workers[i].thread_name, run_leased, leased, error)) {
             goto fail;
         }
     }
@@ -123,6 +160,7 @@ void tier_workers_stop(tier_workers_t *workers)
         return;
     }
     tier_group_destroy(workers->group);
+    tier_leases_destroy(workers->leases);
     if (workers->context.archive_pool != NULL) {
         mongoc_client_pool_destroy(workers->context.archive_pool);
     }
@@ -188,7 +226,7 @@ int tier_main(int argc, char **argv)
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     tier_progress_t *progress = tier_progress_new(config->namespace_count);
-    tier_workers_t *workers = tier_workers_start(config, progress, which, &error);
+    tier_workers_t *workers = tier_workers_start(config, progress, which, NULL, &error);
     int status = 0;
     if (workers == NULL) {
         fprintf(stderr, "thermocline %s: %s\n", worker, error.message);

@@ -20,7 +20,9 @@
  *   workerWrites  {_id: {ns, id, op: "evict"|"warm"}, state, ...}: writes of the
  *                 evictor and the warmer that the feeder must not replay
  *   indexes       {_id: <ns>, ttl: [{field, expireAfterSeconds, name}], updatedAt}: the
- *                 archive's TTL indexes, which the evictor applies to the fast tier */
+ *                 archive's TTL indexes, which the evictor applies to the fast tier
+ *   leases        {_id: "feeder"|"evictor"|"warmer", holder, claim, term, renewals, ...}:
+ *                 which process runs each worker (tier/lease.h) */
 #define TIER_DATABASE "thermocline"
 #define TIER_FEEDER_COLLECTION "feeder"
 #define TIER_WARMER_COLLECTION "warmer"
@@ -36,11 +38,13 @@ typedef struct tier_workers tier_workers_t;
 #define TIER_RUN_WARMER (1u << TIER_WORKER_WARMER)
 
 /* Starts the workers in `which` as threads, each with its own mongoc clients
- * popped from one pool per tier. config and progress are borrowed and must
+ * popped from one pool per tier. Each runs only while this process holds its
+ * lease (tier/lease.h); claim names the process on its host (the proxy's listen
+ * address; NULL for a worker process). config and progress are borrowed and must
  * outlive tier_workers_stop(). NULL with an error a user can act on (a URI
  * libmongoc refuses). Free with tier_workers_stop(). */
 tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *progress, unsigned which,
-                                   bson_error_t *error) TC_MUST_CHECK;
+                                   const char *claim, bson_error_t *error) TC_MUST_CHECK;
 
 /* Stops and joins the threads (at most a few seconds: the longest blocking call
  * is a change stream getMore or a server selection) and frees. Safe on NULL. */

@@ -408,13 +408,21 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
     return ok;
 }
 
+bool tier_feeder_runs_here(tier_context_t *context)
+{
+    tier_worker_progress_t feeder;
+    tier_progress_worker(context->progress, TIER_WORKER_FEEDER, &feeder);
+    return feeder.running;
+}
+
 bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t index, uint64_t time,
                        int64_t timeout_ms, uint64_t *out_applied_time)
 {
     int64_t deadline = clock_monotonic_ms() + timeout_ms;
     for (;;) {
         bson_error_t error;
-        if (!context->feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
+        bool feeder_here = tier_feeder_runs_here(context);
+        if (!feeder_here && !tier_read_feeder_progress(context, fast, &error)) {
             return false;
         }
         tier_namespace_progress_t item;
@@ -432,7 +440,7 @@ bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t in
         if (remaining <= 0 || tier_group_stopping(context->group)) {
             return false;
         }
-        if (context->feeder_here) {
+        if (feeder_here) {
             tier_progress_wait(context->progress, remaining < 100 ? remaining : 100);
         } else if (!tier_group_sleep(context->group, remaining < 50 ? remaining : 50)) {
             return false;

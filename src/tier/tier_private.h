@@ -18,8 +18,25 @@ typedef struct tier_context {
     tier_group_t *group;
     mongoc_client_pool_t *fast_pool;
     mongoc_client_pool_t *archive_pool;
-    bool feeder_here; /* the feeder runs in this process: its progress is in memory */
+    /* The lease the running worker holds (tier/lease.h); leases NULL: no leases. */
+    struct tier_leases *leases;
+    int64_t lease_term;
 } tier_context_t;
+
+/* Whether the running worker still holds its lease (renewed within half of
+ * leaseTimeout): checked before a write its successor must not see, so that a
+ * paused or partitioned holder does not write once another may have taken over. */
+bool tier_holds_lease(const tier_context_t *context, tier_worker_t worker);
+
+/* Fences a state write (an upsert that $sets leaseTerm: term): query gains
+ * {$or: [{leaseTerm: {$lte: term}}, {leaseTerm: {$exists: false}}]}, so a document
+ * written under a newer term refuses it (the upsert then meets the _id index) and
+ * a holder that lost its lease never moves its successor's state. */
+void tier_lease_fence(bson_t *query, int64_t term);
+
+/* Whether the feeder runs in this process now (it holds the feeder's lease): its
+ * progress is then in memory, else read from the fast tier. */
+bool tier_feeder_runs_here(tier_context_t *context);
 
 /* The worker threads' bodies (context: tier_context_t). */
 void feeder_run(tier_group_t *group, void *context);

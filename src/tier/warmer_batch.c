@@ -967,6 +967,11 @@ warm_batch_result_t warmer_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         bson_destroy(&documents);
         return finish_pass(warmer, index, database, collection, start_time);
     }
+    if (!tier_holds_lease(context, TIER_WORKER_WARMER)) {
+        warm_cursor_clear(&next_cursor);
+        bson_destroy(&documents);
+        return WARM_BATCH_BLOCKED; /* no copy once another process may warm */
+    }
     bool ok = copy_batch(warmer, index, database, collection, &documents, count, start_time, check_from,
                          &next_cursor, &error);
     warm_cursor_clear(&next_cursor);
