@@ -142,6 +142,8 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
     }
     bson_append_document_end(reply, &namespaces);
     BSON_APPEND_INT64(reply, "readsWaitingForFeeder", (int64_t)proxy->wait_count);
+    /* This proxy and the others of its config seen beating (tier/lease.h). */
+    BSON_APPEND_INT32(reply, "proxiesAlive", 1 + tier_progress_peers(proxy->progress));
     tier_progress_append_workers(proxy->progress, "workers", reply);
     append_tier_status(proxy, reply);
 }

@@ -202,6 +202,11 @@ typedef struct proxy {
     bool poll_timer_started;
     int polls_in_flight;
     int64_t last_poll_ms;
+    /* With other proxies alive (tier_progress_peers), the fast tier's latest
+     * operation time, asked once for every wait queued before the ask was sent
+     * (router_wait.c): their writes must be fed too. */
+    bool barrier_probe_in_flight;
+    uint64_t barrier_probes_sent; /* generations */
     /* Reads waiting for the feeder (router_wait.c), oldest first. */
     struct read_wait *waits_head;
     struct read_wait *waits_tail;

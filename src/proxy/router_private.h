@@ -113,6 +113,11 @@ typedef struct proxy_request {
     const char *wait_database;   /* dropDatabase, listCollections: the database's tiered namespaces */
     bool waits_for_every_namespace; /* listDatabases: every tiered namespace */
     bool tolerates_stopped_feed; /* a stopped feed does not hold it back (it may be the fix) */
+    /* With other proxies: the fast tier's operation time when it arrived, which the
+     * feeder must pass too (writes acknowledged through them), once the probe of
+     * generation barrier_probe has answered; both 0: not needed. */
+    uint64_t barrier_time;
+    uint64_t barrier_probe;
     /* The state of the route it takes, by route_kind. */
     route_state_kind_t route_kind;
     union {

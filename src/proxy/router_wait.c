@@ -3,6 +3,7 @@
  * and writes until the documents they fault in can be pinned against the evictor. */
 #include "proxy/router_private.h"
 #include "common/clock.h"
+#include "wire/wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -31,9 +32,12 @@ typedef enum feed_state {
     FEED_STOPPED, /* the namespace's feed stopped with writes not in the archive */
 } feed_state_t;
 
-static feed_state_t namespace_feed_state(const namespace_state_t *state, bool deletes_only)
+/* barrier: the fast tier's time when the request arrived, with other proxies
+ * (their writes to the namespace are not in its last_*_time); 0: none. */
+static feed_state_t namespace_feed_state(const namespace_state_t *state, bool deletes_only, uint64_t barrier)
 {
     uint64_t required = deletes_only ? state->last_delete_time : state->last_write_time;
+    required = barrier > required ? barrier : required;
     if (required == 0 || state->progress.applied_time >= required) {
         return FEED_CAUGHT_UP;
     }
@@ -60,7 +64,12 @@ static feed_state_t request_feed_state(proxy_request_t *request, bool deletes_on
         if (!request_waits_for(request, state)) {
             continue;
         }
-        feed_state_t feed = namespace_feed_state(state, deletes_only);
+        if (request->barrier_probe != 0 && request->barrier_time == 0) {
+            worst = FEED_BEHIND; /* the fast tier's time is not known yet */
+            *out_blocking = state;
+            continue;
+        }
+        feed_state_t feed = namespace_feed_state(state, deletes_only, request->barrier_time);
         if (feed > worst) {
             worst = feed;
             *out_blocking = state;
@@ -249,6 +258,82 @@ static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only
     arm_wait_timer(proxy);
 }
 
+/* --- writes acknowledged through other proxies ---------------------------------------
+ * This proxy knows its own writes' times; another proxy's writes it learns from
+ * the fast tier: the operation time of a read there (the latest write it applied)
+ * after the request arrived. One probe answers every wait queued before it was
+ * sent; a wait queued while one is in flight needs the next. */
+
+static void send_barrier_probe(proxy_t *proxy);
+
+static void on_barrier_probe_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
+{
+    proxy_t *proxy = context;
+    bson_t body;
+    bson_iter_t iter;
+    bson_error_t parse_error;
+    uint64_t generation = proxy->barrier_probes_sent;
+    uint64_t time = 0;
+    proxy->barrier_probe_in_flight = false;
+    if (error == NULL && wire_op_msg_find_body(reply, length, &body, &parse_error) &&
+        bson_iter_init_find(&iter, &body, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
+        uint32_t seconds, increment;
+        bson_iter_timestamp(&iter, &seconds, &increment);
+        time = (uint64_t)seconds << 32 | increment;
+    }
+    bool more = false;
+    for (read_wait_t *wait = proxy->waits_head; wait != NULL; wait = wait->next) {
+        proxy_request_t *request = wait->request;
+        if (request->barrier_probe == 0 || request->barrier_time != 0) {
+            continue;
+        }
+        if (time != 0 && request->barrier_probe <= generation) {
+            request->barrier_time = time;
+        } else {
+            more = true; /* queued after this probe left, or it failed: the next one */
+        }
+    }
+    if (more && time != 0) {
+        send_barrier_probe(proxy);
+    }
+    router_resume_waits(proxy);
+}
+
+static void send_barrier_probe(proxy_t *proxy)
+{
+    bson_t find = BSON_INITIALIZER, filter = BSON_INITIALIZER;
+    uint8_t *message;
+    size_t length;
+    bson_error_t error;
+    BSON_APPEND_UTF8(&find, "find", TIER_FEEDER_COLLECTION);
+    BSON_APPEND_UTF8(&filter, "_id", "none"); /* only the reply's operationTime matters */
+    BSON_APPEND_DOCUMENT(&find, "filter", &filter);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    BSON_APPEND_UTF8(&find, "$db", TIER_DATABASE);
+    if (wire_op_msg_build(0, 0, 0, &find, NULL, 0, &message, &length, &error)) {
+        proxy->barrier_probe_in_flight = true;
+        proxy->barrier_probes_sent++;
+        backend_pool_send(proxy->tiers[PROXY_TIER_FAST], message, length, on_barrier_probe_reply, proxy);
+        bson_free(message);
+    }
+    bson_destroy(&filter);
+    bson_destroy(&find);
+}
+
+/* With other proxies alive, the request also waits for what the fast tier had
+ * applied when it arrived: it joins the next probe. */
+static void ask_barrier(proxy_request_t *request)
+{
+    proxy_t *proxy = request->proxy;
+    if (request->barrier_probe != 0 || tier_progress_peers(proxy->progress) == 0) {
+        return;
+    }
+    request->barrier_probe = proxy->barrier_probes_sent + 1;
+    if (!proxy->barrier_probe_in_flight) {
+        send_barrier_probe(proxy);
+    }
+}
+
 /* Waits until the feeder has applied the writes to the request's namespace
  * acknowledged so far: all of them for a read the archive answers; only the
  * deletes (deletes_only) before copying archive documents into the fast tier (a
@@ -261,6 +346,7 @@ void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request
     namespace_state_t *blocking;
     router_enter(request, PHASE_WAITING_FOR_FEEDER);
     request->after_wait = next;
+    ask_barrier(request);
     feed_state_t feed = request_feed_state(request, deletes_only, &blocking);
     if (feed == FEED_CAUGHT_UP || (feed == FEED_STOPPED && request->tolerates_stopped_feed)) {
         resume(request);
@@ -383,6 +469,13 @@ void router_resume_waits(proxy_t *proxy)
 
 void router_expire_waits(proxy_t *proxy)
 {
+    /* A failed probe is asked again at this timer's pace, not in a tight loop. */
+    for (read_wait_t *wait = proxy->waits_head; wait != NULL && !proxy->barrier_probe_in_flight; wait = wait->next) {
+        if (wait->request->barrier_probe != 0 && wait->request->barrier_time == 0) {
+            wait->request->barrier_probe = proxy->barrier_probes_sent + 1;
+            send_barrier_probe(proxy);
+        }
+    }
     sweep_waits(proxy, keep_until_deadline, expire);
 }
 

@@ -3,6 +3,7 @@
  * and stops a worker whose lease is gone. */
 #include "tier/lease_private.h"
 
+#include "common/bson_view.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -14,6 +15,7 @@
 #define LOG_COMPONENT "LEASE"
 #define TICK_MIN_MS 50
 #define TICK_MAX_MS 500
+#define PEERS_MAX 64
 
 /* --- the rule ---------------------------------------------------------------------- */
 
@@ -50,7 +52,16 @@ typedef struct lease_slot {
     int64_t first_seen_ms;     /* standby: when seen was first read as it is */
 } lease_slot_t;
 
+/* Another proxy's heartbeat as last seen. */
+typedef struct peer {
+    char id[TIER_LEASE_TEXT_SIZE];
+    int64_t beats;
+    int64_t changed_ms; /* when beats was last seen to change (monotonic) */
+} peer_t;
+
 struct tier_leases {
+    peer_t peers[PEERS_MAX];
+    size_t peer_count;
     pthread_mutex_t mutex;
     tier_context_t *context;
     int64_t timeout_ms;
@@ -291,6 +302,95 @@ static void stand_by(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t
     }
 }
 
+/* --- proxies' heartbeats ------------------------------------------------------------
+ * A proxy (a process with a claim) beats in thermocline.proxies every tick; the
+ * others it sees beating within leaseTimeout are its peers (progress.h), which
+ * make its archive reads wait for writes acknowledged through them. */
+
+static void count_peers(tier_leases_t *leases, const bson_t *documents, int64_t now)
+{
+    bson_iter_t iter, field;
+    int alive = 0;
+    bson_iter_init(&iter, documents);
+    while (bson_iter_next(&iter)) {
+        bson_t document;
+        if (!bson_view_of(&iter, &document) || !bson_iter_init_find(&field, &document, "_id") ||
+            !BSON_ITER_HOLDS_UTF8(&field) || strcmp(bson_iter_utf8(&field, NULL), leases->me) == 0) {
+            continue;
+        }
+        const char *id = bson_iter_utf8(&field, NULL);
+        int64_t beats = bson_iter_init_find(&field, &document, "beats") ? bson_iter_as_int64(&field) : 0;
+        peer_t *peer = NULL;
+        for (size_t i = 0; i < leases->peer_count && peer == NULL; i++) {
+            peer = strcmp(leases->peers[i].id, id) == 0 ? &leases->peers[i] : NULL;
+        }
+        if (peer == NULL && leases->peer_count < PEERS_MAX) {
+            peer = &leases->peers[leases->peer_count++];
+            snprintf(peer->id, sizeof peer->id, "%s", id);
+            peer->beats = beats;
+            peer->changed_ms = now;
+        }
+        if (peer != NULL && peer->beats != beats) {
+            peer->beats = beats;
+            peer->changed_ms = now;
+        }
+        alive += peer != NULL && now - peer->changed_ms < leases->timeout_ms;
+    }
+    tier_progress_set_peers(leases->context->progress, alive);
+}
+
+static void beat(tier_leases_t *leases, mongoc_client_t *fast, int64_t now)
+{
+    bson_t command = BSON_INITIALIZER, updates, statement, query, change, set, increment, reply, filter, documents;
+    bson_error_t error;
+    BSON_APPEND_UTF8(&command, "update", TIER_PROXIES_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_UTF8(&query, "_id", leases->me);
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &change);
+    BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
+    BSON_APPEND_UTF8(&set, "claim", leases->claim);
+    BSON_APPEND_DATE_TIME(&set, "beatAt", clock_wall_ms());
+    bson_append_document_end(&change, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&change, "$inc", &increment);
+    BSON_APPEND_INT64(&increment, "beats", 1);
+    bson_append_document_end(&change, &increment);
+    bson_append_document_end(&statement, &change);
+    BSON_APPEND_BOOL(&statement, "upsert", true);
+    bson_append_document_end(&updates, &statement);
+    bson_append_array_end(&command, &updates);
+    if (tier_command(fast, TIER_DATABASE, &command, &reply, &error)) {
+        bson_init(&filter);
+        if (tier_read_state(fast, TIER_PROXIES_COLLECTION, &filter, &documents, &error)) {
+            count_peers(leases, &documents, now);
+        }
+        bson_destroy(&documents);
+        bson_destroy(&filter);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
+}
+
+static void leave(tier_leases_t *leases, mongoc_client_t *fast)
+{
+    bson_t command = BSON_INITIALIZER, deletes, statement, query, reply;
+    bson_error_t error;
+    BSON_APPEND_UTF8(&command, "delete", TIER_PROXIES_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_UTF8(&query, "_id", leases->me);
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_INT32(&statement, "limit", 1);
+    bson_append_document_end(&deletes, &statement);
+    bson_append_array_end(&command, &deletes);
+    tier_command(fast, TIER_DATABASE, &command, &reply, &error); /* a dead one stops counting anyway */
+    bson_destroy(&reply);
+    bson_destroy(&command);
+}
+
 /* A clean stop hands the leases on at once. */
 static void release_all(tier_leases_t *leases, mongoc_client_t *fast)
 {
@@ -328,6 +428,9 @@ void tier_leases_run(tier_group_t *group, void *argument)
     tick = tick < TICK_MIN_MS ? TICK_MIN_MS : tick > TICK_MAX_MS ? TICK_MAX_MS : tick;
     while (!tier_group_stopping(group)) {
         int64_t started = clock_monotonic_ms();
+        if (leases->claim[0] != '\0') {
+            beat(leases, fast, started);
+        }
         for (int worker = 0; worker < TIER_WORKER_COUNT && !tier_group_stopping(group); worker++) {
             lease_slot_t *slot = &leases->slots[worker];
             if (!slot->wanted) {
@@ -356,6 +459,9 @@ void tier_leases_run(tier_group_t *group, void *argument)
         usleep(50 * 1000);
     }
     release_all(leases, fast);
+    if (leases->claim[0] != '\0') {
+        leave(leases, fast);
+    }
     mongoc_client_pool_push(leases->context->fast_pool, fast);
 }
 

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #define TIER_LEASES_COLLECTION "leases"
+#define TIER_PROXIES_COLLECTION "proxies" /* {_id: holder name, claim, beats, beatAt}: live proxies */
 #define TIER_LEASE_TEXT_SIZE 160
 
 /* A lease document as read. */

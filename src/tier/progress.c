@@ -40,7 +40,23 @@ struct tier_progress {
     pin_t *pins;
     size_t pin_count;
     size_t pin_capacity;
+    int peers; /* other live proxies of this config (tier/lease.h) */
 };
+
+void tier_progress_set_peers(tier_progress_t *progress, int peers)
+{
+    pthread_mutex_lock(&progress->mutex);
+    progress->peers = peers;
+    pthread_mutex_unlock(&progress->mutex);
+}
+
+int tier_progress_peers(tier_progress_t *progress)
+{
+    pthread_mutex_lock(&progress->mutex);
+    int peers = progress->peers;
+    pthread_mutex_unlock(&progress->mutex);
+    return peers;
+}
 
 const char *tier_worker_name(tier_worker_t worker)
 {

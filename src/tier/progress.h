@@ -110,6 +110,12 @@ void tier_progress_unlock(tier_progress_t *progress, bool notify);
  * moves it forward, and notifies. */
 void tier_progress_set_applied(tier_progress_t *progress, uint64_t time);
 
+/* The other proxies of this configuration seen alive (heartbeats in
+ * thermocline.proxies, tier/lease.h): with any, a read sent to the archive waits
+ * for writes acknowledged through them too. */
+void tier_progress_set_peers(tier_progress_t *progress, int peers);
+int tier_progress_peers(tier_progress_t *progress);
+
 /* Readers: copies, consistent at one instant. */
 void tier_progress_namespace(tier_progress_t *progress, size_t index, tier_namespace_progress_t *out);
 void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_worker_progress_t *out);
