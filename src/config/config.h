@@ -50,6 +50,7 @@
  *                                                    given, clients must present one that they signed
  *   tlsAllowConnectionsWithoutCertificates  boolean  false   with tlsCAFile: a client without a
  *                                                    certificate is accepted (an invalid one never is)
+ *   logFormat           text|json text               json: mongod 4.4+'s structured log lines
  *
  * The tier URIs take MongoDB's TLS options (tls=true or ssl=true, tlsCAFile,
  * tlsCertificateKeyFile, tlsAllowInvalidCertificates, tlsAllowInvalidHostnames,
@@ -77,6 +78,7 @@
 #define TC_CONFIG_CONFIG_H
 
 #include "common/error.h"
+#include "common/log.h"
 #include "security/tls.h"
 
 #include <stdbool.h>
@@ -138,6 +140,8 @@ typedef struct config {
     char *tls_certificate_key_file; /* NULL unless given */
     char *tls_ca_file;              /* NULL unless given: then client certificates are asked for */
     bool tls_allow_connections_without_certificates;
+    /* Operating: the log's format. */
+    tc_log_format_t log_format;
 } config_t;
 
 /* Reads and validates the file at path. NULL on any error, with BadValue (2) or,

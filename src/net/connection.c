@@ -200,8 +200,9 @@ static void connection_free_if_unused(connection_t *connection)
     if (connection->transport == &transport_tls) {
         atomic_fetch_sub(&server->tls_connections, 1);
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection %s (%llu connection%s now open)",
-           connection->peer, (unsigned long long)now_open, now_open == 1 ? "" : "s");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection {remote} ({connectionCount} now open)",
+                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("connectionId", connection->id),
+                 TC_ATTR_INT("connectionCount", now_open));
 
     if (connection->connection_data != NULL && server->callbacks.connection_close != NULL) {
         server->callbacks.connection_close(server->callbacks.application, connection->connection_data);
@@ -761,10 +762,10 @@ void connection_accept(server_t *server)
     uv_tcp_nodelay(&connection->tcp, 1);
     uv_fileno((uv_handle_t *)&connection->tcp, &connection->socket_fd);
     connection_describe_peer(connection);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id,
-           "connection accepted from %s #%llu (%llu connection%s now open)", connection->peer,
-           (unsigned long long)connection->id, (unsigned long long)now_open,
-           now_open == 1 ? "" : "s");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id,
+                 "connection accepted from {remote} #{connectionId} ({connectionCount} now open)",
+                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("connectionId", connection->id),
+                 TC_ATTR_INT("connectionCount", now_open));
     connection_resume_reading(connection);
     connection_update_deadline(connection);
 }

@@ -335,8 +335,8 @@ bool server_run(server_t *server, bson_error_t *error)
                           uv_strerror(result));
         server_begin_shutdown(server); /* the loop below then only runs the teardown */
     } else {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "waiting for connections on %s:%d",
-               server->bind_address, server->bound_port);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "waiting for connections on {address}:{port}",
+                     TC_ATTR_STR("address", server->bind_address), TC_ATTR_INT("port", server->bound_port));
     }
 
     /* Returns once a shutdown has closed every handle. */

@@ -313,6 +313,9 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     if (proxy.config == NULL) {
         return false;
     }
+    if (proxy.config->log_format == TC_LOG_FORMAT_JSON) {
+        tc_log_set_format(TC_LOG_FORMAT_JSON); /* --log-format json needs no logFormat, and wins over text */
+    }
     /* Before the port opens: a namespace that cannot be tiered stops the start. */
     if (!tier_preflight(proxy.config, error)) {
         config_destroy(proxy.config);
@@ -451,6 +454,8 @@ static void print_usage(FILE *stream)
                     "\n"
                     "  --config FILE   the YAML config (listen, archive, fast, namespaces...)\n"
                     "  --verbose       log every routing decision\n"
+                    "  --log-format FORMAT  text (default) or json (mongod 4.4+'s structured lines;\n"
+                    "                  logFormat: json in the config does the same)\n"
                     "  --help          this text\n");
 }
 
@@ -493,7 +498,7 @@ int proxy_main(int argc, char **argv)
         return 2;
     }
     if (!proxy_run(config_path, &error)) {
-        fprintf(stderr, "thermocline proxy: %s\n", error.message);
+        tc_log_failure("thermocline proxy", error.message);
         return 1;
     }
     return 0;

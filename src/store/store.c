@@ -175,9 +175,9 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         goto done;
     }
     janitor_started = true;
-    TC_LOG(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on %s:%d, dbpath %s%s%s",
-           options->bind_address, server_port(store.server), options->dbpath,
-           options->replica_set ? ", replica set " : "", options->replica_set ? options->replica_set : "");
+    TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on {address}:{port}, dbpath {dbPath}",
+                 TC_ATTR_STR("address", options->bind_address), TC_ATTR_INT("port", server_port(store.server)),
+                 TC_ATTR_STR("dbPath", options->dbpath), TC_ATTR_STR("replSet", options->replica_set));
     TC_LOG(TC_LOG_INFO, "ACCESS", 0, "%s; tlsMode %s",
            options->auth ? "access control enabled (--auth)"
                          : "access control is not enabled: read and write access to data and configuration is "
@@ -241,6 +241,7 @@ static void print_usage(FILE *stream)
             "                         this long (default 30s)\n"
             "  --max-queued-replies SIZE  replies waiting for slow readers, server-wide;\n"
             "                         a reply past it closes its connection (default 256MB)\n"
+            "  --log-format FORMAT    text (default) or json (mongod 4.4+'s structured lines)\n"
             "  --verbose              log every failed command\n"
             "  --help                 this text\n");
 }
@@ -486,7 +487,7 @@ int store_main(int argc, char **argv)
         return 2;
     }
     if (!store_run(&options, &error)) {
-        fprintf(stderr, "thermocline store: %s\n", error.message);
+        tc_log_failure("thermocline store", error.message);
         return 1;
     }
     return 0;

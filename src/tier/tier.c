@@ -23,9 +23,17 @@ static void log_from_mongoc(mongoc_log_level_t level, const char *domain, const 
 {
     (void)context;
     if (level <= MONGOC_LOG_LEVEL_WARNING) {
-        TC_LOG(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0, "%s: %s", domain,
-               message);
+        TC_LOG_ATTRS(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0, "{domain}: {message}",
+                     TC_ATTR_STR("domain", domain), TC_ATTR_STR("message", message));
     }
+}
+
+/* "thermocline feeder: ..." as tc_log_failure writes it. */
+static void log_failure(const char *worker, const char *message)
+{
+    char program[64];
+    snprintf(program, sizeof program, "thermocline %s", worker);
+    tc_log_failure(program, message);
 }
 
 void tier_libmongoc_init(void)
@@ -198,12 +206,15 @@ int tier_main(int argc, char **argv)
     bson_error_t error;
     config_t *config = config_load_file(config_path, &error);
     if (config == NULL) {
-        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        log_failure(worker, error.message);
         return 1;
+    }
+    if (config->log_format == TC_LOG_FORMAT_JSON) {
+        tc_log_set_format(TC_LOG_FORMAT_JSON); /* as the proxy: json when the flag or the file asks */
     }
     tier_libmongoc_init();
     if (!tier_preflight(config, &error)) {
-        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        log_failure(worker, error.message);
         config_destroy(config);
         mongoc_cleanup();
         return 1;
@@ -218,7 +229,7 @@ int tier_main(int argc, char **argv)
     tier_workers_t *workers = tier_workers_start(config, progress, which, &error);
     int status = 0;
     if (workers == NULL) {
-        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        log_failure(worker, error.message);
         status = 1;
     } else {
         int received = 0;
