@@ -106,6 +106,7 @@ struct backend_pool {
     int queued;
     uint64_t sent;
     uint64_t failed;
+    uint64_t waited;
     backend_server_info_t info;
     int consecutive_failures;
     /* The URI's user (NULL: none) and TLS context (NULL: no TLS): a member's pool
@@ -797,6 +798,9 @@ void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t leng
     pool->queue_tail = request;
     pool->queued++;
     backend_pool_pump(pool);
+    if (pool->queue_tail == request) {
+        pool->waited++; /* no connection took it at once */
+    }
 }
 
 backend_pool_t *backend_pool_new_member(backend_pool_t *tier, const char *address, const char *set_name)
@@ -969,6 +973,7 @@ backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)
     backend_pool_stats_t stats = {.queued = pool->queued,
                                   .sent = pool->sent,
                                   .failed = pool->failed,
+                                  .waited = pool->waited,
                                   .tls = pool->tls_context != NULL,
                                   .last_error = pool->last_error[0] != '\0' ? pool->last_error : NULL};
     for (const backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {

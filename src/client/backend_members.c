@@ -497,7 +497,11 @@ void backend_members_append_status(const backend_members_t *members, bson_t *out
         if (member->pool != NULL) {
             backend_pool_stats_t stats = backend_pool_stats(member->pool);
             BSON_APPEND_INT32(&item, "connections", stats.open);
+            BSON_APPEND_INT32(&item, "busy", stats.busy);
+            BSON_APPEND_INT32(&item, "queued", stats.queued);
+            BSON_APPEND_INT64(&item, "waits", (int64_t)stats.waited);
             BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
+            BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
         }
         if (member->last_error[0] != '\0') {
             BSON_APPEND_UTF8(&item, "lastError", member->last_error);

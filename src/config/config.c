@@ -99,6 +99,8 @@ static const setting_t settings[] = {
     {"tlsCAFile", TOP(tls_ca_file), TYPE_FILE, NULL, false, 0, 0, "PEM with the CAs of client certificates"},
     {"tlsAllowConnectionsWithoutCertificates", TOP(tls_allow_connections_without_certificates), TYPE_BOOLEAN,
      "false", false, 0, 0, "with tlsCAFile, accept clients that present no certificate"},
+    {"metricsListen", TOP(metrics_listen), TYPE_ADDRESS, NULL, false, 0, 0,
+     "where GET /metrics serves Prometheus text (none: off)"},
     {"logFormat", TOP(log_format), TYPE_LOG_FORMAT, "text", false, 0, 0,
      "text (mongod 4.2's lines) or json (mongod 4.4+'s structured lines)"},
     {"ns", NAMESPACE(ns), TYPE_NAMESPACE_NAME, NULL, true, 0, 0, "database.collection"},
@@ -906,6 +908,7 @@ void config_destroy(config_t *config)
         return;
     }
     bson_free(config->listen.host);
+    bson_free(config->metrics_listen.host);
     bson_free(config->archive_uri);
     bson_free(config->fast_uri);
     bson_free(config->tls_certificate_key_file);

@@ -50,6 +50,7 @@
  *                                                    given, clients must present one that they signed
  *   tlsAllowConnectionsWithoutCertificates  boolean  false   with tlsCAFile: a client without a
  *                                                    certificate is accepted (an invalid one never is)
+ *   metricsListen       host:port (none: off)        serve GET /metrics, Prometheus' text format
  *   logFormat           text|json text               json: mongod 4.4+'s structured log lines
  *
  * The tier URIs take MongoDB's TLS options (tls=true or ssl=true, tlsCAFile,
@@ -140,7 +141,8 @@ typedef struct config {
     char *tls_certificate_key_file; /* NULL unless given */
     char *tls_ca_file;              /* NULL unless given: then client certificates are asked for */
     bool tls_allow_connections_without_certificates;
-    /* Operating: the log's format. */
+    /* Operating: Prometheus scrapes (host NULL: off) and the log's format. */
+    config_address_t metrics_listen;
     tc_log_format_t log_format;
 } config_t;
 

@@ -50,8 +50,7 @@ static bool server_check_options(const server_options_t *options,
     return true;
 }
 
-static bool server_parse_address(const char *text, int port, struct sockaddr_storage *out_address,
-                                 bson_error_t *error)
+bool server_parse_address(const char *text, int port, struct sockaddr_storage *out_address, bson_error_t *error)
 {
     memset(out_address, 0, sizeof *out_address);
     if (uv_ip4_addr(text, port, (struct sockaddr_in *)out_address) == 0) {

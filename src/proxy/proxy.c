@@ -64,6 +64,7 @@ static void append_tier_status(proxy_t *proxy, bson_t *out)
         BSON_APPEND_INT32(&item, "connections", stats.open);
         BSON_APPEND_INT32(&item, "busy", stats.busy);
         BSON_APPEND_INT32(&item, "queued", stats.queued);
+        BSON_APPEND_INT64(&item, "waits", (int64_t)stats.waited);
         BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
         BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
         BSON_APPEND_BOOL(&item, "reachable", info->known);
@@ -247,6 +248,7 @@ static void on_loop_stopping(void *application)
         uv_close((uv_handle_t *)&proxy->housekeeping_timer, NULL);
         proxy->housekeeping_started = false;
     }
+    proxy_metrics_stop(proxy);
     /* Workers first: their last report must not reach a closed async handle. */
     tier_workers_stop(proxy->workers);
     proxy->workers = NULL;
@@ -376,6 +378,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         TC_CHECK(proxy.tiers[tier] != NULL);
     }
     proxy.users = user_cache_new(proxy.tiers[PROXY_TIER_ARCHIVE], PROXY_USER_CACHE_MS);
+    TC_CHECK(proxy_metrics_start(&proxy, error));
     uv_timer_init(proxy.loop, &proxy.housekeeping_timer);
     proxy.housekeeping_timer.data = &proxy;
     uv_timer_start(&proxy.housekeeping_timer, on_housekeeping, HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
@@ -440,6 +443,7 @@ done:
     tier_workers_stop(proxy.workers);
     tier_progress_destroy(proxy.progress);
     unique_indexes_cleanup(&proxy);
+    proxy_metrics_destroy(&proxy);
     bson_free(proxy.namespaces);
     config_destroy(proxy.config);
     return ok;

@@ -8,6 +8,7 @@
 #include "common/units.h"
 #include "store/auth.h"
 #include "store/dispatch.h"
+#include "store/metrics.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
 #include "store/transactions.h"
@@ -102,6 +103,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
 {
     store_t store = {.options = *options};
     janitor_t janitor = {.store = &store};
+    store_metrics_t *metrics = NULL;
     oplog_t *oplog = NULL;
     tls_context_t *tls_context = NULL;
     bool janitor_started = false;
@@ -167,6 +169,10 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     };
     store.server = server_new(&server_options, &callbacks, error);
     TC_CHECK(store.server != NULL);
+    if (options->metrics_host != NULL) {
+        metrics = store_metrics_start(&store, options->metrics_host, options->metrics_port, error);
+        TC_CHECK(metrics != NULL);
+    }
 
     pthread_mutex_init(&janitor.mutex, NULL);
     pthread_cond_init(&janitor.wakeup, NULL);
@@ -196,6 +202,7 @@ done:
     }
     pthread_mutex_destroy(&janitor.mutex);
     pthread_cond_destroy(&janitor.wakeup);
+    store_metrics_stop(metrics);
     server_destroy(store.server);
     tls_context_destroy(tls_context);
     auth_manager_destroy(store.auth);
@@ -241,6 +248,8 @@ static void print_usage(FILE *stream)
             "                         this long (default 30s)\n"
             "  --max-queued-replies SIZE  replies waiting for slow readers, server-wide;\n"
             "                         a reply past it closes its connection (default 256MB)\n"
+            "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+            "                         (opcounters, connections, WiredTiger cache; default off)\n"
             "  --log-format FORMAT    text (default) or json (mongod 4.4+'s structured lines)\n"
             "  --verbose              log every failed command\n"
             "  --help                 this text\n");
@@ -264,7 +273,7 @@ enum store_option {
     OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS, OPT_WORKERS,
     OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE, OPT_TLS_CA_FILE,
     OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT, OPT_SEND_TIMEOUT,
-    OPT_MAX_QUEUED_REPLIES
+    OPT_MAX_QUEUED_REPLIES, OPT_METRICS_LISTEN
 };
 
 static const struct option store_long_options[] = {
@@ -293,6 +302,7 @@ static const struct option store_long_options[] = {
     {"receive-timeout", required_argument, NULL, OPT_RECEIVE_TIMEOUT},
     {"send-timeout", required_argument, NULL, OPT_SEND_TIMEOUT},
     {"max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED_REPLIES},
+    {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -374,6 +384,7 @@ int store_main(int argc, char **argv)
     store_options_t options;
     bson_error_t error;
     int64_t number;
+    char metrics_host[256];
     store_options_init(&options);
     opterr = 0;
     optind = 1;
@@ -470,6 +481,14 @@ int store_main(int argc, char **argv)
             if (!parse_size_flag(optarg, "--max-queued-replies", &options.max_queued_reply_bytes)) {
                 return 2;
             }
+            break;
+        case OPT_METRICS_LISTEN:
+            if (!units_parse_host_port(optarg, "--metrics-listen", metrics_host, sizeof metrics_host,
+                                       &options.metrics_port, &error)) {
+                fprintf(stderr, "thermocline store: %s\n", error.message);
+                return 2;
+            }
+            options.metrics_host = metrics_host;
             break;
         case OPT_HELP:
             print_usage(stdout);
