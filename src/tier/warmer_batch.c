@@ -679,19 +679,36 @@ static void log_progress(warmer_t *warmer, size_t index, bool force)
         return;
     }
     double seconds = state->last_log_ms > 0 ? (double)(now - state->last_log_ms) / 1000.0 : 0;
-    double rate = seconds > 0 ? (double)(state->copied - state->copied_at_last_log) / seconds : 0;
+    if (seconds > 0) {
+        state->rate = (double)(state->copied - state->copied_at_last_log) / seconds; /* published: status, metrics */
+    }
+    /* The estimate and the time left are facts only once known: attributes after
+     * the others, present or not. */
+    tc_log_attr_t attrs[8] = {
+        TC_ATTR_STR("ns", warmer->context->config->namespaces[index].ns),
+        TC_ATTR_INT("copied", state->copied),
+        TC_ATTR_INT("docsPerSecond", state->rate + 0.5),
+        TC_ATTR_INT("batchSize", state->batch_size),
+        TC_ATTR_INT("lastReadMillis", state->last_read_ms),
+        TC_ATTR_INT("pauseMillis", state->last_pause_ms),
+    };
+    size_t count = 6;
+    int64_t remaining = state->total_estimate - state->copied;
     if (state->total_estimate >= 0) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-               "%s: copied %lld of about %lld documents of the window (%.0f/s; batches of %d, last read %lld ms, "
-               "pause %lld ms)",
-               warmer->context->config->namespaces[index].ns, (long long)state->copied,
-               (long long)state->total_estimate, rate, state->batch_size, (long long)state->last_read_ms,
-               (long long)state->last_pause_ms);
-    } else {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-               "%s: copied %lld documents of the window (%.0f/s; batches of %d, last read %lld ms, pause %lld ms)",
-               warmer->context->config->namespaces[index].ns, (long long)state->copied, rate, state->batch_size,
-               (long long)state->last_read_ms, (long long)state->last_pause_ms);
+        attrs[count++] = TC_ATTR_INT("totalEstimate", state->total_estimate);
+    }
+    if (state->total_estimate >= 0 && !state->complete && state->rate > 0) {
+        attrs[count++] = TC_ATTR_INT("etaSeconds", remaining > 0 ? (double)remaining / state->rate + 0.5 : 0);
+    }
+    if (tc_log_enabled(TC_LOG_INFO)) {
+        tc_log_write_attrs(TC_LOG_INFO, LOG_COMPONENT, 0,
+                           state->total_estimate >= 0
+                               ? "{ns}: copied {copied} of about {totalEstimate} documents of the window "
+                                 "({docsPerSecond}/s; batches of {batchSize}, last read {lastReadMillis} ms, pause "
+                                 "{pauseMillis} ms)"
+                               : "{ns}: copied {copied} documents of the window ({docsPerSecond}/s; batches of "
+                                 "{batchSize}, last read {lastReadMillis} ms, pause {pauseMillis} ms)",
+                           attrs, count);
     }
     state->last_log_ms = now;
     state->copied_at_last_log = state->copied;
@@ -976,8 +993,8 @@ warm_batch_result_t warmer_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         return WARM_BATCH_BLOCKED;
     }
     tier_report_ok(context, TIER_WORKER_WARMER);
+    log_progress(warmer, index, false); /* first: it measures the rate the publication carries */
     warmer_publish(warmer, index, false);
-    log_progress(warmer, index, false);
     return WARM_BATCH_COPIED;
 }
 

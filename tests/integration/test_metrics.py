@@ -5,6 +5,7 @@ with that traffic under the names and labels the README documents; bad HTTP gets
 404, 405, 400 or 431, and a client that sends nothing holds no scrape back."""
 
 import datetime
+import re
 import socket
 import threading
 import time
@@ -17,7 +18,8 @@ from pymongo import MongoClient
 from pymongo.errors import DuplicateKeyError
 
 from conftest import StoreProcess, find_free_port, wait_until
-from tier_support import NS, client_for, start_proxy, stop_leftovers, wait_feeder, wait_warm  # noqa: F401
+from tier_support import (NS, client_for, namespace_status, start_proxy, stop_leftovers,  # noqa: F401
+                          wait_feeder, wait_warm)
 
 
 def scrape(port):
@@ -204,3 +206,42 @@ def test_proxy_metrics_follow_traffic(tmp_path, replicated_tiers):
     assert value(after, "thermocline_feeder_coalescing_ratio") >= 1
     assert value(after, "thermocline_pool_reachable", tier="archive", member="primary") == 1
     check_bad_requests(port)
+
+
+def test_warmer_first_pass_progress(tmp_path, replicated_tiers):
+    """Issue 17's Progress: the warmer's first pass shows documents copied, its pace
+    and the time left in thermoclineStatus, in /metrics and in the log."""
+    archive, fast = replicated_tiers
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    with MongoClient(archive.uri) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": now - datetime.timedelta(seconds=i / 2)}
+                                        for i in range(4000)])
+    port = find_free_port()
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", slack="1m",
+                        top={"metricsListen": "127.0.0.1:%d" % port, "warmerRateLimit": 400})
+    # The pace is measured over 5 s; at 400 documents per second the pass lasts about 10 s.
+    assert wait_until(lambda: "docsPerSecond" in namespace_warmer(proxy), 20, 0.2), namespace_warmer(proxy)
+    warmer = namespace_warmer(proxy)
+    samples, _ = scrape(port)
+    assert warmer["state"] == "warming"
+    assert 50 <= warmer["docsPerSecond"] <= 600, warmer
+    assert warmer["etaSeconds"] == pytest.approx(warmer["remainingEstimate"] / warmer["docsPerSecond"], abs=1)
+    assert 0 < value(samples, "thermocline_warmer_docs_per_second", namespace=NS) <= 600
+    assert value(samples, "thermocline_warmer_eta_seconds", namespace=NS) > 0
+    assert value(samples, "thermocline_warmer_remaining_documents", namespace=NS) > 0
+    assert value(samples, "thermocline_coverage_valid", namespace=NS) == 0
+    assert value(samples, "thermocline_coverage_horizon_seconds", namespace=NS) is None
+    wait_warm(proxy, timeout=40)
+    warmer = namespace_warmer(proxy)
+    assert "docsPerSecond" not in warmer and "etaSeconds" not in warmer, warmer
+    samples, _ = scrape(port)
+    assert value(samples, "thermocline_warmer_docs_per_second", namespace=NS) is None
+    assert value(samples, "thermocline_coverage_valid", namespace=NS) == 1
+    lines = [line for line in proxy.log_text().splitlines() if "documents of the window (" in line]
+    assert any(re.search(r"copied \d+ of about \d+ documents of the window \(\d+/s; .*\(etaSeconds: \d+\)$", line)
+               for line in lines), lines
+    proxy.stop()
+
+
+def namespace_warmer(proxy):
+    return namespace_status(proxy)["warmer"]
