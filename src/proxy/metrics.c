@@ -15,12 +15,26 @@
 #include <string.h>
 
 #define ERROR_CODES_KEPT 64
+#define PENDING_WRITES_KEPT 4096
 #define FIELD_COUNT(fields) (sizeof(fields) / sizeof((fields)[0]))
 #define NO_NAMESPACE_LABEL "(none)"
+
+/* Fast-tier writes acknowledged through this proxy and not yet applied by the
+ * feeder: their operationTime and documents, oldest first (a ring). Past
+ * PENDING_WRITES_KEPT entries a write joins the newest, which then leaves with the
+ * later time: the count stays whole, only released a little late. */
+typedef struct pending_write {
+    uint64_t time;
+    uint64_t documents;
+} pending_write_t;
 
 typedef struct namespace_metrics {
     uint64_t requests[PLAN_ROUTE_PROXY + 1][PLAN_REASON_MALFORMED + 1];
     metrics_histogram_t latency[PLAN_ROUTE_PROXY + 1];
+    pending_write_t pending[PENDING_WRITES_KEPT];
+    size_t pending_head;
+    size_t pending_count;
+    uint64_t pending_documents;
 } namespace_metrics_t;
 
 typedef struct error_count {
@@ -51,6 +65,72 @@ void proxy_metrics_request_finished(proxy_request_t *request)
     plan_route_t route = request->decision.route;
     item->requests[route][request->decision.reason]++;
     metrics_histogram_observe(&item->latency[route], (double)(uv_hrtime() - request->arrived_ns) / 1e9);
+}
+
+/* The documents a write reply says changed: an update's nModified and upserts,
+ * findAndModify's lastErrorObject.n, else n (inserts, deletes). */
+static uint64_t documents_written(const bson_t *reply)
+{
+    double count = 0, modified;
+    bson_iter_t iter;
+    if (metrics_document_number(reply, "nModified", &modified)) {
+        bson_t upserted;
+        if (bson_iter_init_find(&iter, reply, "upserted") && bson_view_of(&iter, &upserted)) {
+            modified += bson_count_keys(&upserted);
+        }
+        return (uint64_t)modified;
+    }
+    if (!metrics_document_number(reply, "lastErrorObject.n", &count)) {
+        metrics_document_number(reply, "n", &count);
+    }
+    return count > 0 ? (uint64_t)count : 0;
+}
+
+/* Drops what the feeder has applied (its time at most applied_time). */
+static void release_applied(namespace_metrics_t *item, uint64_t applied_time)
+{
+    while (item->pending_count > 0 && item->pending[item->pending_head].time <= applied_time) {
+        item->pending_documents -= item->pending[item->pending_head].documents;
+        item->pending_head = (item->pending_head + 1) % PENDING_WRITES_KEPT;
+        item->pending_count--;
+    }
+}
+
+void proxy_metrics_fast_write(proxy_t *proxy, const namespace_state_t *state, uint64_t time, const bson_t *reply)
+{
+    if (proxy->metrics == NULL) {
+        return;
+    }
+    namespace_metrics_t *item = &proxy->metrics->namespaces[state->config->index];
+    uint64_t documents = documents_written(reply);
+    release_applied(item, state->progress.applied_time);
+    if (documents == 0) {
+        return;
+    }
+    item->pending_documents += documents;
+    if (item->pending_count == PENDING_WRITES_KEPT) {
+        pending_write_t *newest = &item->pending[(item->pending_head + item->pending_count - 1) % PENDING_WRITES_KEPT];
+        newest->time = time > newest->time ? time : newest->time;
+        newest->documents += documents;
+        return;
+    }
+    item->pending[(item->pending_head + item->pending_count) % PENDING_WRITES_KEPT] =
+        (pending_write_t){.time = time, .documents = documents};
+    item->pending_count++;
+}
+
+static void write_lag_events(proxy_t *proxy, bson_string_t *out)
+{
+    const char *name = "thermocline_feeder_lag_events";
+    metrics_write_family(out, name, METRICS_GAUGE,
+                         "documents written through this proxy that the fast tier acknowledged and the feeder has "
+                         "not applied to the archive yet (the replies' counts; outside transactions)");
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        namespace_metrics_t *item = &proxy->metrics->namespaces[i];
+        release_applied(item, proxy->namespaces[i].progress.applied_time);
+        metrics_write_sample(out, name, METRICS_LABELS({"namespace", proxy->namespaces[i].config->ns}),
+                             (double)item->pending_documents);
+    }
 }
 
 static void count_error(proxy_metrics_t *metrics, int32_t code)
@@ -330,6 +410,7 @@ static bool render(void *context, bson_string_t *out, bson_error_t *error)
     bson_free(documents);
 
     write_coverage(proxy, out);
+    write_lag_events(proxy, out);
     write_pools(&status, out);
     write_requests(proxy, out);
     write_errors(proxy->metrics, out);

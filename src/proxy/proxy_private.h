@@ -256,6 +256,9 @@ bool proxy_metrics_start(proxy_t *proxy, bson_error_t *error) TC_MUST_CHECK;
 void proxy_metrics_stop(proxy_t *proxy);
 void proxy_metrics_destroy(proxy_t *proxy);
 void proxy_metrics_reply(proxy_t *proxy, const uint8_t *reply, size_t length);
+/* A write to state's namespace the fast tier acknowledged at time (reply: its body):
+ * pending for the feeder until its applied time reaches it (feeder lag in events). */
+void proxy_metrics_fast_write(proxy_t *proxy, const namespace_state_t *state, uint64_t time, const bson_t *reply);
 
 /* router.c: the server's handle_on_loop callback. */
 void router_handle(void *application, server_pending_t *pending, const server_request_t *request);

@@ -489,6 +489,7 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
     if (time > request->namespace_state->last_write_time) {
         request->namespace_state->last_write_time = time;
     }
+    proxy_metrics_fast_write(request->proxy, request->namespace_state, time, body);
     bson_iter_t remove;
     bool is_delete = strcmp(request->command_name, "delete") == 0 ||
                      ((strcmp(request->command_name, "findAndModify") == 0 ||

@@ -18,8 +18,8 @@ from pymongo import MongoClient
 from pymongo.errors import DuplicateKeyError
 
 from conftest import StoreProcess, find_free_port, wait_until
-from tier_support import (NS, client_for, namespace_status, start_proxy, stop_leftovers,  # noqa: F401
-                          wait_feeder, wait_warm)
+from tier_support import (NS, WorkerProcess, client_for, namespace_status, start_proxy,  # noqa: F401
+                          stop_leftovers, tier_config, track, wait_feeder, wait_warm)
 
 
 def scrape(port):
@@ -133,7 +133,7 @@ PROXY_COUNTERS = [
 PROXY_GAUGES = [
     "thermocline_proxy_client_connections", "thermocline_feeder_lag_seconds", "thermocline_feeder_coalescing_ratio",
     "thermocline_coverage_valid", "thermocline_coverage_horizon_seconds", "thermocline_pool_connections",
-    "thermocline_pool_queued_requests",
+    "thermocline_pool_queued_requests", "thermocline_feeder_lag_events",
 ]
 
 
@@ -204,6 +204,7 @@ def test_proxy_metrics_follow_traffic(tmp_path, replicated_tiers):
     horizon = value(after, "thermocline_coverage_horizon_seconds", namespace=NS)
     assert abs(horizon - (time.time() - 3600 + 1)) < 30
     assert value(after, "thermocline_feeder_coalescing_ratio") >= 1
+    assert value(after, "thermocline_feeder_lag_events", namespace=NS) == 0  # after wait_feeder
     assert value(after, "thermocline_pool_reachable", tier="archive", member="primary") == 1
     check_bad_requests(port)
 
@@ -245,3 +246,27 @@ def test_warmer_first_pass_progress(tmp_path, replicated_tiers):
 
 def namespace_warmer(proxy):
     return namespace_status(proxy)["warmer"]
+
+
+def test_feeder_lag_in_events(tmp_path, replicated_tiers):
+    """thermocline_feeder_lag_events counts the documents written through the proxy
+    that the feeder has not applied: exactly what was written while no feeder runs,
+    and 0 once one (here alone, in its own process) has caught up."""
+    archive, fast = replicated_tiers
+    port = find_free_port()
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete",
+                        top={"metricsListen": "127.0.0.1:%d" % port, "feederEnabled": "false"})
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    with client_for(proxy) as client:
+        orders = client.shop.orders
+        orders.insert_many([{"_id": i, "createdAt": now, "n": 0} for i in range(7)])
+        assert orders.update_many({"_id": {"$lt": 3}}, {"$set": {"n": 1}}).modified_count == 3
+        assert orders.update_many({"_id": {"$lt": 3}}, {"$set": {"n": 1}}).modified_count == 0  # no change, no event
+        orders.update_one({"_id": 100}, {"$set": {"createdAt": now}}, upsert=True)
+        assert orders.delete_many({"_id": {"$in": [5, 6]}}).deleted_count == 2
+    samples, _ = scrape(port)
+    assert value(samples, "thermocline_feeder_lag_events", namespace=NS) == 7 + 3 + 1 + 2
+    feeder = track(WorkerProcess(tmp_path / "feeder", tier_config(archive, fast, max_age="1h"), "feeder")).start()
+    assert wait_until(lambda: value(scrape(port)[0], "thermocline_feeder_lag_events", namespace=NS) == 0, 30, 0.2)
+    feeder.stop()
+    proxy.stop()
