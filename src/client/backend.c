@@ -221,8 +221,9 @@ static void backend_connection_fail(backend_connection_t *connection, const char
         connection->state == BACKEND_AUTHENTICATING) {
         pool->consecutive_failures++;
         snprintf(pool->last_error, sizeof pool->last_error, "%s", reason);
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d unreachable: %s", pool->name,
-               pool->host, pool->port, reason);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "{tier} tier {host}:{port} unreachable: {error}",
+                     TC_ATTR_STR("tier", pool->name), TC_ATTR_STR("host", pool->host), TC_ATTR_INT("port", pool->port),
+                     TC_ATTR_STR("error", reason));
         /* Nothing can serve the queue until a connection succeeds: fail it now
          * rather than let clients hang; drivers retry. */
         fail_queue(pool, reason);
@@ -484,8 +485,9 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
         if (bson_iter_init_find(&iter, &body, "primary") && BSON_ITER_HOLDS_UTF8(&iter)) {
             primary = bson_iter_utf8(&iter, NULL);
         }
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d is not the primary%s%s", pool->name,
-               pool->host, pool->port, primary ? "; primary is " : "", primary ? primary : "");
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "{tier} tier {host}:{port} is not the primary",
+                     TC_ATTR_STR("tier", pool->name), TC_ATTR_STR("host", pool->host), TC_ATTR_INT("port", pool->port),
+                     TC_ATTR_STR("primary", primary));
         if (primary != NULL) {
             const char *colon = strrchr(primary, ':');
             if (colon != NULL && (size_t)(colon - primary) < sizeof pool->host) {

@@ -104,6 +104,8 @@ static void append_json_escaped(bson_string_t *out, const char *text, size_t len
         if (c == '"' || c == '\\') {
             bson_string_append_c(out, '\\');
             bson_string_append_c(out, (char)c);
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            bson_string_append(out, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
         } else if (c < 0x20 || (c >= 0x80 && !valid)) {
             bson_string_append_printf(out, "\\u%04x", c);
         } else {

@@ -92,12 +92,14 @@ typedef struct tc_log_attr {
     } value;
 } tc_log_attr_t;
 
-#define TC_ATTR_STR(attr_name, text) ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_STRING, .value.string = (text)})
+#define TC_ATTR_STR(attr_name, text) \
+    ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_STRING, .value.string = (text)})
 #define TC_ATTR_INT(attr_name, number) \
     ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_INT, .value.integer = (int64_t)(number)})
 #define TC_ATTR_DOUBLE(attr_name, real) \
     ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_DOUBLE, .value.number = (double)(real)})
-#define TC_ATTR_BOOL(attr_name, flag) ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_BOOL, .value.boolean = (flag)})
+#define TC_ATTR_BOOL(attr_name, flag) \
+    ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_BOOL, .value.boolean = (flag)})
 #define TC_ATTR_DOC(attr_name, bson) \
     ((tc_log_attr_t){.name = (attr_name), .type = TC_LOG_ATTR_DOCUMENT, .value.document = (bson)})
 

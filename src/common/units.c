@@ -110,8 +110,8 @@ bool units_parse_host_port(const char *text, const char *flag, char *out_host, s
     /* An IPv6 address, holding colons, must be in brackets. */
     if (colon == NULL || host_length == 0 || host_length >= size ||
         (!bracketed && (text[0] == '[' || memchr(host, ':', host_length) != NULL))) {
-        return tc_error_set(error, TC_ERR_BAD_VALUE, "%s takes HOST:PORT, such as 127.0.0.1:9216 or [::1]:9216, not '%s'",
-                            flag, text);
+        return tc_error_set(error, TC_ERR_BAD_VALUE,
+                            "%s takes HOST:PORT, such as 127.0.0.1:9216 or [::1]:9216, not '%s'", flag, text);
     }
     int64_t port;
     if (!units_parse_count(colon + 1, flag, 1, 65535, &port, error)) {

@@ -362,7 +362,8 @@ static void write_pools(const bson_t *status, bson_string_t *out)
             }
             while (bson_iter_next(&members) && count < POOL_SOURCES_MAX) {
                 bson_iter_t address;
-                if (!bson_view_of(&members, &documents[count]) || !bson_iter_recurse(&members, &member) || !bson_iter_find(&member, "connections") ||
+                if (!bson_view_of(&members, &documents[count]) || !bson_iter_recurse(&members, &member) ||
+                    !bson_iter_find(&member, "connections") ||
                     !bson_iter_init_find(&address, &documents[count], "address")) {
                     continue; /* the primary, counted above, or a member without a pool yet */
                 }

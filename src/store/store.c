@@ -120,10 +120,11 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     store.storage = storage_open(&storage_options, error);
     TC_CHECK(store.storage != NULL);
     if (options->read_iops > 0) {
-        TC_LOG(TC_LOG_INFO, "STORAGE", 0,
-               "emulated slow disk: data-file reads capped at %lld per second (%d KB per I/O), "
-               "OS page cache bypassed",
-               (long long)options->read_iops, SLOW_DISK_IO_UNIT_BYTES / 1024);
+        TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0,
+                     "emulated slow disk: data-file reads capped at {readIops} per second ({ioUnitKB} KB per I/O), "
+                     "OS page cache bypassed",
+                     TC_ATTR_INT("readIops", options->read_iops),
+                     TC_ATTR_INT("ioUnitKB", SLOW_DISK_IO_UNIT_BYTES / 1024));
     } else {
         TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
     }
@@ -184,11 +185,11 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on {address}:{port}, dbpath {dbPath}",
                  TC_ATTR_STR("address", options->bind_address), TC_ATTR_INT("port", server_port(store.server)),
                  TC_ATTR_STR("dbPath", options->dbpath), TC_ATTR_STR("replSet", options->replica_set));
-    TC_LOG(TC_LOG_INFO, "ACCESS", 0, "%s; tlsMode %s",
-           options->auth ? "access control enabled (--auth)"
-                         : "access control is not enabled: read and write access to data and configuration is "
-                           "unrestricted",
-           tls_mode_name(options->tls_mode));
+    TC_LOG_ATTRS(TC_LOG_INFO, "ACCESS", 0, "{access}; tlsMode {tlsMode}",
+                 TC_ATTR_STR("access", options->auth ? "access control enabled (--auth)"
+                                                     : "access control is not enabled: read and write access to data "
+                                                       "and configuration is unrestricted"),
+                 TC_ATTR_STR("tlsMode", tls_mode_name(options->tls_mode)));
     TC_CHECK(server_run(store.server, error));
     TC_LOG(TC_LOG_INFO, "STORAGE", 0, "shutting down");
     ok = true;

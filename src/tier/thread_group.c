@@ -47,7 +47,7 @@ static void *thread_main(void *argument)
 {
     group_thread_t *thread = argument;
     pthread_setname_np(pthread_self(), thread->name);
-    tc_log_set_thread_name(thread->name); /* the json log's ctx: "feeder", "warmer"... */
+    tc_log_set_thread_name(thread->name); /* the json log's ctx: "tc-feeder", "tc-warmer"... */
     thread->run(thread->group, thread->context);
     return NULL;
 }

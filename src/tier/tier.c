@@ -23,8 +23,8 @@ static void log_from_mongoc(mongoc_log_level_t level, const char *domain, const 
 {
     (void)context;
     if (level <= MONGOC_LOG_LEVEL_WARNING) {
-        TC_LOG_ATTRS(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0, "{domain}: {message}",
-                     TC_ATTR_STR("domain", domain), TC_ATTR_STR("message", message));
+        TC_LOG_ATTRS(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0,
+                     "{domain}: {message}", TC_ATTR_STR("domain", domain), TC_ATTR_STR("message", message));
     }
 }
 
@@ -117,8 +117,11 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
             goto fail;
         }
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "tier workers running here:%s%s%s", (which & TIER_RUN_FEEDER) ? " feeder" : "",
-           (which & TIER_RUN_EVICTOR) ? " evictor" : "", (which & TIER_RUN_WARMER) ? " warmer" : "");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "tier workers running here: feeder {feeder}, evictor {evictor}, warmer {warmer}",
+                 TC_ATTR_BOOL("feeder", (which & TIER_RUN_FEEDER) != 0),
+                 TC_ATTR_BOOL("evictor", (which & TIER_RUN_EVICTOR) != 0),
+                 TC_ATTR_BOOL("warmer", (which & TIER_RUN_WARMER) != 0));
     return started;
 fail:
     tier_workers_stop(started);
@@ -234,7 +237,8 @@ int tier_main(int argc, char **argv)
     } else {
         int received = 0;
         sigwait(&signals, &received);
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s stopping (signal %d)", worker, received);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{worker} stopping (signal {signal})",
+                     TC_ATTR_STR("worker", worker), TC_ATTR_INT("signal", received));
         tier_workers_stop(workers);
     }
     tier_progress_destroy(progress);

@@ -340,8 +340,10 @@ static bool insert_copies(warmer_t *warmer, const char *database, const char *co
                 inserted[write_error.index] = false;
             }
             if (write_error.code != TC_ERR_DUPLICATE_KEY) {
-                TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "the fast tier refused a copy of %s.%s (code %lld)", database,
-                       collection, (long long)write_error.code);
+                TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                             "the fast tier refused a copy of {db}.{collection} (code {code})",
+                             TC_ATTR_STR("db", database), TC_ATTR_STR("collection", collection),
+                             TC_ATTR_INT("code", write_error.code));
             }
         }
     }
@@ -525,9 +527,10 @@ static bool undo_resurrections(warmer_t *warmer, size_t index, const char *datab
             ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
         }
         if (copy_deleted) {
-            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                   "%s.%s: a document was deleted while the warmer copied it; the copy is deleted again", database,
-                   collection);
+            TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                         "{db}.{collection}: a document was deleted while the warmer copied it; the copy is "
+                         "deleted again",
+                         TC_ATTR_STR("db", database), TC_ATTR_STR("collection", collection));
         }
         bson_destroy(&version);
     }
@@ -634,10 +637,10 @@ static bool settle_orphans(warmer_t *warmer, size_t index, const char *database,
             if (tier_version_filter(&document, &version)) {
                 ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
                 if (ok) {
-                    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                           "%s.%s: a copy left by an unfinished warm batch of a document deleted since is deleted "
-                           "again",
-                           database, collection);
+                    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                                 "{db}.{collection}: a copy left by an unfinished warm batch of a document deleted "
+                                 "since is deleted again",
+                                 TC_ATTR_STR("db", database), TC_ATTR_STR("collection", collection));
                 }
             }
             bson_destroy(&version);
@@ -740,8 +743,9 @@ static bool batch_start(warmer_t *warmer, size_t index, uint64_t *out_start_time
     if (state->started_ms == 0) {
         state->started_ms = clock_wall_ms();
         count_window(warmer, index, lower_ms);
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: warming the window (about %lld documents), newest first",
-               policy->ns, (long long)state->total_estimate);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                     "{ns}: warming the window (about {totalEstimate} documents), newest first",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("totalEstimate", state->total_estimate));
         state->last_log_ms = clock_monotonic_ms();
         warmer_publish(warmer, index, false);
     }
@@ -850,9 +854,9 @@ static warm_batch_result_t finish_pass(warmer_t *warmer, size_t index, const cha
     }
     warmer_publish(warmer, index, true);
     log_progress(warmer, index, true);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-           "%s: the window is warm; range reads from now - maxAge + safetySlack on go to the fast tier",
-           policy->ns);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "{ns}: the window is warm; range reads from now - maxAge + safetySlack on go to the fast tier",
+                 TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("copied", state->copied));
     return WARM_BATCH_DONE;
 }
 

@@ -93,6 +93,11 @@ def test_proxy_writes_json_lines_with_slow_query_facts(tmp_path):
     assert isinstance(attr["durationMillis"], int) and attr["durationMillis"] >= 1
     assert attr["slowOpThresholdMs"] == 1
     assert "{durationMillis}" in count[0]["msg"]  # as mongod: the message names its attributes
+    workers = [record for record in records if record["msg"].startswith("tier workers running here")]
+    assert workers and workers[0]["attr"] == {"feeder": True, "evictor": True, "warmer": True}, workers
+    warming = [record for record in records if record["msg"].startswith("{ns}: warming the window")]
+    assert warming and warming[0]["c"] == "WARMER" and warming[0]["ctx"] == "tc-warmer", warming
+    assert warming[0]["attr"]["ns"] == NS and isinstance(warming[0]["attr"]["totalEstimate"], int)
     for tier in (archive, fast):
         json_records(tier)
 
@@ -106,4 +111,4 @@ def test_worker_alone_takes_the_flag(tmp_path, replicated_tiers):
     time.sleep(1.0)
     worker.stop()
     records = json_records(worker)
-    assert {record["ctx"] for record in records} & {"feeder", "main"}
+    assert "tc-feeder" in {record["ctx"] for record in records}
