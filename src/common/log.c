@@ -30,6 +30,11 @@ void tc_log_set_format(tc_log_format_t format)
     atomic_store_explicit(&log_format, (int)format, memory_order_relaxed);
 }
 
+tc_log_format_t tc_log_get_format(void)
+{
+    return (tc_log_format_t)atomic_load_explicit(&log_format, memory_order_relaxed);
+}
+
 bool tc_log_format_from_name(const char *name, tc_log_format_t *out)
 {
     if (strcmp(name, "text") == 0) {

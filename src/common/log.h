@@ -45,6 +45,9 @@ bool tc_log_enabled(tc_log_level_t level);
 /* The default is TC_LOG_FORMAT_TEXT. Thread-safe. */
 void tc_log_set_format(tc_log_format_t format);
 
+/* The format records are written in now. Thread-safe. */
+tc_log_format_t tc_log_get_format(void);
+
 /* "text" or "json"; false for anything else. */
 bool tc_log_format_from_name(const char *name, tc_log_format_t *out);
 

@@ -201,8 +201,7 @@ static void connection_free_if_unused(connection_t *connection)
         atomic_fetch_sub(&server->tls_connections, 1);
     }
     TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection {remote} ({connectionCount} now open)",
-                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("connectionId", connection->id),
-                 TC_ATTR_INT("connectionCount", now_open));
+                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("connectionCount", now_open));
 
     if (connection->connection_data != NULL && server->callbacks.connection_close != NULL) {
         server->callbacks.connection_close(server->callbacks.application, connection->connection_data);

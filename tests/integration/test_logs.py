@@ -112,3 +112,51 @@ def test_worker_alone_takes_the_flag(tmp_path, replicated_tiers):
     worker.stop()
     records = json_records(worker)
     assert "tc-feeder" in {record["ctx"] for record in records}
+
+
+class LogLines:
+    """json_records' view of a text that is not a process's log."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def log_text(self):
+        return self.text
+
+
+def test_bench_progress_is_json(store):
+    """bench's report stays on stdout; what it writes on stderr (the load's progress,
+    every 10% when stderr is not a terminal; the mix's every 10 s) becomes records
+    under --log-format json."""
+    import subprocess
+    from conftest import thermocline_binary
+    found = {}
+    for arguments in (["--workload", "load", "--records", "300"],
+                      ["--workload", "store", "--threads", "2", "--duration", "1s"]):
+        result = subprocess.run([str(thermocline_binary()), "bench", "--uri", store.uri, "--log-format", "json",
+                                 *arguments], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "ops/s" in result.stdout  # the report
+        records = json_records(LogLines(result.stderr)) if result.stderr else []
+        assert all(record["c"] == "BENCH" for record in records), records
+        found[arguments[1]] = records
+    loading = [record["attr"] for record in found["load"] if record["msg"].startswith("loading:")]
+    assert loading and loading[-1]["documents"] == loading[-1]["total"] == 300, found["load"]
+
+
+def test_lab_children_log_json(tmp_path):
+    """`lab --log-format json` hands the flag to the stores, proxies and bench it
+    starts: every line of their logs is a record (bench's besides its report)."""
+    from test_lab import LAB_TIMEOUT_SECONDS, assert_nothing_left, start_lab, stop_if_running
+    output = tmp_path / "results"
+    lab = start_lab(output, "--log-format", "json")
+    try:
+        stdout, stderr = lab.communicate(timeout=LAB_TIMEOUT_SECONDS)
+    finally:
+        stop_if_running(lab)
+    assert lab.returncode == 0, stderr[-4000:]
+    assert_nothing_left(output)
+    servers = [path for path in (output / "logs").iterdir() if not path.name.endswith("-bench.log")]
+    assert any(path.name.endswith("-proxy.log") for path in servers), servers
+    for path in servers:
+        json_records(LogLines(path.read_text()))  # every line a record, none missing a field
