@@ -3,7 +3,8 @@
  * sees one instant of it. Most numbers are thermoclineStatus's, taken from the
  * document proxy_append_status() builds (nothing is counted twice); what the
  * status lacks is counted here: requests by namespace, route and reason, their
- * latency per route, and the error codes of the replies. */
+ * latency per route, the error codes of the replies, and the fast-tier writes the
+ * feeder has not applied yet (its lag in documents). */
 #include "proxy/proxy_private.h"
 #include "proxy/router_private.h"
 

@@ -419,11 +419,13 @@ bool proxy_run(const char *config_path, bson_error_t *error)
 
     char *archive_shown = config_uri_redacted(proxy.config->archive_uri);
     char *fast_shown = config_uri_redacted(proxy.config->fast_uri);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-           "thermocline proxy on %s:%d (tlsMode %s): archive %s, fast %s, %zu namespace(s) with a policy, "
-           "authorization %s",
-           proxy.config->listen.host, server_port(proxy.server), tls_mode_name(proxy.config->tls_mode), archive_shown,
-           fast_shown, proxy.namespace_count, proxy.config->authorization_enabled ? "enabled" : "disabled");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "thermocline proxy on {address}:{port} (tlsMode {tlsMode}): archive {archive}, fast {fast}, "
+                 "{namespaces} namespace(s) with a policy, authorization {authorization}",
+                 TC_ATTR_STR("address", proxy.config->listen.host), TC_ATTR_INT("port", server_port(proxy.server)),
+                 TC_ATTR_STR("tlsMode", tls_mode_name(proxy.config->tls_mode)), TC_ATTR_STR("archive", archive_shown),
+                 TC_ATTR_STR("fast", fast_shown), TC_ATTR_INT("namespaces", proxy.namespace_count),
+                 TC_ATTR_STR("authorization", proxy.config->authorization_enabled ? "enabled" : "disabled"));
     bson_free(archive_shown);
     bson_free(fast_shown);
     TC_CHECK(server_run(proxy.server, error));

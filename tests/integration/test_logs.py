@@ -93,6 +93,8 @@ def test_proxy_writes_json_lines_with_slow_query_facts(tmp_path):
     assert isinstance(attr["durationMillis"], int) and attr["durationMillis"] >= 1
     assert attr["slowOpThresholdMs"] == 1
     assert "{durationMillis}" in count[0]["msg"]  # as mongod: the message names its attributes
+    start = [record for record in records if record["msg"].startswith("thermocline proxy on")]
+    assert start and start[0]["attr"]["port"] == proxy.port and start[0]["attr"]["namespaces"] == 1, start
     workers = [record for record in records if record["msg"].startswith("tier workers running here")]
     assert workers and workers[0]["attr"] == {"feeder": True, "evictor": True, "warmer": True}, workers
     warming = [record for record in records if record["msg"].startswith("{ns}: warming the window")]
