@@ -6,9 +6,11 @@
  * (mongodb_ss_...), so the dashboards operators already have apply. */
 #include "store/metrics.h"
 
+#include "common/bson_view.h"
 #include "common/clock.h"
 #include "metrics/exposition.h"
 #include "metrics/http.h"
+#include "store/slow_disk.h"
 #include "store/storage.h"
 
 #include <ctype.h>
@@ -91,11 +93,59 @@ static bool write_cache(store_metrics_t *metrics, bson_string_t *out, bson_error
     return true;
 }
 
+static const metrics_field_t latency_fields[] = {
+    {"mongodb_ss_opLatencies_latency", METRICS_COUNTER, "latency", 1,
+     "serverStatus.opLatencies: microseconds spent in the class's commands since start"},
+    {"mongodb_ss_opLatencies_ops", METRICS_COUNTER, "ops", 1,
+     "serverStatus.opLatencies: the class's commands since start"},
+};
+
+/* serverStatus.opLatencies by class (reads, writes, commands, transactions), read
+ * from the document serverStatus builds. */
+static void write_latencies(const store_t *store, bson_string_t *out)
+{
+    bson_t latencies = BSON_INITIALIZER;
+    op_latency_append(&store->latencies, &latencies);
+    metrics_source_t sources[8];
+    bson_t documents[8];
+    size_t count = 0;
+    bson_iter_t iter;
+    if (bson_iter_init(&iter, &latencies)) {
+        while (bson_iter_next(&iter) && count < 8) {
+            if (bson_view_of(&iter, &documents[count])) {
+                sources[count] = (metrics_source_t){&documents[count], {{"op_type", bson_iter_key(&iter)}}, 1};
+                count++;
+            }
+        }
+    }
+    metrics_write_fields(out, latency_fields, sizeof latency_fields / sizeof latency_fields[0], sources, count);
+    bson_destroy(&latencies);
+}
+
+/* serverStatus.thermocline.readIops: the emulated volume under --read-iops. */
+static void write_read_iops(bson_string_t *out)
+{
+    slow_disk_stats_t disk = slow_disk_stats();
+    metrics_write_single(out, "thermocline_store_read_iops_cap", METRICS_GAUGE,
+                         "--read-iops: data-file reads allowed per second (0: uncapped)", (double)disk.cap);
+    metrics_write_single(out, "thermocline_store_disk_reads_total", METRICS_COUNTER, "data-file reads since start",
+                         (double)disk.reads);
+    metrics_write_single(out, "thermocline_store_disk_read_bytes_total", METRICS_COUNTER,
+                         "bytes of data-file reads since start", (double)disk.bytes_read);
+    metrics_write_single(out, "thermocline_store_disk_throttled_reads_total", METRICS_COUNTER,
+                         "data-file reads that waited for the --read-iops cap", (double)disk.throttled_reads);
+    metrics_write_single(out, "thermocline_store_disk_throttled_wait_seconds_total", METRICS_COUNTER,
+                         "time data-file reads waited for the --read-iops cap",
+                         (double)disk.throttled_wait_micros / 1e6);
+}
+
 static bool render(void *context, bson_string_t *out, bson_error_t *error)
 {
     store_metrics_t *metrics = context;
     write_opcounters(metrics->store, out);
     write_connections(metrics->store, out);
+    write_latencies(metrics->store, out);
+    write_read_iops(out);
     metrics_write_single(out, "mongodb_ss_uptime", METRICS_GAUGE, "serverStatus.uptime: seconds since start",
                          (double)(clock_wall_ms() - metrics->store->start_time_ms) / 1000.0);
     return write_cache(metrics, out, error);

@@ -111,6 +111,13 @@ def test_store_metrics_follow_traffic(metrics_store):
     assert value(during, "mongodb_ss_connections", conn_type="totalCreated") > \
         value(before, "mongodb_ss_connections", conn_type="totalCreated")
     assert value(during, "mongodb_ss_wt_cache_bytes_currently_in_the_cache") > 0
+    assert value(during, "mongodb_ss_opLatencies_ops_total", op_type="reads") - \
+        value(before, "mongodb_ss_opLatencies_ops_total", op_type="reads") == 30
+    assert value(during, "mongodb_ss_opLatencies_ops_total", op_type="writes") - \
+        value(before, "mongodb_ss_opLatencies_ops_total", op_type="writes") == 31  # insert_many is one command
+    assert value(during, "mongodb_ss_opLatencies_latency_total", op_type="writes") > \
+        value(before, "mongodb_ss_opLatencies_latency_total", op_type="writes")
+    assert value(during, "thermocline_store_read_iops_cap") == 0
     check_bad_requests(port)
 
 
