@@ -88,22 +88,7 @@ static bool conversation_failed(command_context_t *context, auth_session_t *sess
                                 bson_error_t *error)
 {
     sasl_conversation_t *conversation = session->conversation;
-    const char *user = conversation != NULL ? sasl_conversation_user(conversation) : NULL;
-    const char *mechanism =
-        conversation != NULL ? scram_mechanism_name(sasl_conversation_mechanism(conversation)) : "?";
-    const char *database = conversation != NULL ? sasl_conversation_database(conversation) : "";
-    /* mongod's "Authentication failed" record and attributes. */
-    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
-                 "Authentication failed: mechanism {mechanism}, speculative {speculative}, principalName "
-                 "\"{principalName}\", authenticationDatabase \"{authenticationDatabase}\", remote {remote}, error "
-                 "{codeName}: {error}",
-                 TC_ATTR_STR("mechanism", mechanism),
-                 TC_ATTR_BOOL("speculative", conversation != NULL && sasl_conversation_speculative(conversation)),
-                 TC_ATTR_STR("principalName", user != NULL ? user : ""),
-                 TC_ATTR_STR("authenticationDatabase", database),
-                 TC_ATTR_STR("remote", context->peer_address),
-                 TC_ATTR_STR("codeName", tc_error_code_name((int32_t)reason->code)),
-                 TC_ATTR_STR("error", reason->message));
+    sasl_log_authentication(conversation, context->connection_id, context->peer_address, reason);
     conversation_reset(session);
     if (sasl_error_is_public(reason)) {
         *error = *reason;
@@ -188,13 +173,7 @@ static bool conversation_succeeded(command_context_t *context, auth_session_t *s
         return conversation_failed(context, session, &reason, error);
     }
     session->generation = atomic_load(&context->store->auth->generation);
-    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
-                 "Authentication succeeded: mechanism {mechanism}, speculative {speculative}, principalName "
-                 "\"{principalName}\", authenticationDatabase \"{authenticationDatabase}\", remote {remote}",
-                 TC_ATTR_STR("mechanism", scram_mechanism_name(sasl_conversation_mechanism(session->conversation))),
-                 TC_ATTR_BOOL("speculative", sasl_conversation_speculative(session->conversation)),
-                 TC_ATTR_STR("principalName", user), TC_ATTR_STR("authenticationDatabase", database),
-                 TC_ATTR_STR("remote", context->peer_address));
+    sasl_log_authentication(session->conversation, context->connection_id, context->peer_address, NULL);
     conversation_reset(session);
     return true;
 }
