@@ -10,7 +10,7 @@ packages=(
   libuv1-dev libyaml-dev libpcre2-dev libssl-dev libsnappy-dev zlib1g-dev
   openssl
   libcmocka-dev
-  python3 python3-pymongo python3-pytest
+  python3 python3-pymongo python3-pytest python3-prometheus-client
   default-jdk-headless libmongodb-java
 )
 

@@ -1,6 +1,7 @@
 /* The one executable: `thermocline <subcommand> [flags]`. Each subcommand lives
  * in its own module; this file only dispatches and reports bad usage (exit 2). */
 #include "bench/bench.h"
+#include "common/log.h"
 #include "lab/lab.h"
 #include "proxy/proxy.h"
 #include "store/store.h"
@@ -28,6 +29,38 @@ static void seed_random(void)
     srand(seed);
 }
 
+/* --log-format text|json, which every subcommand takes (before or after its own
+ * flags): applied here and removed from argv, so each subcommand's parser never
+ * sees it. False after saying why on stderr. */
+static bool take_log_format(int *argc, char **argv)
+{
+    int kept = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *value = NULL;
+        if (strcmp(argv[i], "--log-format") == 0) {
+            if (i + 1 == *argc) {
+                fprintf(stderr, "thermocline: --log-format needs text or json\n");
+                return false;
+            }
+            value = argv[++i];
+        } else if (strncmp(argv[i], "--log-format=", 13) == 0) {
+            value = argv[i] + 13;
+        } else {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        tc_log_format_t format;
+        if (!tc_log_format_from_name(value, &format)) {
+            fprintf(stderr, "thermocline: --log-format takes text or json, not '%s'\n", value);
+            return false;
+        }
+        tc_log_set_format(format);
+    }
+    argv[kept] = NULL;
+    *argc = kept;
+    return true;
+}
+
 static void print_usage(FILE *stream)
 {
     fprintf(stream,
@@ -44,7 +77,8 @@ static void print_usage(FILE *stream)
             "  check     the preflight before traffic is switched: are both tiers fit for a config?\n"
             "  version   print the version\n"
             "\n"
-            "`thermocline <command> --help` describes each command's options.\n");
+            "`thermocline <command> --help` describes each command's options. Every command also\n"
+            "takes --log-format text|json: json writes mongod 4.4+'s structured log lines.\n");
 }
 
 int main(int argc, char **argv)
@@ -62,6 +96,13 @@ int main(int argc, char **argv)
      * same pid prints a warning (even on its way out of a bad-usage exit). */
     setenv("MONGOC_DISABLE_SHM", "1", 0);
     seed_random();
+    if (!take_log_format(&argc, argv)) {
+        return 2;
+    }
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
     const char *command = argv[1];
     if (strcmp(command, "proxy") == 0) {
         return proxy_main(argc - 1, argv + 1);

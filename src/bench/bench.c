@@ -4,6 +4,7 @@
 #include "bench/bench.h"
 #include "bench/bench_private.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/units.h"
 
 #include <errno.h>
@@ -323,7 +324,10 @@ done:
 static void log_libmongoc(mongoc_log_level_t level, const char *domain, const char *message, void *context)
 {
     (void)context;
-    if (level <= MONGOC_LOG_LEVEL_WARNING) {
+    if (level <= MONGOC_LOG_LEVEL_WARNING && tc_log_get_format() == TC_LOG_FORMAT_JSON) {
+        TC_LOG_ATTRS(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0,
+                     "{domain}: {message}", TC_ATTR_STR("domain", domain), TC_ATTR_STR("message", message));
+    } else if (level <= MONGOC_LOG_LEVEL_WARNING) {
         fprintf(stderr, "thermocline bench: libmongoc %s %s: %s\n", mongoc_log_level_str(level), domain, message);
     }
 }
@@ -333,7 +337,12 @@ static void print_errors(const bench_results_t *results)
 {
     for (int operation = 0; operation < BENCH_OP_COUNT; operation++) {
         const bench_operation_result_t *result = &results->operations[operation];
-        if (result->errors > 0) {
+        if (result->errors > 0 && tc_log_get_format() == TC_LOG_FORMAT_JSON) {
+            TC_LOG_ATTRS(TC_LOG_WARNING, "BENCH", 0, "{errors} {operation} errors; the first: {error}",
+                         TC_ATTR_INT("errors", result->errors),
+                         TC_ATTR_STR("operation", bench_operation_name(operation)),
+                         TC_ATTR_STR("error", result->first_error));
+        } else if (result->errors > 0) {
             fprintf(stderr, "thermocline bench: %llu %s errors; the first: %s\n",
                     (unsigned long long)result->errors, bench_operation_name(operation), result->first_error);
         }
@@ -369,14 +378,14 @@ static int run(bench_options_t *options, FILE *json, bool *out_json_written)
     mongoc_client_pool_set_appname(pool, "thermocline-bench");
     mongoc_client_pool_max_size(pool, (uint32_t)options->thread_count + 1);
     if (!check_server(pool, options, &error)) {
-        fprintf(stderr, "thermocline bench: %s\n", error.message);
+        tc_log_failure("thermocline bench", error.message);
         goto done;
     }
 
     const bench_workload_t *workload = options->workload;
     int second_count = workload->is_load ? 0 : (int)((options->duration_ms + 999) / 1000);
     if (!bench_results_init(&results, second_count, workload->read_fraction > 0, &error)) {
-        fprintf(stderr, "thermocline bench: %s\n", error.message);
+        tc_log_failure("thermocline bench", error.message);
         bench_results_cleanup(&results);
         goto done;
     }
@@ -384,7 +393,7 @@ static int run(bench_options_t *options, FILE *json, bool *out_json_written)
     bool ran = workload->is_load ? bench_run_load(options, pool, &results, &error)
                                  : bench_run_mix(options, &results, &error);
     if (!ran) {
-        fprintf(stderr, "thermocline bench: %s\n", error.message);
+        tc_log_failure("thermocline bench", error.message);
         goto done;
     }
     bench_report_table(stdout, options, &results);
@@ -395,16 +404,20 @@ static int run(bench_options_t *options, FILE *json, bool *out_json_written)
         if (bench_report_json(json, options, &results, &error)) {
             *out_json_written = true;
         } else {
-            fprintf(stderr, "thermocline bench: --json %s: %s\n", options->json_path, error.message);
+            char message[1024];
+            snprintf(message, sizeof message, "--json %s: %s", options->json_path, error.message);
+            tc_log_failure("thermocline bench", message);
             status = 1;
         }
     }
     if (workload->is_load && results.documents_failed > 0) {
-        fprintf(stderr, "thermocline bench: the load failed: %llu of %lld documents were not inserted\n",
-                (unsigned long long)results.documents_failed, (long long)options->record_count);
+        char message[160];
+        snprintf(message, sizeof message, "the load failed: %llu of %lld documents were not inserted",
+                 (unsigned long long)results.documents_failed, (long long)options->record_count);
+        tc_log_failure("thermocline bench", message);
         status = 1;
     } else if (!workload->is_load && bench_results_total(&results) == 0) {
-        fprintf(stderr, "thermocline bench: the run failed: no operation succeeded\n");
+        tc_log_failure("thermocline bench", "the run failed: no operation succeeded");
         status = 1;
     }
 done:

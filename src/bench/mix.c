@@ -13,6 +13,7 @@
 
 #include "client/backend.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/timestamp.h"
 #include "wire/wire.h"
 
@@ -497,9 +498,16 @@ static void print_status(const bench_results_t *results, int second)
     for (int operation = 0; operation < BENCH_OP_COUNT; operation++) {
         operations += slot->operations[operation];
     }
+    double read_p99_ms =
+        slot->read_latency ? (double)bench_histogram_percentile(slot->read_latency, 99.0) / 1000.0 : 0.0;
+    if (tc_log_get_format() == TC_LOG_FORMAT_JSON) {
+        TC_LOG_ATTRS(TC_LOG_INFO, "BENCH", 0, "{second} s, {opsPerSecond} ops/s, read p99 {readP99Millis} ms",
+                     TC_ATTR_INT("second", second + 1), TC_ATTR_INT("opsPerSecond", operations),
+                     TC_ATTR_DOUBLE("readP99Millis", read_p99_ms));
+        return;
+    }
     fprintf(stderr, "thermocline bench: %d s, %llu ops/s, read p99 %.3f ms\n", second + 1,
-            (unsigned long long)operations,
-            slot->read_latency ? (double)bench_histogram_percentile(slot->read_latency, 99.0) / 1000.0 : 0.0);
+            (unsigned long long)operations, read_p99_ms);
 }
 
 /* Fires at the warm-up's end, then every second of the measured window and at its

@@ -4,6 +4,7 @@
  * the load ends. The timed mixes run on one event loop instead (mix.c). */
 #include "bench/bench_private.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -279,6 +280,13 @@ static void progress_print(uint64_t done, int64_t total, int64_t elapsed_ns, boo
         bar[index] = index < filled ? '#' : '-';
     }
     bar[width] = '\0';
+    if (tc_log_get_format() == TC_LOG_FORMAT_JSON) {
+        TC_LOG_ATTRS(TC_LOG_INFO, "BENCH", 0,
+                     "loading: {documents}/{total} documents, {docsPerSecond} docs/s, ETA {etaSeconds} s",
+                     TC_ATTR_INT("documents", done), TC_ATTR_INT("total", total), TC_ATTR_INT("docsPerSecond", rate),
+                     TC_ATTR_INT("etaSeconds", remaining));
+        return;
+    }
     fprintf(stderr, "%sloading [%s] %3d%%  %llu/%lld documents  %.0f docs/s  ETA %.0fs%s", terminal ? "\r" : "",
             bar, (int)(fraction * 100), (unsigned long long)done, (long long)total, rate, remaining,
             final || !terminal ? "\n" : "");

@@ -106,6 +106,7 @@ struct backend_pool {
     int queued;
     uint64_t sent;
     uint64_t failed;
+    uint64_t waited;
     backend_server_info_t info;
     int consecutive_failures;
     /* The URI's user (NULL: none) and TLS context (NULL: no TLS): a member's pool
@@ -220,8 +221,9 @@ static void backend_connection_fail(backend_connection_t *connection, const char
         connection->state == BACKEND_AUTHENTICATING) {
         pool->consecutive_failures++;
         snprintf(pool->last_error, sizeof pool->last_error, "%s", reason);
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d unreachable: %s", pool->name,
-               pool->host, pool->port, reason);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "{tier} tier {host}:{port} unreachable: {error}",
+                     TC_ATTR_STR("tier", pool->name), TC_ATTR_STR("host", pool->host), TC_ATTR_INT("port", pool->port),
+                     TC_ATTR_STR("error", reason));
         /* Nothing can serve the queue until a connection succeeds: fail it now
          * rather than let clients hang; drivers retry. */
         fail_queue(pool, reason);
@@ -483,8 +485,9 @@ static bool finish_handshake(backend_connection_t *connection, const uint8_t *re
         if (bson_iter_init_find(&iter, &body, "primary") && BSON_ITER_HOLDS_UTF8(&iter)) {
             primary = bson_iter_utf8(&iter, NULL);
         }
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "%s tier %s:%d is not the primary%s%s", pool->name,
-               pool->host, pool->port, primary ? "; primary is " : "", primary ? primary : "");
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "{tier} tier {host}:{port} is not the primary",
+                     TC_ATTR_STR("tier", pool->name), TC_ATTR_STR("host", pool->host), TC_ATTR_INT("port", pool->port),
+                     TC_ATTR_STR("primary", primary));
         if (primary != NULL) {
             const char *colon = strrchr(primary, ':');
             if (colon != NULL && (size_t)(colon - primary) < sizeof pool->host) {
@@ -797,6 +800,9 @@ void backend_pool_send(backend_pool_t *pool, const uint8_t *message, size_t leng
     pool->queue_tail = request;
     pool->queued++;
     backend_pool_pump(pool);
+    if (pool->queue_tail == request) {
+        pool->waited++; /* no connection took it at once */
+    }
 }
 
 backend_pool_t *backend_pool_new_member(backend_pool_t *tier, const char *address, const char *set_name)
@@ -969,6 +975,7 @@ backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)
     backend_pool_stats_t stats = {.queued = pool->queued,
                                   .sent = pool->sent,
                                   .failed = pool->failed,
+                                  .waited = pool->waited,
                                   .tls = pool->tls_context != NULL,
                                   .last_error = pool->last_error[0] != '\0' ? pool->last_error : NULL};
     for (const backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {

@@ -78,6 +78,7 @@ typedef struct backend_pool_stats {
     int queued;      /* requests waiting for a connection */
     uint64_t sent;   /* requests sent since start */
     uint64_t failed; /* requests failed by a network error */
+    uint64_t waited; /* requests that found no connection free and queued */
     bool tls;        /* the tier's URI asks for TLS */
     const char *last_error; /* why the last connection attempt failed (NULL: it did not);
                              * valid until the pool next runs */

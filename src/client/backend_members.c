@@ -163,8 +163,9 @@ static backend_member_t *add_member(backend_members_t *members, const char *addr
     }
     members->listed = bson_realloc(members->listed, (members->listed_count + 1) * sizeof *members->listed);
     members->listed[members->listed_count++] = member;
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s tier: member %s of %s listed by the primary",
-           backend_pool_name(members->tier), address, members->set_name);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{tier} tier: member {member} of {replSet} listed by the primary",
+                 TC_ATTR_STR("tier", backend_pool_name(members->tier)), TC_ATTR_STR("member", address),
+                 TC_ATTR_STR("replSet", members->set_name));
     return member;
 }
 
@@ -190,8 +191,9 @@ static void drop_unlisted(backend_members_t *members, char (*addresses)[READ_PRE
     members->listed_count = kept;
     for (size_t i = 0; i < dropped_count; i++) {
         backend_member_t *member = dropped[i];
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s tier: member %s is no longer listed by the primary; dropped",
-               backend_pool_name(members->tier), member->address);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                     "{tier} tier: member {member} is no longer listed by the primary; dropped",
+                     TC_ATTR_STR("tier", backend_pool_name(members->tier)), TC_ATTR_STR("member", member->address));
         if (member->pool != NULL) {
             members->retired =
                 bson_realloc(members->retired, (members->retired_count + 1) * sizeof *members->retired);
@@ -355,9 +357,11 @@ static void on_tick(uv_timer_t *timer)
     backend_members_t *members = timer->data;
     int64_t now = clock_monotonic_ms();
     if (!members->discovered) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "%s tier: not every member answered hello within %d ms; reads choose among those that did",
-               backend_pool_name(members->tier), members->connect_timeout_ms);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{tier} tier: not every member answered hello within {timeoutMillis} ms; reads choose among "
+                     "those that did",
+                     TC_ATTR_STR("tier", backend_pool_name(members->tier)),
+                     TC_ATTR_INT("timeoutMillis", members->connect_timeout_ms));
         members->discovered = true;
         answer_waiters(members);
     }
@@ -402,8 +406,8 @@ void backend_members_discover(backend_members_t *members, backend_discover_fn do
     }
     members->waiters_tail = waiter;
     if (!members->timer_started) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s tier: discovering its members for a read preference",
-               backend_pool_name(members->tier));
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{tier} tier: discovering its members for a read preference",
+                     TC_ATTR_STR("tier", backend_pool_name(members->tier)));
         uv_timer_init(members->loop, &members->timer);
         members->timer.data = members;
         members->timer_started = members->timer_open = true;
@@ -467,8 +471,10 @@ void backend_members_mark_failed(backend_members_t *members, uint64_t member_id,
     if (member == NULL) {
         return;
     }
-    TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s tier: member %s failed (%s); no read goes to it until it answers "
-           "hello again", backend_pool_name(members->tier), member->address, reason);
+    TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                 "{tier} tier: member {member} failed ({error}); no read goes to it until it answers hello again",
+                 TC_ATTR_STR("tier", backend_pool_name(members->tier)), TC_ATTR_STR("member", member->address),
+                 TC_ATTR_STR("error", reason));
     mark_unknown(member, reason);
     backend_pool_clear(member->pool);
     send_probe(members, member);
@@ -497,7 +503,11 @@ void backend_members_append_status(const backend_members_t *members, bson_t *out
         if (member->pool != NULL) {
             backend_pool_stats_t stats = backend_pool_stats(member->pool);
             BSON_APPEND_INT32(&item, "connections", stats.open);
+            BSON_APPEND_INT32(&item, "busy", stats.busy);
+            BSON_APPEND_INT32(&item, "queued", stats.queued);
+            BSON_APPEND_INT64(&item, "waits", (int64_t)stats.waited);
             BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
+            BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
         }
         if (member->last_error[0] != '\0') {
             BSON_APPEND_UTF8(&item, "lastError", member->last_error);

@@ -95,3 +95,30 @@ bool units_parse_flag_duration(const char *text, const char *flag, int64_t minim
     }
     return true;
 }
+
+bool units_parse_host_port(const char *text, const char *flag, char *out_host, size_t size, int *out_port,
+                           bson_error_t *error)
+{
+    const char *colon = strrchr(text, ':');
+    const char *host = text;
+    size_t host_length = colon != NULL ? (size_t)(colon - text) : 0;
+    bool bracketed = host_length > 2 && text[0] == '[' && text[host_length - 1] == ']';
+    if (bracketed) {
+        host++;
+        host_length -= 2;
+    }
+    /* An IPv6 address, holding colons, must be in brackets. */
+    if (colon == NULL || host_length == 0 || host_length >= size ||
+        (!bracketed && (text[0] == '[' || memchr(host, ':', host_length) != NULL))) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE,
+                            "%s takes HOST:PORT, such as 127.0.0.1:9216 or [::1]:9216, not '%s'", flag, text);
+    }
+    int64_t port;
+    if (!units_parse_count(colon + 1, flag, 1, 65535, &port, error)) {
+        return false;
+    }
+    memcpy(out_host, host, host_length);
+    out_host[host_length] = '\0';
+    *out_port = (int)port;
+    return true;
+}

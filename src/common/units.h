@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Sizes take B, KB, MB, GB, TB (powers of 1024, case-insensitive); a bare number
@@ -25,5 +26,11 @@ bool units_parse_count(const char *text, const char *flag, int64_t minimum, int6
  * "FLAG: invalid duration ..." or "FLAG must be [0 or ]at least MIN, not 'TEXT'". */
 bool units_parse_flag_duration(const char *text, const char *flag, int64_t minimum_ms, bool zero_allowed,
                                int64_t *out_milliseconds, bson_error_t *error) TC_MUST_CHECK;
+
+/* HOST:PORT as a flag takes it ("127.0.0.1:9216", "[::1]:9216"): host without
+ * brackets into out_host (size bytes), port 1-65535. Errors: BadValue
+ * "FLAG takes HOST:PORT ..., not 'TEXT'". */
+bool units_parse_host_port(const char *text, const char *flag, char *out_host, size_t size, int *out_port,
+                           bson_error_t *error) TC_MUST_CHECK;
 
 #endif

@@ -42,6 +42,7 @@ typedef enum setting_type {
     TYPE_AUTHORIZATION,
     TYPE_TLS_MODE,
     TYPE_FILE,
+    TYPE_LOG_FORMAT,
 } setting_type_t;
 
 typedef struct setting {
@@ -100,6 +101,10 @@ static const setting_t settings[] = {
     {"tlsCAFile", TOP(tls_ca_file), TYPE_FILE, NULL, false, 0, 0, "PEM with the CAs of client certificates"},
     {"tlsAllowConnectionsWithoutCertificates", TOP(tls_allow_connections_without_certificates), TYPE_BOOLEAN,
      "false", false, 0, 0, "with tlsCAFile, accept clients that present no certificate"},
+    {"metricsListen", TOP(metrics_listen), TYPE_ADDRESS, NULL, false, 0, 0,
+     "where GET /metrics serves Prometheus text (none: off)"},
+    {"logFormat", TOP(log_format), TYPE_LOG_FORMAT, "text", false, 0, 0,
+     "text (mongod 4.2's lines) or json (mongod 4.4+'s structured lines)"},
     {"ns", NAMESPACE(ns), TYPE_NAMESPACE_NAME, NULL, true, 0, 0, "database.collection"},
     {"timeField", NAMESPACE(time_field), TYPE_FIELD_PATH, NULL, true, 0, 0, "the BSON date field"},
     {"maxAge", NAMESPACE(max_age_ms), TYPE_DURATION, NULL, true, 1, INT64_MAX, "the recent window's length"},
@@ -477,6 +482,14 @@ static bool parse_file(const loader_t *loader, const setting_t *setting, const s
     return true;
 }
 
+static bool parse_log_format(const loader_t *loader, const setting_t *setting, const scalar_t *value, void *field)
+{
+    if (!tc_log_format_from_name(value->text, field)) {
+        return fail_at(loader, value->line, "%s must be text or json, not '%s'", setting->name, value->text);
+    }
+    return true;
+}
+
 typedef bool (*setting_parse_fn)(const loader_t *loader, const setting_t *setting, const scalar_t *value,
                                  void *field);
 
@@ -494,6 +507,7 @@ static setting_parse_fn parser_of(setting_type_t type)
     case TYPE_AUTHORIZATION: return parse_authorization;
     case TYPE_TLS_MODE: return parse_tls_mode;
     case TYPE_FILE: return parse_file;
+    case TYPE_LOG_FORMAT: return parse_log_format;
     case TYPE_NAMESPACE_LIST: break;
     }
     return NULL;
@@ -514,6 +528,7 @@ static const char *type_description(setting_type_t type)
     case TYPE_AUTHORIZATION: return "enabled or disabled";
     case TYPE_TLS_MODE: return "disabled, allowTLS, preferTLS or requireTLS";
     case TYPE_FILE: return "a file name";
+    case TYPE_LOG_FORMAT: return "text or json";
     }
     return "a value";
 }
@@ -895,6 +910,7 @@ void config_destroy(config_t *config)
         return;
     }
     bson_free(config->listen.host);
+    bson_free(config->metrics_listen.host);
     bson_free(config->archive_uri);
     bson_free(config->fast_uri);
     bson_free(config->tls_certificate_key_file);

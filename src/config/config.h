@@ -54,6 +54,8 @@
  *                                                    given, clients must present one that they signed
  *   tlsAllowConnectionsWithoutCertificates  boolean  false   with tlsCAFile: a client without a
  *                                                    certificate is accepted (an invalid one never is)
+ *   metricsListen       host:port (none: off)        serve GET /metrics, Prometheus' text format
+ *   logFormat           text|json text               json: mongod 4.4+'s structured log lines
  *
  * The tier URIs take MongoDB's TLS options (tls=true or ssl=true, tlsCAFile,
  * tlsCertificateKeyFile, tlsAllowInvalidCertificates, tlsAllowInvalidHostnames,
@@ -81,6 +83,7 @@
 #define TC_CONFIG_CONFIG_H
 
 #include "common/error.h"
+#include "common/log.h"
 #include "security/tls.h"
 
 #include <stdbool.h>
@@ -143,6 +146,9 @@ typedef struct config {
     char *tls_certificate_key_file; /* NULL unless given */
     char *tls_ca_file;              /* NULL unless given: then client certificates are asked for */
     bool tls_allow_connections_without_certificates;
+    /* Operating: Prometheus scrapes (host NULL: off) and the log's format. */
+    config_address_t metrics_listen;
+    tc_log_format_t log_format;
 } config_t;
 
 /* Reads and validates the file at path. NULL on any error, with BadValue (2) or,

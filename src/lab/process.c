@@ -3,6 +3,7 @@
  * and stops, loopback ports, and the data directories it copies and removes. */
 #include "lab/lab_private.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -95,12 +96,30 @@ bool lab_process_start(lab_process_t *process, const char *name, char *const arg
     if (log_fd < 0) {
         return tc_error_set(error, TC_ERR_OPERATION_FAILED, "cannot write the log %s: %s", log_path, strerror(errno));
     }
-    write_command_line(log_fd, argv);
+    /* Under --log-format json the children log json too, and their logs hold
+     * nothing else (no command line first). */
+    bool json = tc_log_get_format() == TC_LOG_FORMAT_JSON;
+    size_t argument_count = 0;
+    while (argv[argument_count] != NULL) {
+        argument_count++;
+    }
+    char **child_argv = bson_malloc0((argument_count + 3) * sizeof *child_argv);
+    for (size_t i = 0, out = 0; i < argument_count; i++) {
+        child_argv[out++] = argv[i];
+        if (i == 0 && json) {
+            child_argv[out++] = "--log-format";
+            child_argv[out++] = "json";
+        }
+    }
+    if (!json) {
+        write_command_line(log_fd, argv);
+    }
     int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int saved = errno;
+        bson_free(child_argv);
         close(log_fd);
         if (null_fd >= 0) {
             close(null_fd);
@@ -131,9 +150,10 @@ bool lab_process_start(lab_process_t *process, const char *name, char *const arg
         if (!stderr_to_terminal) {
             dup2(log_fd, STDERR_FILENO);
         }
-        execv("/proc/self/exe", argv);
+        execv("/proc/self/exe", child_argv);
         _exit(127);
     }
+    bson_free(child_argv);
     close(log_fd);
     if (null_fd >= 0) {
         close(null_fd);

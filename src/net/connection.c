@@ -200,8 +200,8 @@ static void connection_free_if_unused(connection_t *connection)
     if (connection->transport == &transport_tls) {
         atomic_fetch_sub(&server->tls_connections, 1);
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection %s (%llu connection%s now open)",
-           connection->peer, (unsigned long long)now_open, now_open == 1 ? "" : "s");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "end connection {remote} ({connectionCount} now open)",
+                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("connectionCount", now_open));
 
     if (connection->connection_data != NULL && server->callbacks.connection_close != NULL) {
         server->callbacks.connection_close(server->callbacks.application, connection->connection_data);
@@ -354,8 +354,8 @@ static void connection_on_read(uv_stream_t *stream, ssize_t read_count, const uv
         return;
     }
     if (read_count < 0) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error reading from %s: %s",
-               connection->peer, uv_strerror((int)read_count));
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error reading from {remote}: {error}",
+                     TC_ATTR_STR("remote", connection->peer), TC_ATTR_STR("error", uv_strerror((int)read_count)));
         connection_close(connection);
         return;
     }
@@ -378,8 +378,8 @@ static void connection_resume_reading(connection_t *connection)
     int result = uv_read_start((uv_stream_t *)&connection->tcp, connection_on_alloc,
                                connection_on_read);
     if (result != 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "cannot read from %s: %s",
-               connection->peer, uv_strerror(result));
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "cannot read from {remote}: {error}",
+                     TC_ATTR_STR("remote", connection->peer), TC_ATTR_STR("error", uv_strerror(result)));
         connection_close(connection);
         return;
     }
@@ -513,8 +513,9 @@ bool connection_finish_on_worker(worker_job_t *job)
         } else {
             /* The kernel reports a reset once: a second write would raise SIGPIPE.
              * Nothing reaches this client any more, so the loop just closes. */
-            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s", connection->peer,
-                   uv_strerror(uv_translate_sys_error(errno)));
+            TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to {remote}: {error}",
+                         TC_ATTR_STR("remote", connection->peer),
+                         TC_ATTR_STR("error", uv_strerror(uv_translate_sys_error(errno))));
             bson_free(reply->data);
             reply->data = NULL;
             reply->length = 0;
@@ -540,9 +541,11 @@ static void connection_process_input(connection_t *connection)
         int32_t length = (int32_t)connection_announced_length(connection);
         size_t max = connection->server->options.max_message_bytes;
         if (length < MESSAGE_HEADER_BYTES || (size_t)length > max) {
-            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id,
-                   "recv(): message msgLen %d is invalid. Min %d Max: %zu; closing connection from %s",
-                   (int)length, MESSAGE_HEADER_BYTES, max, connection->peer);
+            TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id,
+                         "recv(): message msgLen {msgLen} is invalid. Min {min} Max: {max}; closing connection from "
+                         "{remote}",
+                         TC_ATTR_INT("msgLen", (int32_t)length), TC_ATTR_INT("min", MESSAGE_HEADER_BYTES),
+                         TC_ATTR_INT("max", max), TC_ATTR_STR("remote", connection->peer));
             connection_close(connection);
             return;
         }
@@ -572,8 +575,8 @@ static void connection_finish_write(connection_t *connection, int status)
         return; /* cancelled by the close; the close callbacks free the connection */
     }
     if (status < 0) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s",
-               connection->peer, uv_strerror(status));
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to {remote}: {error}",
+                     TC_ATTR_STR("remote", connection->peer), TC_ATTR_STR("error", uv_strerror(status)));
         connection_close(connection);
         return;
     }
@@ -611,8 +614,9 @@ static void connection_write_reply(connection_t *connection)
     }
     connection->wire = wire;
     if (wire_length > UINT_MAX) {
-        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, connection->id,
-               "reply of %zu bytes is too large to send; closing connection", wire_length);
+        TC_LOG_ATTRS(TC_LOG_ERROR, LOG_COMPONENT, connection->id,
+                     "reply of {bytes} bytes is too large to send; closing connection",
+                     TC_ATTR_INT("bytes", wire_length));
         connection_close(connection);
         return;
     }
@@ -638,10 +642,11 @@ static void connection_write_reply(connection_t *connection)
         uint64_t queued = atomic_fetch_add(&server->queued_reply_bytes, wire_length) + wire_length;
         connection->queued_reply_bytes = wire_length;
         if (queued > server->options.max_queued_reply_bytes) {
-            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id,
-                   "closing connection to %s: replies waiting for slow clients would take %llu bytes, more than "
-                   "the %zu allowed",
-                   connection->peer, (unsigned long long)queued, server->options.max_queued_reply_bytes);
+            TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id,
+                         "closing connection to {remote}: replies waiting for slow clients would take {queuedBytes} "
+                         "bytes, more than the {maxQueuedBytes} allowed",
+                         TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("queuedBytes", queued),
+                         TC_ATTR_INT("maxQueuedBytes", server->options.max_queued_reply_bytes));
             connection_close(connection);
             return;
         }
@@ -723,8 +728,8 @@ void connection_accept(server_t *server)
     connection_t *connection = BSON_ALIGNED_ALLOC0(connection_t);
     int result = uv_tcp_init(&server->loop, &connection->tcp);
     if (result != 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot accept a connection: %s",
-               uv_strerror(result));
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot accept a connection: {error}",
+                     TC_ATTR_STR("error", uv_strerror(result)));
         bson_free(connection);
         return;
     }
@@ -752,8 +757,8 @@ void connection_accept(server_t *server)
 
     result = uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)&connection->tcp);
     if (result != 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "cannot accept a connection: %s",
-               uv_strerror(result));
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection->id, "cannot accept a connection: {error}",
+                     TC_ATTR_STR("error", uv_strerror(result)));
         connection_close(connection);
         return;
     }
@@ -761,10 +766,10 @@ void connection_accept(server_t *server)
     uv_tcp_nodelay(&connection->tcp, 1);
     uv_fileno((uv_handle_t *)&connection->tcp, &connection->socket_fd);
     connection_describe_peer(connection);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id,
-           "connection accepted from %s #%llu (%llu connection%s now open)", connection->peer,
-           (unsigned long long)connection->id, (unsigned long long)now_open,
-           now_open == 1 ? "" : "s");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id,
+                 "connection accepted from {remote} #{connectionId} ({connectionCount} now open)",
+                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_INT("connectionId", connection->id),
+                 TC_ATTR_INT("connectionCount", now_open));
     connection_resume_reading(connection);
     connection_update_deadline(connection);
 }
@@ -800,7 +805,8 @@ static connection_deadline_t connection_current_deadline(const connection_t *con
 static void connection_timed_out(connection_t *connection, const char *what)
 {
     atomic_fetch_add(&connection->server->timed_out_connections, 1);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "closing connection from %s: %s", connection->peer, what);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "closing connection from {remote}: {reason}",
+                 TC_ATTR_STR("remote", connection->peer), TC_ATTR_STR("reason", what));
     connection_close(connection);
 }
 
@@ -886,8 +892,8 @@ static void connection_on_extra_write(uv_write_t *request, int status)
     bson_free(write->data);
     bson_free(write);
     if (status < 0 && connection->state != CONNECTION_CLOSING) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s", connection->peer,
-               uv_strerror(status));
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to {remote}: {error}",
+                     TC_ATTR_STR("remote", connection->peer), TC_ATTR_STR("error", uv_strerror(status)));
         connection_close(connection);
     }
 }
@@ -906,8 +912,8 @@ void connection_send_bytes(connection_t *connection, uint8_t *data, size_t lengt
     if (result != 0) {
         bson_free(data);
         bson_free(write);
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to %s: %s", connection->peer,
-               uv_strerror(result));
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection->id, "error writing to {remote}: {error}",
+                     TC_ATTR_STR("remote", connection->peer), TC_ATTR_STR("error", uv_strerror(result)));
         connection_close(connection);
     }
 }

@@ -50,8 +50,7 @@ static bool server_check_options(const server_options_t *options,
     return true;
 }
 
-static bool server_parse_address(const char *text, int port, struct sockaddr_storage *out_address,
-                                 bson_error_t *error)
+bool server_parse_address(const char *text, int port, struct sockaddr_storage *out_address, bson_error_t *error)
 {
     memset(out_address, 0, sizeof *out_address);
     if (uv_ip4_addr(text, port, (struct sockaddr_in *)out_address) == 0) {
@@ -124,8 +123,8 @@ static void server_begin_shutdown(server_t *server)
         return;
     }
     server->stopping = true;
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "shutting down: closing %llu connection(s)",
-           (unsigned long long)atomic_load(&server->current_connections));
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "shutting down: closing {connectionCount} connection(s)",
+                 TC_ATTR_INT("connectionCount", atomic_load(&server->current_connections)));
     uv_close((uv_handle_t *)&server->listener, NULL);
     uv_close((uv_handle_t *)&server->interrupt_signal, NULL);
     uv_close((uv_handle_t *)&server->terminate_signal, NULL);
@@ -150,8 +149,9 @@ static void server_on_stop_requested(uv_async_t *async)
 
 static void server_on_signal(uv_signal_t *handle, int signal_number)
 {
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "got signal %d (%s), will terminate after current cmd ends",
-           signal_number, strsignal(signal_number));
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "got signal {signal} ({signalName}), will terminate after current cmd ends",
+                 TC_ATTR_INT("signal", signal_number), TC_ATTR_STR("signalName", strsignal(signal_number)));
     server_begin_shutdown(handle->data);
 }
 
@@ -187,8 +187,9 @@ static void server_refuse_connection(server_t *server, uint64_t connection_count
         return;
     }
     (void)uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)tcp);
-    TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "connection refused because too many open connections: %llu",
-           (unsigned long long)connection_count);
+    TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                 "connection refused because too many open connections: {connectionCount}",
+                 TC_ATTR_INT("connectionCount", connection_count));
     uv_close((uv_handle_t *)tcp, server_free_handle);
 }
 
@@ -196,8 +197,8 @@ static void server_on_connection(uv_stream_t *listener, int status)
 {
     server_t *server = listener->data;
     if (status < 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "error accepting a new connection: %s",
-               uv_strerror(status));
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0, "error accepting a new connection: {error}",
+                     TC_ATTR_STR("error", uv_strerror(status)));
         return;
     }
     uint64_t open_count = atomic_load(&server->current_connections);
@@ -335,8 +336,8 @@ bool server_run(server_t *server, bson_error_t *error)
                           uv_strerror(result));
         server_begin_shutdown(server); /* the loop below then only runs the teardown */
     } else {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "waiting for connections on %s:%d",
-               server->bind_address, server->bound_port);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "waiting for connections on {address}:{port}",
+                     TC_ATTR_STR("address", server->bind_address), TC_ATTR_INT("port", server->bound_port));
     }
 
     /* Returns once a shutdown has closed every handle. */
@@ -393,7 +394,7 @@ void server_destroy(server_t *server)
     worker_pool_destroy(server->workers);
     bson_error_t error;
     if (!server_close_loop(server, &error)) {
-        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, 0, "%s", error.message);
+        TC_LOG_ATTRS(TC_LOG_ERROR, LOG_COMPONENT, 0, "{error}", TC_ATTR_STR("error", error.message));
     }
     pthread_mutex_destroy(&server->stop_lock);
     bson_free(server->tls_read_buffer);

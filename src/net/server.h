@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 typedef struct server server_t;
 
@@ -136,5 +137,10 @@ server_connection_stats_t server_connection_stats(server_t *server);
 
 /* Safe on NULL. */
 void server_destroy(server_t *server);
+
+/* text, an IPv4 or IPv6 address literal, and port as a socket address; BadValue
+ * otherwise. The metrics listener (src/metrics) binds the same way. */
+bool server_parse_address(const char *text, int port, struct sockaddr_storage *out_address,
+                          bson_error_t *error) TC_MUST_CHECK;
 
 #endif

@@ -89,8 +89,9 @@ static bool detect_received(connection_t *connection, uint8_t *data, size_t coun
         bson_error_t error;
         tls_session_t *session = tls_session_new(server->options.tls_context, &error);
         if (session == NULL) {
-            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection_id(connection), "cannot accept TLS from %s: %s",
-                   connection_peer(connection), error.message);
+            TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection_id(connection),
+                         "cannot accept TLS from {remote}: {error}",
+                         TC_ATTR_STR("remote", connection_peer(connection)), TC_ATTR_STR("error", error.message));
             return false;
         }
         connection_set_transport(connection, &transport_tls, session);
@@ -98,10 +99,10 @@ static bool detect_received(connection_t *connection, uint8_t *data, size_t coun
         return transport_tls.received(connection, decided.header, decided.count);
     }
     if (server->options.tls_mode == TLS_MODE_REQUIRE) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection),
-               "Error receiving request from client %s: SSLHandshakeFailed: The server is configured to only "
-               "allow SSL connections. Ending connection from remote",
-               connection_peer(connection));
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection),
+                     "Error receiving request from client {remote}: SSLHandshakeFailed: The server is configured to "
+                     "only allow SSL connections. Ending connection from remote",
+                     TC_ATTR_STR("remote", connection_peer(connection)));
         return false;
     }
     connection_set_transport(connection, &transport_plain, NULL);

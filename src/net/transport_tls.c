@@ -59,15 +59,16 @@ static bool tls_received(connection_t *connection, uint8_t *data, size_t count)
     if (connection_is_handshaking(connection) && tls_session_handshake_complete(session)) {
         char description[384];
         tls_session_describe(session, description, sizeof description);
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection), "TLS connection from %s: %s",
-               connection_peer(connection), description);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection), "TLS connection from {remote}: {tls}",
+                     TC_ATTR_STR("remote", connection_peer(connection)), TC_ATTR_STR("tls", description));
         connection_set_handshaking(connection, false);
     }
     return true;
 failed:
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection),
-           "Error receiving request from client %s: %s: %s. Ending connection from remote",
-           connection_peer(connection), tc_error_code_name((int32_t)error.code), error.message);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, connection_id(connection),
+                 "Error receiving request from client {remote}: {codeName}: {error}. Ending connection from remote",
+                 TC_ATTR_STR("remote", connection_peer(connection)),
+                 TC_ATTR_STR("codeName", tc_error_code_name((int32_t)error.code)), TC_ATTR_STR("error", error.message));
     return false;
 }
 
@@ -79,8 +80,9 @@ static bool tls_wrap_reply(connection_t *connection, uint8_t *reply, size_t leng
     bool ok = tls_session_write(session, reply, length, &error);
     bson_free(reply);
     if (!ok) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, connection_id(connection), "cannot send a reply to %s: %s",
-               connection_peer(connection), error.message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, connection_id(connection),
+                     "cannot send a reply to {remote}: {error}",
+                     TC_ATTR_STR("remote", connection_peer(connection)), TC_ATTR_STR("error", error.message));
         return false;
     }
     size_t pending = tls_session_pending_output(session);

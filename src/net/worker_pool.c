@@ -2,6 +2,7 @@
  * mutex-protected list of completed ones, handed back through the notify hook
  * (one call per batch the submitter has not taken yet). */
 #include "net/worker_pool.h"
+#include "common/log.h"
 
 #include "common/clock.h"
 
@@ -67,6 +68,7 @@ static void *worker_thread_main(void *argument)
     worker_thread_t *self = argument;
     worker_pool_t *pool = self->pool;
     void *state = NULL;
+    tc_log_set_thread_name("worker");
     if (pool->callbacks.worker_start != NULL) {
         state = pool->callbacks.worker_start(pool->callbacks.application, self->index);
     }

@@ -169,14 +169,7 @@ static void conversation_failed(access_call_t *call, const bson_error_t *reason,
 {
     access_session_t *session = call->session;
     sasl_conversation_t *conversation = session->conversation;
-    const char *user = conversation != NULL ? sasl_conversation_user(conversation) : NULL;
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, call->client.connection_id,
-           "Authentication failed: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
-           "\"%s\", remote %s, error %s: %s",
-           conversation != NULL ? scram_mechanism_name(sasl_conversation_mechanism(conversation)) : "?",
-           conversation != NULL && sasl_conversation_speculative(conversation) ? "true" : "false",
-           user != NULL ? user : "", conversation != NULL ? sasl_conversation_database(conversation) : "",
-           call->client.peer_address, tc_error_code_name((int32_t)reason->code), reason->message);
+    sasl_log_authentication(conversation, call->client.connection_id, call->client.peer_address, reason);
     conversation_reset(session);
     if (sasl_error_is_public(reason) || is_network_error(reason)) {
         *error = *reason;
@@ -283,11 +276,7 @@ static bool conversation_succeeded(const access_client_t *client, access_session
         conversation_reset(session);
         return same;
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, client->connection_id,
-           "Authentication succeeded: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
-           "\"%s\", remote %s",
-           scram_mechanism_name(sasl_conversation_mechanism(conversation)),
-           sasl_conversation_speculative(conversation) ? "true" : "false", user, database, client->peer_address);
+    sasl_log_authentication(conversation, client->connection_id, client->peer_address, NULL);
     session->user = session->conversation_user; /* moved */
     memset(&session->conversation_user, 0, sizeof session->conversation_user);
     session->user_read_ms = session->conversation_read_ms;

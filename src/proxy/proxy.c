@@ -64,6 +64,7 @@ static void append_tier_status(proxy_t *proxy, bson_t *out)
         BSON_APPEND_INT32(&item, "connections", stats.open);
         BSON_APPEND_INT32(&item, "busy", stats.busy);
         BSON_APPEND_INT32(&item, "queued", stats.queued);
+        BSON_APPEND_INT64(&item, "waits", (int64_t)stats.waited);
         BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
         BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
         BSON_APPEND_BOOL(&item, "reachable", info->known);
@@ -256,6 +257,7 @@ static void on_loop_stopping(void *application)
         uv_close((uv_handle_t *)&proxy->housekeeping_timer, NULL);
         proxy->housekeeping_started = false;
     }
+    proxy_metrics_stop(proxy);
     /* Workers first: their last report must not reach a closed async handle. */
     tier_workers_stop(proxy->workers);
     proxy->workers = NULL;
@@ -322,6 +324,9 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     if (proxy.config == NULL) {
         return false;
     }
+    if (proxy.config->log_format == TC_LOG_FORMAT_JSON) {
+        tc_log_set_format(TC_LOG_FORMAT_JSON); /* --log-format json needs no logFormat, and wins over text */
+    }
     /* Before the port opens: a namespace that cannot be tiered stops the start. */
     if (!tier_preflight(proxy.config, error)) {
         config_destroy(proxy.config);
@@ -382,6 +387,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         TC_CHECK(proxy.tiers[tier] != NULL);
     }
     proxy.users = user_cache_new(proxy.tiers[PROXY_TIER_ARCHIVE], PROXY_USER_CACHE_MS);
+    TC_CHECK(proxy_metrics_start(&proxy, error));
     uv_timer_init(proxy.loop, &proxy.housekeeping_timer);
     proxy.housekeeping_timer.data = &proxy;
     uv_timer_start(&proxy.housekeeping_timer, on_housekeeping, HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
@@ -425,11 +431,13 @@ bool proxy_run(const char *config_path, bson_error_t *error)
 
     char *archive_shown = config_uri_redacted(proxy.config->archive_uri);
     char *fast_shown = config_uri_redacted(proxy.config->fast_uri);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-           "thermocline proxy on %s:%d (tlsMode %s): archive %s, fast %s, %zu namespace(s) with a policy, "
-           "authorization %s",
-           proxy.config->listen.host, server_port(proxy.server), tls_mode_name(proxy.config->tls_mode), archive_shown,
-           fast_shown, proxy.namespace_count, proxy.config->authorization_enabled ? "enabled" : "disabled");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "thermocline proxy on {address}:{port} (tlsMode {tlsMode}): archive {archive}, fast {fast}, "
+                 "{namespaces} namespace(s) with a policy, authorization {authorization}",
+                 TC_ATTR_STR("address", proxy.config->listen.host), TC_ATTR_INT("port", server_port(proxy.server)),
+                 TC_ATTR_STR("tlsMode", tls_mode_name(proxy.config->tls_mode)), TC_ATTR_STR("archive", archive_shown),
+                 TC_ATTR_STR("fast", fast_shown), TC_ATTR_INT("namespaces", proxy.namespace_count),
+                 TC_ATTR_STR("authorization", proxy.config->authorization_enabled ? "enabled" : "disabled"));
     bson_free(archive_shown);
     bson_free(fast_shown);
     TC_CHECK(server_run(proxy.server, error));
@@ -449,6 +457,7 @@ done:
     tier_workers_stop(proxy.workers);
     tier_progress_destroy(proxy.progress);
     unique_indexes_cleanup(&proxy);
+    proxy_metrics_destroy(&proxy);
     bson_free(proxy.namespaces);
     config_destroy(proxy.config);
     return ok;
@@ -463,6 +472,8 @@ static void print_usage(FILE *stream)
                     "\n"
                     "  --config FILE   the YAML config (listen, archive, fast, namespaces...)\n"
                     "  --verbose       log every routing decision\n"
+                    "  --log-format FORMAT  text (default) or json (mongod 4.4+'s structured lines;\n"
+                    "                  logFormat: json in the config does the same)\n"
                     "  --help          this text\n");
 }
 
@@ -505,7 +516,7 @@ int proxy_main(int argc, char **argv)
         return 2;
     }
     if (!proxy_run(config_path, &error)) {
-        fprintf(stderr, "thermocline proxy: %s\n", error.message);
+        tc_log_failure("thermocline proxy", error.message);
         return 1;
     }
     return 0;

@@ -176,6 +176,8 @@ typedef struct recovery_probe {
     bool in_flight;
 } recovery_probe_t;
 
+typedef struct proxy_metrics proxy_metrics_t;
+
 typedef struct proxy {
     config_t *config;
     server_t *server;
@@ -223,6 +225,7 @@ typedef struct proxy {
     /* The highest $clusterTime each tier has sent (cluster_time.c). */
     bson_t *cluster_times[PROXY_TIER_COUNT];
     uint64_t cluster_time_values[PROXY_TIER_COUNT];
+    proxy_metrics_t *metrics; /* metrics.c; NULL without metricsListen */
 } proxy_t;
 
 /* --- unique_indexes.c: each namespace's unique indexes, read from the archive ---- */
@@ -249,6 +252,18 @@ void proxy_refresh_progress(proxy_t *proxy);
 
 /* Appends thermoclineStatus's fields to reply. */
 void proxy_append_status(proxy_t *proxy, bson_t *reply);
+
+/* metrics.c: GET /metrics on metricsListen (src/metrics), on the loop. start
+ * (after the loop exists) does nothing without metricsListen; stop closes the
+ * listener (loop stopping); destroy frees what is left. The router reports each
+ * finished request (router_private.h) and each reply it sends: its error codes. */
+bool proxy_metrics_start(proxy_t *proxy, bson_error_t *error) TC_MUST_CHECK;
+void proxy_metrics_stop(proxy_t *proxy);
+void proxy_metrics_destroy(proxy_t *proxy);
+void proxy_metrics_reply(proxy_t *proxy, const uint8_t *reply, size_t length);
+/* A write to state's namespace the fast tier acknowledged at time (reply: its body):
+ * pending for the feeder until its applied time reaches it (feeder lag in events). */
+void proxy_metrics_fast_write(proxy_t *proxy, const namespace_state_t *state, uint64_t time, const bson_t *reply);
 
 /* router.c: the server's handle_on_loop callback. */
 void router_handle(void *application, server_pending_t *pending, const server_request_t *request);

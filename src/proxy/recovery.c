@@ -92,8 +92,8 @@ static void on_probe_reply(void *context, const uint8_t *reply, size_t length, c
         !bson_iter_init_find(&ok, &body, "ok") || bson_iter_as_double(&ok) != 1.0) {
         return; /* the timer probes again */
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s tier: primary found again; retrying what waited for it",
-           proxy_tier_name(probe->tier));
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{tier} tier: primary found again; retrying what waited for it",
+                 TC_ATTR_STR("tier", proxy_tier_name(probe->tier)));
     finish_waiters(take_waiters(proxy, waiter_of_tier, &probe->tier), true);
 }
 

@@ -120,6 +120,7 @@ void router_enter(proxy_request_t *request, request_phase_t phase)
     request->phase = phase;
     if (phase == PHASE_FINISHED) {
         router_log_if_slow(request, now - request->arrived_ms);
+        proxy_metrics_request_finished(request);
     }
 }
 
@@ -297,6 +298,7 @@ void router_finish_with_message(proxy_request_t *request, uint8_t *encoded, size
     server_reply_t reply = {0};
     bson_error_t error;
     router_enter(request, PHASE_FINISHED);
+    proxy_metrics_reply(request->proxy, encoded, length);
     cluster_time_prepare_reply(request->proxy, encoded, length);
     if (request->legacy && wire_message_opcode(encoded) == WIRE_OP_MSG) {
         /* An OP_QUERY command a tier answered: the client reads OP_REPLY, as from mongos. */
@@ -487,6 +489,7 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
     if (time > request->namespace_state->last_write_time) {
         request->namespace_state->last_write_time = time;
     }
+    proxy_metrics_fast_write(request->proxy, request->namespace_state, time, body);
     bson_iter_t remove;
     bool is_delete = strcmp(request->command_name, "delete") == 0 ||
                      ((strcmp(request->command_name, "findAndModify") == 0 ||
@@ -985,6 +988,7 @@ void router_handle(void *application, server_pending_t *pending, const server_re
     request->proxy = proxy;
     request->pending = pending;
     request->arrived_ms = request->phase_entered_ms = uv_now(proxy->loop);
+    request->arrived_ns = uv_hrtime();
     request->client.connection_data = server_request->connection_data;
     request->client.connection_id = server_request->connection_id;
     request->client.peer_address = server_request->peer_address;

@@ -82,6 +82,7 @@ typedef struct proxy_request {
     request_phase_t phase;   /* only router_enter() changes it */
     /* Where its time went (the loop's clock, milliseconds), for the slow-operation log. */
     uint64_t arrived_ms;
+    uint64_t arrived_ns;     /* uv_hrtime(): the latency metrics.c observes */
     uint64_t phase_entered_ms;
     uint32_t phase_ms[PHASE_COUNT];
     access_client_t client;  /* who sent it (access.c) */
@@ -283,5 +284,8 @@ bool router_route_catalog_listing(proxy_request_t *request);
 /* Refuses (and answers) $out, $merge or mapReduce output into a tiered namespace,
  * or one the planner cannot name; false when the request goes on. */
 bool router_refuse_tiered_output(proxy_request_t *request);
+
+/* metrics.c: a request has finished (its route, reason and latency). */
+void proxy_metrics_request_finished(proxy_request_t *request);
 
 #endif

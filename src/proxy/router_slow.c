@@ -30,11 +30,15 @@ void router_log_if_slow(proxy_request_t *request, uint64_t total_ms)
     }
     const char *route = request->has_decision ? plan_route_name(request->decision.route) : "none";
     const char *reason = request->has_decision ? plan_reason_name(request->decision.reason) : "none";
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
-           "Slow query: %s on %s took %llu ms (slowOpThresholdMs %lld): route %s (%s), last tier %s; time in %s; "
-           "command %s",
-           request->command_name[0] != '\0' ? request->command_name : "(undecoded)",
-           request->ns[0] != '\0' ? request->ns : "(no namespace)", (unsigned long long)total_ms,
-           (long long)threshold, route, reason, proxy_tier_name(request->tier),
-           phase_text.length > 0 ? phases : "no phase a millisecond long", shape);
+    /* mongod's "Slow query" line: its facts as attributes (the json log's attr). */
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
+                 "Slow query: {command} on {ns} took {durationMillis} ms (slowOpThresholdMs {slowOpThresholdMs}): "
+                 "route {route} ({reason}), last tier {tier}; time in {phases}; command {shape}",
+                 TC_ATTR_STR("command", request->command_name[0] != '\0' ? request->command_name : "(undecoded)"),
+                 TC_ATTR_STR("ns", request->ns[0] != '\0' ? request->ns : "(no namespace)"),
+                 TC_ATTR_INT("durationMillis", total_ms), TC_ATTR_INT("slowOpThresholdMs", threshold),
+                 TC_ATTR_STR("route", route), TC_ATTR_STR("reason", reason),
+                 TC_ATTR_STR("tier", proxy_tier_name(request->tier)),
+                 TC_ATTR_STR("phases", phase_text.length > 0 ? phases : "no phase a millisecond long"),
+                 TC_ATTR_STR("shape", shape));
 }

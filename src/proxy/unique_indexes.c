@@ -92,8 +92,8 @@ static void on_indexes_listed(void *context, const uint8_t *reply, size_t length
                                             ? bson_iter_utf8(&code, NULL)
                                             : "no message");
     }
-    TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot read the unique indexes of %s from the archive: %s",
-           state->config->ns, failure.message);
+    TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot read the unique indexes of {ns} from the archive: {error}",
+                 TC_ATTR_STR("ns", state->config->ns), TC_ATTR_STR("error", failure.message));
     release_waiters(state, &failure);
 }
 

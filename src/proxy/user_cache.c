@@ -244,8 +244,9 @@ static void on_users_info(void *context, const uint8_t *reply, size_t length, co
         error = &read_error;
     }
     if (error != NULL) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot read user %s@%s from the archive: %s", entry->name,
-               entry->database, error->message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot read user {user}@{db} from the archive: {error}",
+                     TC_ATTR_STR("user", entry->name), TC_ATTR_STR("db", entry->database),
+                     TC_ATTR_STR("error", error->message));
         deliver(entry, error);
         return;
     }

@@ -5,6 +5,7 @@
 #include "security/sasl.h"
 
 #include "security/base64.h"
+#include "common/log.h"
 
 #include <string.h>
 
@@ -224,4 +225,34 @@ bool sasl_conversation_continue(sasl_conversation_t *conversation, const sasl_re
     append_step_reply(reply, *out_done, server_final, length, request->payload_is_text);
     bson_free(server_final);
     return true;
+}
+
+/* What both records say, as mongod's do. */
+#define AUTHENTICATION_FACTS                                                                                        \
+    "mechanism {mechanism}, speculative {speculative}, principalName \"{principalName}\", authenticationDatabase " \
+    "\"{authenticationDatabase}\", remote {remote}"
+
+void sasl_log_authentication(const sasl_conversation_t *conversation, uint64_t connection_id, const char *remote,
+                             const bson_error_t *failure)
+{
+    const char *user = conversation != NULL ? sasl_conversation_user(conversation) : NULL;
+    const char *database = conversation != NULL ? sasl_conversation_database(conversation) : NULL;
+    tc_log_attr_t attrs[] = {
+        TC_ATTR_STR("mechanism",
+                    conversation != NULL ? scram_mechanism_name(sasl_conversation_mechanism(conversation)) : "?"),
+        TC_ATTR_BOOL("speculative", conversation != NULL && sasl_conversation_speculative(conversation)),
+        TC_ATTR_STR("principalName", user != NULL ? user : ""),
+        TC_ATTR_STR("authenticationDatabase", database != NULL ? database : ""),
+        TC_ATTR_STR("remote", remote),
+        TC_ATTR_STR("codeName", failure != NULL ? tc_error_code_name((int32_t)failure->code) : NULL),
+        TC_ATTR_STR("error", failure != NULL ? failure->message : NULL),
+    };
+    const char *message = failure != NULL
+                              ? "Authentication failed: " AUTHENTICATION_FACTS ", error {codeName}: {error}"
+                              : "Authentication succeeded: " AUTHENTICATION_FACTS;
+    if (tc_log_enabled(TC_LOG_INFO)) {
+        /* A success has no codeName and error: the first five attributes only. */
+        tc_log_write_attrs(TC_LOG_INFO, "ACCESS", connection_id, message, attrs,
+                           failure != NULL ? sizeof attrs / sizeof attrs[0] : 5);
+    }
 }

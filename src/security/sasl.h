@@ -67,6 +67,14 @@ const char *sasl_conversation_database(const sasl_conversation_t *conversation);
 scram_mechanism_t sasl_conversation_mechanism(const sasl_conversation_t *conversation);
 bool sasl_conversation_speculative(const sasl_conversation_t *conversation);
 
+/* mongod's record of a conversation's end (component ACCESS): "Authentication
+ * succeeded" when failure is NULL, else "Authentication failed" with its code and
+ * message; the mechanism, speculative, principalName, authenticationDatabase and
+ * remote as attributes. conversation NULL: none had started. The store and the
+ * proxy write the same record. */
+void sasl_log_authentication(const sasl_conversation_t *conversation, uint64_t connection_id, const char *remote,
+                             const bson_error_t *failure);
+
 /* With the user's stored credentials for the mechanism, appends the first reply
  * {conversationId, done: false, payload: server-first} to reply. Errors: the
  * reason (never public). A user that does not exist, or has no credentials for

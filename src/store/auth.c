@@ -88,14 +88,7 @@ static bool conversation_failed(command_context_t *context, auth_session_t *sess
                                 bson_error_t *error)
 {
     sasl_conversation_t *conversation = session->conversation;
-    const char *user = conversation != NULL ? sasl_conversation_user(conversation) : NULL;
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
-           "Authentication failed: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
-           "\"%s\", remote %s, error %s: %s",
-           conversation != NULL ? scram_mechanism_name(sasl_conversation_mechanism(conversation)) : "?",
-           conversation != NULL && sasl_conversation_speculative(conversation) ? "true" : "false",
-           user != NULL ? user : "", conversation != NULL ? sasl_conversation_database(conversation) : "",
-           context->peer_address, tc_error_code_name((int32_t)reason->code), reason->message);
+    sasl_log_authentication(conversation, context->connection_id, context->peer_address, reason);
     conversation_reset(session);
     if (sasl_error_is_public(reason)) {
         *error = *reason;
@@ -180,12 +173,7 @@ static bool conversation_succeeded(command_context_t *context, auth_session_t *s
         return conversation_failed(context, session, &reason, error);
     }
     session->generation = atomic_load(&context->store->auth->generation);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id,
-           "Authentication succeeded: mechanism %s, speculative %s, principalName \"%s\", authenticationDatabase "
-           "\"%s\", remote %s",
-           scram_mechanism_name(sasl_conversation_mechanism(session->conversation)),
-           sasl_conversation_speculative(session->conversation) ? "true" : "false", user, database,
-           context->peer_address);
+    sasl_log_authentication(session->conversation, context->connection_id, context->peer_address, NULL);
     conversation_reset(session);
     return true;
 }

@@ -293,7 +293,8 @@ static bool handle_create_user(command_context_t *context, bson_t *reply, bson_e
     build_user_document(&document, request->name, context->database, user_id, credentials, credential_count,
                         request->custom_data_given ? &request->custom_data : NULL, request->roles, request->role_count);
     TC_CHECK(auth_users_insert(context, &document, error));
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "created user %s@%s", request->name, context->database);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "created user {user}@{db}",
+                 TC_ATTR_STR("user", request->name), TC_ATTR_STR("db", context->database));
     ok = true;
 done:
     OPENSSL_cleanse(credentials, sizeof credentials);
@@ -421,8 +422,8 @@ static bool handle_update_user(command_context_t *context, bson_t *reply, bson_e
         ok = rewrite_user(context, request, error);
     }
     if (ok) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "updated user %s@%s", request->name,
-               context->database);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "updated user {user}@{db}",
+                     TC_ATTR_STR("user", request->name), TC_ATTR_STR("db", context->database));
     }
     bson_free(request);
     return ok;
@@ -513,7 +514,8 @@ static bool handle_drop_user(command_context_t *context, bson_t *reply, bson_err
     if (count == 0) {
         return tc_error_set(error, TC_ERR_USER_NOT_FOUND, "User '%s@%s' not found", name, context->database);
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "dropped user %s@%s", name, context->database);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, context->connection_id, "dropped user {user}@{db}",
+                 TC_ATTR_STR("user", name), TC_ATTR_STR("db", context->database));
     return true;
 }
 

@@ -383,8 +383,9 @@ done:
         tc_error_append_reply(&error, reply);
         bson_concat(reply, &duplicate_key);
         append_error_labels(command, &error, reply);
-        TC_LOG(TC_LOG_DEBUG, "COMMAND", connection_id, "%s failed: %s", context.name ? context.name : "?",
-               error.message);
+        TC_LOG_ATTRS(TC_LOG_DEBUG, "COMMAND", connection_id, "{command} failed: {error}",
+                     TC_ATTR_STR("command", context.name ? context.name : "?"), TC_ATTR_STR("error", error.message),
+                     TC_ATTR_INT("code", error.code));
     }
     append_cluster_time(session, reply);
     control->run_again = false;
@@ -496,8 +497,8 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
 error_reply:
     bson_reinit(&reply);
     tc_error_append_reply(&error, &reply);
-    TC_LOG(TC_LOG_INFO, "NETWORK", request->connection_id, "bad message from %s: %s", request->peer_address,
-           error.message);
+    TC_LOG_ATTRS(TC_LOG_INFO, "NETWORK", request->connection_id, "bad message from {remote}: {error}",
+                 TC_ATTR_STR("remote", request->peer_address), TC_ATTR_STR("error", error.message));
 encode:
     if (more_to_come) {
         goto done; /* the client asked for no reply */
@@ -533,8 +534,8 @@ compress:
 
 refuse:
     /* Framing we cannot answer in kind: log and close, as mongod does. */
-    TC_LOG(TC_LOG_INFO, "NETWORK", request->connection_id, "closing connection from %s: %s", request->peer_address,
-           error.message);
+    TC_LOG_ATTRS(TC_LOG_INFO, "NETWORK", request->connection_id, "closing connection from {remote}: {reason}",
+                 TC_ATTR_STR("remote", request->peer_address), TC_ATTR_STR("reason", error.message));
     out_reply->close_after = true;
 done:
     bson_free(encoded);

@@ -763,9 +763,10 @@ oplog_t *oplog_open(storage_t *storage, uint64_t max_bytes, bson_error_t *error)
         goto done;
     }
     oplog->thread_started = true;
-    TC_LOG(TC_LOG_INFO, "REPL", 0, "oplog: %llu MB maximum, last entry %u.%u",
-           (unsigned long long)(max_bytes / MEGABYTE), OPLOG_TIME_SECONDS(oplog->last_time),
-           OPLOG_TIME_INCREMENT(oplog->last_time));
+    TC_LOG_ATTRS(TC_LOG_INFO, "REPL", 0, "oplog: {maxMB} MB maximum, last entry {lastSeconds}.{lastIncrement}",
+                 TC_ATTR_INT("maxMB", max_bytes / MEGABYTE),
+                 TC_ATTR_INT("lastSeconds", OPLOG_TIME_SECONDS(oplog->last_time)),
+                 TC_ATTR_INT("lastIncrement", OPLOG_TIME_INCREMENT(oplog->last_time)));
     ok = true;
 done:
     storage_session_destroy(session);

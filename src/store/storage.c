@@ -4,6 +4,7 @@
 #include "store/storage_private.h"
 #include "store/slow_disk.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +63,30 @@ static void *journal_flusher_main(void *argument)
     return NULL;
 }
 
+/* WiredTiger's own messages go through the log, so they take its format (one json
+ * object per line under --log-format json) instead of WiredTiger's stderr lines. */
+static int on_wiredtiger_error(WT_EVENT_HANDLER *handler, WT_SESSION *session, int error, const char *message)
+{
+    (void)handler;
+    (void)session;
+    TC_LOG_ATTRS(TC_LOG_ERROR, "STORAGE", 0, "WiredTiger error: {message}", TC_ATTR_STR("message", message),
+                 TC_ATTR_INT("error", error));
+    return 0;
+}
+
+static int on_wiredtiger_message(WT_EVENT_HANDLER *handler, WT_SESSION *session, const char *message)
+{
+    (void)handler;
+    (void)session;
+    TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0, "WiredTiger message: {message}", TC_ATTR_STR("message", message));
+    return 0;
+}
+
+static WT_EVENT_HANDLER wiredtiger_events = {
+    .handle_error = on_wiredtiger_error,
+    .handle_message = on_wiredtiger_message,
+};
+
 storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
 {
     storage_t *storage = BSON_ALIGNED_ALLOC0(storage_t);
@@ -92,7 +117,7 @@ storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
              "extensions=[%s/libwiredtiger_snappy.so,%s/libwiredtiger_zlib.so]",
              (unsigned long long)options->cache_bytes, options->read_iops > 0 ? "mmap=false," : "",
              WIREDTIGER_EXTENSION_DIRECTORY, WIREDTIGER_EXTENSION_DIRECTORY);
-    int wt_code = wiredtiger_open(options->dbpath, NULL, config, &storage->connection);
+    int wt_code = wiredtiger_open(options->dbpath, &wiredtiger_events, config, &storage->connection);
     if (wt_code != 0) {
         tc_error_set(error, TC_ERR_INTERNAL, "cannot open the database in %s: %s", options->dbpath,
                      wiredtiger_strerror(wt_code));

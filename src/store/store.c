@@ -8,6 +8,7 @@
 #include "common/units.h"
 #include "store/auth.h"
 #include "store/dispatch.h"
+#include "store/metrics.h"
 #include "store/oplog.h"
 #include "store/slow_disk.h"
 #include "store/slow_ops.h"
@@ -104,6 +105,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
 {
     store_t store = {.options = *options};
     janitor_t janitor = {.store = &store};
+    store_metrics_t *metrics = NULL;
     oplog_t *oplog = NULL;
     tls_context_t *tls_context = NULL;
     bool janitor_started = false;
@@ -120,10 +122,11 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     store.storage = storage_open(&storage_options, error);
     TC_CHECK(store.storage != NULL);
     if (options->read_iops > 0) {
-        TC_LOG(TC_LOG_INFO, "STORAGE", 0,
-               "emulated slow disk: data-file reads capped at %lld per second (%d KB per I/O), "
-               "OS page cache bypassed",
-               (long long)options->read_iops, SLOW_DISK_IO_UNIT_BYTES / 1024);
+        TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0,
+                     "emulated slow disk: data-file reads capped at {readIops} per second ({ioUnitKB} KB per I/O), "
+                     "OS page cache bypassed",
+                     TC_ATTR_INT("readIops", options->read_iops),
+                     TC_ATTR_INT("ioUnitKB", SLOW_DISK_IO_UNIT_BYTES / 1024));
     } else {
         TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
     }
@@ -169,6 +172,10 @@ bool store_run(const store_options_t *options, bson_error_t *error)
     };
     store.server = server_new(&server_options, &callbacks, error);
     TC_CHECK(store.server != NULL);
+    if (options->metrics_host != NULL) {
+        metrics = store_metrics_start(&store, options->metrics_host, options->metrics_port, error);
+        TC_CHECK(metrics != NULL);
+    }
 
     pthread_mutex_init(&janitor.mutex, NULL);
     pthread_cond_init(&janitor.wakeup, NULL);
@@ -177,14 +184,14 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         goto done;
     }
     janitor_started = true;
-    TC_LOG(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on %s:%d, dbpath %s%s%s",
-           options->bind_address, server_port(store.server), options->dbpath,
-           options->replica_set ? ", replica set " : "", options->replica_set ? options->replica_set : "");
-    TC_LOG(TC_LOG_INFO, "ACCESS", 0, "%s; tlsMode %s",
-           options->auth ? "access control enabled (--auth)"
-                         : "access control is not enabled: read and write access to data and configuration is "
-                           "unrestricted",
-           tls_mode_name(options->tls_mode));
+    TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on {address}:{port}, dbpath {dbPath}",
+                 TC_ATTR_STR("address", options->bind_address), TC_ATTR_INT("port", server_port(store.server)),
+                 TC_ATTR_STR("dbPath", options->dbpath), TC_ATTR_STR("replSet", options->replica_set));
+    TC_LOG_ATTRS(TC_LOG_INFO, "ACCESS", 0, "{access}; tlsMode {tlsMode}",
+                 TC_ATTR_STR("access", options->auth ? "access control enabled (--auth)"
+                                                     : "access control is not enabled: read and write access to data "
+                                                       "and configuration is unrestricted"),
+                 TC_ATTR_STR("tlsMode", tls_mode_name(options->tls_mode)));
     TC_CHECK(server_run(store.server, error));
     TC_LOG(TC_LOG_INFO, "STORAGE", 0, "shutting down");
     ok = true;
@@ -198,6 +205,7 @@ done:
     }
     pthread_mutex_destroy(&janitor.mutex);
     pthread_cond_destroy(&janitor.wakeup);
+    store_metrics_stop(metrics);
     server_destroy(store.server);
     tls_context_destroy(tls_context);
     auth_manager_destroy(store.auth);
@@ -245,6 +253,9 @@ static void print_usage(FILE *stream)
             "                         a reply past it closes its connection (default 256MB)\n"
             "  --slowms MS            log each command slower than MS milliseconds, with where\n"
             "                         its time went (default 100; 0: every command)\n"
+            "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+            "                         (opcounters, connections, WiredTiger cache; default off)\n"
+            "  --log-format FORMAT    text (default) or json (mongod 4.4+'s structured lines)\n"
             "  --verbose              log every failed command\n"
             "  --help                 this text\n");
 }
@@ -267,7 +278,7 @@ enum store_option {
     OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS, OPT_WORKERS,
     OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE, OPT_TLS_CA_FILE,
     OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT, OPT_SEND_TIMEOUT,
-    OPT_MAX_QUEUED_REPLIES, OPT_SLOW_MS
+    OPT_MAX_QUEUED_REPLIES, OPT_SLOW_MS, OPT_METRICS_LISTEN
 };
 
 static const struct option store_long_options[] = {
@@ -297,6 +308,7 @@ static const struct option store_long_options[] = {
     {"send-timeout", required_argument, NULL, OPT_SEND_TIMEOUT},
     {"max-queued-replies", required_argument, NULL, OPT_MAX_QUEUED_REPLIES},
     {"slowms", required_argument, NULL, OPT_SLOW_MS},
+    {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -378,6 +390,7 @@ int store_main(int argc, char **argv)
     store_options_t options;
     bson_error_t error;
     int64_t number;
+    char metrics_host[256];
     store_options_init(&options);
     opterr = 0;
     optind = 1;
@@ -480,6 +493,14 @@ int store_main(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_METRICS_LISTEN:
+            if (!units_parse_host_port(optarg, "--metrics-listen", metrics_host, sizeof metrics_host,
+                                       &options.metrics_port, &error)) {
+                fprintf(stderr, "thermocline store: %s\n", error.message);
+                return 2;
+            }
+            options.metrics_host = metrics_host;
+            break;
         case OPT_HELP:
             print_usage(stdout);
             return 0;
@@ -496,7 +517,7 @@ int store_main(int argc, char **argv)
         return 2;
     }
     if (!store_run(&options, &error)) {
-        fprintf(stderr, "thermocline store: %s\n", error.message);
+        tc_log_failure("thermocline store", error.message);
         return 1;
     }
     return 0;

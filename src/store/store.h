@@ -31,6 +31,9 @@ typedef struct store_options {
     uint32_t send_timeout_ms;    /* --send-timeout, default 30s */
     uint64_t max_queued_reply_bytes; /* --max-queued-replies, default 256MB */
     int64_t slow_ms;             /* --slowms: log commands slower than this, default 100 (0: all) */
+    /* --metrics-listen HOST:PORT: Prometheus text at GET /metrics (NULL: off). */
+    const char *metrics_host;
+    int metrics_port;
 } store_options_t;
 
 void store_options_init(store_options_t *options);

@@ -219,8 +219,8 @@ static void abort_users_of_namespace(void *context, const char *ns)
                    (long long)session->active_number, ns);
             continue;
         }
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "aborting transaction %lld: %s changed under it",
-               (long long)session->active_number, ns);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "aborting transaction {txnNumber}: {ns} changed under it",
+                     TC_ATTR_INT("txnNumber", session->active_number), TC_ATTR_STR("ns", ns));
         abort_locked(table, session);
     }
     pthread_mutex_unlock(&table->mutex);
@@ -815,9 +815,11 @@ void transaction_table_reap(transaction_table_t *table)
             continue;
         }
         if (session->state == TRANSACTION_IN_PROGRESS && now >= session->expires_ms) {
-            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                   "aborting transaction %lld: it ran longer than transactionLifetimeLimitSeconds (%lld)",
-                   (long long)session->active_number, (long long)atomic_load(&table->lifetime_seconds));
+            TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                         "aborting transaction {txnNumber}: it ran longer than transactionLifetimeLimitSeconds "
+                         "({transactionLifetimeLimitSeconds})",
+                         TC_ATTR_INT("txnNumber", session->active_number),
+                         TC_ATTR_INT("transactionLifetimeLimitSeconds", atomic_load(&table->lifetime_seconds)));
             abort_locked(table, session);
         }
         if (session->state != TRANSACTION_IN_PROGRESS && now - session->last_used_ms > SESSION_IDLE_TIMEOUT_MS) {

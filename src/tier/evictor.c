@@ -335,8 +335,9 @@ static void candidates_filter(evictor_t *evictor, const config_namespace_t *poli
     bson_append_document_end(&aged, &bound);
     BSON_APPEND_DOCUMENT(&conditions, "0", &aged);
     if (!index_sync_append_ttl_conditions(evictor->fast, policy->ns, now, &conditions, &count, &error)) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s: cannot read the archive's TTL indexes (%s): this pass evicts "
-               "by age only", policy->ns, error.message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{ns}: cannot read the archive's TTL indexes ({error}): this pass evicts by age only",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("error", error.message));
     }
     bson_init(out);
     if (count == 1) {
@@ -388,8 +389,9 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     item->evict_last_pass_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (total > 0) {
-        TC_LOG(TC_LOG_DEBUG, LOG_COMPONENT, 0, "%s: looked at %lld documents older than the window or expired", policy->ns,
-               (long long)total);
+        TC_LOG_ATTRS(TC_LOG_DEBUG, LOG_COMPONENT, 0,
+                     "{ns}: looked at {documents} documents older than the window or expired",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("documents", total));
     }
 }
 

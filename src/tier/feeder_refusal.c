@@ -167,19 +167,21 @@ bool feeder_refusal_record(feeder_t *feeder, feeder_namespace_t *item, const fee
         entry->recorded_through = op->last_time;
     }
     if (code != 0) {
-        TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, 0,
-               "the archive refused the replay of a %s of %s in %s: %s (code %d). Only this document is held: it "
-               "stays in the fast tier (never evicted) and its later writes queue behind this one in "
-               "%s.%s; the rest of %s goes on. Fix the cause in the archive (say, the document holding the "
-               "conflicting unique key), then run db.adminCommand({thermoclineRetryRefusals: 1}) through the proxy "
-               "or restart the feeder",
-               feeder_op_kind_name(op->kind), json != NULL ? json : "?", item->config->ns, message, code,
-               TIER_DATABASE, REFUSALS_COLLECTION, item->config->ns);
+        TC_LOG_ATTRS(TC_LOG_ERROR, LOG_COMPONENT, 0,
+                     "the archive refused the replay of a {kind} of {documentKey} in {ns}: {error} (code {code}). "
+                     "Only this document is held: it stays in the fast tier (never evicted) and its later writes "
+                     "queue behind this one in " TIER_DATABASE "." REFUSALS_COLLECTION "; the rest of {ns} goes on. "
+                     "Fix the cause in the archive (say, the document holding the conflicting unique key), then run "
+                     "db.adminCommand({thermoclineRetryRefusals: 1}) through the proxy or restart the feeder",
+                     TC_ATTR_STR("kind", feeder_op_kind_name(op->kind)),
+                     TC_ATTR_STR("documentKey", json != NULL ? json : "?"), TC_ATTR_STR("ns", item->config->ns),
+                     TC_ATTR_STR("error", message), TC_ATTR_INT("code", code));
     } else {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "a %s of %s in %s is queued behind a refused write of that document (%s.%s)",
-               feeder_op_kind_name(op->kind), json != NULL ? json : "?", item->config->ns, TIER_DATABASE,
-               REFUSALS_COLLECTION);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "a {kind} of {documentKey} in {ns} is queued behind a refused write of that document "
+                     "(" TIER_DATABASE "." REFUSALS_COLLECTION ")",
+                     TC_ATTR_STR("kind", feeder_op_kind_name(op->kind)),
+                     TC_ATTR_STR("documentKey", json != NULL ? json : "?"), TC_ATTR_STR("ns", item->config->ns));
     }
     bson_free(json);
     feeder_refusals_publish(feeder, item);
@@ -439,10 +441,12 @@ bool feeder_refusals_retry(feeder_t *feeder)
         if (outcome == RETRY_REFUSED) {
             entry->retry_refused = true;
             char *json = id_json(&id);
-            TC_LOG(TC_LOG_ERROR, LOG_COMPONENT, 0,
-                   "the archive still refuses a write of %s in %s: %s (code %d); the document stays held in the "
-                   "fast tier until the cause is fixed and thermoclineRetryRefusals runs again",
-                   json != NULL ? json : "?", item->config->ns, message, code);
+            TC_LOG_ATTRS(TC_LOG_ERROR, LOG_COMPONENT, 0,
+                         "the archive still refuses a write of {documentKey} in {ns}: {error} (code {code}); the "
+                         "document stays held in the fast tier until the cause is fixed and thermoclineRetryRefusals "
+                         "runs again",
+                         TC_ATTR_STR("documentKey", json != NULL ? json : "?"), TC_ATTR_STR("ns", item->config->ns),
+                         TC_ATTR_STR("error", message), TC_ATTR_INT("code", code));
             bson_free(json);
         }
         applied += outcome == RETRY_APPLIED;
@@ -452,8 +456,9 @@ bool feeder_refusals_retry(feeder_t *feeder)
     }
     bson_destroy(&records);
     if (tried > 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "retried %lld refused or queued write(s): %lld applied in the archive",
-               (long long)tried, (long long)applied);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "retried {tried} refused or queued write(s): {applied} applied in the archive",
+                     TC_ATTR_INT("tried", tried), TC_ATTR_INT("applied", applied));
     }
     /* What stands now, read back: the records are the truth, the memory a cache. */
     if (reached && !feeder_refusals_load(feeder, &error)) {

@@ -46,12 +46,11 @@ static bool restore_one(mongoc_client_t *fast, mongoc_client_t *archive, const c
     bson_destroy(&reply);
     ok = tier_command(archive, policy->database, &command, &reply, error);
     if (ok) {
-        char *shown = bson_as_relaxed_extended_json(&current, NULL);
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "%s: the archive no longer held a document a client updated in the fast tier (deleted behind the "
-               "feed, by the archive's TTL index or an operator): its current version was written back: %.200s",
-               policy->ns, shown);
-        bson_free(shown);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{ns}: the archive no longer held a document a client updated in the fast tier (deleted behind "
+                     "the feed, by the archive's TTL index or an operator): its current version was written back: "
+                     "{document}",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_DOC("document", &current));
     }
 done:
     bson_destroy(&command);

@@ -216,10 +216,11 @@ static void desired_specs(const config_namespace_t *policy, const bson_t *archiv
         bson_destroy(&spec);
         if (archive_exists && !state->time_index_warned) {
             state->time_index_warned = true;
-            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-                   "%s: the archive has no index whose first key is %s: every warmer pass scans the collection "
-                   "(the fast tier gets %s of its own)",
-                   policy->ns, policy->time_field, name);
+            TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                         "{ns}: the archive has no index whose first key is {timeField}: every warmer pass scans "
+                         "the collection (the fast tier gets {index} of its own)",
+                         TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("timeField", policy->time_field),
+                         TC_ATTR_STR("index", name));
         }
     }
 }
@@ -245,10 +246,10 @@ static bool note_refusal(index_sync_state_t *state, bson_t *refused_now, const c
     bson_iter_t iter;
     if (!bson_iter_init_find(&iter, &state->refused, name) || !BSON_ITER_HOLDS_UTF8(&iter) ||
         strcmp(bson_iter_utf8(&iter, NULL), error->message) != 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "%s: the fast tier refused the archive's index %s (%s): reads the planner sends there run without "
-               "it until the fast tier accepts it (retried every indexSyncPeriod)",
-               policy->ns, name, error->message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{ns}: the fast tier refused the archive's index {index} ({error}): reads the planner sends "
+                     "there run without it until the fast tier accepts it (retried every indexSyncPeriod)",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("index", name), TC_ATTR_STR("error", error->message));
     }
     BSON_APPEND_UTF8(refused_now, name, error->message);
     return true;
@@ -262,7 +263,8 @@ static bool drop_index(mongoc_client_t *fast, const config_namespace_t *policy, 
     BSON_APPEND_UTF8(&command, "index", name);
     bool ok = run_on_fast(fast, policy, &command, error);
     if (ok || tier_error_code(error) == TC_ERR_INDEX_NOT_FOUND) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: dropped index %s from the fast tier (%s)", policy->ns, name, why);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{ns}: dropped index {index} from the fast tier ({reason})",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("index", name), TC_ATTR_STR("reason", why));
         return true;
     }
     return false;
@@ -323,7 +325,8 @@ static bool create_missing_indexes(mongoc_client_t *fast, const config_namespace
         BSON_APPEND_DOCUMENT(&indexes, "0", &wanted);
         bson_append_array_end(&command, &indexes);
         if (run_on_fast(fast, policy, &command, error)) {
-            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: created index %s on the fast tier", policy->ns, name);
+            TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{ns}: created index {index} on the fast tier",
+                         TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("index", name));
         } else {
             ok = note_refusal(state, &refused_now, policy, name, error);
         }
@@ -412,17 +415,17 @@ static bool sync_validation(mongoc_client_t *archive, mongoc_client_t *fast, con
     bson_error_t refusal;
     if (run_on_fast(fast, policy, &command, &refusal)) {
         state->options_refused = false;
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: the fast tier validates documents as the archive does now",
-               policy->ns);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{ns}: the fast tier validates documents as the archive does now",
+                     TC_ATTR_STR("ns", policy->ns));
     } else if (tier_error_is_transient(&refusal)) {
         *error = refusal;
         ok = false;
     } else if (!state->options_refused) {
         state->options_refused = true;
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "%s: the fast tier refused the archive's validator (%s): a write the archive would refuse is "
-               "accepted by the proxy and refused by the archive when the feeder replays it",
-               policy->ns, refusal.message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{ns}: the fast tier refused the archive's validator ({error}): a write the archive would "
+                     "refuse is accepted by the proxy and refused by the archive when the feeder replays it",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("error", refusal.message));
     }
 done:
     bson_destroy(&archive_info);
@@ -459,9 +462,10 @@ static bool save_ttl_rules(mongoc_client_t *fast, const config_namespace_t *poli
     bson_destroy(&command);
     if (ok) {
         if (!bson_empty(rules) || state->ttl_written) {
-            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                   "%s: %u TTL index(es) of the archive; the evictor removes expired fast-tier copies", policy->ns,
-                   bson_count_keys(rules));
+            TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                         "{ns}: {ttlIndexes} TTL index(es) of the archive; the evictor removes expired fast-tier "
+                         "copies",
+                         TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("ttlIndexes", bson_count_keys(rules)));
         }
         bson_destroy(&state->ttl);
         bson_copy_to(rules, &state->ttl);

@@ -93,24 +93,24 @@ static bool preflight_namespace(mongoc_client_t *archive, const config_namespace
     *out_unchecked = false;
     if (!index_sync_collection_info(archive, policy, &info, &exists, &read_error) ||
         (exists && !preflight_has_time_field_index(archive, policy, &has_index, &read_error))) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s: cannot check the archive's collection at start (%s)",
-               policy->ns, read_error.message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0, "{ns}: cannot check the archive's collection at start ({error})",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("error", read_error.message));
         *out_unchecked = true;
     } else if (!exists) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "%s does not exist in the archive yet: create its index on %s before loading it (the warmer's "
-               "passes read the window through it)",
-               policy->ns, policy->time_field);
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{ns} does not exist in the archive yet: create its index on {timeField} before loading it (the "
+                     "warmer's passes read the window through it)",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("timeField", policy->time_field));
     } else if (preflight_untierable_reason(&info) != NULL) {
-        ok = tc_error_set(error, TC_ERR_BAD_VALUE, "%s cannot be tiered: %s", policy->ns,
-                          preflight_untierable_reason(&info));
+        ok = tc_error_set(error, TC_ERR_BAD_VALUE, "%s cannot be tiered: %s", policy->ns, preflight_untierable_reason(&info));
     } else if (!has_index) {
         char advice[600];
         preflight_time_index_advice(policy, advice, sizeof advice);
         if (policy->require_time_field_index) {
             ok = tc_error_set(error, TC_ERR_BAD_VALUE, "%s, or set requireTimeFieldIndex: false for it", advice);
         } else {
-            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "%s (requireTimeFieldIndex: false: starting anyway)", advice);
+            TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0, "{advice} (requireTimeFieldIndex: false: starting anyway)",
+                         TC_ATTR_STR("advice", advice), TC_ATTR_STR("ns", policy->ns));
         }
     }
     bson_destroy(&info);

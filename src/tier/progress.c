@@ -366,6 +366,13 @@ void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bso
     if (item.warm_started_ms > 0) {
         BSON_APPEND_DATE_TIME(&warmer, "passStarted", item.warm_started_ms);
     }
+    if (item.warm_rate > 0) {
+        /* The pace of the last progress interval (5 s), and the time left at that pace. */
+        BSON_APPEND_DOUBLE(&warmer, "docsPerSecond", item.warm_rate);
+        if (item.warm_remaining >= 0) {
+            BSON_APPEND_INT64(&warmer, "etaSeconds", (int64_t)((double)item.warm_remaining / item.warm_rate + 0.5));
+        }
+    }
     if (item.warm_completed_ms > 0) {
         BSON_APPEND_DATE_TIME(&warmer, "firstPassCompleted", item.warm_completed_ms);
     }

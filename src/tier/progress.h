@@ -42,6 +42,7 @@ typedef struct tier_namespace_progress {
     int64_t warm_copied;        /* documents copied into the fast tier, this pass */
     int64_t warm_remaining;     /* estimate; -1: not known */
     int64_t warm_started_ms;    /* wall clock of the pass's start, 0: none */
+    double warm_rate;           /* documents per second lately, while a pass runs; 0: not measured */
     int64_t warm_completed_ms;  /* wall clock of the first pass's end, 0: not yet */
     uint64_t warm_copy_time;    /* once coverage_valid, the fast tier's cluster time after the
                                  * last copy (0: none): a secondary that has not applied it

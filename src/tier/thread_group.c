@@ -2,6 +2,7 @@
  * variable every sleeper waits on so that a stop wakes them all at once. */
 #include "tier/thread_group.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,6 +56,7 @@ static void *thread_main(void *argument)
 {
     group_thread_t *thread = argument;
     pthread_setname_np(pthread_self(), thread->name);
+    tc_log_set_thread_name(thread->name); /* the json log's ctx: "tc-feeder", "tc-warmer"... */
     thread->run(thread->group, thread->context);
     return NULL;
 }

@@ -55,9 +55,17 @@ static void log_from_mongoc(mongoc_log_level_t level, const char *domain, const 
 {
     (void)context;
     if (level <= MONGOC_LOG_LEVEL_WARNING) {
-        TC_LOG(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0, "%s: %s", domain,
-               message);
+        TC_LOG_ATTRS(level <= MONGOC_LOG_LEVEL_ERROR ? TC_LOG_ERROR : TC_LOG_WARNING, "MONGOC", 0,
+                     "{domain}: {message}", TC_ATTR_STR("domain", domain), TC_ATTR_STR("message", message));
     }
+}
+
+/* "thermocline feeder: ..." as tc_log_failure writes it. */
+static void log_failure(const char *worker, const char *message)
+{
+    char program[64];
+    snprintf(program, sizeof program, "thermocline %s", worker);
+    tc_log_failure(program, message);
 }
 
 void tier_libmongoc_init(void)
@@ -146,8 +154,11 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
             goto fail;
         }
     }
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "tier workers running here:%s%s%s", (which & TIER_RUN_FEEDER) ? " feeder" : "",
-           (which & TIER_RUN_EVICTOR) ? " evictor" : "", (which & TIER_RUN_WARMER) ? " warmer" : "");
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "tier workers running here: feeder {feeder}, evictor {evictor}, warmer {warmer}",
+                 TC_ATTR_BOOL("feeder", (which & TIER_RUN_FEEDER) != 0),
+                 TC_ATTR_BOOL("evictor", (which & TIER_RUN_EVICTOR) != 0),
+                 TC_ATTR_BOOL("warmer", (which & TIER_RUN_WARMER) != 0));
     return started;
 fail:
     tier_workers_stop(started);
@@ -209,12 +220,15 @@ int tier_main(int argc, char **argv)
     bson_error_t error;
     config_t *config = config_load_file(config_path, &error);
     if (config == NULL) {
-        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        log_failure(worker, error.message);
         return 1;
+    }
+    if (config->log_format == TC_LOG_FORMAT_JSON) {
+        tc_log_set_format(TC_LOG_FORMAT_JSON); /* as the proxy: json when the flag or the file asks */
     }
     tier_libmongoc_init();
     if (!tier_preflight(config, &error)) {
-        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        log_failure(worker, error.message);
         config_destroy(config);
         mongoc_cleanup();
         return 1;
@@ -229,12 +243,13 @@ int tier_main(int argc, char **argv)
     tier_workers_t *workers = tier_workers_start(config, progress, which, NULL, &error);
     int status = 0;
     if (workers == NULL) {
-        fprintf(stderr, "thermocline %s: %s\n", worker, error.message);
+        log_failure(worker, error.message);
         status = 1;
     } else {
         int received = 0;
         sigwait(&signals, &received);
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s stopping (signal %d)", worker, received);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{worker} stopping (signal {signal})",
+                     TC_ATTR_STR("worker", worker), TC_ATTR_INT("signal", received));
         tier_workers_stop(workers);
     }
     tier_progress_destroy(progress);

@@ -529,9 +529,10 @@ bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_er
         bool present = false;
         ok = tier_find_by_id(fast, database, collection, bson_iter_value(&id_iter), &present, NULL, error);
         if (ok) {
-            TC_LOG(TC_LOG_WARNING, "EVICTOR", 0,
-                   "resolving an eviction of %s left unfinished by a crash: the document is %s",
-                   bson_iter_utf8(&ns_iter, NULL), present ? "still in the fast tier (not evicted)" : "gone (evicted)");
+            TC_LOG_ATTRS(TC_LOG_WARNING, "EVICTOR", 0,
+                         "resolving an eviction of {ns} left unfinished by a crash: the document is {outcome}",
+                         TC_ATTR_STR("ns", bson_iter_utf8(&ns_iter, NULL)),
+                         TC_ATTR_STR("outcome", present ? "still in the fast tier (not evicted)" : "gone (evicted)"));
             ok = write_mark(fast, &mark_id, present, error);
         }
     }
@@ -661,7 +662,7 @@ void tier_report_error(tier_context_t *context, tier_worker_t worker, const char
     item->updated_ms = clock_wall_ms();
     tier_progress_unlock(context->progress, false);
     if (!repeated) {
-        TC_LOG(TC_LOG_WARNING, worker_component(worker), 0, "%s", message);
+        TC_LOG_ATTRS(TC_LOG_WARNING, worker_component(worker), 0, "{error}", TC_ATTR_STR("error", message));
     }
 }
 

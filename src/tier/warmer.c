@@ -95,6 +95,7 @@ void warmer_publish(warmer_t *warmer, size_t index, bool notify)
                            : state->total_estimate > state->copied ? state->total_estimate - state->copied
                                                                    : 0;
     item->warm_started_ms = state->started_ms;
+    item->warm_rate = state->complete ? 0 : state->rate;
     item->warm_completed_ms = state->completed_ms;
     item->warm_copy_time = valid ? state->last_copy_time : 0; /* with the coverage it makes valid */
     tier_progress_unlock(warmer->context->progress, notify);

@@ -340,8 +340,10 @@ static bool insert_copies(warmer_t *warmer, const char *database, const char *co
                 inserted[write_error.index] = false;
             }
             if (write_error.code != TC_ERR_DUPLICATE_KEY) {
-                TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "the fast tier refused a copy of %s.%s (code %lld)", database,
-                       collection, (long long)write_error.code);
+                TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                             "the fast tier refused a copy of {db}.{collection} (code {code})",
+                             TC_ATTR_STR("db", database), TC_ATTR_STR("collection", collection),
+                             TC_ATTR_INT("code", write_error.code));
             }
         }
     }
@@ -525,9 +527,10 @@ static bool undo_resurrections(warmer_t *warmer, size_t index, const char *datab
             ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
         }
         if (copy_deleted) {
-            TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                   "%s.%s: a document was deleted while the warmer copied it; the copy is deleted again", database,
-                   collection);
+            TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                         "{db}.{collection}: a document was deleted while the warmer copied it; the copy is "
+                         "deleted again",
+                         TC_ATTR_STR("db", database), TC_ATTR_STR("collection", collection));
         }
         bson_destroy(&version);
     }
@@ -634,10 +637,10 @@ static bool settle_orphans(warmer_t *warmer, size_t index, const char *database,
             if (tier_version_filter(&document, &version)) {
                 ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
                 if (ok) {
-                    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-                           "%s.%s: a copy left by an unfinished warm batch of a document deleted since is deleted "
-                           "again",
-                           database, collection);
+                    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                                 "{db}.{collection}: a copy left by an unfinished warm batch of a document deleted "
+                                 "since is deleted again",
+                                 TC_ATTR_STR("db", database), TC_ATTR_STR("collection", collection));
                 }
             }
             bson_destroy(&version);
@@ -679,19 +682,36 @@ static void log_progress(warmer_t *warmer, size_t index, bool force)
         return;
     }
     double seconds = state->last_log_ms > 0 ? (double)(now - state->last_log_ms) / 1000.0 : 0;
-    double rate = seconds > 0 ? (double)(state->copied - state->copied_at_last_log) / seconds : 0;
+    if (seconds > 0) {
+        state->rate = (double)(state->copied - state->copied_at_last_log) / seconds; /* published: status, metrics */
+    }
+    /* The estimate and the time left are facts only once known: attributes after
+     * the others, present or not. */
+    tc_log_attr_t attrs[8] = {
+        TC_ATTR_STR("ns", warmer->context->config->namespaces[index].ns),
+        TC_ATTR_INT("copied", state->copied),
+        TC_ATTR_INT("docsPerSecond", state->rate + 0.5),
+        TC_ATTR_INT("batchSize", state->batch_size),
+        TC_ATTR_INT("lastReadMillis", state->last_read_ms),
+        TC_ATTR_INT("pauseMillis", state->last_pause_ms),
+    };
+    size_t count = 6;
+    int64_t remaining = state->total_estimate - state->copied;
     if (state->total_estimate >= 0) {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-               "%s: copied %lld of about %lld documents of the window (%.0f/s; batches of %d, last read %lld ms, "
-               "pause %lld ms)",
-               warmer->context->config->namespaces[index].ns, (long long)state->copied,
-               (long long)state->total_estimate, rate, state->batch_size, (long long)state->last_read_ms,
-               (long long)state->last_pause_ms);
-    } else {
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-               "%s: copied %lld documents of the window (%.0f/s; batches of %d, last read %lld ms, pause %lld ms)",
-               warmer->context->config->namespaces[index].ns, (long long)state->copied, rate, state->batch_size,
-               (long long)state->last_read_ms, (long long)state->last_pause_ms);
+        attrs[count++] = TC_ATTR_INT("totalEstimate", state->total_estimate);
+    }
+    if (state->total_estimate >= 0 && !state->complete && state->rate > 0) {
+        attrs[count++] = TC_ATTR_INT("etaSeconds", remaining > 0 ? (double)remaining / state->rate + 0.5 : 0);
+    }
+    if (tc_log_enabled(TC_LOG_INFO)) {
+        tc_log_write_attrs(TC_LOG_INFO, LOG_COMPONENT, 0,
+                           state->total_estimate >= 0
+                               ? "{ns}: copied {copied} of about {totalEstimate} documents of the window "
+                                 "({docsPerSecond}/s; batches of {batchSize}, last read {lastReadMillis} ms, pause "
+                                 "{pauseMillis} ms)"
+                               : "{ns}: copied {copied} documents of the window ({docsPerSecond}/s; batches of "
+                                 "{batchSize}, last read {lastReadMillis} ms, pause {pauseMillis} ms)",
+                           attrs, count);
     }
     state->last_log_ms = now;
     state->copied_at_last_log = state->copied;
@@ -723,8 +743,9 @@ static bool batch_start(warmer_t *warmer, size_t index, uint64_t *out_start_time
     if (state->started_ms == 0) {
         state->started_ms = clock_wall_ms();
         count_window(warmer, index, lower_ms);
-        TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0, "%s: warming the window (about %lld documents), newest first",
-               policy->ns, (long long)state->total_estimate);
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                     "{ns}: warming the window (about {totalEstimate} documents), newest first",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("totalEstimate", state->total_estimate));
         state->last_log_ms = clock_monotonic_ms();
         warmer_publish(warmer, index, false);
     }
@@ -833,9 +854,9 @@ static warm_batch_result_t finish_pass(warmer_t *warmer, size_t index, const cha
     }
     warmer_publish(warmer, index, true);
     log_progress(warmer, index, true);
-    TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
-           "%s: the window is warm; range reads from now - maxAge + safetySlack on go to the fast tier",
-           policy->ns);
+    TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                 "{ns}: the window is warm; range reads from now - maxAge + safetySlack on go to the fast tier",
+                 TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("copied", state->copied));
     return WARM_BATCH_DONE;
 }
 
@@ -981,8 +1002,8 @@ warm_batch_result_t warmer_batch(warmer_t *warmer, size_t index, int64_t *out_pa
         return WARM_BATCH_BLOCKED;
     }
     tier_report_ok(context, TIER_WORKER_WARMER);
+    log_progress(warmer, index, false); /* first: it measures the rate the publication carries */
     warmer_publish(warmer, index, false);
-    log_progress(warmer, index, false);
     return WARM_BATCH_COPIED;
 }
 

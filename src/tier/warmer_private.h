@@ -26,6 +26,7 @@ typedef struct warm_namespace {
     int64_t next_due_ms;
     int64_t last_log_ms;
     int64_t copied_at_last_log;
+    double rate; /* documents copied per second over the last progress interval; 0: not measured yet */
     int32_t batch_size;
     uint64_t last_copy_time; /* the fast tier's cluster time of the last copy: published with coverage */
     uint64_t batch_time;     /* T0 of the last batch checked and saved: a mark written after it is left from

@@ -97,6 +97,8 @@ static void test_brief_example(void **state)
     assert_int_equal(config->listen.port, 27017);
     assert_string_equal(config->archive_uri, "mongodb://127.0.0.1:27018/?replicaSet=rs0");
     assert_string_equal(config->fast_uri, "mongodb://127.0.0.1:27019/?replicaSet=rs1");
+    assert_null(config->metrics_listen.host); /* metrics off unless configured */
+    assert_int_equal(config->log_format, TC_LOG_FORMAT_TEXT);
     assert_int_equal(config->namespace_count, 1);
     const config_namespace_t *orders = &config->namespaces[0];
     assert_string_equal(orders->ns, "shop.orders");
@@ -140,6 +142,8 @@ static void test_every_option(void **state)
                             "warmerEnabled: True\n"
                             "warmerRateLimit: 500\n"
                             "authorization: enabled\n"
+                            "metricsListen: 127.0.0.1:9216\n"
+                            "logFormat: json\n"
                             "namespaces:\n"
                             "  - ns: shop.orders\n"
                             "    timeField: createdAt\n"
@@ -164,6 +168,9 @@ static void test_every_option(void **state)
     assert_true(config->warmer_enabled);
     assert_true(config->warmer_rate_limit == 500);
     assert_true(config->authorization_enabled);
+    assert_string_equal(config->metrics_listen.host, "127.0.0.1");
+    assert_int_equal(config->metrics_listen.port, 9216);
+    assert_int_equal(config->log_format, TC_LOG_FORMAT_JSON);
     assert_int_equal(config->namespace_count, 2);
     const config_namespace_t *orders = config_find_namespace(config, "shop.orders");
     assert_non_null(orders);
@@ -180,7 +187,7 @@ static void test_every_option(void **state)
     assert_int_equal(clicks->coverage, CONFIG_COVERAGE_WARM);
     assert_true(clicks->safety_slack_ms == 15 * 60000); /* 6h/10 = 36m, at most 15m */
     assert_true(clicks->evictor_period_ms == 60000);    /* 6h/20 = 18m, at most 1m */
-    assert_int_equal(clicks->line, 24); /* after the two index keys of orders */
+    assert_int_equal(clicks->line, 26); /* after the two index keys of orders */
     assert_int_equal(clicks->index, 1);
     assert_ptr_equal(clicks, &config->namespaces[1]);
     config_destroy(config);
@@ -487,6 +494,8 @@ static void test_bad_top_level_values(void **state)
         {"archive\n",
          "1: the configuration must be a mapping of keys (listen, archive, fast, namespaces), not a value"},
         {TIERS "---\n" TIERS, "4: a second YAML document: the configuration is one document"},
+        {TIERS "logFormat: JSON\n", "3: logFormat must be text or json, not 'JSON'"},
+        {TIERS "metricsListen: 9216\n", "3: metricsListen must be host:port, such as 127.0.0.1:27017, not '9216'"},
     };
     RUN_BAD(cases);
 }

@@ -121,6 +121,30 @@ static void test_flag_durations(void **state)
     assert_true(strncmp(error.message, "--duration: invalid duration '10'", 33) == 0);
 }
 
+static void test_host_ports(void **state)
+{
+    (void)state;
+    bson_error_t error;
+    char host[64];
+    int port;
+    assert_true(units_parse_host_port("127.0.0.1:9216", "--metrics-listen", host, sizeof host, &port, &error));
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 9216);
+    assert_true(units_parse_host_port("[::1]:65535", "--metrics-listen", host, sizeof host, &port, &error));
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 65535);
+    static const char *const refused[] = {"9216", ":9216", "::1:9216", "[]:9216", "127.0.0.1:"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        assert_false(units_parse_host_port(refused[i], "--metrics-listen", host, sizeof host, &port, &error));
+        assert_int_equal(error.code, TC_ERR_BAD_VALUE);
+        assert_non_null(strstr(error.message, "--metrics-listen"));
+    }
+    assert_false(units_parse_host_port("127.0.0.1:0", "--metrics-listen", host, sizeof host, &port, &error));
+    assert_string_equal(error.message, "--metrics-listen takes a whole number from 1 to 65535, not '0'");
+    /* a host longer than the buffer is refused, never cut */
+    assert_false(units_parse_host_port("a-very-long-host-name:1", "--metrics-listen", host, 8, &port, &error));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -128,6 +152,7 @@ int main(void)
         cmocka_unit_test(test_durations),
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_flag_durations),
+        cmocka_unit_test(test_host_ports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
