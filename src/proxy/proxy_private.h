@@ -61,6 +61,7 @@ typedef struct proxy_cursor {
     int64_t last_used_ms;
     bool change_stream; /* a change stream on a tiered namespace: its batches lose the workers' events */
     bool update_lookup; /* ... opened with fullDocument: "updateLookup" */
+    bson_t *stages;     /* ... its stages the proxy applies (a BSON array; NULL: none), owned */
 } proxy_cursor_t;
 
 typedef struct cursor_map cursor_map_t;

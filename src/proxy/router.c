@@ -313,6 +313,7 @@ void router_request_free(proxy_request_t *request)
     case ROUTE_STATE_TRANSACTION_REFUSAL:
         break;
     }
+    bson_destroy(request->stream_stages);
     bson_free(request->call.owned);
     bson_free(request->call.failed_reply);
     bson_destroy(&request->command);
@@ -782,6 +783,7 @@ void router_finish_cursor_reply(proxy_request_t *request, uint8_t *copy, size_t 
             proxy_cursor_t *cursor = cursor_map_find(proxy->cursors, proxy_id);
             cursor->change_stream = request->change_stream;
             cursor->update_lookup = request->stream_update_lookup;
+            cursor->stages = request->stream_stages, request->stream_stages = NULL; /* the cursor's now */
             write_int64(cursor_id, proxy_id);
         }
     }
@@ -824,6 +826,7 @@ static void route_get_more(proxy_request_t *request)
     request->getmore_proxy_id = proxy_id;
     request->change_stream = cursor->change_stream;
     request->stream_update_lookup = cursor->update_lookup;
+    request->stream_stages = cursor->stages != NULL ? bson_copy(cursor->stages) : NULL;
     request->members[cursor->tier] = cursor->member_id;
     write_int64(id_bytes, cursor->backend_id);
     router_forward(request, cursor->tier);
@@ -998,9 +1001,8 @@ static void route_decided(proxy_request_t *request)
             return;
         }
         if (decision->is_change_stream && !decision->is_explain) {
-            if (!router_change_stream_open(request)) {
-                return;
-            }
+            router_change_stream_open(request);
+            return;
         }
         router_forward(request, PROXY_TIER_FAST);
         return;

@@ -14,6 +14,8 @@
  *   longer held (null: evicted since) ─▶ WAITING_FOR_FEEDER (its deletes) ─▶
  *   STREAM_LOOKING_UP (the archive holds that document's last version, I2) ─▶ FINISHED
  *
+ * Stages after $changeStream from the first that may reshape an event on
+ * ($project...) run here, on what is left (router_change_stream_open splits them).
  * The reply keeps the tier's postBatchResumeToken and cursor; only the worker
  * events leave its batch. Resume tokens are the fast tier's own, so a client
  * resumes through any proxy of the configuration, and after a restart. */
@@ -22,6 +24,7 @@
 #include "common/bson_view.h"
 #include "common/timestamp.h"
 #include "query/order.h"
+#include "query/pipeline.h"
 #include "tier/tier.h"
 #include "tier/worker_writes.h"
 #include "wire/wire.h"
@@ -213,13 +216,27 @@ static uint32_t append_missed_lookups(const proxy_request_t *request, const bson
     return count;
 }
 
-/* The reply to the client: the tier's, its batch replaced with kept. */
+static bool apply_stages(proxy_request_t *request, const bson_t *kept, bson_t *out, bson_error_t *error);
+
+/* The reply to the client: the tier's, its batch replaced with kept (through the
+ * client's stages, when the proxy applies them). */
 static void finish_with_kept(proxy_request_t *request)
 {
-    bson_t filtered = BSON_INITIALIZER;
+    bson_t filtered = BSON_INITIALIZER, transformed = BSON_INITIALIZER;
     uint8_t *encoded;
     size_t length;
     bson_error_t error;
+    if (request->stream_stages != NULL) {
+        if (!apply_stages(request, &request->route.stream.kept, &transformed, &error)) {
+            bson_destroy(&transformed);
+            bson_destroy(&filtered);
+            router_finish_with_error(request, &error);
+            return;
+        }
+        bson_reinit(&request->route.stream.kept);
+        bson_concat(&request->route.stream.kept, &transformed);
+    }
+    bson_destroy(&transformed);
     append_filtered_body(&request->route.stream.body, &request->route.stream.kept, &filtered);
     bool built = wire_op_msg_build(0, 0, 0, &filtered, NULL, 0, &encoded, &length, &error);
     bson_destroy(&filtered);
@@ -255,7 +272,7 @@ bool router_change_stream_takes_reply(proxy_request_t *request, const uint8_t *r
     }
     uint32_t events = append_mark_keys(request, &batch, &keys);
     bson_destroy(&keys);
-    if (events == 0 && append_missed_lookups(request, &batch, NULL) == 0) {
+    if (events == 0 && append_missed_lookups(request, &batch, NULL) == 0 && request->stream_stages == NULL) {
         return false; /* only clients write updates and replaces */
     }
     request->route_kind = ROUTE_STATE_STREAM;
@@ -392,41 +409,138 @@ void router_change_stream_after_wait(proxy_request_t *request)
     read_marks(request);
 }
 
-/* Stages MongoDB allows after $changeStream that keep an event whole; the others
- * may drop what the proxy reads to tell a worker's event (operationType,
- * documentKey, ns, clusterTime) before it could. */
-static bool keeps_events_whole(const char *stage)
+/* The stages MongoDB allows after $changeStream (each maps an event to at most one). */
+static bool allowed_in_change_stream(const char *stage)
 {
-    return strcmp(stage, "$match") == 0;
+    static const char *const allowed[] = {"$match", "$project", "$addFields", "$set", "$unset",
+                                          "$replaceRoot", "$replaceWith", "$redact", NULL};
+    for (const char *const *candidate = allowed; *candidate != NULL; candidate++) {
+        if (strcmp(*candidate, stage) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
-bool router_change_stream_open(proxy_request_t *request)
+/* Splits the pipeline: to_tier gets $changeStream and the $match stages right
+ * after it (they keep events whole), *out_rest (NULL: none) the stages from the
+ * first other one on, which the proxy applies once the workers' events are gone:
+ * a $project may drop what tells them apart. False when a stage is not one a
+ * change stream allows (the tier then refuses the client's own pipeline). */
+static bool split_stages(const bson_iter_t *pipeline, bson_t *to_tier, bson_t **out_rest)
 {
-    bson_iter_t pipeline, stage, body, option;
+    bson_iter_t stage, body;
+    uint32_t tier_count = 0, rest_count = 0;
+    *out_rest = NULL;
+    bson_iter_recurse(pipeline, &stage);
+    while (bson_iter_next(&stage)) {
+        char key[16];
+        const char *key_string;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&stage) || !bson_iter_recurse(&stage, &body) || !bson_iter_next(&body) ||
+            (tier_count > 0 && !allowed_in_change_stream(bson_iter_key(&body)))) {
+            bson_destroy(*out_rest);
+            *out_rest = NULL;
+            return false;
+        }
+        if (*out_rest == NULL && (tier_count == 0 || strcmp(bson_iter_key(&body), "$match") == 0)) {
+            bson_uint32_to_string(tier_count++, &key_string, key, sizeof key);
+            bson_append_iter(to_tier, key_string, -1, &stage);
+            continue;
+        }
+        if (*out_rest == NULL) {
+            *out_rest = bson_new();
+        }
+        bson_uint32_to_string(rest_count++, &key_string, key, sizeof key);
+        bson_append_iter(*out_rest, key_string, -1, &stage);
+    }
+    return true;
+}
+
+void router_change_stream_open(proxy_request_t *request)
+{
+    bson_iter_t pipeline, stage, body, option, field;
+    bson_t to_tier = BSON_INITIALIZER;
+    bson_error_t error;
+    request->change_stream = true;
     if (!fields_find(&request->fields, "pipeline", &pipeline) || !bson_iter_recurse(&pipeline, &stage) ||
-        !bson_iter_next(&stage)) {
-        return true; /* the planner saw a $changeStream first: it is there */
+        !bson_iter_next(&stage) || !split_stages(&pipeline, &to_tier, &request->stream_stages)) {
+        bson_destroy(&to_tier);
+        router_forward(request, PROXY_TIER_FAST); /* the tier answers as MongoDB does */
+        return;
     }
     if (bson_iter_recurse(&stage, &body) && bson_iter_next(&body) && bson_iter_recurse(&body, &option) &&
         bson_iter_find(&option, "fullDocument") && BSON_ITER_HOLDS_UTF8(&option)) {
         request->stream_update_lookup = strcmp(bson_iter_utf8(&option, NULL), "updateLookup") == 0;
     }
-    while (bson_iter_next(&stage)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&stage) || !bson_iter_recurse(&stage, &body) || !bson_iter_next(&body) ||
-            keeps_events_whole(bson_iter_key(&body))) {
+    if (request->stream_stages == NULL) {
+        bson_destroy(&to_tier);
+        router_forward(request, PROXY_TIER_FAST);
+        return;
+    }
+    pipeline_t *compiled = pipeline_compile(request->stream_stages, NULL, &error);
+    if (compiled == NULL) {
+        bson_destroy(&to_tier);
+        router_finish_with_error(request, &error); /* mongod's parse errors, as the tier would give */
+        return;
+    }
+    pipeline_destroy(compiled);
+    /* The client's command, its pipeline cut to what the tier runs. */
+    bson_t command = BSON_INITIALIZER;
+    bson_iter_init(&field, &request->command);
+    while (bson_iter_next(&field)) {
+        if (strcmp(bson_iter_key(&field), "pipeline") == 0) {
+            BSON_APPEND_ARRAY(&command, "pipeline", &to_tier);
+        } else {
+            bson_append_iter(&command, NULL, 0, &field);
+        }
+    }
+    bson_destroy(&to_tier);
+    router_call_tier_command(request, PHASE_FORWARDING, PROXY_TIER_FAST, &command);
+}
+
+/* The client's stages over the kept events, into out (a BSON array): an event
+ * they drop is gone; one whose _id (its resume token) they change is
+ * ChangeStreamFatalError (280), as on MongoDB. */
+static bool apply_stages(proxy_request_t *request, const bson_t *kept, bson_t *out, bson_error_t *error)
+{
+    pipeline_t *compiled = pipeline_compile(request->stream_stages, NULL, error);
+    bson_iter_t iter, token, result_token;
+    uint32_t count = 0;
+    bool ok = compiled != NULL;
+    bson_iter_init(&iter, kept);
+    while (ok && bson_iter_next(&iter)) {
+        bson_t event, result;
+        bool produced = false;
+        if (!bson_view_of(&iter, &event)) {
             continue;
         }
-        bson_error_t error;
-        tc_error_set(&error, TC_ERR_ILLEGAL_OPERATION,
-                     "a change stream on %s (a tiered namespace) through thermocline takes only $match stages after "
-                     "$changeStream, not %s yet: the proxy must see each event whole to leave out the tier workers' "
-                     "writes; apply %s in the application",
-                     request->ns, bson_iter_key(&body), bson_iter_key(&body));
-        router_finish_with_error(request, &error);
-        return false;
+        if (!pipeline_transform_one(compiled, &event, &result, &produced, error)) {
+            ok = false;
+            break;
+        }
+        if (!produced) {
+            continue;
+        }
+        bson_t token_view, result_view;
+        if (!bson_iter_init_find(&token, &event, "_id") || !bson_iter_init_find(&result_token, &result, "_id") ||
+            !bson_view_of(&token, &token_view) || !bson_view_of(&result_token, &result_view) ||
+            !BSON_ITER_HOLDS_DOCUMENT(&result_token) || !bson_equal(&token_view, &result_view)) {
+            bson_destroy(&result);
+            ok = tc_error_set(error, TC_ERR_CHANGE_STREAM_FATAL_ERROR,
+                              "Encountered an event whose _id field, which contains the resume token, was modified "
+                              "by the pipeline. Modifying the _id field of an event makes it impossible to resume "
+                              "the stream from that point. Only transformations that retain the unmodified _id "
+                              "field are allowed.");
+            break;
+        }
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(count++, &key_string, key, sizeof key);
+        BSON_APPEND_DOCUMENT(out, key_string, &result);
+        bson_destroy(&result);
     }
-    request->change_stream = true;
-    return true;
+    pipeline_destroy(compiled);
+    return ok;
 }
 
 void router_change_stream_look_up(proxy_request_t *request)

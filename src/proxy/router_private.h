@@ -112,6 +112,7 @@ typedef struct proxy_request {
     bool pinned; /* the documents it faults in are pinned against the evictor */
     bool change_stream; /* opens or continues a change stream on a tiered namespace (on the fast tier) */
     bool stream_update_lookup; /* ... with fullDocument: "updateLookup" */
+    bson_t *stream_stages; /* ... the stages after $changeStream the proxy applies (owned; NULL: none) */
     struct proxy_request *next_index_waiter; /* PHASE_LOADING_INDEXES: the namespace's list */
     retry_kind_t retry_kind; /* of the client's command; also its internal steps' */
     tier_call_t call;
@@ -260,10 +261,11 @@ void router_fault_in_on_marked(proxy_request_t *request, const router_outcome_t 
 
 /* --- router_change_stream.c: the workers' events left out of a stream's batches ---- */
 
-/* Readies the aggregate opening a tiered change stream (its fullDocument mode);
- * false when refused and answered: stages after $changeStream that may reshape
- * its events. */
-bool router_change_stream_open(proxy_request_t *request);
+/* Forwards the aggregate opening a tiered change stream to the fast tier: its
+ * stages from the first that may reshape an event on are kept to be applied here,
+ * to the events the workers' are dropped from (the tier gets $changeStream and the
+ * $match stages before them). */
+void router_change_stream_open(proxy_request_t *request);
 /* Refuses (and answers) a database's or the cluster's change stream where tiered
  * namespaces are (IllegalOperation, naming one); false when the request goes on
  * (not such a stream, or nothing tiered in it: the archive's). */
