@@ -10,11 +10,13 @@ import subprocess
 import time
 
 import pytest
-from bson import Timestamp
+from bson import Timestamp, json_util
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
 from conftest import NODE_DIR, StoreProcess, wait_until
+from test_store_mongosh import run_mongosh
+from test_store_libmongoc_watch import WatchClient, watch_client_binary  # noqa: F401 (a fixture)
 from test_store_node import node_or_skip
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, namespace_status, start_proxy, track, wait_warm
@@ -128,11 +130,7 @@ def test_stream_shows_each_application_write_once_and_no_worker_write(stores, tm
         stream = client.shop.orders.watch(start_at_operation_time=start, max_await_time_ms=200)
         oracle_stream = oracle_client.shop.orders.watch(max_await_time_ms=200)
         wait_warm(proxy)
-
-        def evicted():
-            assert wait_until(lambda: fast_count(fast) <= 3, 30, 0.2), "the evictor did not delete the documents"
-
-        application_writes(client, evicted)
+        application_writes(client, lambda: wait_evicted(fast))
         application_writes(oracle_client, lambda: None)
         events = read_until(stream, "end")
         expected = read_until(oracle_stream, "end")
@@ -147,6 +145,12 @@ def test_stream_shows_each_application_write_once_and_no_worker_write(stores, tm
     tokens = [e["_id"]["_data"] for e in events]
     assert tokens == sorted(tokens)
     proxy.stop()
+
+
+def wait_evicted(fast):
+    """Until the evictor has deleted what the writes so far left in the fast tier
+    (but the last three, which a fault-in may just have copied in)."""
+    assert wait_until(lambda: fast_count(fast) <= 3, 30, 0.2), "the evictor did not delete the documents"
 
 
 def fast_count(fast):
@@ -292,7 +296,7 @@ def test_node_driver_stream_through_a_proxy_killed_and_restarted(stores, tmp_pat
         wait_warm(proxy)
 
         def evicted_then_crash():
-            assert wait_until(lambda: fast_count(fast) <= 3, 30, 0.2), "the evictor did not delete the documents"
+            wait_evicted(fast)
             proxy.kill9()
             time.sleep(1)  # the watcher's getMores fail meanwhile
             proxy.restart()
@@ -370,4 +374,80 @@ def test_database_and_cluster_streams(stores, tmp_path):
         assert wait_until(lambda: seen.extend(filter(None, [stream.try_next()])) or len(seen) >= 2, 10, 0), seen
         assert [(e["ns"]["coll"], e["documentKey"]["_id"]) for e in seen] == [("things", 1), ("more", 2)]
         stream.close()
+    proxy.stop()
+
+
+class ProxyAddress:
+    """What WatchClient reads of a process: a URI with a query part."""
+
+    def __init__(self, proxy):
+        self.uri = proxy.uri + "?appname=watch_client"
+
+
+def test_libmongoc_watch_through_the_proxy(stores, tmp_path, watch_client_binary):
+    """libmongoc's mongoc_collection_watch() through the proxy, from a cluster
+    time before the warmer copied anything: the same events as the oracle's
+    stream, nothing of the workers'."""
+    archive, fast, oracle = stores
+    for process in (archive, oracle):
+        seed(process, 100)
+    with MongoClient(oracle.uri) as oracle_client:
+        oracle_stream = oracle_client.shop.orders.watch(max_await_time_ms=200)
+        application_writes(oracle_client, lambda: None)
+        expected = [shape(e) for e in read_until(oracle_stream, "end")]
+        oracle_stream.close()
+    start = cluster_time(fast)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="3s", slack="300ms")
+    watcher = WatchClient(watch_client_binary, ProxyAddress(proxy), "orders", count=len(expected),
+                          options={"startAtOperationTime": Timestamp(start.time, start.inc)})
+    try:
+        watcher.wait_for(lambda line: line == "ready", "ready")
+        wait_warm(proxy)
+        with client_for(proxy) as client:
+            application_writes(client, lambda: wait_evicted(fast))
+        watcher.wait_for_events(len(expected))
+        assert watcher.finish() == 0, watcher.output()
+    finally:
+        watcher.stop()
+    assert [shape(e) for e in watcher.events()] == expected
+    watcher.assert_no_sanitizer_report()
+    proxy.stop()
+
+
+MONGOSH_WATCH = """
+const stream = db.getSiblingDB('shop').orders.watch([], {startAtOperationTime: Timestamp({t: %d, i: %d}),
+                                                         maxAwaitTimeMS: 200});
+const deadline = Date.now() + 60000;
+while (Date.now() < deadline) {
+  const event = stream.tryNext();
+  if (event === null) continue;
+  print('EVENT ' + EJSON.stringify(event, {relaxed: false}));
+  if (event.operationType === 'insert' && event.documentKey._id === 'end') break;
+}
+print('DONE');
+"""
+
+
+def test_mongosh_watch_through_the_proxy(stores, tmp_path):
+    """mongosh's watch() through the proxy, resuming from a cluster time before
+    the proxy started once every write is done: the history in between holds the
+    warmer's copies, the fault-ins and the evictor's deletes, none of which it
+    shows; the application's events are the oracle's."""
+    archive, fast, oracle = stores
+    for process in (archive, oracle):
+        seed(process, 100)
+    start = cluster_time(fast)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="3s", slack="300ms")
+    wait_warm(proxy)
+    with client_for(proxy) as client, MongoClient(oracle.uri) as oracle_client:
+        oracle_stream = oracle_client.shop.orders.watch(max_await_time_ms=200)
+        application_writes(client, lambda: wait_evicted(fast))
+        application_writes(oracle_client, lambda: None)
+        expected = [shape(e) for e in read_until(oracle_stream, "end")]
+        oracle_stream.close()
+    code, stdout, stderr = run_mongosh([proxy.uri, "--quiet", "--eval", MONGOSH_WATCH % (start.time, start.inc)],
+                                       tmp_path, timeout=90)
+    assert code == 0 and stdout.strip().endswith("DONE"), (code, stdout[-2000:], stderr[-2000:])
+    events = [json_util.loads(line[len("EVENT "):]) for line in stdout.splitlines() if line.startswith("EVENT ")]
+    assert [shape(e) for e in events] == expected
     proxy.stop()
