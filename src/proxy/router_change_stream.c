@@ -321,7 +321,7 @@ static worker_writes_verdict_t classify(const bson_t *marks, const stream_event_
         bson_iter_t iter;
         bool found = bson_iter_init_find(&iter, &holder, "k") && bson_view_of(&iter, &key) &&
                      find_mark(marks, &key, &mark);
-        worker_writes_verdict_t one = worker_writes_classify(found ? &mark : NULL, &event);
+        worker_writes_verdict_t one = worker_writes_classify(found ? &mark : NULL, &event, NULL);
         bson_destroy(&holder);
         if (one == WORKER_WRITES_WORKER) {
             return WORKER_WRITES_WORKER;

@@ -34,6 +34,9 @@
 #define BACKOFF_MAX_MS 5000
 #define WARM_MARK_WAIT_MS 2000
 #define EVICT_MARK_RECOVER_SECONDS 30
+/* Done marks stay WORKER_WRITES_RETENTION_SECONDS: a scan of them once a second is
+ * plenty, where one per batch would cost the fast tier a collection scan each. */
+#define MARK_CLEAN_INTERVAL_MS 1000
 #define STATS_LOG_INTERVAL_MS 10000
 
 /* One event of a batch on its way to the archive. */
@@ -393,25 +396,6 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
 
 /* --- worker-writes marks ------------------------------------------------------------- */
 
-static bool mark_consumed(const bson_t *consumed, const bson_t *key)
-{
-    bson_iter_t iter;
-    bson_iter_init(&iter, consumed);
-    while (bson_iter_next(&iter)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t item;
-        if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-            bson_iter_document(&iter, &length, &data);
-            bson_init_static(&item, data, length);
-            if (bson_equal(&item, key)) {
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
 /* Looks the batch's inserts and deletes up in thermocline.workerWrites and marks
  * the evictor's deletes and the warmer's copies suppressed. Waits for marks whose
  * outcome is not written yet. False only when the group stops. */
@@ -488,23 +472,16 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                     .full_document =
                         view_field_document(&item->event, "fullDocument", &full_document) ? &full_document : NULL,
                     .waited_ms = waited,
-                    .range_consumed = item->is_delete && mark_consumed(&feeder->consumed_marks, &key),
                 };
-                switch (worker_writes_classify(&mark, &event)) {
+                uint64_t range_to = 0;
+                switch (worker_writes_classify(&mark, &event, &range_to)) {
                 case WORKER_WRITES_PENDING:
                     waiting_evict = waiting_evict || item->is_delete;
                     waiting_warm = waiting_warm || !item->is_delete;
                     continue;
                 case WORKER_WRITES_WORKER:
-                    item->suppressed = true;
-                    if (item->is_delete) {
-                        /* An eviction mark stands for one delete: the first in its range. */
-                        char index_key[16];
-                        const char *index_string;
-                        bson_uint32_to_string(bson_count_keys(&feeder->consumed_marks), &index_string, index_key,
-                                              sizeof index_key);
-                        BSON_APPEND_DOCUMENT(&feeder->consumed_marks, index_string, &key);
-                    }
+                    /* An eviction stands for one delete: the first in its range. */
+                    item->suppressed = !item->is_delete || feeder_consume_range(&feeder->consumed_marks, &key, range_to);
                     break;
                 case WORKER_WRITES_APPLICATION:
                     break;
@@ -796,65 +773,6 @@ static bool write_checkpoint(feeder_t *feeder)
     return ok;
 }
 
-/* Marks the feeder has matched or passed: done marks WORKER_WRITES_RETENTION_SECONDS
- * before the applied time (the proxy's clients' change streams, which may lag or
- * resume behind the feeder, classify their events with them too), "recovered"
- * marks consumed in this batch, copy marks left pending. */
-static void clean_marks(feeder_t *feeder)
-{
-    bson_t command = BSON_INITIALIZER, deletes, statement, query, any, clause, condition, concern, reply, kinds;
-    bson_error_t error;
-    uint32_t seconds = (uint32_t)(feeder->applied_time >> 32);
-    uint32_t retained = seconds > WORKER_WRITES_RETENTION_SECONDS ? seconds - WORKER_WRITES_RETENTION_SECONDS : 0;
-    BSON_APPEND_UTF8(&command, "delete", TIER_MARKS_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-    BSON_APPEND_ARRAY_BEGIN(&query, "$or", &any);
-    const char *time_fields[] = {"at", "to"};
-    for (int i = 0; i < 2; i++) {
-        bson_append_document_begin(&any, i == 0 ? "0" : "1", 1, &clause);
-        BSON_APPEND_UTF8(&clause, "state", "done");
-        bson_append_document_begin(&clause, time_fields[i], -1, &condition);
-        bson_append_timestamp(&condition, "$lte", 4, retained, 0);
-        bson_append_document_end(&clause, &condition);
-        bson_append_document_end(&any, &clause);
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&any, "2", &clause);
-    BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id.op", &condition);
-    BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &kinds);
-    BSON_APPEND_UTF8(&kinds, "0", "warm");
-    BSON_APPEND_UTF8(&kinds, "1", "fault");
-    bson_append_array_end(&condition, &kinds);
-    bson_append_document_end(&clause, &condition);
-    BSON_APPEND_UTF8(&clause, "state", "pending");
-    BSON_APPEND_DOCUMENT_BEGIN(&clause, "since", &condition);
-    bson_append_timestamp(&condition, "$lt", 3, seconds > 60 ? seconds - 60 : 0, 0);
-    bson_append_document_end(&clause, &condition);
-    bson_append_document_end(&any, &clause);
-    if (!bson_empty(&feeder->consumed_marks)) {
-        BSON_APPEND_DOCUMENT_BEGIN(&any, "3", &clause);
-        BSON_APPEND_UTF8(&clause, "state", "recovered");
-        BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id", &condition);
-        BSON_APPEND_ARRAY(&condition, "$in", &feeder->consumed_marks);
-        bson_append_document_end(&clause, &condition);
-        bson_append_document_end(&any, &clause);
-    }
-    bson_append_array_end(&query, &any);
-    bson_append_document_end(&statement, &query);
-    BSON_APPEND_INT32(&statement, "limit", 0);
-    bson_append_document_end(&deletes, &statement);
-    bson_append_array_end(&command, &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(&command, &concern);
-    if (tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error)) {
-        bson_reinit(&feeder->consumed_marks);
-    }
-    bson_destroy(&reply);
-    bson_destroy(&command);
-}
-
 /* Namespaces applied again after a stop are caught up once the stream passes the
  * point where the others were: their stopped record goes. */
 static void finish_retries(feeder_t *feeder)
@@ -1053,7 +971,10 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
         if (!write_checkpoint(feeder)) {
             return false;
         }
-        clean_marks(feeder);
+        if (clock_monotonic_ms() - feeder->last_mark_clean_ms >= MARK_CLEAN_INTERVAL_MS) {
+            feeder->last_mark_clean_ms = clock_monotonic_ms();
+            feeder_clean_marks(feeder);
+        }
         finish_retries(feeder);
     }
     tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);

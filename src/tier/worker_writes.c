@@ -6,15 +6,17 @@
 
 #include <string.h>
 
-static bool in_range(const bson_t *range, uint64_t time)
+static bool in_range(const bson_t *range, uint64_t time, uint64_t *out_to)
 {
-    return timestamp_find(range, "from") < time && time <= timestamp_find(range, "to");
+    *out_to = timestamp_find(range, "to");
+    return timestamp_find(range, "from") < time && time <= *out_to;
 }
 
-/* Whether a done range of the mark, current or kept in its history, holds time. */
-static bool in_done_range(const bson_t *mark, const char *state, uint64_t time)
+/* Whether a done range of the mark, current or kept in its history, holds time
+ * (*out_to: its end). */
+static bool in_done_range(const bson_t *mark, const char *state, uint64_t time, uint64_t *out_to)
 {
-    if (strcmp(state, "done") == 0 && in_range(mark, time)) {
+    if (strcmp(state, "done") == 0 && in_range(mark, time, out_to)) {
         return true;
     }
     bson_iter_t history, item;
@@ -30,7 +32,7 @@ static bool in_done_range(const bson_t *mark, const char *state, uint64_t time)
             continue;
         }
         bson_iter_document(&item, &length, &data);
-        if (bson_init_static(&range, data, length) && in_range(&range, time)) {
+        if (bson_init_static(&range, data, length) && in_range(&range, time, out_to)) {
             return true;
         }
     }
@@ -45,8 +47,10 @@ static bool is_the_copy(const bson_t *mark, const bson_t *full_document)
            worker_writes_digest(full_document) == bson_iter_int64(&copy);
 }
 
-worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event)
+worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event,
+                                               uint64_t *out_range_to)
 {
+    uint64_t range_to = 0;
     if (mark == NULL) {
         return WORKER_WRITES_APPLICATION;
     }
@@ -55,9 +59,10 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
     if (bson_iter_init_find(&field, mark, "state") && BSON_ITER_HOLDS_UTF8(&field)) {
         state = bson_iter_utf8(&field, NULL);
     }
-    bool worker = in_done_range(mark, state, event->time);
+    bool worker = in_done_range(mark, state, event->time, &range_to);
     if (!worker && strcmp(state, "recovered") == 0 && event->is_delete) {
         worker = event->time > timestamp_find(mark, "since");
+        range_to = UINT64_MAX;
     }
     if (!worker && strcmp(state, "pending") == 0 && event->time > timestamp_find(mark, "since")) {
         /* The write the mark announces may be this one, its outcome unknown yet. */
@@ -68,10 +73,17 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
          * is the worker's when the insert is byte for byte the copy: the archive
          * holds that version, and replaying or showing it would be a write nobody
          * made. Another insert of that _id (a client's, after a delete) is not. */
-        return is_the_copy(mark, event->full_document) ? WORKER_WRITES_WORKER : WORKER_WRITES_APPLICATION;
+        if (!is_the_copy(mark, event->full_document)) {
+            return WORKER_WRITES_APPLICATION;
+        }
+        worker = true;
+        range_to = UINT64_MAX;
     }
-    if (!worker || (event->is_delete && event->range_consumed)) {
+    if (!worker) {
         return WORKER_WRITES_APPLICATION;
+    }
+    if (out_range_to != NULL) {
+        *out_range_to = range_to;
     }
     return WORKER_WRITES_WORKER;
 }

@@ -43,13 +43,16 @@ typedef struct worker_writes_event {
     uint64_t time;               /* its clusterTime */
     const bson_t *full_document; /* an insert's document (NULL: not in the event) */
     int64_t waited_ms;           /* how long the reader has waited on pending marks */
-    bool range_consumed;         /* a delete: an earlier delete already took the range it
-                                    falls in (an eviction mark stands for one delete) */
 } worker_writes_event_t;
 
 /* What mark (the event's mark, of op "evict" for a delete, "warm" or "fault" for
- * an insert; NULL when there is none) says about event. */
-worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event);
+ * an insert; NULL when there is none) says about event. For WORKER,
+ * *out_range_to (may be NULL) is the end of the done range holding the event
+ * (UINT64_MAX for a recovered mark): an eviction stands for one delete, the first
+ * in its range, which a reader that sees a document's deletes in order (the
+ * feeder) tells apart by (mark, range). */
+worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event,
+                                               uint64_t *out_range_to);
 
 /* Appends {ns, id, op} under key: a mark's _id. */
 void worker_writes_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *op);

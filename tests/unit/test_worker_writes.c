@@ -19,7 +19,7 @@ static worker_writes_verdict_t verdict_of(const char *mark_json, bool is_delete,
 {
     bson_t *mark = mark_json != NULL ? support_json(mark_json) : NULL;
     worker_writes_event_t event = {.is_delete = is_delete, .time = time, .waited_ms = waited_ms};
-    worker_writes_verdict_t verdict = worker_writes_classify(mark, &event);
+    worker_writes_verdict_t verdict = worker_writes_classify(mark, &event, NULL);
     if (mark != NULL) {
         bson_destroy(mark);
     }
@@ -42,10 +42,12 @@ static void test_done_range_holds_the_worker_write_only(void **state)
     assert_int_equal(verdict_of(done, true, T(20), 0), WORKER_WRITES_WORKER); /* (from, to] */
     assert_int_equal(verdict_of(done, true, T(10), 0), WORKER_WRITES_APPLICATION);
     assert_int_equal(verdict_of(done, false, T(21), 0), WORKER_WRITES_APPLICATION);
-    /* An eviction mark stands for one delete: a second in its range is a client's. */
+    /* The range's end names the one delete an eviction stands for. */
     bson_t *mark = support_json(done);
-    worker_writes_event_t event = {.is_delete = true, .time = T(15), .range_consumed = true};
-    assert_int_equal(worker_writes_classify(mark, &event), WORKER_WRITES_APPLICATION);
+    worker_writes_event_t event = {.is_delete = true, .time = T(15)};
+    uint64_t range_to = 0;
+    assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_WORKER);
+    assert_true(range_to == T(20));
     bson_destroy(mark);
 }
 
@@ -57,6 +59,12 @@ static void test_history_keeps_earlier_ranges_for_resumed_streams(void **state)
                         " 'history': [{'from': {'$timestamp': {'t': 10, 'i': 1}}, "
                         "'to': {'$timestamp': {'t': 20, 'i': 1}}}]}";
     assert_int_equal(verdict_of(again, false, T(15), 0), WORKER_WRITES_WORKER);
+    bson_t *mark = support_json(again);
+    worker_writes_event_t event = {.is_delete = true, .time = T(12)};
+    uint64_t range_to = 0;
+    assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_WORKER);
+    assert_true(range_to == T(20)); /* the earlier eviction's range, not the pending one */
+    bson_destroy(mark);
     assert_int_equal(verdict_of(again, false, T(30), 0), WORKER_WRITES_APPLICATION); /* before since */
     assert_int_equal(verdict_of(again, false, T(60), 0), WORKER_WRITES_PENDING);
 }
@@ -72,11 +80,11 @@ static void test_pending_marks_wait_then_copies_settle_by_digest(void **state)
              (long long)worker_writes_digest(copy));
     bson_t *mark = support_json(mark_json);
     worker_writes_event_t event = {.is_delete = false, .time = T(11), .full_document = copy};
-    assert_int_equal(worker_writes_classify(mark, &event), WORKER_WRITES_PENDING);
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_PENDING);
     event.waited_ms = WORKER_WRITES_PENDING_COPY_WAIT_MS;
-    assert_int_equal(worker_writes_classify(mark, &event), WORKER_WRITES_WORKER);
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_WORKER);
     event.full_document = other; /* a client's insert of the same _id */
-    assert_int_equal(worker_writes_classify(mark, &event), WORKER_WRITES_APPLICATION);
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
     /* A pending eviction is waited for however long it takes. */
     const char *evict = "{'state': 'pending', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
     assert_int_equal(verdict_of(evict, true, T(11), 60000), WORKER_WRITES_PENDING);
