@@ -37,6 +37,9 @@ void cursor_map_destroy(cursor_map_t *map)
     if (map == NULL) {
         return;
     }
+    for (size_t i = 0; i < map->capacity; i++) {
+        bson_destroy(map->slots[i].stages);
+    }
     bson_free(map->slots);
     bson_free(map);
 }
@@ -102,6 +105,7 @@ void cursor_map_remove(cursor_map_t *map, int64_t proxy_id)
     if (found == NULL) {
         return;
     }
+    bson_destroy(found->stages);
     /* Backward-shift deletion keeps every probe chain unbroken. */
     size_t hole = (size_t)(found - map->slots);
     size_t next = (hole + 1) & (map->capacity - 1);

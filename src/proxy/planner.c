@@ -79,6 +79,11 @@ static command_class_t command_class(const char *name)
     return CLASS_OTHER;
 }
 
+bool plan_command_is_write(const char *name)
+{
+    return command_class(name) == CLASS_WRITE;
+}
+
 /* ---- decisions ------------------------------------------------------------ */
 
 static void decision_init(plan_decision_t *out)
@@ -496,8 +501,11 @@ static void plan_aggregate(const planner_context_t *context, const bson_t *comma
     } else if (context->policy == NULL) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_NO_POLICY, "namespace has no tiering policy");
     } else if (scan.change_stream) {
-        planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_CHANGE_STREAM,
-                       "$changeStream is not routed by tier: the archive answers");
+        /* Every write runs on the fast tier first: its history is the one ordered
+         * history of the namespace (the router drops the workers' events). */
+        out->is_change_stream = true;
+        planner_decide(out, PLAN_ROUTE_FAST, PLAN_REASON_CHANGE_STREAM,
+                       "$changeStream on a tiered namespace: the fast tier's history holds every write");
     } else if (!scan.starts_with_match) {
         planner_decide(out, PLAN_ROUTE_ARCHIVE, PLAN_REASON_FILTER_UNPROVABLE,
                        "pipeline does not start with $match, so nothing bounds %s", context->policy->time_field);

@@ -46,7 +46,7 @@ typedef enum plan_reason {
     PLAN_REASON_INSIDE_HORIZON,           /* "inside-horizon": the fast tier answers */
     PLAN_REASON_PIPELINE_READS_OTHER,     /* "pipeline-reads-other": $lookup, $graphLookup, $unionWith */
     PLAN_REASON_PIPELINE_WRITES,          /* "pipeline-writes": $out, $merge, mapReduce's out */
-    PLAN_REASON_CHANGE_STREAM,            /* "change-stream": $changeStream, not routed by tier yet */
+    PLAN_REASON_CHANGE_STREAM,            /* "change-stream": $changeStream on a tiered namespace: the fast tier */
     PLAN_REASON_POINT_READ,               /* "point-read": find by _id */
     PLAN_REASON_WRITE,                    /* "write": every write runs on the fast tier */
     PLAN_REASON_CURSOR,                   /* "cursor": routed by cursor ownership */
@@ -101,6 +101,8 @@ typedef struct plan_decision {
                                     transaction): the router applies the transaction rules */
     bool applies_to_both_tiers;  /* catalog and session commands: the router also applies
                                     them to the fast tier (set whatever the policy) */
+    bool is_change_stream;       /* an aggregate opening a $changeStream on a tiered namespace:
+                                    the router drops the workers' events from its batches */
     bool reads_other_namespaces; /* a pipeline stage reads another collection: a
                                     read-your-writes wait must cover it too */
     bool writes_output;          /* $out, $merge or mapReduce out: the archive would write a
@@ -191,5 +193,8 @@ bool plan_filter_point_ids(const bson_t *filter, bson_t *out_ids, uint32_t *out_
 const char *plan_route_name(plan_route_t route);   /* "archive", "fast", "fast-then-archive"... */
 const char *plan_reason_name(plan_reason_t reason); /* "inside-horizon"... */
 const char *plan_kind_name(plan_kind_t kind);       /* "read", "write"... */
+
+/* insert, update, delete, findAndModify (and its lower-case alias). */
+bool plan_command_is_write(const char *name);
 
 #endif

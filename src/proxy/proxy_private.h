@@ -59,6 +59,9 @@ typedef struct proxy_cursor {
     uint64_t member_id; /* backend_pool_member(): 0 for the tier's primary */
     char ns[PLAN_NAMESPACE_SIZE];
     int64_t last_used_ms;
+    bool change_stream; /* a change stream on a tiered namespace: its batches lose the workers' events */
+    bool update_lookup; /* ... opened with fullDocument: "updateLookup" */
+    bson_t *stages;     /* ... its stages the proxy applies (a BSON array; NULL: none), owned */
 } proxy_cursor_t;
 
 typedef struct cursor_map cursor_map_t;

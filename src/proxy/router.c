@@ -45,8 +45,9 @@
 #define PHASE_BIT(phase) (1u << (phase))
 /* A call's reply may send the same call again (another member, a rebuilt find). */
 #define CALL_PHASES                                                                                          \
-    (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FAULT_IN_FINDING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) |  \
-     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
+    (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |      \
+     PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) | PHASE_BIT(PHASE_FAULT_IN_MARKED) |    \
+     PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) | PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
      PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST))
 #define RETRYING (PHASE_BIT(PHASE_AWAITING_PRIMARY) | PHASE_BIT(PHASE_FINISHED))
@@ -79,12 +80,18 @@ static const struct {
     [PHASE_WAITING_FOR_FEEDER] = {"waiting for the feeder",
                                   PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |
                                       PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |
-                                      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_FORWARDING] = {"forwarding", PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) |
+                                      PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_FORWARDING] = {"forwarding", PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_STREAM_READING_MARKS) |
+                                            PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_FAULT_IN_FINDING] = {"finding the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_FINDING) |
-                                    PHASE_BIT(PHASE_FAULT_IN_INSERTING) | PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                    PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+    [PHASE_FAULT_IN_MARKING] = {"marking the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_MARKING) |
+                                    PHASE_BIT(PHASE_FAULT_IN_INSERTING) | RETRYING},
     [PHASE_FAULT_IN_INSERTING] = {"inserting the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_INSERTING) |
-                                      PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                      PHASE_BIT(PHASE_FAULT_IN_MARKED) | RETRYING},
+    [PHASE_FAULT_IN_MARKED] = {"marking the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_MARKED) |
+                                   PHASE_BIT(PHASE_FORWARDING) | RETRYING},
     [PHASE_POINT_READING_FAST] = {"point read on the fast tier", PHASE_BIT(PHASE_POINT_READING_FAST) |
                                       PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_POINT_READING_ARCHIVE] = {"point read on the archive", PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | RETRYING},
@@ -98,6 +105,13 @@ static const struct {
     [PHASE_BOTH_ON_FAST] = {"both tiers: the fast tier", PHASE_BIT(PHASE_BOTH_ON_FAST) |
                                 PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | RETRYING},
     [PHASE_ABORTING_TRANSACTION] = {"aborting the transaction", PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_STREAM_READING_MARKS] = {"reading the marks of a change stream's events",
+                                    PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_STREAM_WAITING_FOR_MARKS) |
+                                        PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
+    [PHASE_STREAM_WAITING_FOR_MARKS] = {"waiting for a worker to settle its mark",
+                                        PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_STREAM_LOOKING_UP] = {"looking up a change stream's documents in the archive",
+                                 PHASE_BIT(PHASE_STREAM_LOOKING_UP) | RETRYING},
     [PHASE_AWAITING_PRIMARY] = {"awaiting the primary", CALL_PHASES},
     [PHASE_FINISHED] = {"finished", 0},
 };
@@ -147,6 +161,9 @@ static void start_after_wait(proxy_request_t *request)
         return;
     case PHASE_BOTH_ON_ARCHIVE:
         router_both_send_to_archive(request);
+        return;
+    case PHASE_STREAM_LOOKING_UP:
+        router_change_stream_look_up(request);
         return;
     default:
         router_enter(request, request->after_wait); /* aborts: no such step after a wait */
@@ -202,8 +219,23 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
     case PHASE_FAULT_IN_FINDING:
         router_fault_in_on_found(request, outcome);
         return;
+    case PHASE_FAULT_IN_MARKING:
+        router_fault_in_on_marking(request, outcome);
+        return;
     case PHASE_FAULT_IN_INSERTING:
         router_fault_in_on_inserted(request, outcome);
+        return;
+    case PHASE_FAULT_IN_MARKED:
+        router_fault_in_on_marked(request, outcome);
+        return;
+    case PHASE_STREAM_READING_MARKS:
+        router_change_stream_on_marks(request, outcome);
+        return;
+    case PHASE_STREAM_WAITING_FOR_MARKS:
+        router_change_stream_after_wait(request);
+        return;
+    case PHASE_STREAM_LOOKING_UP:
+        router_change_stream_on_looked_up(request, outcome);
         return;
     case PHASE_POINT_READING_FAST:
         router_point_read_on_fast_reply(request, outcome);
@@ -271,11 +303,18 @@ void router_request_free(proxy_request_t *request)
         break;
     case ROUTE_STATE_FAULT_IN:
         bson_destroy(&request->route.fault_in.missing_ids);
+        bson_destroy(&request->route.fault_in.copied_ids);
+        bson_free(request->route.fault_in.insert);
+        break;
+    case ROUTE_STATE_STREAM:
+        bson_destroy(&request->route.stream.body);
+        bson_destroy(&request->route.stream.kept);
         break;
     case ROUTE_STATE_NONE:
     case ROUTE_STATE_TRANSACTION_REFUSAL:
         break;
     }
+    bson_destroy(request->stream_stages);
     bson_free(request->call.owned);
     bson_free(request->call.failed_reply);
     bson_destroy(&request->command);
@@ -552,6 +591,20 @@ void router_call_tier(proxy_request_t *request, request_phase_t phase, proxy_tie
     send_call(request);
 }
 
+void router_call_tier_command(proxy_request_t *request, request_phase_t phase, proxy_tier_t tier, bson_t *command)
+{
+    uint8_t *encoded;
+    size_t length;
+    bson_error_t error;
+    bool built = wire_op_msg_build(0, 0, 0, command, NULL, 0, &encoded, &length, &error);
+    bson_destroy(command);
+    if (!built) {
+        router_finish_with_error(request, &error);
+        return;
+    }
+    router_call_tier(request, phase, tier, encoded, length, encoded);
+}
+
 /* recovery_fn: the wait for the tier's primary ended. */
 static void on_primary_found(void *context, bool recovered)
 {
@@ -683,8 +736,20 @@ void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t
         bson_destroy(&trimmed);
         return;
     }
+    if (request->change_stream && request->route_kind == ROUTE_STATE_NONE &&
+        router_change_stream_takes_reply(request, reply, length)) {
+        return;
+    }
     uint8_t *copy = bson_malloc(length);
     memcpy(copy, reply, length);
+    router_finish_cursor_reply(request, copy, length);
+}
+
+void router_finish_cursor_reply(proxy_request_t *request, uint8_t *copy, size_t length)
+{
+    proxy_t *proxy = request->proxy;
+    bson_t body;
+    bson_error_t parse_error;
     if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_peek_body(copy, length, &body, &parse_error)) {
         if (request->tier == PROXY_TIER_FAST) {
             note_fast_write(request, &body);
@@ -718,6 +783,10 @@ void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t
             }
             int64_t proxy_id = cursor_map_add(proxy->cursors, request->tier, request->members[request->tier],
                                               read_int64(cursor_id), cursor_ns);
+            proxy_cursor_t *cursor = cursor_map_find(proxy->cursors, proxy_id);
+            cursor->change_stream = request->change_stream;
+            cursor->update_lookup = request->stream_update_lookup;
+            cursor->stages = request->stream_stages, request->stream_stages = NULL; /* the cursor's now */
             write_int64(cursor_id, proxy_id);
         }
     }
@@ -758,6 +827,9 @@ static void route_get_more(proxy_request_t *request)
         return;
     }
     request->getmore_proxy_id = proxy_id;
+    request->change_stream = cursor->change_stream;
+    request->stream_update_lookup = cursor->update_lookup;
+    request->stream_stages = cursor->stages != NULL ? bson_copy(cursor->stages) : NULL;
     request->members[cursor->tier] = cursor->member_id;
     write_int64(id_bytes, cursor->backend_id);
     router_forward(request, cursor->tier);
@@ -861,13 +933,6 @@ static void on_members_chosen(void *context, const uint64_t *member_ids, const b
     router_advance(context, &(router_outcome_t){.member_ids = member_ids, .error = error});
 }
 
-/* The writes whose new unique key values the planner checks against the archive. */
-static bool is_write(const char *name)
-{
-    return strcmp(name, "insert") == 0 || strcmp(name, "update") == 0 || strcmp(name, "delete") == 0 ||
-           strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0;
-}
-
 static void route_planned(proxy_request_t *request)
 {
     proxy_t *proxy = request->proxy;
@@ -882,8 +947,8 @@ static void route_planned(proxy_request_t *request)
             coverage = proxy_coverage(proxy, request->namespace_state);
         }
     }
-    if (is_write(request->command_name) && unique_indexes_wait(request)) {
-        return; /* planned once the archive's unique indexes are known */
+    if (plan_command_is_write(request->command_name) && unique_indexes_wait(request)) {
+        return; /* a write's new unique key values are checked: planned once the archive's are known */
     }
     request->has_decision = true;
     request->retry_kind = retry_command_kind_fields(&request->fields);
@@ -908,7 +973,7 @@ static void route_decided(proxy_request_t *request)
         router_refuse_in_transaction(request, refusal_reason);
         return;
     }
-    if (router_refuse_tiered_output(request)) {
+    if (router_refuse_tiered_output(request) || router_change_stream_refuse_whole(request)) {
         return;
     }
     switch (decision->route) {
@@ -929,6 +994,10 @@ static void route_decided(proxy_request_t *request)
         if (decision->kind == PLAN_KIND_WRITE && !decision->is_explain &&
             (decision->needs_fault_in || decision->unique_id_check_count > 0)) {
             router_fault_in_start(request);
+            return;
+        }
+        if (decision->is_change_stream && !decision->is_explain) {
+            router_change_stream_open(request);
             return;
         }
         router_forward(request, PROXY_TIER_FAST);

@@ -11,7 +11,11 @@
  * write forwarded. */
 #include "proxy/router_private.h"
 
+#include "common/bson_view.h"
+#include "common/timestamp.h"
 #include "query/order.h"
+#include "tier/tier.h"
+#include "tier/worker_writes.h"
 #include "wire/wire.h"
 
 #include <string.h>
@@ -38,14 +42,133 @@ static void append_ids_to_fault_in(const proxy_request_t *request, bson_t *ids, 
     }
 }
 
+/* The route's state, from the first step that needs it (the fast tier's check
+ * may have been skipped: a write that faults in by filter only). */
+static void fault_in_state_init(proxy_request_t *request)
+{
+    if (request->route_kind == ROUTE_STATE_FAULT_IN) {
+        return;
+    }
+    request->route_kind = ROUTE_STATE_FAULT_IN;
+    memset(&request->route.fault_in, 0, sizeof request->route.fault_in);
+    bson_init(&request->route.fault_in.missing_ids);
+    bson_init(&request->route.fault_in.copied_ids);
+}
+
+/* Fault marks (tier/worker_writes.h) of the copies: pending before the insert
+ * (documents: the copies, whose digests they keep), or done after it (done: the
+ * insert's time, to). A change stream through any proxy then leaves the copies
+ * out, as it leaves the warmer's; the marks live in the fast tier, so a proxy
+ * that crashes between the two leaves a pending mark the feeder cleans later. */
+static void mark_copies(proxy_request_t *request, const bson_t *documents, bool done, uint64_t to)
+{
+    const char *ns = request->namespace_state->config->ns;
+    bson_t update = BSON_INITIALIZER, statements, concern;
+    bson_iter_t iter, id;
+    uint32_t count = 0;
+    if (!done) {
+        request->route.fault_in.mark_since = request->proxy->cluster_time_values[PROXY_TIER_FAST];
+    }
+    BSON_APPEND_UTF8(&update, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&update, "updates", &statements);
+    bson_iter_init(&iter, done ? &request->route.fault_in.copied_ids : documents);
+    while (bson_iter_next(&iter)) {
+        bson_t document, statement, query, change, set, push;
+        char key[16];
+        const char *key_string;
+        const bson_value_t *value = bson_iter_value(&iter);
+        if (!done) {
+            if (!bson_view_of(&iter, &document) || !bson_iter_init_find(&id, &document, "_id")) {
+                continue;
+            }
+            value = bson_iter_value(&id);
+            bson_uint32_to_string(count, &key_string, key, sizeof key);
+            BSON_APPEND_VALUE(&request->route.fault_in.copied_ids, key_string, value);
+        }
+        bson_uint32_to_string(count++, &key_string, key, sizeof key);
+        BSON_APPEND_DOCUMENT_BEGIN(&statements, key_string, &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        worker_writes_mark_key(&query, "_id", ns, value, "fault");
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &change);
+        BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
+        BSON_APPEND_UTF8(&set, "state", done ? "done" : "pending");
+        if (done) {
+            timestamp_append(&set, "from", request->route.fault_in.mark_since);
+            timestamp_append(&set, "to", to);
+        } else {
+            timestamp_append(&set, "since", request->route.fault_in.mark_since);
+            BSON_APPEND_INT64(&set, "copy", worker_writes_digest(&document));
+        }
+        bson_append_document_end(&change, &set);
+        if (done) {
+            BSON_APPEND_DOCUMENT_BEGIN(&change, "$push", &push);
+            worker_writes_append_history_push(&push, request->route.fault_in.mark_since, to);
+            bson_append_document_end(&change, &push);
+        }
+        bson_append_document_end(&statement, &change);
+        BSON_APPEND_BOOL(&statement, "upsert", true);
+        bson_append_document_end(&statements, &statement);
+    }
+    bson_append_array_end(&update, &statements);
+    BSON_APPEND_BOOL(&update, "ordered", false);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(&update, &concern);
+    BSON_APPEND_UTF8(&update, "$db", TIER_DATABASE);
+    router_call_tier_command(request, done ? PHASE_FAULT_IN_MARKED : PHASE_FAULT_IN_MARKING, PROXY_TIER_FAST, &update);
+}
+
+/* A marks write's reply: false (the request answered) unless it is ok with no write error. */
+static bool marks_written(proxy_request_t *request, const router_outcome_t *outcome)
+{
+    bson_t body;
+    bson_iter_t iter;
+    if (!router_take_ok_reply(request, outcome->reply, outcome->length, outcome->error, &body)) {
+        return false;
+    }
+    if (bson_iter_init_find(&iter, &body, "writeErrors")) {
+        router_relay_reply(request, outcome->reply, outcome->length);
+        return false;
+    }
+    return true;
+}
+
+void router_fault_in_on_marking(proxy_request_t *request, const router_outcome_t *outcome)
+{
+    if (!marks_written(request, outcome)) {
+        return;
+    }
+    uint8_t *insert = request->route.fault_in.insert;
+    request->route.fault_in.insert = NULL; /* the call owns it now */
+    router_call_tier(request, PHASE_FAULT_IN_INSERTING, PROXY_TIER_FAST, insert, request->route.fault_in.insert_length,
+                     insert);
+}
+
 void router_fault_in_on_inserted(proxy_request_t *request, const router_outcome_t *outcome)
 {
+    bson_t body;
+    bson_error_t parse_error;
     if (outcome->error != NULL) {
         request->proxy->requests_failed++; /* a tier failed, as in every other route */
         router_finish_with_error(request, outcome->error);
         return;
     }
-    /* Duplicate keys are expected: the fast tier already had a newer version. */
+    /* Duplicate keys are expected: the fast tier already had a newer version. Its
+     * reply's operationTime is at or after the copies' own times. */
+    uint64_t to = request->proxy->cluster_time_values[PROXY_TIER_FAST];
+    if (wire_op_msg_peek_body(outcome->reply, outcome->length, &body, &parse_error)) {
+        uint64_t time = timestamp_find(&body, "operationTime");
+        to = time > to ? time : to;
+    }
+    mark_copies(request, NULL, true, to);
+}
+
+void router_fault_in_on_marked(proxy_request_t *request, const router_outcome_t *outcome)
+{
+    if (!marks_written(request, outcome)) {
+        return;
+    }
     router_forward(request, PROXY_TIER_FAST);
 }
 
@@ -99,6 +222,8 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
     BSON_APPEND_UTF8(&insert, "insert", names->collection);
     BSON_APPEND_ARRAY(&insert, "documents", &documents);
     BSON_APPEND_BOOL(&insert, "ordered", false);
+    bson_t documents_copy;
+    bson_copy_to(&documents, &documents_copy);
     /* Archive documents, which the archive accepted: the fast tier's copy of its
      * validator must not refuse them (the client's write itself is validated). */
     BSON_APPEND_BOOL(&insert, "bypassDocumentValidation", true);
@@ -107,10 +232,15 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
     bson_destroy(&insert);
     bson_destroy(&documents);
     if (!built) {
+        bson_destroy(&documents_copy);
         router_finish_with_error(request, &parse_error);
         return;
     }
-    router_call_tier(request, PHASE_FAULT_IN_INSERTING, PROXY_TIER_FAST, encoded, encoded_length, encoded);
+    fault_in_state_init(request);
+    request->route.fault_in.insert = encoded;
+    request->route.fault_in.insert_length = encoded_length;
+    mark_copies(request, &documents_copy, false, 0);
+    bson_destroy(&documents_copy);
 }
 
 /* Asks the archive for every document the write may touch: the ids named, and
@@ -120,9 +250,6 @@ void router_fault_in_find(proxy_request_t *request)
     plan_decision_t *decision = &request->decision;
     const config_namespace_t *names = request->namespace_state->config;
     bson_t find = BSON_INITIALIZER, filter, clauses;
-    uint8_t *encoded;
-    size_t length;
-    bson_error_t error;
     uint32_t clause = 0;
     char key[16];
     const char *key_string;
@@ -169,13 +296,7 @@ void router_fault_in_find(proxy_request_t *request)
     /* One more than the limit: a cursor left open means the write touches too many. */
     BSON_APPEND_INT64(&find, "batchSize", request->proxy->config->fault_in_limit + 1);
     BSON_APPEND_UTF8(&find, "$db", names->database);
-    bool built = wire_op_msg_build(0, 0, 0, &find, NULL, 0, &encoded, &length, &error);
-    bson_destroy(&find);
-    if (!built) {
-        router_finish_with_error(request, &error);
-        return;
-    }
-    router_call_tier(request, PHASE_FAULT_IN_FINDING, PROXY_TIER_ARCHIVE, encoded, length, encoded);
+    router_call_tier_command(request, PHASE_FAULT_IN_FINDING, PROXY_TIER_ARCHIVE, &find);
 }
 
 /* What the archive must give: the archive must show the deletes acknowledged
@@ -197,9 +318,6 @@ void router_fault_in_pinned(proxy_request_t *request)
         return;
     }
     bson_t find = BSON_INITIALIZER, filter, condition, ids, projection;
-    uint8_t *encoded;
-    size_t length;
-    bson_error_t error;
     uint32_t index = 0;
     BSON_APPEND_UTF8(&find, "find", request->namespace_state->config->collection);
     BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
@@ -215,13 +333,7 @@ void router_fault_in_pinned(proxy_request_t *request)
     BSON_APPEND_INT64(&find, "batchSize", (int64_t)id_count + 1);
     BSON_APPEND_BOOL(&find, "singleBatch", true);
     BSON_APPEND_UTF8(&find, "$db", request->namespace_state->config->database);
-    bool built = wire_op_msg_build(0, 0, 0, &find, NULL, 0, &encoded, &length, &error);
-    bson_destroy(&find);
-    if (!built) {
-        router_finish_with_error(request, &error);
-        return;
-    }
-    router_call_tier(request, PHASE_FAULT_IN_CHECKING_FAST, PROXY_TIER_FAST, encoded, length, encoded);
+    router_call_tier_command(request, PHASE_FAULT_IN_CHECKING_FAST, PROXY_TIER_FAST, &find);
 }
 
 /* Whether id is in the BSON array held (5, 5.0 and 5L are one id). */
@@ -258,9 +370,7 @@ void router_fault_in_on_fast_checked(proxy_request_t *request, const router_outc
     }
     bson_iter_array(&iter, &length, &data);
     bson_init_static(&batch, data, length);
-    request->route_kind = ROUTE_STATE_FAULT_IN;
-    bson_init(&request->route.fault_in.missing_ids);
-    request->route.fault_in.missing_count = 0;
+    fault_in_state_init(request);
     const bson_t *lists[] = {&request->decision.fault_in_ids, &request->decision.unique_id_checks};
     for (size_t list = 0; list < 2; list++) {
         bson_iter_init(&iter, lists[list]);

@@ -24,7 +24,9 @@ typedef enum request_phase {
     PHASE_FORWARDING,           /* the client's command on a tier; the reply goes back (cursor ids patched) */
     PHASE_FAULT_IN_CHECKING_FAST, /* a write's ids looked for in the fast tier: the archive only for the rest */
     PHASE_FAULT_IN_FINDING,     /* the archive's documents the write may touch */
-    PHASE_FAULT_IN_INSERTING,   /* ... copied into the fast tier, then the write is forwarded */
+    PHASE_FAULT_IN_MARKING,     /* ... their fault marks written pending (thermocline.workerWrites), */
+    PHASE_FAULT_IN_INSERTING,   /* ... copied into the fast tier, */
+    PHASE_FAULT_IN_MARKED,      /* ... their marks done; then the write is forwarded */
     PHASE_POINT_READING_FAST,   /* a find by _id on the fast tier */
     PHASE_POINT_READING_ARCHIVE, /* ... and on the archive for the ids the fast tier lacked */
     PHASE_EXPLAINING_FAST,      /* a point read's explain on the fast tier, */
@@ -33,6 +35,9 @@ typedef enum request_phase {
     PHASE_BOTH_CREATING_ON_FAST, /* (collMod: the fast tier's collection created first) */
     PHASE_BOTH_ON_FAST,         /* then the fast tier */
     PHASE_ABORTING_TRANSACTION, /* a command refused in a transaction: its abort on the fast tier first */
+    PHASE_STREAM_READING_MARKS, /* a change stream's batch: the marks of its inserts and deletes */
+    PHASE_STREAM_WAITING_FOR_MARKS, /* ... one of them pending: read again after a pause */
+    PHASE_STREAM_LOOKING_UP,    /* ... updateLookup's documents the fast tier no longer held, in the archive */
     PHASE_AWAITING_PRIMARY,     /* a call that failed retryably: until recovery.c finds the primary again */
     PHASE_FINISHED,             /* answered (or its connection closing); freed at once */
     PHASE_COUNT
@@ -74,6 +79,7 @@ typedef enum route_state_kind {
     ROUTE_STATE_BOTH,
     ROUTE_STATE_TRANSACTION_REFUSAL,
     ROUTE_STATE_FAULT_IN,
+    ROUTE_STATE_STREAM,
 } route_state_kind_t;
 
 typedef struct proxy_request {
@@ -105,6 +111,9 @@ typedef struct proxy_request {
     uint64_t members[PROXY_TIER_COUNT]; /* the member of each tier its reads go to (0: the primary) */
     int64_t getmore_proxy_id; /* getMore: the client's cursor id */
     bool pinned; /* the documents it faults in are pinned against the evictor */
+    bool change_stream; /* opens or continues a change stream on a tiered namespace (on the fast tier) */
+    bool stream_update_lookup; /* ... with fullDocument: "updateLookup" */
+    bson_t *stream_stages; /* ... the stages after $changeStream the proxy applies (owned; NULL: none) */
     struct proxy_request *next_index_waiter; /* PHASE_LOADING_INDEXES: the namespace's list */
     retry_kind_t retry_kind; /* of the client's command; also its internal steps' */
     tier_call_t call;
@@ -142,7 +151,16 @@ typedef struct proxy_request {
         struct { /* a write's ids the fast tier lacked: the archive's part of its fault-in */
             bson_t missing_ids;
             uint32_t missing_count;
+            bson_t copied_ids;   /* the archive's documents copied in, under fault marks */
+            uint64_t mark_since; /* their marks' since: a fast-tier time before the copy */
+            uint8_t *insert;     /* the copy's insert, sent once the marks are pending */
+            size_t insert_length;
         } fault_in;
+        struct { /* a change stream's batch, while its events' marks are read */
+            bson_t body;        /* the fast tier's reply */
+            int64_t started_ms; /* the loop's clock when the batch came */
+            bson_t kept;        /* its events without the workers' (once the marks are read) */
+        } stream;
     } route;
 } proxy_request_t;
 
@@ -181,10 +199,15 @@ bool router_take_ok_reply(proxy_request_t *request, const uint8_t *reply, size_t
  * client's own message) is kept until the request ends, for a retry. */
 void router_call_tier(proxy_request_t *request, request_phase_t phase, proxy_tier_t tier, uint8_t *message,
                       size_t length, uint8_t *owned);
+/* The same with a command the router built (destroyed here, also when it cannot
+ * be encoded: the request is then answered with the error). */
+void router_call_tier_command(proxy_request_t *request, request_phase_t phase, proxy_tier_t tier, bson_t *command);
 /* The client's own message to tier, its reply (cursor ids patched) to the client. */
 void router_forward(proxy_request_t *request, proxy_tier_t tier);
 /* PHASE_FORWARDING's step: a tier's reply to the client's own command. */
 void router_on_tier_reply(proxy_request_t *request, const uint8_t *reply, size_t length, const bson_error_t *error);
+/* Its end: the reply (owned, an OP_MSG) to the client, cursor ids patched. */
+void router_finish_cursor_reply(proxy_request_t *request, uint8_t *message, size_t length);
 /* backend_reply_fn of a step sent without the retry rules: its outcome to router_advance. */
 void router_on_step_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
 
@@ -219,6 +242,9 @@ void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request
 /* Enters PHASE_WAITING_FOR_PINS until router_pin_fault_in succeeds. */
 void router_wait_for_pins(proxy_request_t *request);
 
+/* Enters phase for delay_ms, then hands its step an empty outcome. */
+void router_wait_briefly(proxy_request_t *request, request_phase_t phase, int64_t delay_ms);
+
 /* Pins the documents the write faults in against the evictor (all or none);
  * false while one is being evicted. */
 bool router_pin_fault_in(proxy_request_t *request);
@@ -235,7 +261,31 @@ void router_fault_in_on_fast_checked(proxy_request_t *request, const router_outc
 /* After the wait: the find on the archive (PHASE_FAULT_IN_FINDING). */
 void router_fault_in_find(proxy_request_t *request);
 void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *outcome);
+void router_fault_in_on_marking(proxy_request_t *request, const router_outcome_t *outcome);
 void router_fault_in_on_inserted(proxy_request_t *request, const router_outcome_t *outcome);
+void router_fault_in_on_marked(proxy_request_t *request, const router_outcome_t *outcome);
+
+/* --- router_change_stream.c: the workers' events left out of a stream's batches ---- */
+
+/* Forwards the aggregate opening a tiered change stream to the fast tier: its
+ * stages from the first that may reshape an event on are kept to be applied here,
+ * to the events the workers' are dropped from (the tier gets $changeStream and the
+ * $match stages before them). */
+void router_change_stream_open(proxy_request_t *request);
+/* Refuses (and answers) a database's or the cluster's change stream where tiered
+ * namespaces are (IllegalOperation, naming one); false when the request goes on
+ * (not such a stream, or nothing tiered in it: the archive's). */
+bool router_change_stream_refuse_whole(proxy_request_t *request);
+/* A change stream's reply from the fast tier: true when it holds inserts or
+ * deletes, whose marks are read (PHASE_STREAM_READING_MARKS) before the reply,
+ * without the workers' events, goes to the client; false: relay it as it is. */
+bool router_change_stream_takes_reply(proxy_request_t *request, const uint8_t *reply, size_t length);
+void router_change_stream_on_marks(proxy_request_t *request, const router_outcome_t *outcome);
+/* PHASE_STREAM_WAITING_FOR_MARKS's step: the marks read again. */
+void router_change_stream_after_wait(proxy_request_t *request);
+/* After the feeder's deletes: the archive's versions of evicted documents. */
+void router_change_stream_look_up(proxy_request_t *request);
+void router_change_stream_on_looked_up(proxy_request_t *request, const router_outcome_t *outcome);
 
 /* --- router_point_read.c: a find by _id, the fast tier then the archive ---------- */
 

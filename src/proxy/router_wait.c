@@ -1,6 +1,7 @@
 /* Requests that wait on the loop: reads of the archive until the feeder has
  * applied the writes acknowledged before them (read-your-writes across tiers),
- * and writes until the documents they fault in can be pinned against the evictor. */
+ * writes until the documents they fault in can be pinned against the evictor,
+ * and short pauses (a change stream's batch waiting for a worker's mark). */
 #include "proxy/router_private.h"
 #include "common/clock.h"
 #include "wire/wire.h"
@@ -20,6 +21,7 @@ typedef struct read_wait {
     struct read_wait *next;
     proxy_request_t *request;
     bool for_pin; /* waits for an eviction to end, not for the feeder */
+    bool for_delay; /* waits for its deadline only (router_wait_briefly), then goes on */
     bool deletes_only;
     namespace_state_t *blocking; /* the namespace the feeder is behind on */
     int64_t deadline_ms;
@@ -235,7 +237,9 @@ static void resume(proxy_request_t *request)
     router_advance(request, &(router_outcome_t){0});
 }
 
-static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking)
+/* blocking NULL: a pause of delay_ms (router_wait_briefly). */
+static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only, namespace_state_t *blocking,
+                       int64_t delay_ms)
 {
     proxy_t *proxy = request->proxy;
     read_wait_t *wait = bson_malloc0(sizeof *wait);
@@ -245,6 +249,10 @@ static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only
     wait->blocking = blocking;
     wait->started_ms = clock_monotonic_ms();
     wait->deadline_ms = wait->started_ms + proxy->config->read_your_writes_wait_ms;
+    if (blocking == NULL) {
+        wait->for_delay = true;
+        wait->deadline_ms = wait->started_ms + delay_ms;
+    }
     if (proxy->waits_tail != NULL) {
         proxy->waits_tail->next = wait;
     } else {
@@ -252,7 +260,7 @@ static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only
     }
     proxy->waits_tail = wait;
     proxy->wait_count++;
-    if (!for_pin) {
+    if (!for_pin && blocking != NULL) {
         blocking->reads_waited++;
     }
     arm_wait_timer(proxy);
@@ -361,13 +369,19 @@ void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request
         fail_wait_expired(request, blocking, 0);
         return;
     }
-    queue_wait(request, false, deletes_only, blocking);
+    queue_wait(request, false, deletes_only, blocking, 0);
 }
 
 void router_wait_for_pins(proxy_request_t *request)
 {
     router_enter(request, PHASE_WAITING_FOR_PINS);
-    queue_wait(request, true, false, request->namespace_state);
+    queue_wait(request, true, false, request->namespace_state, 0);
+}
+
+void router_wait_briefly(proxy_request_t *request, request_phase_t phase, int64_t delay_ms)
+{
+    router_enter(request, phase);
+    queue_wait(request, false, false, NULL, delay_ms);
 }
 
 /* Takes the waits for which keep() is false out of the queue, in order, and hands
@@ -410,6 +424,9 @@ static bool keep_while_behind(read_wait_t *wait, int64_t now)
 {
     namespace_state_t *blocking;
     (void)now;
+    if (wait->for_delay) {
+        return true;
+    }
     if (wait->for_pin) {
         return !router_pin_fault_in(wait->request); /* pins as it succeeds */
     }
@@ -435,6 +452,10 @@ static bool keep_until_deadline(read_wait_t *wait, int64_t now)
 
 static void expire(read_wait_t *wait, int64_t now)
 {
+    if (wait->for_delay) {
+        resume(wait->request);
+        return;
+    }
     if (wait->for_pin) {
         bson_error_t error;
         tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,

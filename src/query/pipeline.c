@@ -704,3 +704,30 @@ void pipeline_run_destroy(pipeline_run_t *run)
     bson_free(run->cursors);
     bson_free(run);
 }
+
+/* The source of pipeline_transform_one: its document, once. */
+typedef struct one_document {
+    const bson_t *document;
+    bool given;
+} one_document_t;
+
+static bool pull_one(void *context, const bson_t **out_document, bson_error_t *error)
+{
+    one_document_t *source = context;
+    (void)error;
+    *out_document = source->given ? NULL : source->document;
+    source->given = true;
+    return true;
+}
+
+bool pipeline_transform_one(const pipeline_t *pipeline, const bson_t *document, bson_t *out_document, bool *out_kept,
+                            bson_error_t *error)
+{
+    one_document_t source = {.document = document};
+    pipeline_run_t *run = pipeline_start(pipeline, pull_one, &source);
+    bool end = true;
+    bool ok = pipeline_next(run, out_document, &end, error);
+    pipeline_run_destroy(run);
+    *out_kept = ok && !end;
+    return ok;
+}

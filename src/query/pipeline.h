@@ -64,6 +64,13 @@ bool pipeline_next(pipeline_run_t *run, bson_t *out_document, bool *out_end,
 /* Safe on NULL. */
 void pipeline_run_destroy(pipeline_run_t *run);
 
+/* Runs the pipeline over one document, for stages that map a document to at most
+ * one (a change stream's: $match, $project, $addFields...): *out_kept true with
+ * out_document (uninitialized storage, then the caller's to bson_destroy()) the
+ * result; false with error set when a stage fails. */
+bool pipeline_transform_one(const pipeline_t *pipeline, const bson_t *document, bson_t *out_document, bool *out_kept,
+                            bson_error_t *error) TC_MUST_CHECK;
+
 /* What the store may use to choose an index; the pipeline still applies all of it, so
  * these are hints and never change results. */
 

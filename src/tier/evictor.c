@@ -59,29 +59,40 @@ static bool write_command(evictor_t *evictor, const char *database, bson_t *comm
     return tier_command(evictor->fast, database, command, reply, error);
 }
 
-/* Inserts pending marks for documents; *out_refused[i] is true for a document
- * whose earlier mark the feeder has not consumed yet (kept this round). */
+/* Writes pending marks for documents; *out_refused[i] is true for a document
+ * whose mark is pending or recovered (an earlier delete's outcome not settled:
+ * kept this round). A done mark is taken over, its range kept in its history for
+ * the change streams that have not passed it. */
 static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t *ids, size_t count,
                          uint64_t since, bool *out_refused, bson_error_t *error)
 {
     if (count == 0) {
-        return true; /* an empty insert is InvalidLength: nothing to mark is no command */
+        return true; /* an empty update is InvalidLength: nothing to mark is no command */
     }
-    bson_t command = BSON_INITIALIZER, documents, reply;
-    BSON_APPEND_UTF8(&command, "insert", TIER_MARKS_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, "documents", &documents);
+    bson_t command = BSON_INITIALIZER, updates, reply;
+    BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
     for (size_t i = 0; i < count; i++) {
         char key[16];
         const char *key_string;
-        bson_t mark;
+        bson_t statement, query, update, set;
         bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
-        bson_append_document_begin(&documents, key_string, -1, &mark);
-        tier_mark_key(&mark, "_id", ns, &ids[i], "evict");
-        BSON_APPEND_UTF8(&mark, "state", "pending");
-        timestamp_append(&mark, "since", since);
-        bson_append_document_end(&documents, &mark);
+        bson_append_document_begin(&updates, key_string, -1, &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        worker_writes_mark_key(&query, "_id", ns, &ids[i], "evict");
+        /* Another state matches nothing: the upsert's insert is then a DuplicateKey. */
+        BSON_APPEND_UTF8(&query, "state", "done");
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+        BSON_APPEND_UTF8(&set, "state", "pending");
+        timestamp_append(&set, "since", since);
+        bson_append_document_end(&update, &set);
+        bson_append_document_end(&statement, &update);
+        BSON_APPEND_BOOL(&statement, "upsert", true);
+        bson_append_document_end(&updates, &statement);
     }
-    bson_append_array_end(&command, &documents);
+    bson_append_array_end(&command, &updates);
     BSON_APPEND_BOOL(&command, "ordered", false);
     bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
     bson_iter_t errors;
@@ -108,12 +119,12 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
 static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t since,
                          uint64_t at, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, reply;
+    bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, push, reply;
     BSON_APPEND_UTF8(&command, deleted ? "update" : "delete", TIER_MARKS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, deleted ? "updates" : "deletes", &statements);
     BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-    tier_mark_key(&query, "_id", ns, id, "evict");
+    worker_writes_mark_key(&query, "_id", ns, id, "evict");
     bson_append_document_end(&statement, &query);
     if (deleted) {
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
@@ -122,6 +133,9 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
         timestamp_append(&set, "from", since);
         timestamp_append(&set, "to", at);
         bson_append_document_end(&update, &set);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
+        worker_writes_append_history_push(&push, since, at);
+        bson_append_document_end(&update, &push);
         bson_append_document_end(&statement, &update);
     } else {
         BSON_APPEND_INT32(&statement, "limit", 1);

@@ -35,6 +35,9 @@
 #define BACKOFF_MAX_MS 5000
 #define WARM_MARK_WAIT_MS 2000
 #define EVICT_MARK_RECOVER_SECONDS 30
+/* Done marks stay WORKER_WRITES_RETENTION_SECONDS: a scan of them once a second is
+ * plenty, where one per batch would cost the fast tier a collection scan each. */
+#define MARK_CLEAN_INTERVAL_MS 1000
 #define STATS_LOG_INTERVAL_MS 10000
 
 /* One event of a batch on its way to the archive. */
@@ -384,41 +387,6 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
 
 /* --- worker-writes marks ------------------------------------------------------------- */
 
-/* Whether an insert event's document is exactly the copy a pending warm mark
- * recorded (its digest). */
-static bool is_the_copy(const bson_t *event, const bson_t *mark)
-{
-    bson_iter_t iter, copy;
-    uint32_t length;
-    const uint8_t *data;
-    bson_t document;
-    if (!bson_iter_init_find(&copy, mark, "copy") || !BSON_ITER_HOLDS_INT64(&copy) ||
-        !bson_iter_init_find(&iter, event, "fullDocument") || !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-        return false;
-    }
-    bson_iter_document(&iter, &length, &data);
-    return bson_init_static(&document, data, length) && tier_document_digest(&document) == bson_iter_int64(&copy);
-}
-
-static bool mark_consumed(const bson_t *consumed, const bson_t *key)
-{
-    bson_iter_t iter;
-    bson_iter_init(&iter, consumed);
-    while (bson_iter_next(&iter)) {
-        uint32_t length;
-        const uint8_t *data;
-        bson_t item;
-        if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-            bson_iter_document(&iter, &length, &data);
-            bson_init_static(&item, data, length);
-            if (bson_equal(&item, key)) {
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
 /* Looks the batch's inserts and deletes up in thermocline.workerWrites and marks
  * the evictor's deletes and the warmer's copies suppressed. Waits for marks whose
  * outcome is not written yet. False only when the group stops. */
@@ -441,7 +409,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             char key[16];
             const char *key_string;
             bson_uint32_to_string(key_count++, &key_string, key, sizeof key);
-            tier_mark_key(&keys, key_string, item->target->config->ns, &item->id, item->is_delete ? "evict" : "warm");
+            worker_writes_mark_key(&keys, key_string, item->target->config->ns, &item->id, item->is_delete ? "evict" : "warm");
         }
         bson_append_array_end(&id_condition, &keys);
         bson_append_document_end(&filter, &id_condition);
@@ -473,9 +441,9 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                 continue;
             }
             bson_t key_holder = BSON_INITIALIZER, key;
-            tier_mark_key(&key_holder, "k", item->target->config->ns, &item->id, item->is_delete ? "evict" : "warm");
+            worker_writes_mark_key(&key_holder, "k", item->target->config->ns, &item->id, item->is_delete ? "evict" : "warm");
             view_field_document(&key_holder, "k", &key);
-            bson_iter_t marks, field;
+            bson_iter_t marks;
             bool found = false;
             bson_iter_init(&marks, &batch);
             while (!found && bson_iter_next(&marks)) {
@@ -488,44 +456,28 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                     continue;
                 }
                 found = true;
-                const char *state = "";
-                if (bson_iter_init_find(&field, &mark, "state") && BSON_ITER_HOLDS_UTF8(&field)) {
-                    state = bson_iter_utf8(&field, NULL);
-                }
-                if (strcmp(state, "pending") == 0) {
-                    if (item->is_delete) {
-                        waiting_evict = true;
-                    } else if (waited < WARM_MARK_WAIT_MS) {
-                        waiting_warm = true;
-                    } else {
-                        /* A copy whose outcome no warmer recorded (it crashed, or lost the fast
-                         * tier) is never replayed: the archive holds that version, or a client
-                         * deleted it before the copy landed, and replaying it would bring the
-                         * document back (I6); the warmer's retry removes such a copy. Another
-                         * insert of that _id (a client's, after a delete) is replayed. */
-                        item->resolved = true;
-                        item->suppressed = is_the_copy(&item->event, &mark);
-                    }
+                bson_t full_document;
+                worker_writes_event_t event = {
+                    .is_delete = item->is_delete,
+                    .time = item->time,
+                    .full_document =
+                        view_field_document(&item->event, "fullDocument", &full_document) ? &full_document : NULL,
+                    .waited_ms = waited,
+                };
+                uint64_t range_to = 0;
+                switch (worker_writes_classify(&mark, &event, &range_to)) {
+                case WORKER_WRITES_PENDING:
+                    waiting_evict = waiting_evict || item->is_delete;
+                    waiting_warm = waiting_warm || !item->is_delete;
                     continue;
+                case WORKER_WRITES_WORKER:
+                    /* An eviction stands for one delete: the first in its range. */
+                    item->suppressed = !item->is_delete || feeder_consume_range(&feeder->consumed_marks, &key, range_to);
+                    break;
+                case WORKER_WRITES_APPLICATION:
+                    break;
                 }
                 item->resolved = true;
-                bool in_range = false;
-                if (strcmp(state, "done") == 0) {
-                    in_range = timestamp_find(&mark, "from") < item->time && item->time <= timestamp_find(&mark, "to");
-                } else if (strcmp(state, "recovered") == 0 && item->is_delete) {
-                    in_range = item->time > timestamp_find(&mark, "since");
-                }
-                /* An eviction mark stands for one delete: the first in its range. */
-                if (in_range && item->is_delete && !mark_consumed(&feeder->consumed_marks, &key)) {
-                    char index_key[16];
-                    const char *index_string;
-                    bson_uint32_to_string(bson_count_keys(&feeder->consumed_marks), &index_string, index_key,
-                                          sizeof index_key);
-                    BSON_APPEND_DOCUMENT(&feeder->consumed_marks, index_string, &key);
-                    item->suppressed = true;
-                } else if (in_range && item->is_insert) {
-                    item->suppressed = true;
-                }
             }
             if (!found) {
                 item->resolved = true;
@@ -814,56 +766,6 @@ static bool write_checkpoint(feeder_t *feeder)
     return ok;
 }
 
-/* Marks the feeder has matched or passed: done marks at or before the applied
- * time, "recovered" marks consumed in this batch, warm marks left pending. */
-static void clean_marks(feeder_t *feeder)
-{
-    bson_t command = BSON_INITIALIZER, deletes, statement, query, any, clause, condition, concern, reply;
-    bson_error_t error;
-    uint32_t seconds = (uint32_t)(feeder->applied_time >> 32);
-    BSON_APPEND_UTF8(&command, "delete", TIER_MARKS_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-    BSON_APPEND_ARRAY_BEGIN(&query, "$or", &any);
-    const char *time_fields[] = {"at", "to"};
-    for (int i = 0; i < 2; i++) {
-        bson_append_document_begin(&any, i == 0 ? "0" : "1", 1, &clause);
-        BSON_APPEND_UTF8(&clause, "state", "done");
-        bson_append_document_begin(&clause, time_fields[i], -1, &condition);
-        timestamp_append(&condition, "$lte", feeder->applied_time);
-        bson_append_document_end(&clause, &condition);
-        bson_append_document_end(&any, &clause);
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&any, "2", &clause);
-    BSON_APPEND_UTF8(&clause, "_id.op", "warm");
-    BSON_APPEND_UTF8(&clause, "state", "pending");
-    BSON_APPEND_DOCUMENT_BEGIN(&clause, "since", &condition);
-    bson_append_timestamp(&condition, "$lt", 3, seconds > 60 ? seconds - 60 : 0, 0);
-    bson_append_document_end(&clause, &condition);
-    bson_append_document_end(&any, &clause);
-    if (!bson_empty(&feeder->consumed_marks)) {
-        BSON_APPEND_DOCUMENT_BEGIN(&any, "3", &clause);
-        BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id", &condition);
-        BSON_APPEND_ARRAY(&condition, "$in", &feeder->consumed_marks);
-        bson_append_document_end(&clause, &condition);
-        bson_append_document_end(&any, &clause);
-    }
-    bson_append_array_end(&query, &any);
-    bson_append_document_end(&statement, &query);
-    BSON_APPEND_INT32(&statement, "limit", 0);
-    bson_append_document_end(&deletes, &statement);
-    bson_append_array_end(&command, &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(&command, &concern);
-    if (tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error)) {
-        bson_reinit(&feeder->consumed_marks);
-    }
-    bson_destroy(&reply);
-    bson_destroy(&command);
-}
-
 /* Namespaces applied again after a stop are caught up once the stream passes the
  * point where the others were: their stopped record goes. */
 static void finish_retries(feeder_t *feeder)
@@ -1066,7 +968,10 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
         if (!write_checkpoint(feeder)) {
             return false;
         }
-        clean_marks(feeder);
+        if (clock_monotonic_ms() - feeder->last_mark_clean_ms >= MARK_CLEAN_INTERVAL_MS) {
+            feeder->last_mark_clean_ms = clock_monotonic_ms();
+            feeder_clean_marks(feeder);
+        }
         finish_retries(feeder);
     }
     tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);

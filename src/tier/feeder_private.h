@@ -52,8 +52,10 @@ typedef struct feeder {
     feeder_namespace_t *namespaces;
     size_t namespace_count;
     feeder_batch_t *batch;
-    bson_t consumed_marks;    /* "recovered" marks matched in this batch, removed after it */
+    bson_t consumed_marks;    /* {key, to}: the eviction ranges deletes took since the last clean_marks,
+                                 which then removes the "recovered" marks among them */
     int64_t last_checkpoint_ms;
+    int64_t last_mark_clean_ms; /* marks are kept minutes: cleaned once a second, not at every batch */
     uint64_t checkpoint_time;
     int64_t backoff_ms;
     int64_t stats_since_ms;
@@ -84,6 +86,15 @@ const char *feeder_op_kind_name(feeder_op_kind_t kind); /* "replace", "update", 
 
 /* Waits (backoff) before the next attempt on a tier. */
 void feeder_backoff(feeder_t *feeder);
+
+/* --- feeder_marks.c -------------------------------------------------------------- */
+
+/* Whether a delete already took the eviction mark key's range ending at range_to
+ * (consumed: feeder_t.consumed_marks); if not, this one takes it. */
+bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to);
+/* Removes the marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago, the
+ * recovered ones it consumed, and copy marks left pending a minute. */
+void feeder_clean_marks(feeder_t *feeder);
 
 /* --- feeder_refusal.c ----------------------------------------------------------------
  * thermocline.refusals: {_id: <sequence, int64>, ns, id, kind, write, firstTime,

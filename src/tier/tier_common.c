@@ -450,16 +450,6 @@ bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t in
 
 /* --- marks ------------------------------------------------------------------------- */
 
-void tier_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *kind)
-{
-    bson_t mark_id;
-    bson_append_document_begin(out, key, -1, &mark_id);
-    BSON_APPEND_UTF8(&mark_id, "ns", ns);
-    BSON_APPEND_VALUE(&mark_id, "id", id);
-    BSON_APPEND_UTF8(&mark_id, "op", kind);
-    bson_append_document_end(out, &mark_id);
-}
-
 static bool write_mark(mongoc_client_t *fast, const bson_t *mark_id, bool remove, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, reply, concern;
@@ -581,16 +571,6 @@ bool tier_find_by_id(mongoc_client_t *client, const char *database, const char *
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
-}
-
-int64_t tier_document_digest(const bson_t *document)
-{
-    const uint8_t *data = bson_get_data(document);
-    uint64_t hash = UINT64_C(14695981039346656037);
-    for (uint32_t i = 0; i < document->len; i++) {
-        hash = (hash ^ data[i]) * UINT64_C(1099511628211);
-    }
-    return (int64_t)hash;
 }
 
 bool tier_version_filter(const bson_t *document, bson_t *out_filter)

@@ -8,6 +8,7 @@
 #include "common/timestamp.h"
 #include "tier/thread_group.h"
 #include "tier/tier.h"
+#include "tier/worker_writes.h"
 
 #include <mongoc/mongoc.h>
 
@@ -124,23 +125,7 @@ bool tier_wait_applied(tier_context_t *context, mongoc_client_t *fast, size_t in
 /* Reads the feeder's documents from the fast tier into context->progress. */
 bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, bson_error_t *error);
 
-/* --- worker-writes marks -------------------------------------------------------------
- * The evictor's deletes and the warmer's copies are recorded in
- * thermocline.workerWrites so that the feeder does not replay them (I3):
- *   evict: {state: "pending", since}   before the delete;
- *          {state: "done", from, to}   the delete (n: 1) happened in (from, to]: to is
- *                                      its reply's operationTime, which is not always
- *                                      the entry's own time; or the mark is removed (n: 0);
- *          {state: "recovered", since} a crash hid the outcome: the first delete of
- *                                      the document after since was the evictor's.
- *   warm:  {state: "pending", since, copy}  before the insert (copy: the copied
- *                                      document's tier_document_digest);
- *          {state: "done", from, to}   the insert happened in (from, to]. */
-void tier_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *kind);
-
-/* A 64-bit digest (FNV-1a) of a document's exact bytes: tells the warmer's copy
- * from a client's insert of the same _id when a crash hid the copy's outcome. */
-int64_t tier_document_digest(const bson_t *document);
+/* --- worker-writes marks (worker_writes.h) ---------------------------------------- */
 
 /* Resolves evict marks left pending older than min_age_seconds by a crashed
  * evictor (0: all): document still in the fast tier -> the mark goes; gone ->

@@ -194,7 +194,7 @@ static void append_mark_keys(bson_t *array, const char *ns, const bson_value_t *
             char key[16];
             const char *key_string;
             bson_uint32_to_string(next++, &key_string, key, sizeof key);
-            tier_mark_key(array, key_string, ns, &ids[i], "warm");
+            worker_writes_mark_key(array, key_string, ns, &ids[i], "warm");
         }
     }
 }
@@ -214,17 +214,20 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
     for (size_t i = 0; i < count; i++) {
         char key[16];
         const char *key_string;
-        bson_t statement, query, document;
+        bson_t statement, query, update, document;
         bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
         bson_append_document_begin(&updates, key_string, -1, &statement);
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-        tier_mark_key(&query, "_id", ns, &ids[i], "warm");
+        worker_writes_mark_key(&query, "_id", ns, &ids[i], "warm");
         bson_append_document_end(&statement, &query);
-        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &document);
+        /* $set, not a replacement: the mark's history of done ranges stays. */
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &document);
         BSON_APPEND_UTF8(&document, "state", "pending");
         timestamp_append(&document, "since", since_of[i] != 0 ? since_of[i] : since);
         BSON_APPEND_INT64(&document, "copy", digests[i]);
-        bson_append_document_end(&statement, &document);
+        bson_append_document_end(&update, &document);
+        bson_append_document_end(&statement, &update);
         BSON_APPEND_BOOL(&statement, "upsert", true);
         bson_append_document_end(&updates, &statement);
     }
@@ -259,21 +262,25 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
         for (size_t i = 0; i < count; i++) {
             char key[16];
             const char *key_string;
-            bson_t statement, query, update, set;
+            bson_t statement, query, update, set, push;
             if (refused[i]) {
                 continue;
             }
             bson_uint32_to_string(next++, &key_string, key, sizeof key);
             bson_append_document_begin(&updates, key_string, -1, &statement);
             BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-            tier_mark_key(&query, "_id", ns, &ids[i], "warm");
+            worker_writes_mark_key(&query, "_id", ns, &ids[i], "warm");
             bson_append_document_end(&statement, &query);
             BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
             BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
             BSON_APPEND_UTF8(&set, "state", "done");
-            timestamp_append(&set, "from", since_of[i] != 0 ? since_of[i] : from);
+            uint64_t copy_from = since_of[i] != 0 ? since_of[i] : from;
+            timestamp_append(&set, "from", copy_from);
             timestamp_append(&set, "to", to);
             bson_append_document_end(&update, &set);
+            BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
+            worker_writes_append_history_push(&push, copy_from, to);
+            bson_append_document_end(&update, &push);
             bson_append_document_end(&statement, &update);
             bson_append_document_end(&updates, &statement);
         }
@@ -633,7 +640,7 @@ static bool settle_orphans(warmer_t *warmer, size_t index, const char *database,
         bool present = false, copy_deleted = false;
         bson_t document, version;
         ok = tier_find_by_id(warmer->fast, database, collection, bson_iter_value(&iter), &present, &document, error);
-        if (present && tier_document_digest(&document) == bson_iter_as_int64(&copy)) {
+        if (present && worker_writes_digest(&document) == bson_iter_as_int64(&copy)) {
             if (tier_version_filter(&document, &version)) {
                 ok = delete_copy(warmer, database, collection, &version, &copy_deleted, error);
                 if (ok) {
@@ -876,7 +883,7 @@ static size_t collect_ids(const bson_t *documents, bson_value_t *ids, int64_t *d
         bson_init_static(&document, data, length);
         if (bson_iter_init_find(&id, &document, "_id")) {
             ids[index_in_batch] = *bson_iter_value(&id);
-            digests[index_in_batch] = tier_document_digest(&document);
+            digests[index_in_batch] = worker_writes_digest(&document);
             char key[16];
             const char *key_string;
             bson_uint32_to_string((uint32_t)index_in_batch, &key_string, key, sizeof key);

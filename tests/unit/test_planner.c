@@ -432,7 +432,7 @@ static void test_aggregate_routes(void **state)
          PLAN_REASON_PIPELINE_WRITES},
         {AGGREGATE("[{'$out': 'target'}]"), NO_POLICY, PLAN_ROUTE_ARCHIVE, PLAN_REASON_PIPELINE_WRITES},
         /* change streams */
-        {AGGREGATE("[{'$changeStream': {}}, " MATCH_IN "]"), WITH_HORIZON, PLAN_ROUTE_ARCHIVE,
+        {AGGREGATE("[{'$changeStream': {}}, " MATCH_IN "]"), WITH_HORIZON, PLAN_ROUTE_FAST,
          PLAN_REASON_CHANGE_STREAM},
         /* malformed pipelines: the archive reports the error */
         {"{'aggregate': 'orders', 'pipeline': 5, 'cursor': {}}", WITH_HORIZON, PLAN_ROUTE_ARCHIVE,

@@ -1,0 +1,123 @@
+/* The worker-writes marks read by one rule (worker_writes.h): the feeder's and the
+ * proxy's classification of the fast tier's events. */
+#include "tier/worker_writes.h"
+
+#include "common/timestamp.h"
+
+#include <string.h>
+
+static bool in_range(const bson_t *range, uint64_t time, uint64_t *out_to)
+{
+    *out_to = timestamp_find(range, "to");
+    return timestamp_find(range, "from") < time && time <= *out_to;
+}
+
+/* Whether a done range of the mark, current or kept in its history, holds time
+ * (*out_to: its end). */
+static bool in_done_range(const bson_t *mark, const char *state, uint64_t time, uint64_t *out_to)
+{
+    if (strcmp(state, "done") == 0 && in_range(mark, time, out_to)) {
+        return true;
+    }
+    bson_iter_t history, item;
+    if (!bson_iter_init_find(&history, mark, "history") || !BSON_ITER_HOLDS_ARRAY(&history) ||
+        !bson_iter_recurse(&history, &item)) {
+        return false;
+    }
+    while (bson_iter_next(&item)) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t range;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&item)) {
+            continue;
+        }
+        bson_iter_document(&item, &length, &data);
+        if (bson_init_static(&range, data, length) && in_range(&range, time, out_to)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether an insert's document is exactly the copy a pending mark recorded. */
+static bool is_the_copy(const bson_t *mark, const bson_t *full_document)
+{
+    bson_iter_t copy;
+    return full_document != NULL && bson_iter_init_find(&copy, mark, "copy") && BSON_ITER_HOLDS_INT64(&copy) &&
+           worker_writes_digest(full_document) == bson_iter_int64(&copy);
+}
+
+worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event,
+                                               uint64_t *out_range_to)
+{
+    uint64_t range_to = 0;
+    if (mark == NULL) {
+        return WORKER_WRITES_APPLICATION;
+    }
+    const char *state = "";
+    bson_iter_t field;
+    if (bson_iter_init_find(&field, mark, "state") && BSON_ITER_HOLDS_UTF8(&field)) {
+        state = bson_iter_utf8(&field, NULL);
+    }
+    bool worker = in_done_range(mark, state, event->time, &range_to);
+    if (!worker && strcmp(state, "recovered") == 0 && event->is_delete) {
+        worker = event->time > timestamp_find(mark, "since");
+        range_to = UINT64_MAX;
+    }
+    if (!worker && strcmp(state, "pending") == 0 && event->time > timestamp_find(mark, "since")) {
+        /* The write the mark announces may be this one, its outcome unknown yet. */
+        if (event->is_delete || event->waited_ms < WORKER_WRITES_PENDING_COPY_WAIT_MS) {
+            return WORKER_WRITES_PENDING;
+        }
+        /* A copy whose outcome no copier recorded (it crashed, or lost the fast tier)
+         * is the worker's when the insert is byte for byte the copy: the archive
+         * holds that version, and replaying or showing it would be a write nobody
+         * made. Another insert of that _id (a client's, after a delete) is not. */
+        if (!is_the_copy(mark, event->full_document)) {
+            return WORKER_WRITES_APPLICATION;
+        }
+        worker = true;
+        range_to = UINT64_MAX;
+    }
+    if (!worker) {
+        return WORKER_WRITES_APPLICATION;
+    }
+    if (out_range_to != NULL) {
+        *out_range_to = range_to;
+    }
+    return WORKER_WRITES_WORKER;
+}
+
+void worker_writes_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *op)
+{
+    bson_t mark_id;
+    bson_append_document_begin(out, key, -1, &mark_id);
+    BSON_APPEND_UTF8(&mark_id, "ns", ns);
+    BSON_APPEND_VALUE(&mark_id, "id", id);
+    BSON_APPEND_UTF8(&mark_id, "op", op);
+    bson_append_document_end(out, &mark_id);
+}
+
+void worker_writes_append_history_push(bson_t *push, uint64_t from, uint64_t to)
+{
+    bson_t history, each, range;
+    BSON_APPEND_DOCUMENT_BEGIN(push, "history", &history);
+    BSON_APPEND_ARRAY_BEGIN(&history, "$each", &each);
+    BSON_APPEND_DOCUMENT_BEGIN(&each, "0", &range);
+    timestamp_append(&range, "from", from);
+    timestamp_append(&range, "to", to);
+    bson_append_document_end(&each, &range);
+    bson_append_array_end(&history, &each);
+    BSON_APPEND_INT32(&history, "$slice", -WORKER_WRITES_HISTORY);
+    bson_append_document_end(push, &history);
+}
+
+int64_t worker_writes_digest(const bson_t *document)
+{
+    const uint8_t *data = bson_get_data(document);
+    uint64_t hash = UINT64_C(14695981039346656037);
+    for (uint32_t i = 0; i < document->len; i++) {
+        hash = (hash ^ data[i]) * UINT64_C(1099511628211);
+    }
+    return (int64_t)hash;
+}

@@ -1,0 +1,68 @@
+/* The workers' writes in the fast tier's history, told from the applications':
+ * what a thermocline.workerWrites mark says about one insert or delete event. Pure
+ * (libbson only): the feeder classifies its stream with it, and the proxy its
+ * clients' change streams, so both read the marks by one rule.
+ *
+ * A mark is one document per (ns, _id, op), _id {ns, id, op}:
+ *   op "evict" (the evictor's delete), "warm" (the warmer's copy), "fault" (the
+ *   proxy's fault-in copy of an archive document);
+ *   state "pending" {since, copy (warm, fault: the copy's worker_writes_digest)}
+ *         written before the write, so a reader never sees the write unmarked;
+ *         "done" {from, to}: the write happened in (from, to];
+ *         "recovered" {since} (evict): a crash hid the outcome: the first delete
+ *         of the document after since was the evictor's.
+ *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to}], pushed with
+ *         each "done": the next copy or eviction of the same document overwrites
+ *         state, from and to, and a change stream resumed from an older token still
+ *         finds the earlier range here.
+ * Done marks stay WORKER_WRITES_RETENTION_SECONDS of cluster time past the feeder's
+ * applied time (the feeder removes them after), so a client's stream that lags or
+ * resumes up to that far behind classifies the same way. */
+#ifndef TC_TIER_WORKER_WRITES_H
+#define TC_TIER_WORKER_WRITES_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define WORKER_WRITES_HISTORY 8
+#define WORKER_WRITES_RETENTION_SECONDS 600
+/* How long a reader waits for a pending copy's outcome before deciding by its
+ * digest (a copier that crashed never writes it). */
+#define WORKER_WRITES_PENDING_COPY_WAIT_MS 2000
+
+typedef enum worker_writes_verdict {
+    WORKER_WRITES_APPLICATION, /* an application's write: replayed, shown to clients */
+    WORKER_WRITES_WORKER,      /* the worker's own write: never replayed nor shown */
+    WORKER_WRITES_PENDING,     /* the mark's outcome is not written yet: look again shortly */
+} worker_writes_verdict_t;
+
+/* One insert or delete event of the fast tier's change stream. */
+typedef struct worker_writes_event {
+    bool is_delete;              /* else an insert */
+    uint64_t time;               /* its clusterTime */
+    const bson_t *full_document; /* an insert's document (NULL: not in the event) */
+    int64_t waited_ms;           /* how long the reader has waited on pending marks */
+} worker_writes_event_t;
+
+/* What mark (the event's mark, of op "evict" for a delete, "warm" or "fault" for
+ * an insert; NULL when there is none) says about event. For WORKER,
+ * *out_range_to (may be NULL) is the end of the done range holding the event
+ * (UINT64_MAX for a recovered mark): an eviction stands for one delete, the first
+ * in its range, which a reader that sees a document's deletes in order (the
+ * feeder) tells apart by (mark, range). */
+worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event,
+                                               uint64_t *out_range_to);
+
+/* Appends {ns, id, op} under key: a mark's _id. */
+void worker_writes_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *op);
+
+/* Appends to an update's $push the done range {from, to} into history, keeping the
+ * last WORKER_WRITES_HISTORY ({history: {$each: [{from, to}], $slice: -N}}). */
+void worker_writes_append_history_push(bson_t *push, uint64_t from, uint64_t to);
+
+/* A 64-bit digest (FNV-1a) of a document's exact bytes: tells a copy from a
+ * client's insert of the same _id when a crash hid the copy's outcome. */
+int64_t worker_writes_digest(const bson_t *document);
+
+#endif
