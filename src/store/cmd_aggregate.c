@@ -1,7 +1,8 @@
 /* aggregate: the pipeline (query/pipeline.h) fed by a find plan, so a leading
  * $match (and $sort) uses an index. Results stream through a cursor: each
  * batch pulls from the pipeline in a fresh read transaction, and the plan under
- * it resumes where it stopped, as a find cursor does. */
+ * it resumes where it stopped, as a find cursor does. On a view, the plan reads
+ * the collection under it and the views' pipelines come first (views.c). */
 #include "store/commands.h"
 #include "query/pipeline.h"
 #include "store/change_stream.h"
@@ -14,6 +15,7 @@ typedef struct aggregation {
     pipeline_t *pipeline;
     pipeline_run_t *run;
     find_plan_t *plan;
+    char *source_ns; /* the collection the plan reads: the command's, or the one under its view */
     bson_t *buffer[SOURCE_BUFFER_SIZE]; /* documents read from the plan, not yet handed on */
     size_t buffered;
     size_t next;
@@ -46,6 +48,7 @@ static void aggregation_destroy(void *pointer)
     pipeline_run_destroy(aggregation->run);
     pipeline_destroy(aggregation->pipeline);
     find_plan_destroy(aggregation->plan);
+    bson_free(aggregation->source_ns);
     bson_free(aggregation);
 }
 
@@ -86,10 +89,13 @@ static bool pull_source(void *context, const bson_t **out_document, bson_error_t
     return true;
 }
 
-bool aggregation_fill_batch(command_context_t *context, void *pointer, collection_t *collection,
+bool aggregation_fill_batch(command_context_t *context, void *pointer, collection_t *cursor_collection,
                             batch_builder_t *batch, bool *out_exhausted, bson_error_t *error)
 {
     aggregation_t *aggregation = pointer;
+    /* The cursor's namespace may be a view's: the plan reads its own source. */
+    (void)cursor_collection;
+    collection_t *collection = storage_find_collection(context->store->storage, aggregation->source_ns);
     bool ok = storage_begin(context->session, error);
     *out_exhausted = false;
     if (!ok) {
@@ -123,21 +129,104 @@ bool aggregation_fill_batch(command_context_t *context, void *pointer, collectio
     return ok;
 }
 
-static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error)
+typedef struct aggregate_request {
+    bson_t stages;   /* a view of the command's pipeline */
+    bool explain;
+    bool allow_disk_use;
+    int64_t batch_size;
+} aggregate_request_t;
+
+static bool parse_aggregate(command_context_t *context, aggregate_request_t *request, bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_t cursor_options;
+    if (!bson_iter_init_find(&iter, context->command, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "'pipeline' option must be specified as an array");
+    }
+    const bson_value_t *value = bson_iter_value(&iter);
+    bson_init_static(&request->stages, value->value.v_doc.data, value->value.v_doc.data_len);
+    if (!command_get_bool(context, "explain", false, &request->explain, error) ||
+        !command_get_bool(context, "allowDiskUse", true, &request->allow_disk_use, error) ||
+        !command_get_document(context, "cursor", &cursor_options, error)) {
+        return false;
+    }
+    if (!request->explain && !bson_has_field(context->command, "cursor")) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                            "The 'cursor' option is required, except for aggregate with the explain argument");
+    }
+    request->batch_size = 101;
+    if (bson_iter_init_find(&iter, &cursor_options, "batchSize")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&iter) || bson_iter_as_int64(&iter) < 0) {
+            return tc_error_set(error, TC_ERR_BAD_VALUE, "cursor.batchSize must be a non-negative number");
+        }
+        request->batch_size = bson_iter_as_int64(&iter);
+    }
+    return true;
+}
+
+/* Compiles the views' stages then the command's, and plans the read of the
+ * collection under them. Call with the lock held. */
+static bool prepare_aggregation(command_context_t *context, const char *ns, const aggregate_request_t *request,
+                                aggregation_t *aggregation, bson_t *out_stages, bson_error_t *error)
 {
     storage_t *storage = context->store->storage;
     bson_iter_t iter;
-    bson_t stages, cursor_options;
+    if (!views_resolve(storage, ns, &aggregation->source_ns, out_stages, error)) {
+        return false;
+    }
+    uint32_t count = bson_count_keys(out_stages);
+    bson_iter_init(&iter, &request->stages);
+    while (bson_iter_next(&iter)) {
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(count++, &key_string, key, sizeof key);
+        bson_append_iter(out_stages, key_string, -1, &iter);
+    }
+    pipeline_options_t pipeline_options = {.allow_disk_use = request->allow_disk_use,
+                                           .expression_context = context->expression_context};
+    aggregation->pipeline = pipeline_compile(out_stages, &pipeline_options, error);
+    if (aggregation->pipeline == NULL) {
+        return false;
+    }
+    find_options_t find_options = {
+        .filter = pipeline_leading_match(aggregation->pipeline),
+        .sort = pipeline_leading_sort(aggregation->pipeline),
+        .expression_context = context->expression_context,
+    };
+    if (find_options.sort != NULL && pipeline_leading_limit(aggregation->pipeline) > 0) {
+        find_options.limit = pipeline_leading_limit(aggregation->pipeline);
+    }
+    collection_t *collection = storage_find_collection(storage, aggregation->source_ns);
+    aggregation->plan = find_plan_new(context->session, collection, &find_options, error);
+    return aggregation->plan != NULL;
+}
+
+static void append_explain(command_context_t *context, const aggregation_t *aggregation, const bson_t *stages,
+                           bson_t *reply)
+{
+    bson_t planner;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "queryPlanner", &planner);
+    find_plan_append_query_planner(aggregation->plan, aggregation->source_ns, &planner);
+    bson_append_document_end(reply, &planner);
+    BSON_APPEND_ARRAY(reply, "stages", stages);
+    command_append_explain_server_info(context, context->command, reply);
+}
+
+bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    storage_t *storage = context->store->storage;
+    bson_iter_t iter;
+    bson_t stages = BSON_INITIALIZER;
     char *ns = NULL;
+    aggregate_request_t request;
     aggregation_t *aggregation = NULL;
     store_cursor_t *cursor = NULL;
     batch_builder_t batch = {0};
-    bool allow_disk_use;
-    bool explain;
     bool locked = false;
     bool ok = false;
 
     if (change_stream_requested(context->command)) {
+        bson_destroy(&stages);
         return change_stream_aggregate(context, reply, error);
     }
     bson_init(&batch.array);
@@ -149,55 +238,14 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
         goto done;
     }
     TC_CHECK(command_namespace(context, &ns, error));
-    if (!bson_iter_init_find(&iter, context->command, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
-        tc_error_set(error, TC_ERR_TYPE_MISMATCH, "'pipeline' option must be specified as an array");
-        goto done;
-    }
-    uint32_t length;
-    const uint8_t *data;
-    bson_iter_array(&iter, &length, &data);
-    bson_init_static(&stages, data, length);
-    TC_CHECK(command_get_bool(context, "explain", false, &explain, error));
-    TC_CHECK(command_get_bool(context, "allowDiskUse", true, &allow_disk_use, error));
-    TC_CHECK(command_get_document(context, "cursor", &cursor_options, error));
-    if (!explain && !bson_has_field(context->command, "cursor")) {
-        tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
-                     "The 'cursor' option is required, except for aggregate with the explain argument");
-        goto done;
-    }
-    int64_t batch_size = 101;
-    if (bson_iter_init_find(&iter, &cursor_options, "batchSize")) {
-        if (!BSON_ITER_HOLDS_NUMBER(&iter) || bson_iter_as_int64(&iter) < 0) {
-            tc_error_set(error, TC_ERR_BAD_VALUE, "cursor.batchSize must be a non-negative number");
-            goto done;
-        }
-        batch_size = bson_iter_as_int64(&iter);
-    }
+    TC_CHECK(parse_aggregate(context, &request, error));
     aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
-    pipeline_options_t pipeline_options = {.allow_disk_use = allow_disk_use,
-                                           .expression_context = context->expression_context};
-    aggregation->pipeline = pipeline_compile(&stages, &pipeline_options, error);
-    TC_CHECK(aggregation->pipeline != NULL);
-    find_options_t find_options = {
-        .filter = pipeline_leading_match(aggregation->pipeline),
-        .sort = pipeline_leading_sort(aggregation->pipeline),
-        .expression_context = context->expression_context,
-    };
-    if (find_options.sort != NULL && pipeline_leading_limit(aggregation->pipeline) > 0) {
-        find_options.limit = pipeline_leading_limit(aggregation->pipeline);
-    }
     storage_lock_shared(storage);
     locked = true;
-    collection_t *collection = storage_find_collection(storage, ns);
-    aggregation->plan = find_plan_new(context->session, collection, &find_options, error);
-    TC_CHECK(aggregation->plan != NULL);
-    if (explain) {
-        bson_t planner;
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "queryPlanner", &planner);
-        find_plan_append_query_planner(aggregation->plan, ns, &planner);
-        bson_append_document_end(reply, &planner);
-        BSON_APPEND_ARRAY(reply, "stages", &stages);
-        command_append_explain_server_info(context, context->command, reply);
+    bson_destroy(&stages);
+    TC_CHECK(prepare_aggregation(context, ns, &request, aggregation, &stages, error));
+    if (request.explain) {
+        append_explain(context, aggregation, &stages, reply);
         ok = true;
         goto done;
     }
@@ -208,10 +256,10 @@ static bool handle_aggregate(command_context_t *context, bson_t *reply, bson_err
     cursor->transaction_id = context->transaction_id;
     cursor->txn_number = context->txn_number;
     aggregation = NULL;
-    batch.limit = (uint32_t)(batch_size > UINT32_MAX ? UINT32_MAX : batch_size);
+    batch.limit = (uint32_t)(request.batch_size > UINT32_MAX ? UINT32_MAX : request.batch_size);
     bool exhausted = false;
-    if (batch_size > 0) {
-        TC_CHECK(aggregation_fill_batch(context, cursor->stream, collection, &batch, &exhausted, error));
+    if (request.batch_size > 0) {
+        TC_CHECK(aggregation_fill_batch(context, cursor->stream, NULL, &batch, &exhausted, error));
     }
     storage_unlock(storage);
     locked = false;
@@ -236,11 +284,12 @@ done:
     aggregation_destroy(aggregation);
     store_cursor_destroy(cursor);
     bson_destroy(&batch.array);
+    bson_destroy(&stages);
     bson_free(ns);
     return ok;
 }
 
 const command_definition_t aggregate_commands[] = {
-    {"aggregate", handle_aggregate},
+    {"aggregate", command_aggregate},
     {NULL, NULL},
 };

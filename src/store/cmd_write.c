@@ -209,8 +209,9 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
         return false;
     }
     storage_lock_shared(storage);
-    bool ok = true;
-    for (uint32_t index = 0; bson_iter_next(&statements); index++) {
+    /* A view is refused before any statement runs: the whole command fails, as on mongod. */
+    bool ok = views_refuse(storage, ns, error);
+    for (uint32_t index = 0; ok && bson_iter_next(&statements); index++) {
         bson_error_t statement_error;
         if (!run(context, ns, &statements, index, totals, &statement_error)) {
             if (context->transaction != NULL && is_write_conflict(&statement_error)) {
@@ -744,6 +745,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
 
     storage_lock_shared(storage);
     locked = true;
+    TC_CHECK(views_refuse(storage, ns, error));
     collection_t *collection = storage_find_collection(storage, ns);
     document_outcome_t outcome = DOCUMENT_GONE;
     if (collection != NULL) {
