@@ -602,6 +602,70 @@ bool storage_finish_rename(storage_session_t *session, const char *from, const c
     return ok;
 }
 
+/* --- rename ------------------------------------------------------------------ */
+
+typedef struct rename_step {
+    collection_t *collection; /* already named as the target */
+    const char *from;
+} rename_step_t;
+
+static bool rename_entry_step(storage_session_t *session, void *pointer, bson_error_t *error)
+{
+    rename_step_t *step = pointer;
+    return catalog_remove_entry(session, step->from, error) && catalog_write_entry(session, step->collection, error);
+}
+
+static void set_collection_names(collection_t *collection, char *ns)
+{
+    collection->ns = ns;
+    const char *dot = strchr(ns, '.');
+    collection->database = bson_strndup(ns, (size_t)(dot - ns));
+    collection->name = dot + 1;
+}
+
+bool storage_rename_collection(storage_session_t *session, const char *from, const char *to, bson_error_t *error)
+{
+    storage_t *storage = session->storage;
+    bool found;
+    if (!catalog_validate_namespace(to, error)) {
+        return false;
+    }
+    if (storage_find_collection(storage, to) != NULL || storage_find_view(storage, to) != NULL) {
+        return tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "target namespace exists");
+    }
+    size_t slot = find_collection_slot(storage, from, &found);
+    if (!found) {
+        return tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", from);
+    }
+    collection_t *collection = storage->collections[slot];
+    storage_run_ddl_hook(storage, collection->ns);
+    char *old_ns = collection->ns, *old_database = collection->database;
+    set_collection_names(collection, bson_strdup(to));
+    bson_t object = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&object, "renameCollection", old_ns);
+    BSON_APPEND_UTF8(&object, "to", to);
+    BSON_APPEND_BOOL(&object, "stayTemp", false);
+    rename_step_t step = {.collection = collection, .from = old_ns};
+    bool ok = catalog_change_with_oplog(session, rename_entry_step, &step, old_database, collection->uuid, &object,
+                                        NULL, error);
+    bson_destroy(&object);
+    if (!ok) {
+        bson_free(collection->ns);
+        bson_free(collection->database);
+        set_collection_names(collection, old_ns);
+        bson_free(collection->database);
+        collection->database = old_database;
+        return false;
+    }
+    memmove(&storage->collections[slot], &storage->collections[slot + 1],
+            (storage->collection_count - slot - 1) * sizeof(collection_t *));
+    storage->collection_count--;
+    catalog_insert_in_memory(storage, collection);
+    bson_free(old_ns);
+    bson_free(old_database);
+    return true;
+}
+
 /* The default index name mongod derives from the key pattern: a_1_b_-1. */
 static void default_index_name(const bson_t *key_pattern, bson_string_t *name)
 {

@@ -201,6 +201,66 @@ static bool prepare_aggregation(command_context_t *context, const char *ns, cons
     return aggregation->plan != NULL;
 }
 
+/* Every result of the pipeline, read in one transaction, for $out and $merge
+ * to write once the lock is released (*out_documents: free each with
+ * bson_destroy(), then the array with bson_free()). Call with the lock held. */
+static bool collect_results(command_context_t *context, aggregation_t *aggregation, bson_t ***out_documents,
+                            size_t *out_count, bson_error_t *error)
+{
+    size_t capacity = 0;
+    bool ok = storage_begin(context->session, error);
+    aggregation->session = context->session;
+    aggregation->collection = storage_find_collection(context->store->storage, aggregation->source_ns);
+    aggregation->run = pipeline_start(aggregation->pipeline, pull_source, aggregation);
+    while (ok) {
+        bson_t document;
+        bool end;
+        ok = pipeline_next(aggregation->run, &document, &end, error);
+        if (!ok || end) {
+            break;
+        }
+        if (*out_count == capacity) {
+            capacity = capacity ? capacity * 2 : 64;
+            *out_documents = bson_realloc(*out_documents, capacity * sizeof(bson_t *));
+        }
+        (*out_documents)[(*out_count)++] = bson_copy(&document);
+        bson_destroy(&document);
+    }
+    aggregation->session = NULL;
+    aggregation->collection = NULL;
+    storage_rollback(context->session);
+    return ok;
+}
+
+/* $out or $merge: the results written, and an empty cursor as the reply. */
+static bool run_output(command_context_t *context, const char *ns, aggregation_t *aggregation,
+                       const aggregate_output_t *output, bson_t *reply, bson_error_t *error)
+{
+    storage_t *storage = context->store->storage;
+    bson_t **documents = NULL;
+    size_t count = 0;
+    bool ok = collect_results(context, aggregation, &documents, &count, error);
+    storage_unlock(storage); /* the writes take it as they need it */
+    if (ok) {
+        ok = aggregate_output_write(context, output, documents, count, error);
+    }
+    for (size_t i = 0; i < count; i++) {
+        bson_destroy(documents[i]);
+    }
+    bson_free(documents);
+    storage_lock_shared(storage);
+    if (ok) {
+        bson_t cursor, empty = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
+        BSON_APPEND_ARRAY(&cursor, "firstBatch", &empty);
+        BSON_APPEND_INT64(&cursor, "id", 0);
+        BSON_APPEND_UTF8(&cursor, "ns", ns);
+        bson_append_document_end(reply, &cursor);
+        bson_destroy(&empty);
+    }
+    return ok;
+}
+
 static void append_explain(command_context_t *context, const aggregation_t *aggregation, const bson_t *stages,
                            bson_t *reply)
 {
@@ -216,9 +276,10 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
 {
     storage_t *storage = context->store->storage;
     bson_iter_t iter;
-    bson_t stages = BSON_INITIALIZER;
+    bson_t stages = BSON_INITIALIZER, stages_before_output = BSON_INITIALIZER;
     char *ns = NULL;
     aggregate_request_t request;
+    aggregate_output_t *output = NULL;
     aggregation_t *aggregation = NULL;
     store_cursor_t *cursor = NULL;
     batch_builder_t batch = {0};
@@ -239,6 +300,11 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
     }
     TC_CHECK(command_namespace(context, &ns, error));
     TC_CHECK(parse_aggregate(context, &request, error));
+    bson_destroy(&stages_before_output);
+    TC_CHECK(aggregate_output_parse(context, &request.stages, &stages_before_output, &output, error));
+    if (output != NULL) {
+        request.stages = stages_before_output;
+    }
     aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
     storage_lock_shared(storage);
     locked = true;
@@ -247,6 +313,10 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
     if (request.explain) {
         append_explain(context, aggregation, &stages, reply);
         ok = true;
+        goto done;
+    }
+    if (output != NULL) {
+        ok = run_output(context, ns, aggregation, output, reply, error);
         goto done;
     }
     aggregation->run = pipeline_start(aggregation->pipeline, pull_source, aggregation);
@@ -285,6 +355,8 @@ done:
     store_cursor_destroy(cursor);
     bson_destroy(&batch.array);
     bson_destroy(&stages);
+    bson_destroy(&stages_before_output);
+    aggregate_output_destroy(output);
     bson_free(ns);
     return ok;
 }

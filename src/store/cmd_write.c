@@ -124,8 +124,7 @@ static bool get_batch(const command_context_t *context, const char *field, bson_
 
 /* --- insert ------------------------------------------------------------------- */
 
-/* The document as stored: _id first, generated when absent. */
-static bool prepare_insert_document(const bson_t *document, bson_t *out, bson_error_t *error)
+bool command_prepare_insert_document(const bson_t *document, bson_t *out, bson_error_t *error)
 {
     bson_iter_t iter;
     bson_init(out);
@@ -247,7 +246,7 @@ static bool run_insert_statement(command_context_t *context, const char *ns, bso
     }
     bson_iter_document(statement, &length, &data);
     bson_init_static(&document, data, length);
-    bool ok = prepare_insert_document(&document, &prepared, error) && insert_one(context, ns, &prepared, error);
+    bool ok = command_prepare_insert_document(&document, &prepared, error) && insert_one(context, ns, &prepared, error);
     bson_destroy(&prepared);
     *(int64_t *)totals += ok;
     return ok;

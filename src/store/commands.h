@@ -140,6 +140,35 @@ bool aggregation_fill_batch(command_context_t *context, void *aggregation, colle
  * read of a view, explain {aggregate}. */
 bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error) TC_MUST_CHECK;
 
+/* --- $out and $merge (aggregate_output.c) -------------------------------------- */
+
+typedef struct aggregate_output aggregate_output_t;
+
+/* Finds a $out or $merge stage in stages: *out_output (NULL when there is
+ * none; free with aggregate_output_destroy()) and out_stages, the stages
+ * before it (initialized here). Errors as mongod 6.0: 40601 when it is not
+ * the last stage, OperationNotSupportedInTransaction 263 in a transaction, its
+ * parse errors (16990, 16994, 17385 for system.*, 51178-51187 and 51199 for
+ * $merge, BadValue 2 for an unknown mode, 40415 for an unknown field). */
+bool aggregate_output_parse(const command_context_t *context, const bson_t *stages, bson_t *out_stages,
+                            aggregate_output_t **out_output, bson_error_t *error) TC_MUST_CHECK;
+
+/* Writes the aggregate's results (documents[count], which $merge may give an
+ * _id) to the output's target. Takes the catalog lock itself: call without it. */
+bool aggregate_output_write(command_context_t *context, const aggregate_output_t *output, bson_t **documents,
+                            size_t count, bson_error_t *error) TC_MUST_CHECK;
+
+/* "$out" or "$merge". */
+const char *aggregate_output_stage_name(const aggregate_output_t *output);
+
+/* Safe on NULL. */
+void aggregate_output_destroy(aggregate_output_t *output);
+
+/* The document as insert stores it: _id first (an ObjectId when absent),
+ * mongod's checks on _id and $-prefixed fields (cmd_write.c). out is
+ * initialized here; the caller destroys it. */
+bool command_prepare_insert_document(const bson_t *document, bson_t *out, bson_error_t *error) TC_MUST_CHECK;
+
 /* --- views (views.c) ---------------------------------------------------------- */
 
 /* create {viewOn, pipeline}: checks the definition and creates the view ns

@@ -109,6 +109,13 @@ bool storage_drop_collection(storage_session_t *session, const char *ns, bson_er
 bool storage_finish_rename(storage_session_t *session, const char *from, const char *to,
                            bson_error_t *error) TC_MUST_CHECK;
 
+/* Renames from to to in the catalog, keeping its tables (no copy), with one
+ * {renameCollection: from, to} oplog entry: what $out does with its temporary
+ * collection. Requires the exclusive lock. Errors: NamespaceNotFound 26,
+ * NamespaceExists 48 (drop the target first), InvalidNamespace 73. */
+bool storage_rename_collection(storage_session_t *session, const char *from, const char *to,
+                               bson_error_t *error) TC_MUST_CHECK;
+
 /* Builds an index over the existing documents. Requires the exclusive lock.
  * spec is the createIndexes entry ({key, name, unique, sparse,
  * partialFilterExpression, hidden, ...}).
