@@ -21,6 +21,10 @@ typedef struct aggregation {
     size_t next;
     bool source_exhausted;
     bson_t *pending; /* a result the last batch had no room for */
+    /* {aggregate: 1}: the documents of its $documents stage, the source instead of a plan. */
+    bson_t *literal;
+    bson_iter_t literal_iter;
+    bson_t literal_current; /* a view of the element handed on last */
     /* Valid during one fill: where the plan reads from. */
     storage_session_t *session;
     collection_t *collection;
@@ -49,6 +53,9 @@ static void aggregation_destroy(void *pointer)
     pipeline_destroy(aggregation->pipeline);
     find_plan_destroy(aggregation->plan);
     bson_free(aggregation->source_ns);
+    if (aggregation->literal != NULL) {
+        bson_destroy(aggregation->literal);
+    }
     bson_free(aggregation);
 }
 
@@ -68,6 +75,16 @@ static bool buffer_emit(void *context, const bson_t *document, int64_t record_id
 static bool pull_source(void *context, const bson_t **out_document, bson_error_t *error)
 {
     aggregation_t *aggregation = context;
+    if (aggregation->literal != NULL) {
+        /* Elements were checked to be documents when $documents was evaluated. */
+        const bson_value_t *value = bson_iter_next(&aggregation->literal_iter) ? bson_iter_value(&aggregation->literal_iter)
+                                                                             : NULL;
+        *out_document = value != NULL && bson_init_static(&aggregation->literal_current, value->value.v_doc.data,
+                                                          value->value.v_doc.data_len)
+                            ? &aggregation->literal_current
+                            : NULL;
+        return true;
+    }
     if (aggregation->next < aggregation->buffered) {
         *out_document = aggregation->buffer[aggregation->next++];
         return true;
@@ -160,6 +177,103 @@ static bool parse_aggregate(command_context_t *context, aggregate_request_t *req
             return tc_error_set(error, TC_ERR_BAD_VALUE, "cursor.batchSize must be a non-negative number");
         }
         request->batch_size = bson_iter_as_int64(&iter);
+    }
+    return true;
+}
+
+/* --- {aggregate: 1} ------------------------------------------------------------ */
+
+/* The name of the first stage (*out_argument its value), or NULL. */
+static const char *first_stage(const bson_t *stages, bson_iter_t *out_argument)
+{
+    bson_iter_t iter;
+    if (bson_iter_init(&iter, stages) && bson_iter_next(&iter) && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+        bson_iter_recurse(&iter, out_argument) && bson_iter_next(out_argument)) {
+        return bson_iter_key(out_argument);
+    }
+    return NULL;
+}
+
+/* Evaluates $documents' expression into aggregation's source: an array of
+ * documents, or 5858203 / 5858204. */
+static bool evaluate_documents(command_context_t *context, bson_iter_t *argument, aggregation_t *aggregation,
+                               bson_error_t *error)
+{
+    bson_value_t value = {.value_type = BSON_TYPE_EOD};
+    bson_iter_t item;
+    expression_t *expression = expression_compile_with_variables(bson_iter_value(argument),
+                                                                 context->expression_context != NULL
+                                                                     ? context->expression_context->variables
+                                                                     : NULL,
+                                                                 error);
+    bson_t no_document = BSON_INITIALIZER; /* $$ROOT: $documents reads no collection */
+    bool ok = expression != NULL &&
+              expression_evaluate(expression, &no_document, context->expression_context, &value, error);
+    expression_destroy(expression);
+    if (ok && value.value_type != BSON_TYPE_ARRAY) {
+        ok = tc_error_set(error, 5858203, "error during $documents stage: argument must evaluate to an array");
+    }
+    if (ok) {
+        aggregation->literal = bson_new_from_data(value.value.v_doc.data, value.value.v_doc.data_len);
+        bson_iter_init(&item, aggregation->literal);
+        while (ok && bson_iter_next(&item)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&item)) {
+                ok = tc_error_set(error, 5858204, "error during $documents stage: argument must evaluate to an "
+                                  "array of documents");
+            }
+        }
+        bson_iter_init(&aggregation->literal_iter, aggregation->literal);
+    }
+    bson_value_destroy(&value);
+    return ok;
+}
+
+/* {aggregate: 1}: its first stage must read no collection. $documents becomes
+ * the source, the other stages go to out_rest (initialized here); $currentOp
+ * and $listLocalSessions are refused, the store keeping no table of either. */
+static bool take_database_source(command_context_t *context, const bson_t *stages, aggregation_t *aggregation,
+                                 bson_t *out_rest, bson_error_t *error)
+{
+    bson_iter_t argument, iter;
+    uint32_t count = 0;
+    bson_init(out_rest);
+    const char *name = first_stage(stages, &argument);
+    if (name == NULL) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for an empty pipeline.");
+    }
+    if (strcmp(name, "$currentOp") == 0 || strcmp(name, "$listLocalSessions") == 0) {
+        return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED, "thermocline store does not support %s: it keeps "
+                            "no table of operations or sessions to list", name);
+    }
+    if (strcmp(name, "$documents") != 0) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
+                            "{aggregate: 1} is not valid for '%s'; a collection is required.", name);
+    }
+    if (!evaluate_documents(context, &argument, aggregation, error)) {
+        return false;
+    }
+    bson_iter_init(&iter, stages);
+    bson_iter_next(&iter);
+    while (bson_iter_next(&iter)) {
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(count++, &key_string, key, sizeof key);
+        bson_append_iter(out_rest, key_string, -1, &iter);
+    }
+    return true;
+}
+
+/* A collection's aggregate may not start with a stage of {aggregate: 1}. */
+static bool refuse_database_stage(const bson_t *stages, bson_error_t *error)
+{
+    bson_iter_t argument;
+    const char *name = first_stage(stages, &argument);
+    if (name != NULL && strcmp(name, "$documents") == 0) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "'$documents' can only be run with {aggregate: 1}");
+    }
+    if (name != NULL && (strcmp(name, "$currentOp") == 0 || strcmp(name, "$listLocalSessions") == 0)) {
+        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
+                            "%s must be run against the 'admin' database with {aggregate: 1}", name);
     }
     return true;
 }
@@ -276,7 +390,7 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
 {
     storage_t *storage = context->store->storage;
     bson_iter_t iter;
-    bson_t stages = BSON_INITIALIZER, stages_before_output = BSON_INITIALIZER;
+    bson_t stages = BSON_INITIALIZER, stages_before_output = BSON_INITIALIZER, stages_after_source = BSON_INITIALIZER;
     char *ns = NULL;
     aggregate_request_t request;
     aggregate_output_t *output = NULL;
@@ -293,12 +407,16 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
     bson_init(&batch.array);
     bson_iter_init(&iter, context->command);
     bson_iter_next(&iter);
-    if (!BSON_ITER_HOLDS_UTF8(&iter)) {
-        tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
-                     "{aggregate: 1} is not supported by thermocline store: aggregate needs a collection name");
+    bool database_level = BSON_ITER_HOLDS_NUMBER(&iter) && bson_iter_as_double(&iter) == 1.0;
+    if (database_level) {
+        ns = bson_strdup_printf("%s.$cmd.aggregate", context->database);
+    } else if (!BSON_ITER_HOLDS_UTF8(&iter)) {
+        tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                     "Invalid command format: the 'aggregate' field must specify a collection name or 1");
         goto done;
+    } else {
+        TC_CHECK(command_namespace(context, &ns, error));
     }
-    TC_CHECK(command_namespace(context, &ns, error));
     TC_CHECK(parse_aggregate(context, &request, error));
     bson_destroy(&stages_before_output);
     TC_CHECK(aggregate_output_parse(context, &request.stages, &stages_before_output, &output, error));
@@ -306,6 +424,13 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
         request.stages = stages_before_output;
     }
     aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
+    if (database_level) {
+        bson_destroy(&stages_after_source);
+        TC_CHECK(take_database_source(context, &request.stages, aggregation, &stages_after_source, error));
+        request.stages = stages_after_source;
+    } else {
+        TC_CHECK(refuse_database_stage(&request.stages, error));
+    }
     storage_lock_shared(storage);
     locked = true;
     bson_destroy(&stages);
@@ -356,6 +481,7 @@ done:
     bson_destroy(&batch.array);
     bson_destroy(&stages);
     bson_destroy(&stages_before_output);
+    bson_destroy(&stages_after_source);
     aggregate_output_destroy(output);
     bson_free(ns);
     return ok;

@@ -208,3 +208,47 @@ def test_out_and_merge_are_refused_in_a_transaction(tmp_path):
         client.close()
     finally:
         store.stop()
+
+
+# --- database-level aggregate ------------------------------------------------------
+
+
+def aggregate_on_database(db, pipeline, **options):
+    command = SON([("aggregate", 1), ("pipeline", pipeline), ("cursor", options)])
+    return db.command(command)
+
+
+def test_documents_feeds_a_database_level_aggregate(db):
+    reply = aggregate_on_database(db, [{"$documents": [{"x": 1}, {"x": 2}, {"x": 3}]},
+                                       {"$match": {"x": {"$gte": 2}}}, {"$set": {"y": {"$multiply": ["$x", 10]}}}])
+    assert reply["cursor"]["ns"] == DB_NAME + ".$cmd.aggregate"
+    assert reply["cursor"]["firstBatch"] == [{"x": 2, "y": 20}, {"x": 3, "y": 30}]
+    # An expression that evaluates to the array, and a cursor continued by getMore.
+    reply = aggregate_on_database(db, [{"$documents": {"$cond": [True, [{"n": i} for i in range(5)], []]}}],
+                                  batchSize=2)
+    assert [d["n"] for d in reply["cursor"]["firstBatch"]] == [0, 1]
+    more = db.command(SON([("getMore", reply["cursor"]["id"]), ("collection", "$cmd.aggregate")]))
+    assert [d["n"] for d in more["cursor"]["nextBatch"]] == [2, 3, 4]
+    assert more["cursor"]["id"] == 0
+
+
+def test_documents_with_let_and_into_merge(db):
+    reply = db.command(SON([("aggregate", 1), ("pipeline", [{"$documents": [{"_id": 1, "v": "$$value"}]},
+                                                           {"$set": {"w": "$$value"}}]),
+                            ("let", {"value": 7}), ("cursor", {})]))
+    assert reply["cursor"]["firstBatch"] == [{"_id": 1, "v": 7, "w": 7}]
+    aggregate_on_database(db, [{"$documents": [{"_id": 1, "a": 1}, {"_id": 2, "a": 2}]}, {"$merge": "seeded"}])
+    assert by_id(db["seeded"]) == [{"_id": 1, "a": 1}, {"_id": 2, "a": 2}]
+
+
+def test_database_level_aggregate_errors(db, sales):
+    def code(pipeline, aggregate=1):
+        return failure(db, SON([("aggregate", aggregate), ("pipeline", pipeline), ("cursor", {})])).code
+    assert code([{"$match": {}}]) == 73
+    assert code([]) == 73
+    assert code([{"$documents": 5}]) == 5858203
+    assert code([{"$documents": [1]}]) == 5858204
+    assert code([{"$documents": [{"a": 1}]}], aggregate="sales") == 73
+    assert code([{"$currentOp": {}}]) == 115
+    assert code([{"$listLocalSessions": {}}]) == 115
+    assert code([{"$match": {}}], aggregate=2.5) == 9
