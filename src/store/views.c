@@ -108,6 +108,12 @@ static bool parse_definition(const command_context_t *context, const char *comma
             bson_destroy(&out->pipeline);
             bson_init_static(&out->pipeline, value->value.v_doc.data, value->value.v_doc.data_len);
             out->has_pipeline = true;
+        } else if (strcmp(field, "collation") == 0) {
+            /* A view's default collation is mongod's, but not the store's yet:
+             * refused rather than ignored, as create refuses it for a collection. */
+            return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
+                                "thermocline store does not support a view's collation yet; %s changed nothing",
+                                command_name);
         } else {
             return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "option not supported on a view: %s", field);
         }

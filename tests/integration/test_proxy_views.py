@@ -4,9 +4,10 @@ import pytest
 
 from conftest import proxy_over_two_stores
 from test_store_views import *  # noqa: F401,F403 - the same tests, through the proxy
-from test_store_views import test_views_survive_a_restart
+from test_store_views import test_view_ddl_in_a_change_stream_with_expanded_events, test_views_survive_a_restart
 
-del test_views_survive_a_restart  # a store's own restart, with no proxy in it
+# A store's own restart and oplog, with no proxy in them.
+del test_views_survive_a_restart, test_view_ddl_in_a_change_stream_with_expanded_events
 
 
 @pytest.fixture

@@ -152,6 +152,9 @@ def test_bad_definitions_are_refused(db, orders):
     assert_code(failure(db, SON([("create", "v"), ("pipeline", [])])), 2, "BadValue")
     assert_code(failure(db, SON([("create", "v"), ("viewOn", "orders"), ("capped", True), ("size", 100)])),
                 72, "InvalidOptions")
+    # A view's collation is not the store's yet: refused, never ignored.
+    assert_code(failure(db, SON([("create", "v"), ("viewOn", "orders"), ("collation", {"locale": "en"})])),
+                115, "CommandNotSupported")
     assert_code(failure(db, SON([("create", "v"), ("viewOn", "orders"), ("pipeline", [{"$nope": {}}])])),
                 40324, "Location40324")
     assert_code(failure(db, SON([("create", "v"), ("viewOn", "orders"), ("pipeline", [{"$out": "x"}])])),
@@ -232,6 +235,36 @@ def test_views_survive_a_restart(tmp_path):
         assert [d["_id"] for d in client.kept.two.find()] == [2]
         entry = {e["name"]: e for e in client.kept.list_collections()}["two"]
         assert entry["type"] == "view"
+        client.close()
+    finally:
+        store.stop()
+
+
+def test_view_ddl_in_a_change_stream_with_expanded_events(tmp_path):
+    """mongod 6.0's expanded events for a view: create and modify with
+    operationDescription {viewOn, pipeline}, then drop."""
+    store = StoreProcess(tmp_path / "stream", replica_set="rs0")
+    store.start()
+    try:
+        client = MongoClient(store.uri, serverSelectionTimeoutMS=10000)
+        db = client.streamed
+        db.base.insert_one({"_id": 1})
+        reply = db.command(SON([("aggregate", 1), ("pipeline", [{"$changeStream": {"showExpandedEvents": True}}]),
+                                ("cursor", {})]))
+        db.create_collection("v", viewOn="base", pipeline=[{"$match": {"_id": 1}}])
+        db.command("collMod", "v", pipeline=[])
+        db.drop_collection("v")
+        events = []
+        for _ in range(20):
+            more = db.command(SON([("getMore", reply["cursor"]["id"]), ("collection", "$cmd.aggregate"),
+                                   ("maxTimeMS", 500)]))
+            events += more["cursor"]["nextBatch"]
+            if len(events) >= 3:
+                break
+        assert [(e["operationType"], e["ns"]["coll"]) for e in events] == [("create", "v"), ("modify", "v"),
+                                                                           ("drop", "v")]
+        assert events[0]["operationDescription"] == {"viewOn": "base", "pipeline": [{"$match": {"_id": 1}}]}
+        assert events[1]["operationDescription"] == {"viewOn": "base", "pipeline": []}
         client.close()
     finally:
         store.stop()
