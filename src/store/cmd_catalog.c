@@ -266,24 +266,39 @@ typedef struct database_collector {
     size_t capacity;
 } database_collector_t;
 
+/* The summary of database, added with size 0 when it is not there yet. */
+static database_summary_t *collector_database(database_collector_t *collector, const char *database)
+{
+    for (size_t i = collector->count; i > 0; i--) { /* the last one first: collections arrive in ns order */
+        if (strcmp(collector->databases[i - 1].name, database) == 0) {
+            return &collector->databases[i - 1];
+        }
+    }
+    if (collector->count == collector->capacity) {
+        collector->capacity = collector->capacity ? collector->capacity * 2 : 8;
+        collector->databases = bson_realloc(collector->databases, collector->capacity * sizeof(database_summary_t));
+    }
+    database_summary_t *added = &collector->databases[collector->count++];
+    added->name = bson_strdup(database);
+    added->size_on_disk = 0;
+    return added;
+}
+
 static void collect_database(collection_t *collection, void *context)
 {
     database_collector_t *collector = context;
-    /* Collections arrive in ns order, so a database's collections are adjacent. */
-    database_summary_t *last = collector->count ? &collector->databases[collector->count - 1] : NULL;
-    if (last == NULL || strcmp(last->name, collection->database) != 0) {
-        if (collector->count == collector->capacity) {
-            collector->capacity = collector->capacity ? collector->capacity * 2 : 8;
-            collector->databases = bson_realloc(collector->databases, collector->capacity * sizeof *last);
-        }
-        last = &collector->databases[collector->count++];
-        last->name = bson_strdup(collection->database);
-        last->size_on_disk = 0;
-    }
+    database_summary_t *summary = collector_database(collector, collection->database);
     if (!collector->name_only) {
-        last->size_on_disk += storage_table_size(collector->session, collection->table_uri) +
-                              indexes_size(collector->session, collection);
+        summary->size_on_disk += storage_table_size(collector->session, collection->table_uri) +
+                                 indexes_size(collector->session, collection);
     }
+}
+
+/* A database holding only views is listed too, as mongod lists it (its
+ * system.views collection). */
+static void collect_database_of_view(view_t *view, void *context)
+{
+    collector_database(context, view->database);
 }
 
 static int compare_database_names(const void *left, const void *right)
@@ -306,6 +321,7 @@ static bool handle_list_databases(command_context_t *context, bson_t *reply, bso
     collector.name_only = name_only;
     storage_lock_shared(storage);
     storage_visit_collections(storage, collect_database, &collector);
+    storage_visit_views(storage, collect_database_of_view, &collector);
     storage_unlock(storage);
     if (collector.count > 1) {
         qsort(collector.databases, collector.count, sizeof(database_summary_t), compare_database_names);
@@ -320,7 +336,7 @@ static bool handle_list_databases(command_context_t *context, bson_t *reply, bso
         BSON_APPEND_UTF8(&item, "name", collector.databases[i].name);
         if (!name_only) {
             BSON_APPEND_INT64(&item, "sizeOnDisk", collector.databases[i].size_on_disk);
-            BSON_APPEND_BOOL(&item, "empty", false); /* listed only while it has collections */
+            BSON_APPEND_BOOL(&item, "empty", false); /* listed only while it has collections or views */
         }
         if (filter == NULL || match_document(filter, &item)) {
             char key[16];

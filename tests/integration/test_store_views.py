@@ -204,6 +204,12 @@ def test_drop_database_drops_its_views(client, db, open_orders):
     assert db.list_collection_names() == []
 
 
+def test_a_database_of_views_only_is_listed(client, db, open_orders):
+    db["orders"].drop()
+    assert db.list_collection_names() == ["open_orders"]
+    assert DB_NAME in client.list_database_names()
+
+
 def test_explain_of_a_read_on_a_view_explains_its_aggregate(db, orders, open_orders):
     orders.create_index("customer")
     explained = db.command(SON([("explain", SON([("find", "open_orders"), ("filter", {"customer": "ann"})]))]))
