@@ -147,7 +147,8 @@ bool aggregation_fill_batch(command_context_t *context, void *pointer, collectio
 }
 
 typedef struct aggregate_request {
-    bson_t stages;   /* a view of the command's pipeline */
+    bson_t pipeline;        /* a view of the command's pipeline */
+    const bson_t *stages;   /* what the plan's pipeline runs: the command's, less a source or output stage */
     bool explain;
     bool allow_disk_use;
     int64_t batch_size;
@@ -161,7 +162,8 @@ static bool parse_aggregate(command_context_t *context, aggregate_request_t *req
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "'pipeline' option must be specified as an array");
     }
     const bson_value_t *value = bson_iter_value(&iter);
-    bson_init_static(&request->stages, value->value.v_doc.data, value->value.v_doc.data_len);
+    bson_init_static(&request->pipeline, value->value.v_doc.data, value->value.v_doc.data_len);
+    request->stages = &request->pipeline;
     if (!command_get_bool(context, "explain", false, &request->explain, error) ||
         !command_get_bool(context, "allowDiskUse", true, &request->allow_disk_use, error) ||
         !command_get_document(context, "cursor", &cursor_options, error)) {
@@ -289,7 +291,7 @@ static bool prepare_aggregation(command_context_t *context, const char *ns, cons
         return false;
     }
     uint32_t count = bson_count_keys(out_stages);
-    bson_iter_init(&iter, &request->stages);
+    bson_iter_init(&iter, request->stages);
     while (bson_iter_next(&iter)) {
         char key[16];
         const char *key_string;
@@ -375,6 +377,24 @@ static bool run_output(command_context_t *context, const char *ns, aggregation_t
     return ok;
 }
 
+/* Appends the last element of from to the array to. */
+static void append_last_item(bson_t *to, const bson_t *from)
+{
+    bson_iter_t iter, last;
+    bool found = false;
+    bson_iter_init(&iter, from);
+    while (bson_iter_next(&iter)) {
+        last = iter;
+        found = true;
+    }
+    if (found) {
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(bson_count_keys(to), &key_string, key, sizeof key);
+        bson_append_iter(to, key_string, -1, &last);
+    }
+}
+
 static void append_explain(command_context_t *context, const aggregation_t *aggregation, const bson_t *stages,
                            bson_t *reply)
 {
@@ -419,23 +439,26 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
     }
     TC_CHECK(parse_aggregate(context, &request, error));
     bson_destroy(&stages_before_output);
-    TC_CHECK(aggregate_output_parse(context, &request.stages, &stages_before_output, &output, error));
+    TC_CHECK(aggregate_output_parse(context, request.stages, &stages_before_output, &output, error));
     if (output != NULL) {
-        request.stages = stages_before_output;
+        request.stages = &stages_before_output;
     }
     aggregation = BSON_ALIGNED_ALLOC0(aggregation_t);
     if (database_level) {
         bson_destroy(&stages_after_source);
-        TC_CHECK(take_database_source(context, &request.stages, aggregation, &stages_after_source, error));
-        request.stages = stages_after_source;
+        TC_CHECK(take_database_source(context, request.stages, aggregation, &stages_after_source, error));
+        request.stages = &stages_after_source;
     } else {
-        TC_CHECK(refuse_database_stage(&request.stages, error));
+        TC_CHECK(refuse_database_stage(request.stages, error));
     }
     storage_lock_shared(storage);
     locked = true;
     bson_destroy(&stages);
     TC_CHECK(prepare_aggregation(context, ns, &request, aggregation, &stages, error));
     if (request.explain) {
+        if (output != NULL) {
+            append_last_item(&stages, &request.pipeline); /* explained, not run: nothing is written */
+        }
         append_explain(context, aggregation, &stages, reply);
         ok = true;
         goto done;

@@ -60,6 +60,14 @@ def test_out_replaces_the_target_and_keeps_its_indexes(db, sales):
     assert [d["_id"] for d in by_id(target)] == [3]
 
 
+def test_explain_of_out_writes_nothing(db, sales):
+    explained = db.command(SON([("explain", SON([("aggregate", "sales"),
+                                                 ("pipeline", [{"$match": {"qty": {"$gt": 1}}}, {"$out": "never"}]),
+                                                 ("cursor", {})]))]))
+    assert explained["stages"][-1] == {"$out": "never"}
+    assert "never" not in db.list_collection_names()
+
+
 def test_out_to_another_database(client, db, sales):
     list(sales.aggregate([{"$project": {"item": 1}}, {"$out": {"db": "outmerge_other", "coll": "copy"}}]))
     assert [d["_id"] for d in by_id(client["outmerge_other"]["copy"])] == [1, 2, 3, 4]
