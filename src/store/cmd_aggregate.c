@@ -406,6 +406,26 @@ static void append_explain(command_context_t *context, const aggregation_t *aggr
     command_append_explain_server_info(context, context->command, reply);
 }
 
+/* A view has no oplog entries of its own to stream: watch() on one is
+ * CommandNotSupportedOnView 166, as on mongod. */
+static bool refuse_stream_on_view(command_context_t *context, bson_error_t *error)
+{
+    bson_iter_t iter;
+    char *ns = NULL;
+    bson_iter_init(&iter, context->command);
+    if (!bson_iter_next(&iter) || !BSON_ITER_HOLDS_UTF8(&iter)) {
+        return true;
+    }
+    if (!command_namespace(context, &ns, error)) {
+        return false;
+    }
+    storage_lock_shared(context->store->storage);
+    bool ok = views_refuse(context->store->storage, ns, error);
+    storage_unlock(context->store->storage);
+    bson_free(ns);
+    return ok;
+}
+
 bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     storage_t *storage = context->store->storage;
@@ -421,8 +441,7 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
     bool ok = false;
 
     if (change_stream_requested(context->command)) {
-        bson_destroy(&stages);
-        return change_stream_aggregate(context, reply, error);
+        return refuse_stream_on_view(context, error) && change_stream_aggregate(context, reply, error);
     }
     bson_init(&batch.array);
     bson_iter_init(&iter, context->command);

@@ -271,6 +271,10 @@ def test_view_ddl_in_a_change_stream_with_expanded_events(tmp_path):
                                                                            ("drop", "v")]
         assert events[0]["operationDescription"] == {"viewOn": "base", "pipeline": [{"$match": {"_id": 1}}]}
         assert events[1]["operationDescription"] == {"viewOn": "base", "pipeline": []}
+        db.create_collection("w", viewOn="base", pipeline=[])
+        with pytest.raises(OperationFailure) as raised:
+            db["w"].watch()
+        assert raised.value.code == 166
         client.close()
     finally:
         store.stop()
