@@ -429,8 +429,9 @@ static bool build_match_filter(const aggregate_output_t *output, bson_t *documen
             bson_oid_init(&oid, NULL);
             BSON_APPEND_OID(&with_id, "_id", &oid);
             bson_concat(&with_id, document);
-            bson_destroy(document);
-            bson_steal(document, &with_id);
+            bson_reinit(document);
+            bson_concat(document, &with_id);
+            bson_destroy(&with_id);
             found = bson_iter_init_find(&iter, document, "_id");
         }
         bson_type_t type = found ? bson_iter_type(&iter) : BSON_TYPE_EOD;

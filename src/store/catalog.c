@@ -615,12 +615,12 @@ static bool rename_entry_step(storage_session_t *session, void *pointer, bson_er
     return catalog_remove_entry(session, step->from, error) && catalog_write_entry(session, step->collection, error);
 }
 
-static void set_collection_names(collection_t *collection, char *ns)
+/* ns and database are taken. */
+static void set_collection_names(collection_t *collection, char *ns, char *database)
 {
     collection->ns = ns;
-    const char *dot = strchr(ns, '.');
-    collection->database = bson_strndup(ns, (size_t)(dot - ns));
-    collection->name = dot + 1;
+    collection->database = database;
+    collection->name = strchr(ns, '.') + 1;
 }
 
 bool storage_rename_collection(storage_session_t *session, const char *from, const char *to, bson_error_t *error)
@@ -640,7 +640,7 @@ bool storage_rename_collection(storage_session_t *session, const char *from, con
     collection_t *collection = storage->collections[slot];
     storage_run_ddl_hook(storage, collection->ns);
     char *old_ns = collection->ns, *old_database = collection->database;
-    set_collection_names(collection, bson_strdup(to));
+    set_collection_names(collection, bson_strdup(to), bson_strndup(to, (size_t)(strchr(to, '.') - to)));
     bson_t object = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&object, "renameCollection", old_ns);
     BSON_APPEND_UTF8(&object, "to", to);
@@ -652,9 +652,7 @@ bool storage_rename_collection(storage_session_t *session, const char *from, con
     if (!ok) {
         bson_free(collection->ns);
         bson_free(collection->database);
-        set_collection_names(collection, old_ns);
-        bson_free(collection->database);
-        collection->database = old_database;
+        set_collection_names(collection, old_ns, old_database);
         return false;
     }
     memmove(&storage->collections[slot], &storage->collections[slot + 1],

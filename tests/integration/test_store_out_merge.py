@@ -117,6 +117,15 @@ def test_merge_defaults_merge_into_matches_and_insert_the_rest(db, sales):
     assert documents[0] == {"_id": 1, "qty": 5, "note": "kept", "item": "pen", "region": "north"}
 
 
+def test_merge_of_results_without_id_inserts_them_with_one(db, sales):
+    list(sales.aggregate([{"$project": {"_id": 0, "item": 1}}, {"$merge": "no_ids"}]))
+    documents = list(db["no_ids"].find())
+    assert sorted(d["item"] for d in documents) == ["ink", "pad", "pen", "pen"]
+    assert len({d["_id"] for d in documents}) == 4
+    list(sales.aggregate([{"$project": {"_id": 0, "item": 1}}, {"$out": "no_ids_out"}]))
+    assert db["no_ids_out"].count_documents({}) == 4
+
+
 def test_merge_when_matched_modes(db, sales):
     def reset():
         db["t"].drop()
