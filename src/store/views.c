@@ -4,11 +4,12 @@
  * an aggregate of the collection at the bottom of the chain, with each view's
  * pipeline from the innermost out, then what the read asked for. find, count
  * and distinct become that aggregate as mongod rewrites them
- * (query_request_helper::asAggregationCommand and its count and distinct
- * counterparts), so their replies are what an aggregate over the view gives. */
+ * (query/view_rewrite.h), so their replies are what an aggregate over the view
+ * gives. */
 #include "store/commands.h"
 #include "query/pipeline.h"
 #include "query/value_format.h"
+#include "query/view_rewrite.h"
 
 #include <string.h>
 
@@ -211,43 +212,6 @@ bool views_refuse(storage_t *storage, const char *ns, bson_error_t *error)
 
 /* --- find, count and distinct on a view ---------------------------------------- */
 
-static void append_stage(bson_t *pipeline, uint32_t *count, const char *name, const bson_value_t *argument)
-{
-    char key[16];
-    const char *key_string;
-    bson_t stage;
-    bson_uint32_to_string((*count)++, &key_string, key, sizeof key);
-    bson_append_document_begin(pipeline, key_string, -1, &stage);
-    bson_append_value(&stage, name, -1, argument);
-    bson_append_document_end(pipeline, &stage);
-}
-
-/* Appends {name: <the command's field>} when the field is present and, for a
- * document, not empty (mongod leaves out an empty filter, sort or projection). */
-static void append_stage_from_field(const command_context_t *context, const char *field, const char *name,
-                                    bson_t *pipeline, uint32_t *count)
-{
-    bson_iter_t iter;
-    if (!bson_iter_init_find(&iter, context->command, field)) {
-        return;
-    }
-    const bson_value_t *value = bson_iter_value(&iter);
-    if (value->value_type == BSON_TYPE_DOCUMENT && value->value.v_doc.data_len <= 5) {
-        return;
-    }
-    if (BSON_ITER_HOLDS_NUMBER(&iter) && bson_iter_as_int64(&iter) == 0) {
-        return; /* skip: 0, limit: 0 */
-    }
-    append_stage(pipeline, count, name, value);
-}
-
-/* find's options without an aggregation counterpart: InvalidPipelineOperator
- * 168 on a view, as mongod answers. */
-static const char *const find_options_refused_on_view[] = {
-    "min", "max", "returnKey", "showRecordId", "tailable", "oplogReplay", "noCursorTimeout", "awaitData",
-    "allowPartialResults", "readOnce", NULL,
-};
-
 /* Fields of the read that the aggregate carries over unchanged. */
 static const char *const fields_passed_on[] = {
     "hint", "let", "maxTimeMS", "comment", "readConcern", "collation", "allowDiskUse", "lsid", "txnNumber",
@@ -264,98 +228,12 @@ static bool name_listed(const char *name, const char *const *names)
     return false;
 }
 
-static bool translate_find(const command_context_t *context, bson_t *pipeline, uint32_t *count, bson_t *cursor,
-                           bson_error_t *error)
-{
-    bson_iter_t iter;
-    bson_iter_init(&iter, context->command);
-    while (bson_iter_next(&iter)) {
-        const char *field = bson_iter_key(&iter);
-        bool set = BSON_ITER_HOLDS_BOOL(&iter) ? bson_iter_bool(&iter) : !BSON_ITER_HOLDS_DOCUMENT(&iter) ||
-                                                                          bson_iter_value(&iter)->value.v_doc.data_len > 5;
-        if (name_listed(field, find_options_refused_on_view) && set) {
-            return tc_error_set(error, TC_ERR_INVALID_PIPELINE_OPERATOR, "Option %s not supported in aggregation.",
-                                field);
-        }
-    }
-    /* singleBatch has no aggregate counterpart, except with limit 1 (find_one). */
-    if (bson_iter_init_find(&iter, context->command, "singleBatch") && bson_iter_as_bool(&iter) &&
-        !(bson_iter_init_find(&iter, context->command, "limit") && bson_iter_as_int64(&iter) == 1)) {
-        return tc_error_set(error, TC_ERR_INVALID_PIPELINE_OPERATOR, "Option singleBatch not supported in aggregation.");
-    }
-    append_stage_from_field(context, "filter", "$match", pipeline, count);
-    append_stage_from_field(context, "sort", "$sort", pipeline, count);
-    append_stage_from_field(context, "skip", "$skip", pipeline, count);
-    append_stage_from_field(context, "limit", "$limit", pipeline, count);
-    append_stage_from_field(context, "projection", "$project", pipeline, count);
-    if (bson_iter_init_find(&iter, context->command, "batchSize")) {
-        bson_append_iter(cursor, "batchSize", -1, &iter);
-    }
-    return true;
-}
-
-/* count: [$match, $skip, $limit, {$count: "count"}]. */
-static void translate_count(const command_context_t *context, bson_t *pipeline, uint32_t *count)
-{
-    append_stage_from_field(context, "query", "$match", pipeline, count);
-    append_stage_from_field(context, "skip", "$skip", pipeline, count);
-    bson_iter_t iter;
-    if (bson_iter_init_find(&iter, context->command, "limit") && BSON_ITER_HOLDS_NUMBER(&iter) &&
-        bson_iter_as_int64(&iter) != 0) {
-        /* count takes a negative limit as its absolute value */
-        int64_t limit = bson_iter_as_int64(&iter);
-        bson_value_t value = {.value_type = BSON_TYPE_INT64, .value.v_int64 = limit < 0 ? -limit : limit};
-        append_stage(pipeline, count, "$limit", &value);
-    }
-    bson_value_t name = {.value_type = BSON_TYPE_UTF8, .value.v_utf8 = {.str = "count", .len = 5}};
-    append_stage(pipeline, count, "$count", &name);
-}
-
-/* distinct: [$match, {$unwind: {path: "$key", preserveNullAndEmptyArrays:
- * true}}, {$group: {_id: null, distinct: {$addToSet: "$key"}}}]. */
-static bool translate_distinct(const command_context_t *context, bson_t *pipeline, uint32_t *count,
-                               bson_error_t *error)
-{
-    bson_iter_t iter;
-    if (!bson_iter_init_find(&iter, context->command, "key") || !BSON_ITER_HOLDS_UTF8(&iter)) {
-        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "BSON field 'distinct.key' is missing but a required field");
-    }
-    char *path = bson_strdup_printf("$%s", bson_iter_utf8(&iter, NULL));
-    append_stage_from_field(context, "query", "$match", pipeline, count);
-    bson_t unwind = BSON_INITIALIZER, group = BSON_INITIALIZER, accumulator;
-    BSON_APPEND_UTF8(&unwind, "path", path);
-    BSON_APPEND_BOOL(&unwind, "preserveNullAndEmptyArrays", true);
-    BSON_APPEND_NULL(&group, "_id");
-    BSON_APPEND_DOCUMENT_BEGIN(&group, "distinct", &accumulator);
-    BSON_APPEND_UTF8(&accumulator, "$addToSet", path);
-    bson_append_document_end(&group, &accumulator);
-    bson_value_t value = {.value_type = BSON_TYPE_DOCUMENT};
-    value.value.v_doc.data = (uint8_t *)bson_get_data(&unwind);
-    value.value.v_doc.data_len = unwind.len;
-    append_stage(pipeline, count, "$unwind", &value);
-    value.value.v_doc.data = (uint8_t *)bson_get_data(&group);
-    value.value.v_doc.data_len = group.len;
-    append_stage(pipeline, count, "$group", &value);
-    bson_destroy(&unwind);
-    bson_destroy(&group);
-    bson_free(path);
-    return true;
-}
-
 /* The aggregate a read of the view (find, count or distinct: context->name)
  * runs: {aggregate: <view>, pipeline, cursor, <fields passed on>}. */
 static bool translate_read(const command_context_t *context, const char *view_name, bson_t *out, bson_error_t *error)
 {
     bson_t pipeline = BSON_INITIALIZER, cursor = BSON_INITIALIZER;
-    uint32_t count = 0;
-    bool ok = true;
-    if (strcmp(context->name, "find") == 0) {
-        ok = translate_find(context, &pipeline, &count, &cursor, error);
-    } else if (strcmp(context->name, "count") == 0) {
-        translate_count(context, &pipeline, &count);
-    } else {
-        ok = translate_distinct(context, &pipeline, &count, error);
-    }
+    bool ok = view_rewrite_read(context->name, context->command, &pipeline, &cursor, error);
     if (ok) {
         bson_iter_t iter;
         BSON_APPEND_UTF8(out, "aggregate", view_name);
