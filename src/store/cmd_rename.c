@@ -1,7 +1,7 @@
-/* renameCollection, with mongod 6.0's errors. The storage layer has no rename:
- * the target is built by copying (its options, indexes and documents) under the
- * exclusive catalog lock, then the source dropped with one renameCollection
- * oplog entry. */
+/* renameCollection, with mongod 6.0's errors. The target is built by copying
+ * (its options, indexes and documents) under the exclusive catalog lock, then
+ * the source dropped with one renameCollection oplog entry. (This predates
+ * storage_rename_collection, the catalog rename that $out uses.) */
 #include "store/commands.h"
 #include "common/log.h"
 

@@ -103,7 +103,7 @@ bool storage_obtain_collection(storage_session_t *session, const char *ns,
  * in the transaction that removes the catalog row. */
 bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error) TC_MUST_CHECK;
 
-/* The last step of renameCollection, which cmd_catalog.c does by copying: drops
+/* The last step of renameCollection, which cmd_rename.c does by copying: drops
  * from, and the oplog records one {renameCollection: from, to} entry instead of
  * a drop. Requires the exclusive lock. */
 bool storage_finish_rename(storage_session_t *session, const char *from, const char *to,
