@@ -10,7 +10,7 @@
 
 /* --- names ---------------------------------------------------------------- */
 
-static bool validate_namespace(const char *ns, bson_error_t *error)
+bool catalog_validate_namespace(const char *ns, bson_error_t *error)
 {
     const char *dot = strchr(ns, '.');
     if (dot == NULL || dot == ns || dot[1] == '\0') {
@@ -168,11 +168,24 @@ void storage_visit_collections(storage_t *storage, storage_visit_collection_fn v
 
 /* --- persistence ----------------------------------------------------------- */
 
+bool catalog_put_row(storage_session_t *session, const char *ns, const bson_t *entry, bson_error_t *error)
+{
+    WT_CURSOR *cursor = NULL;
+    if (!storage_open_cursor(session, CATALOG_TABLE_URI, NULL, &cursor, error)) {
+        return false;
+    }
+    WT_ITEM value = {.data = bson_get_data(entry), .size = entry->len};
+    cursor->set_key(cursor, ns);
+    cursor->set_value(cursor, &value);
+    int wt_code = cursor->insert(cursor);
+    cursor->close(cursor);
+    return wt_code == 0 || storage_error_from_wt(error, wt_code, "writing the catalog");
+}
+
 bool catalog_write_entry(storage_session_t *session, collection_t *collection, bson_error_t *error)
 {
     bson_t entry = BSON_INITIALIZER, indexes;
-    WT_CURSOR *cursor = NULL;
-    bool ok = false;
+    bool ok;
 
     BSON_APPEND_UTF8(&entry, "ns", collection->ns);
     BSON_APPEND_UTF8(&entry, "table", collection->table_uri);
@@ -193,25 +206,12 @@ bool catalog_write_entry(storage_session_t *session, collection_t *collection, b
     }
     bson_append_array_end(&entry, &indexes);
 
-    TC_CHECK(storage_open_cursor(session, CATALOG_TABLE_URI, NULL, &cursor, error));
-    WT_ITEM value = {.data = bson_get_data(&entry), .size = entry.len};
-    cursor->set_key(cursor, collection->ns);
-    cursor->set_value(cursor, &value);
-    int wt_code = cursor->insert(cursor);
-    if (wt_code != 0) {
-        storage_error_from_wt(error, wt_code, "writing the catalog");
-        goto done;
-    }
-    ok = true;
-done:
-    if (cursor != NULL) {
-        cursor->close(cursor);
-    }
+    ok = catalog_put_row(session, collection->ns, &entry, error);
     bson_destroy(&entry);
     return ok;
 }
 
-static bool catalog_remove_entry(storage_session_t *session, const char *ns, bson_error_t *error)
+bool catalog_remove_entry(storage_session_t *session, const char *ns, bson_error_t *error)
 {
     WT_CURSOR *cursor = NULL;
     if (!storage_open_cursor(session, CATALOG_TABLE_URI, NULL, &cursor, error)) {
@@ -302,6 +302,10 @@ bool catalog_load(storage_t *storage, storage_session_t *session, bson_error_t *
         if (!bson_init_static(&entry, value.data, value.size)) {
             tc_error_set(error, TC_ERR_INTERNAL, "the catalog entry of %s is corrupt", ns);
             goto done;
+        }
+        if (catalog_entry_is_view(&entry)) {
+            TC_CHECK(catalog_load_view(storage, ns, &entry, error));
+            continue;
         }
         const char *table = "";
         bson_t options = BSON_INITIALIZER;
@@ -409,13 +413,9 @@ static bool create_table(storage_session_t *session, const char *uri, const char
 
 #define RECORD_TABLE_FORMAT "key_format=q,value_format=u"
 
-/* Runs step (in the caller's transaction if one is open, else in its own) and
- * records object (and object2, NULL-able), a command entry of the oplog, in the
- * same transaction. */
-static bool catalog_change_with_oplog(storage_session_t *session, bool (*step)(storage_session_t *, void *,
-                                                                             bson_error_t *),
-                                      void *step_context, const char *database, const uint8_t *uuid,
-                                      const bson_t *object, const bson_t *object2, bson_error_t *error)
+bool catalog_change_with_oplog(storage_session_t *session, catalog_step_fn step, void *step_context,
+                               const char *database, const uint8_t *uuid, const bson_t *object,
+                               const bson_t *object2, bson_error_t *error)
 {
     bool own_transaction = !storage_in_transaction(session);
     if (own_transaction && !storage_begin(session, error)) {
@@ -462,8 +462,8 @@ bool storage_create_collection(storage_session_t *session, const char *ns, const
     char compressor_buffer[32];
     bool ok = false;
 
-    TC_CHECK(validate_namespace(ns, error));
-    if (storage_find_collection(storage, ns) != NULL) {
+    TC_CHECK(catalog_validate_namespace(ns, error));
+    if (storage_find_collection(storage, ns) != NULL || storage_find_view(storage, ns) != NULL) {
         return tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "Collection %s already exists.", ns);
     }
     const char *compressor = compressor_from_options(storage, options, compressor_buffer,
@@ -522,10 +522,17 @@ bool storage_obtain_collection(storage_session_t *session, const char *ns,
         *out_collection = collection;
         return true;
     }
+    if (storage_find_view(storage, ns) != NULL) {
+        /* Writes never reach a view, and an implicit create cannot replace one. */
+        return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED_ON_VIEW, "Namespace %s is a view, not a collection",
+                            ns);
+    }
     storage_unlock(storage);
     storage_lock_exclusive(storage);
     bool ok = true;
-    if (storage_find_collection(storage, ns) == NULL) {
+    if (storage_find_view(storage, ns) != NULL) {
+        ok = tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED_ON_VIEW, "Namespace %s is a view, not a collection", ns);
+    } else if (storage_find_collection(storage, ns) == NULL) {
         ok = storage_create_collection(session, ns, NULL, NULL, error);
     }
     storage_unlock(storage);
@@ -593,6 +600,68 @@ bool storage_finish_rename(storage_session_t *session, const char *from, const c
     bool ok = drop_collection(session, from, &object, error);
     bson_destroy(&object);
     return ok;
+}
+
+/* --- rename ------------------------------------------------------------------ */
+
+typedef struct rename_step {
+    collection_t *collection; /* already named as the target */
+    const char *from;
+} rename_step_t;
+
+static bool rename_entry_step(storage_session_t *session, void *pointer, bson_error_t *error)
+{
+    rename_step_t *step = pointer;
+    return catalog_remove_entry(session, step->from, error) && catalog_write_entry(session, step->collection, error);
+}
+
+/* ns and database are taken. */
+static void set_collection_names(collection_t *collection, char *ns, char *database)
+{
+    collection->ns = ns;
+    collection->database = database;
+    collection->name = strchr(ns, '.') + 1;
+}
+
+bool storage_rename_collection(storage_session_t *session, const char *from, const char *to, bson_error_t *error)
+{
+    storage_t *storage = session->storage;
+    bool found;
+    if (!catalog_validate_namespace(to, error)) {
+        return false;
+    }
+    if (storage_find_collection(storage, to) != NULL || storage_find_view(storage, to) != NULL) {
+        return tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "target namespace exists");
+    }
+    size_t slot = find_collection_slot(storage, from, &found);
+    if (!found) {
+        return tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", from);
+    }
+    collection_t *collection = storage->collections[slot];
+    storage_run_ddl_hook(storage, collection->ns);
+    char *old_ns = collection->ns, *old_database = collection->database;
+    set_collection_names(collection, bson_strdup(to), bson_strndup(to, (size_t)(strchr(to, '.') - to)));
+    bson_t object = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&object, "renameCollection", old_ns);
+    BSON_APPEND_UTF8(&object, "to", to);
+    BSON_APPEND_BOOL(&object, "stayTemp", false);
+    rename_step_t step = {.collection = collection, .from = old_ns};
+    bool ok = catalog_change_with_oplog(session, rename_entry_step, &step, old_database, collection->uuid, &object,
+                                        NULL, error);
+    bson_destroy(&object);
+    if (!ok) {
+        bson_free(collection->ns);
+        bson_free(collection->database);
+        set_collection_names(collection, old_ns, old_database);
+        return false;
+    }
+    memmove(&storage->collections[slot], &storage->collections[slot + 1],
+            (storage->collection_count - slot - 1) * sizeof(collection_t *));
+    storage->collection_count--;
+    catalog_insert_in_memory(storage, collection);
+    bson_free(old_ns);
+    bson_free(old_database);
+    return true;
 }
 
 /* The default index name mongod derives from the key pattern: a_1_b_-1. */

@@ -1,6 +1,6 @@
 /* Databases, collections and indexes: listDatabases, listCollections, create,
- * drop, dropDatabase, createIndexes, listIndexes, dropIndexes, collStats, dbStats
- * and renameCollection, with mongod 6.0's reply shapes and error codes. DDL holds
+ * drop, dropDatabase, createIndexes, listIndexes, dropIndexes, collStats and
+ * dbStats (renameCollection is cmd_rename.c's), with mongod 6.0's reply shapes and error codes. DDL holds
  * the catalog lock exclusively for its whole run; listings and statistics hold it
  * shared. */
 #include "store/commands.h"
@@ -14,10 +14,6 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-/* Documents a renameCollection copies per transaction: small enough to keep a
- * transaction well inside the WiredTiger cache. */
-#define RENAME_COPY_BATCH 1000
-
 /* --- shared helpers ------------------------------------------------------------ */
 
 
@@ -29,32 +25,6 @@ static void append_number(bson_t *document, const char *key, int64_t value)
     } else {
         BSON_APPEND_INT64(document, key, value);
     }
-}
-
-static bool require_admin_database(const command_context_t *context, bson_error_t *error)
-{
-    if (strcmp(context->database, "admin") != 0) {
-        return tc_error_set(error, TC_ERR_UNAUTHORIZED, "%s may only be run against the admin database.",
-                            context->name);
-    }
-    return true;
-}
-
-/* A string field every caller requires: 40414 when absent, TypeMismatch otherwise. */
-static bool get_required_string(const command_context_t *context, const char *field, const char **out,
-                                bson_error_t *error)
-{
-    bson_iter_t iter;
-    if (!bson_iter_init_find(&iter, context->command, field)) {
-        return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD, "BSON field '%s.%s' is missing but a required field",
-                            context->name, field);
-    }
-    if (!BSON_ITER_HOLDS_UTF8(&iter)) {
-        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'string'",
-                            context->name, field, value_type_name(bson_iter_type(&iter)));
-    }
-    *out = bson_iter_utf8(&iter, NULL);
-    return true;
 }
 
 /* The optional filter of listDatabases and listCollections, compiled; *out stays
@@ -175,24 +145,37 @@ typedef struct namespace_collector {
     size_t capacity;
 } namespace_collector_t;
 
-static void collect_namespace(collection_t *collection, void *context)
+static void collector_add(namespace_collector_t *collector, const char *database, const char *ns)
 {
-    namespace_collector_t *collector = context;
-    if (strcmp(collection->database, collector->database) != 0) {
+    if (strcmp(database, collector->database) != 0) {
         return;
     }
     if (collector->count + 1 >= collector->capacity) {
         collector->capacity = collector->capacity ? collector->capacity * 2 : 16;
         collector->names = bson_realloc(collector->names, collector->capacity * sizeof(char *));
     }
-    collector->names[collector->count++] = bson_strdup(collection->ns);
+    collector->names[collector->count++] = bson_strdup(ns);
     collector->names[collector->count] = NULL;
 }
 
-static char **database_namespaces(storage_t *storage, const char *database, size_t *out_count)
+static void collect_namespace(collection_t *collection, void *context)
+{
+    collector_add(context, collection->database, collection->ns);
+}
+
+static void collect_view_namespace(view_t *view, void *context)
+{
+    collector_add(context, view->database, view->ns);
+}
+
+/* The collections of database, then (with_views) its views. */
+static char **database_namespaces(storage_t *storage, const char *database, bool with_views, size_t *out_count)
 {
     namespace_collector_t collector = {.database = database};
     storage_visit_collections(storage, collect_namespace, &collector);
+    if (with_views) {
+        storage_visit_views(storage, collect_view_namespace, &collector);
+    }
     if (collector.names == NULL) {
         collector.names = bson_malloc0(sizeof(char *));
     }
@@ -283,24 +266,39 @@ typedef struct database_collector {
     size_t capacity;
 } database_collector_t;
 
+/* The summary of database, added with size 0 when it is not there yet. */
+static database_summary_t *collector_database(database_collector_t *collector, const char *database)
+{
+    for (size_t i = collector->count; i > 0; i--) { /* the last one first: collections arrive in ns order */
+        if (strcmp(collector->databases[i - 1].name, database) == 0) {
+            return &collector->databases[i - 1];
+        }
+    }
+    if (collector->count == collector->capacity) {
+        collector->capacity = collector->capacity ? collector->capacity * 2 : 8;
+        collector->databases = bson_realloc(collector->databases, collector->capacity * sizeof(database_summary_t));
+    }
+    database_summary_t *added = &collector->databases[collector->count++];
+    added->name = bson_strdup(database);
+    added->size_on_disk = 0;
+    return added;
+}
+
 static void collect_database(collection_t *collection, void *context)
 {
     database_collector_t *collector = context;
-    /* Collections arrive in ns order, so a database's collections are adjacent. */
-    database_summary_t *last = collector->count ? &collector->databases[collector->count - 1] : NULL;
-    if (last == NULL || strcmp(last->name, collection->database) != 0) {
-        if (collector->count == collector->capacity) {
-            collector->capacity = collector->capacity ? collector->capacity * 2 : 8;
-            collector->databases = bson_realloc(collector->databases, collector->capacity * sizeof *last);
-        }
-        last = &collector->databases[collector->count++];
-        last->name = bson_strdup(collection->database);
-        last->size_on_disk = 0;
-    }
+    database_summary_t *summary = collector_database(collector, collection->database);
     if (!collector->name_only) {
-        last->size_on_disk += storage_table_size(collector->session, collection->table_uri) +
-                              indexes_size(collector->session, collection);
+        summary->size_on_disk += storage_table_size(collector->session, collection->table_uri) +
+                                 indexes_size(collector->session, collection);
     }
+}
+
+/* A database holding only views is listed too, as mongod lists it (its
+ * system.views collection). */
+static void collect_database_of_view(view_t *view, void *context)
+{
+    collector_database(context, view->database);
 }
 
 static int compare_database_names(const void *left, const void *right)
@@ -315,7 +313,7 @@ static bool handle_list_databases(command_context_t *context, bson_t *reply, bso
     match_expression_t *filter = NULL;
     bool name_only, authorized_only;
 
-    if (!require_admin_database(context, error) || !command_get_bool(context, "nameOnly", false, &name_only, error) ||
+    if (!command_require_admin_database(context, error) || !command_get_bool(context, "nameOnly", false, &name_only, error) ||
         !command_get_bool(context, "authorizedDatabases", false, &authorized_only, error) ||
         !compile_filter(context, &filter, error)) {
         return false;
@@ -323,6 +321,7 @@ static bool handle_list_databases(command_context_t *context, bson_t *reply, bso
     collector.name_only = name_only;
     storage_lock_shared(storage);
     storage_visit_collections(storage, collect_database, &collector);
+    storage_visit_views(storage, collect_database_of_view, &collector);
     storage_unlock(storage);
     if (collector.count > 1) {
         qsort(collector.databases, collector.count, sizeof(database_summary_t), compare_database_names);
@@ -337,7 +336,7 @@ static bool handle_list_databases(command_context_t *context, bson_t *reply, bso
         BSON_APPEND_UTF8(&item, "name", collector.databases[i].name);
         if (!name_only) {
             BSON_APPEND_INT64(&item, "sizeOnDisk", collector.databases[i].size_on_disk);
-            BSON_APPEND_BOOL(&item, "empty", false); /* listed only while it has collections */
+            BSON_APPEND_BOOL(&item, "empty", false); /* listed only while it has collections or views */
         }
         if (filter == NULL || match_document(filter, &item)) {
             char key[16];
@@ -389,6 +388,16 @@ typedef struct collection_lister {
     document_list_t entries;
 } collection_lister_t;
 
+/* Keeps entry (taken) when it passes the filter. */
+static void lister_keep(collection_lister_t *lister, bson_t *entry)
+{
+    if (lister->filter == NULL || match_document(lister->filter, entry)) {
+        document_list_add(&lister->entries, entry);
+    } else {
+        bson_destroy(entry);
+    }
+}
+
 static void list_collection(collection_t *collection, void *context)
 {
     collection_lister_t *lister = context;
@@ -397,11 +406,30 @@ static void list_collection(collection_t *collection, void *context)
     }
     bson_t *entry = bson_new();
     append_collection_entry(collection, lister->name_only, entry);
-    if (lister->filter == NULL || match_document(lister->filter, entry)) {
-        document_list_add(&lister->entries, entry);
-    } else {
-        bson_destroy(entry);
+    lister_keep(lister, entry);
+}
+
+/* A view's entry, as mongod lists one: no uuid, no idIndex, read-only. */
+static void list_view(view_t *view, void *context)
+{
+    collection_lister_t *lister = context;
+    if (strcmp(view->database, lister->database) != 0) {
+        return;
     }
+    bson_t *entry = bson_new();
+    BSON_APPEND_UTF8(entry, "name", view->name);
+    BSON_APPEND_UTF8(entry, "type", "view");
+    if (!lister->name_only) {
+        bson_t options, info;
+        BSON_APPEND_DOCUMENT_BEGIN(entry, "options", &options);
+        BSON_APPEND_UTF8(&options, "viewOn", strchr(view->view_on, '.') + 1);
+        BSON_APPEND_ARRAY(&options, "pipeline", &view->pipeline);
+        bson_append_document_end(entry, &options);
+        BSON_APPEND_DOCUMENT_BEGIN(entry, "info", &info);
+        BSON_APPEND_BOOL(&info, "readOnly", true);
+        bson_append_document_end(entry, &info);
+    }
+    lister_keep(lister, entry);
 }
 
 static bool handle_list_collections(command_context_t *context, bson_t *reply, bson_error_t *error)
@@ -420,6 +448,7 @@ static bool handle_list_collections(command_context_t *context, bson_t *reply, b
     lister.filter = filter;
     storage_lock_shared(storage);
     storage_visit_collections(storage, list_collection, &lister);
+    storage_visit_views(storage, list_view, &lister);
     storage_unlock(storage);
     match_destroy(filter);
 
@@ -460,8 +489,6 @@ static bool refuse_unsupported_option(const char *ns, bson_iter_t *iter, bson_er
         what = "capped collections";
     } else if (strcmp(field, "timeseries") == 0) {
         what = "time series collections";
-    } else if (strcmp(field, "viewOn") == 0 || strcmp(field, "pipeline") == 0) {
-        what = "views";
     } else if (strcmp(field, "validator") == 0) {
         bool empty = BSON_ITER_HOLDS_DOCUMENT(iter) && bson_iter_value(iter)->value.v_doc.data_len <= 5;
         what = empty ? NULL : "document validation (validator)";
@@ -533,9 +560,13 @@ static bool handle_create(command_context_t *context, bson_t *reply, bson_error_
     bool ok = false;
 
     TC_CHECK(command_namespace(context, &ns, error));
+    if (bson_has_field(context->command, "viewOn") || bson_has_field(context->command, "pipeline")) {
+        ok = views_create(context, ns, error);
+        goto done;
+    }
     storage_lock_exclusive(storage);
-    /* An existing collection is NamespaceExists whatever the options ask for. */
-    if (storage_find_collection(storage, ns) != NULL) {
+    /* An existing collection or view is NamespaceExists whatever the options ask for. */
+    if (storage_find_collection(storage, ns) != NULL || storage_find_view(storage, ns) != NULL) {
         tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "Collection %s already exists.", ns);
     } else if (build_create_options(context, ns, &options, error)) {
         ok = storage_create_collection(context->session, ns, &options, NULL, error);
@@ -559,10 +590,14 @@ static bool handle_drop(command_context_t *context, bson_t *reply, bson_error_t 
     storage_lock_exclusive(storage);
     collection_t *collection = storage_find_collection(storage, ns);
     int32_t index_count = collection ? (int32_t)collection->index_count : 0;
-    bool ok = storage_drop_collection(context->session, ns, error);
+    bool is_view = storage_find_view(storage, ns) != NULL;
+    bool ok = is_view ? storage_drop_view(context->session, ns, error)
+                      : storage_drop_collection(context->session, ns, error);
     storage_unlock(storage);
     if (ok) {
-        BSON_APPEND_INT32(reply, "nIndexesWas", index_count);
+        if (!is_view) { /* a view had no indexes: mongod leaves nIndexesWas out */
+            BSON_APPEND_INT32(reply, "nIndexesWas", index_count);
+        }
         BSON_APPEND_UTF8(reply, "ns", ns);
     }
     bson_free(ns);
@@ -581,9 +616,10 @@ static bool handle_drop_database(command_context_t *context, bson_t *reply, bson
     bool ok = true;
     size_t count;
     storage_lock_exclusive(storage);
-    char **names = database_namespaces(storage, context->database, &count);
+    char **names = database_namespaces(storage, context->database, true, &count);
     for (size_t i = 0; i < count && ok; i++) {
-        ok = storage_drop_collection(context->session, names[i], error);
+        ok = storage_find_view(storage, names[i]) != NULL ? storage_drop_view(context->session, names[i], error)
+                                                          : storage_drop_collection(context->session, names[i], error);
     }
     if (ok && count > 0) {
         /* As mongod: a drop entry per collection, then this one. */
@@ -679,6 +715,10 @@ static bool handle_create_indexes(command_context_t *context, bson_t *reply, bso
     }
     storage_lock_exclusive(storage);
     collection_t *collection = storage_find_collection(storage, ns);
+    if (storage_find_view(storage, ns) != NULL) {
+        tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED_ON_VIEW, "Cannot create indexes on a view: %s", ns);
+        goto done;
+    }
     if (collection == NULL) {
         TC_CHECK(storage_create_collection(context->session, ns, NULL, &collection, error));
         created_collection = true;
@@ -754,9 +794,11 @@ static bool handle_list_indexes(command_context_t *context, bson_t *reply, bson_
             document_list_add(&specs, bson_copy(&collection->indexes[i]->spec));
         }
     }
+    bool ok = views_refuse(storage, ns, error);
     storage_unlock(storage);
-    bool ok;
-    if (collection == NULL) {
+    if (!ok) {
+        /* error set: a view has no indexes of its own */
+    } else if (collection == NULL) {
         ok = tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns);
     } else {
         ok = reply_with_documents(context, ns, &specs, batch_size, reply, error);
@@ -883,6 +925,7 @@ static bool handle_drop_indexes(command_context_t *context, bson_t *reply, bson_
     }
     storage_lock_exclusive(storage);
     collection_t *collection = storage_find_collection(storage, ns);
+    TC_CHECK(views_refuse(storage, ns, error));
     if (collection == NULL) {
         tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
         goto done;
@@ -937,6 +980,11 @@ static bool handle_coll_stats(command_context_t *context, bson_t *reply, bson_er
     BSON_APPEND_UTF8(reply, "ns", ns);
     bson_t empty = BSON_INITIALIZER, sizes;
     storage_lock_shared(storage);
+    if (!views_refuse(storage, ns, error)) {
+        storage_unlock(storage);
+        bson_free(ns);
+        return false;
+    }
     collection_t *collection = storage_find_collection(storage, ns);
     if (collection == NULL) {
         /* mongod 6.0 answers ok with zeros for a collection that does not exist. */
@@ -999,7 +1047,12 @@ static bool handle_db_stats(command_context_t *context, bson_t *reply, bson_erro
         return false;
     }
     storage_lock_shared(storage);
-    char **names = database_namespaces(storage, context->database, &count);
+    size_t with_views;
+    char **names = database_namespaces(storage, context->database, true, &with_views);
+    count = 0;
+    while (count < with_views && storage_find_view(storage, names[count]) == NULL) {
+        count++; /* the collections come first */
+    }
     for (size_t i = 0; i < count && ok; i++) {
         collection_t *collection = storage_find_collection(storage, names[i]);
         int64_t documents, bytes;
@@ -1017,7 +1070,7 @@ static bool handle_db_stats(command_context_t *context, bson_t *reply, bson_erro
     }
     BSON_APPEND_UTF8(reply, "db", context->database);
     append_number(reply, "collections", (int64_t)count);
-    append_number(reply, "views", 0);
+    append_number(reply, "views", (int64_t)(with_views - count));
     append_number(reply, "objects", objects);
     if (count == 0) {
         BSON_APPEND_INT32(reply, "avgObjSize", 0); /* as mongod answers for a database that does not exist */
@@ -1041,122 +1094,6 @@ static bool handle_db_stats(command_context_t *context, bson_t *reply, bson_erro
     return true;
 }
 
-/* --- renameCollection ------------------------------------------------------------------- */
-
-static bool is_valid_namespace(const char *ns)
-{
-    const char *dot = strchr(ns, '.');
-    return dot != NULL && dot != ns && dot[1] != '\0';
-}
-
-/* Copies every document of source into target, RENAME_COPY_BATCH per
- * transaction, resuming the scan where the last batch stopped. */
-static bool copy_documents(storage_session_t *session, collection_t *source, collection_t *target,
-                           bson_error_t *error)
-{
-    scan_position_t position;
-    bool ok = true, end = false;
-    scan_position_init(&position);
-    while (ok && !end) {
-        if (!storage_begin(session, error)) {
-            ok = false;
-            break;
-        }
-        scan_t *scan = scan_open(session, source, NULL, NULL, false, &position, error);
-        ok = scan != NULL;
-        for (int copied = 0; ok && copied < RENAME_COPY_BATCH; copied++) {
-            int64_t record_id;
-            bson_t document, key_values;
-            ok = scan_next(scan, &record_id, &document, &key_values, &end, error);
-            if (!ok || end) {
-                break;
-            }
-            ok = storage_insert_record(session, target, &document, NULL, error);
-        }
-        scan_close(scan);
-        if (ok) {
-            ok = storage_commit(session, false, error);
-        } else {
-            storage_rollback(session);
-        }
-    }
-    scan_position_cleanup(&position);
-    return ok;
-}
-
-/* storage has no rename: the target is created with the source's options and
- * indexes, filled, and the source dropped. Under the exclusive lock nobody sees
- * the intermediate state; a failure drops the partial target. */
-static bool rename_by_copy(storage_session_t *session, storage_t *storage, const char *from, const char *to,
-                           bson_error_t *error)
-{
-    collection_t *source = storage_find_collection(storage, from);
-    collection_t *target = NULL;
-    bool ok = false;
-    TC_CHECK(storage_create_collection(session, to, &source->options, &target, error));
-    for (size_t i = 0; i < source->index_count; i++) {
-        bool created;
-        if (!source->indexes[i]->is_id) {
-            TC_CHECK(storage_create_index(session, target, &source->indexes[i]->spec, &created, error));
-        }
-    }
-    TC_CHECK(copy_documents(session, source, target, error));
-    TC_CHECK(storage_finish_rename(session, from, to, error));
-    ok = true;
-done:
-    if (!ok && target != NULL) {
-        bson_error_t undo_error;
-        if (!storage_drop_collection(session, to, &undo_error)) {
-            TC_LOG(TC_LOG_WARNING, "COMMAND", 0, "renameCollection to %s failed and could not drop the "
-                   "partial target: %s", to, undo_error.message);
-        }
-    }
-    return ok;
-}
-
-static bool handle_rename_collection(command_context_t *context, bson_t *reply, bson_error_t *error)
-{
-    storage_t *storage = context->store->storage;
-    const char *from, *to;
-    bool drop_target = false;
-    bson_iter_t iter;
-
-    if (!require_admin_database(context, error) || !get_required_string(context, "renameCollection", &from, error) ||
-        !get_required_string(context, "to", &to, error)) {
-        return false;
-    }
-    /* dropTarget: a bool, or (6.0) the UUID the target must have. */
-    if (bson_iter_init_find(&iter, context->command, "dropTarget")) {
-        drop_target = BSON_ITER_HOLDS_BINARY(&iter) || bson_iter_as_bool(&iter);
-    }
-    if (!is_valid_namespace(from)) {
-        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Invalid source namespace: %s", from);
-    }
-    if (!is_valid_namespace(to)) {
-        return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "Invalid target namespace: %s", to);
-    }
-    if (strcmp(from, to) == 0) {
-        return tc_error_set(error, TC_ERR_ILLEGAL_OPERATION, "Can't rename a collection to itself");
-    }
-    bool ok = false;
-    storage_lock_exclusive(storage);
-    if (storage_find_collection(storage, from) == NULL) {
-        tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", from);
-        goto done;
-    }
-    if (storage_find_collection(storage, to) != NULL) {
-        if (!drop_target) {
-            tc_error_set(error, TC_ERR_NAMESPACE_EXISTS, "target namespace exists");
-            goto done;
-        }
-        TC_CHECK(storage_drop_collection(context->session, to, error));
-    }
-    ok = rename_by_copy(context->session, storage, from, to, error);
-done:
-    storage_unlock(storage);
-    return ok;
-}
-
 const command_definition_t catalog_commands[] = {
     {"listDatabases", handle_list_databases},
     {"listCollections", handle_list_collections},
@@ -1171,6 +1108,5 @@ const command_definition_t catalog_commands[] = {
     {"collstats", handle_coll_stats},
     {"dbStats", handle_db_stats},
     {"dbstats", handle_db_stats},
-    {"renameCollection", handle_rename_collection},
     {NULL, NULL},
 };

@@ -9,11 +9,11 @@
  *       records them.
  *
  * What the store cannot honour is refused, never silently kept: a validator
- * (the store validates no documents), views, time series, capped sizes, an
+ * (the store validates no documents), time series, capped sizes, an
  * index's expireAfterSeconds (the store runs no TTL monitor), an index made
  * unique. The change is one transaction with its {collMod: ...} oplog entry,
  * whose o2 holds the options before it (a change stream's expanded "modify"
- * event shows both). */
+ * event shows both). A view's collMod (viewOn, pipeline) is views.c's. */
 #include "store/commands.h"
 #include "query/value_format.h"
 
@@ -120,7 +120,8 @@ static bool parse_field(coll_mod_request_t *request, bson_iter_t *iter, bson_err
             return false;
         }
     } else if (strcmp(field, "viewOn") == 0 || strcmp(field, "pipeline") == 0) {
-        return refuse(request, "views yet", error);
+        return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "'viewOn' and 'pipeline' are only valid for a view, and %s "
+                            "is not one", request->ns);
     } else if (strcmp(field, "timeseries") == 0) {
         return refuse(request, "time series collections yet", error);
     } else if (strcmp(field, "expireAfterSeconds") == 0) {
@@ -300,6 +301,13 @@ static bool handle_coll_mod(command_context_t *context, bson_t *reply, bson_erro
     bson_init(&request.recorded);
     TC_CHECK(command_namespace(context, &ns, error));
     request.ns = ns;
+    storage_lock_exclusive(storage);
+    locked = true;
+    view_t *view = storage_find_view(storage, ns);
+    if (view != NULL) {
+        ok = views_modify(context, view, error);
+        goto done;
+    }
     bson_iter_init(&iter, context->command);
     bson_iter_next(&iter); /* collMod: <collection> */
     while (bson_iter_next(&iter)) {
@@ -307,8 +315,6 @@ static bool handle_coll_mod(command_context_t *context, bson_t *reply, bson_erro
             TC_CHECK(parse_field(&request, &iter, error));
         }
     }
-    storage_lock_exclusive(storage);
-    locked = true;
     collection_t *collection = storage_find_collection(storage, ns);
     if (collection == NULL) {
         tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns);

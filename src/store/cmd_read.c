@@ -124,6 +124,11 @@ static bool handle_find(command_context_t *context, bson_t *reply, bson_error_t 
     bool exhausted = true;
     bool ok = false;
 
+    bool on_view;
+    bool view_ok = views_answer_read(context, reply, &on_view, error);
+    if (!view_ok || on_view) {
+        return view_ok;
+    }
     bson_init(&batch.array);
     if (!parse_find(context, &request, error)) {
         bson_free(request.ns);
@@ -345,6 +350,11 @@ static bool handle_count(command_context_t *context, bson_t *reply, bson_error_t
     storage_t *storage = context->store->storage;
     int64_t count = 0;
     bool ok = false;
+    bool on_view;
+    bool view_ok = views_answer_read(context, reply, &on_view, error);
+    if (!view_ok || on_view) {
+        return view_ok;
+    }
     if (!parse_count(context, &ns, &query, &hint, &options, error)) {
         bson_free(ns);
         return false;
@@ -458,7 +468,11 @@ static bool handle_distinct(command_context_t *context, bson_t *reply, bson_erro
     distinct_state_t state = {0};
     storage_t *storage = context->store->storage;
     bool ok = false;
-
+    bool on_view;
+    bool view_ok = views_answer_read(context, reply, &on_view, error);
+    if (!view_ok || on_view) {
+        return view_ok;
+    }
     if (!command_namespace(context, &ns, error) || !command_get_document(context, "query", &query, error)) {
         bson_free(ns);
         return false;
@@ -588,12 +602,7 @@ static bool explain_aggregate(command_context_t *context, bson_t *inner, bson_t 
         BSON_APPEND_BOOL(inner, "explain", true);
     }
     context->command = inner;
-    for (const command_definition_t *definition = aggregate_commands; definition->name != NULL; definition++) {
-        if (strcmp(definition->name, "aggregate") == 0) {
-            return definition->handler(context, reply, error);
-        }
-    }
-    return tc_error_set(error, TC_ERR_COMMAND_NOT_FOUND, "no such command: 'aggregate'");
+    return command_aggregate(context, reply, error);
 }
 
 static bool handle_explain(command_context_t *context, bson_t *reply, bson_error_t *error)
@@ -638,6 +647,14 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
     bool ok = false;
     memset(&request, 0, sizeof request);
     const char *name = inner_context.name;
+    bool on_view = false;
+    if (strcmp(name, "find") == 0 || strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0) {
+        ok = views_explain_read(&inner_context, reply, &on_view, error);
+        if (!ok || on_view) {
+            goto done;
+        }
+        ok = false;
+    }
     if (strcmp(name, "find") == 0) {
         TC_CHECK(parse_find(&inner_context, &request, error));
         ns = request.ns;

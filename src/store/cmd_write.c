@@ -124,8 +124,7 @@ static bool get_batch(const command_context_t *context, const char *field, bson_
 
 /* --- insert ------------------------------------------------------------------- */
 
-/* The document as stored: _id first, generated when absent. */
-static bool prepare_insert_document(const bson_t *document, bson_t *out, bson_error_t *error)
+bool command_prepare_insert_document(const bson_t *document, bson_t *out, bson_error_t *error)
 {
     bson_iter_t iter;
     bson_init(out);
@@ -209,8 +208,9 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
         return false;
     }
     storage_lock_shared(storage);
-    bool ok = true;
-    for (uint32_t index = 0; bson_iter_next(&statements); index++) {
+    /* A view is refused before any statement runs: the whole command fails, as on mongod. */
+    bool ok = views_refuse(storage, ns, error);
+    for (uint32_t index = 0; ok && bson_iter_next(&statements); index++) {
         bson_error_t statement_error;
         if (!run(context, ns, &statements, index, totals, &statement_error)) {
             if (context->transaction != NULL && is_write_conflict(&statement_error)) {
@@ -246,7 +246,7 @@ static bool run_insert_statement(command_context_t *context, const char *ns, bso
     }
     bson_iter_document(statement, &length, &data);
     bson_init_static(&document, data, length);
-    bool ok = prepare_insert_document(&document, &prepared, error) && insert_one(context, ns, &prepared, error);
+    bool ok = command_prepare_insert_document(&document, &prepared, error) && insert_one(context, ns, &prepared, error);
     bson_destroy(&prepared);
     *(int64_t *)totals += ok;
     return ok;
@@ -744,6 +744,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
 
     storage_lock_shared(storage);
     locked = true;
+    TC_CHECK(views_refuse(storage, ns, error));
     collection_t *collection = storage_find_collection(storage, ns);
     document_outcome_t outcome = DOCUMENT_GONE;
     if (collection != NULL) {

@@ -76,6 +76,7 @@ extern const command_definition_t read_commands[];
 extern const command_definition_t aggregate_commands[];
 extern const command_definition_t transaction_commands[];
 extern const command_definition_t coll_mod_commands[];
+extern const command_definition_t rename_commands[];
 
 /* --- helpers shared by the handlers ------------------------------------------- */
 
@@ -103,6 +104,14 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
 bool command_parse_pre_and_post_images(const char *command_name, bson_iter_t *iter, bool *out_enabled,
                                        bson_error_t *error) TC_MUST_CHECK;
 
+/* Unauthorized 13 "<command> may only be run against the admin database." */
+bool command_require_admin_database(const command_context_t *context, bson_error_t *error) TC_MUST_CHECK;
+
+/* A string field the command requires: 40414 when absent, TypeMismatch 14
+ * otherwise. *out points into the command. */
+bool command_get_required_string(const command_context_t *context, const char *field, const char **out,
+                                 bson_error_t *error) TC_MUST_CHECK;
+
 /* Whether field is one any command may carry (mongod's generic arguments:
  * lsid, $db, writeConcern, comment...), not one of the command's own. */
 bool command_is_generic_argument(const char *field);
@@ -126,6 +135,71 @@ bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, coll
 /* An aggregation streamed through a cursor (cmd_aggregate.c). */
 bool aggregation_fill_batch(command_context_t *context, void *aggregation, collection_t *collection,
                             batch_builder_t *batch, bool *out_exhausted, bson_error_t *error) TC_MUST_CHECK;
+
+/* aggregate itself (cmd_aggregate.c), for the commands that run as one: a
+ * read of a view, explain {aggregate}. */
+bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- $out and $merge (aggregate_output.c) -------------------------------------- */
+
+typedef struct aggregate_output aggregate_output_t;
+
+/* Finds a $out or $merge stage in stages: *out_output (NULL when there is
+ * none; free with aggregate_output_destroy()) and out_stages, the stages
+ * before it (initialized here). Errors as mongod 6.0: 40601 when it is not
+ * the last stage, OperationNotSupportedInTransaction 263 in a transaction, its
+ * parse errors (16990, 16994, 17385 for system.*, 51178-51187 and 51199 for
+ * $merge, BadValue 2 for an unknown mode, 40415 for an unknown field). */
+bool aggregate_output_parse(const command_context_t *context, const bson_t *stages, bson_t *out_stages,
+                            aggregate_output_t **out_output, bson_error_t *error) TC_MUST_CHECK;
+
+/* Writes the aggregate's results (documents[count], which $merge may give an
+ * _id) to the output's target. Takes the catalog lock itself: call without it. */
+bool aggregate_output_write(command_context_t *context, const aggregate_output_t *output, bson_t **documents,
+                            size_t count, bson_error_t *error) TC_MUST_CHECK;
+
+/* "$out" or "$merge". */
+const char *aggregate_output_stage_name(const aggregate_output_t *output);
+
+/* Safe on NULL. */
+void aggregate_output_destroy(aggregate_output_t *output);
+
+/* The document as insert stores it: _id first (an ObjectId when absent),
+ * mongod's checks on _id and $-prefixed fields (cmd_write.c). out is
+ * initialized here; the caller destroys it. */
+bool command_prepare_insert_document(const bson_t *document, bson_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- views (views.c) ---------------------------------------------------------- */
+
+/* create {viewOn, pipeline}: checks the definition and creates the view ns
+ * (takes the catalog lock). Errors as mongod: TypeMismatch 14, InvalidOptions
+ * 72 for a collection option, BadValue 2, OptionNotSupportedOnView 167 for
+ * $out or $merge, the pipeline's own errors, GraphContainsCycle 5,
+ * ViewDepthLimitExceeded 165, NamespaceExists 48. */
+bool views_create(command_context_t *context, const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* collMod of a view: viewOn and/or pipeline, checked as create checks them.
+ * Call with the exclusive lock held. */
+bool views_modify(command_context_t *context, view_t *view, bson_error_t *error) TC_MUST_CHECK;
+
+/* The collection a read of ns reads (*out_source_ns, bson_free()) and the
+ * pipeline of the views between (out_pipeline, initialized here: an array,
+ * empty when ns is no view). Call with the lock held.
+ * Errors: ViewDepthLimitExceeded 165. */
+bool views_resolve(storage_t *storage, const char *ns, char **out_source_ns, bson_t *out_pipeline,
+                   bson_error_t *error) TC_MUST_CHECK;
+
+/* CommandNotSupportedOnView 166 "Namespace db.v is a view, not a collection"
+ * when ns is a view. Call with the lock held. */
+bool views_refuse(storage_t *storage, const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* find, count or distinct (context->name) on a view: answered as mongod does,
+ * through the aggregate it rewrites them into, and *out_handled set. On
+ * anything but a view, *out_handled is false and nothing is done. */
+bool views_answer_read(command_context_t *context, bson_t *reply, bool *out_handled, bson_error_t *error) TC_MUST_CHECK;
+
+/* explain of find, count or distinct on a view: the explain of that aggregate. */
+bool views_explain_read(command_context_t *context, bson_t *reply, bool *out_handled, bson_error_t *error) TC_MUST_CHECK;
 
 /* explain's closing fields: command (the explained command) and serverInfo. */
 void command_append_explain_server_info(const command_context_t *context, const bson_t *explained, bson_t *reply);

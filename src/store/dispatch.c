@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const command_definition_t *const command_tables[] = {
-    admin_commands, catalog_commands, coll_mod_commands, write_commands, read_commands, aggregate_commands,
+    admin_commands, catalog_commands, coll_mod_commands, rename_commands, write_commands, read_commands, aggregate_commands,
     auth_commands,
     transaction_commands,
 };
@@ -110,6 +110,31 @@ bool command_get_bool(const command_context_t *context, const char *field, bool 
                             context->name, field, value_type_name(bson_iter_type(&iter)));
     }
     *out = bson_iter_as_bool(&iter);
+    return true;
+}
+
+bool command_require_admin_database(const command_context_t *context, bson_error_t *error)
+{
+    if (strcmp(context->database, "admin") != 0) {
+        return tc_error_set(error, TC_ERR_UNAUTHORIZED, "%s may only be run against the admin database.",
+                            context->name);
+    }
+    return true;
+}
+
+bool command_get_required_string(const command_context_t *context, const char *field, const char **out,
+                                 bson_error_t *error)
+{
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, context->command, field)) {
+        return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD, "BSON field '%s.%s' is missing but a required field",
+                            context->name, field);
+    }
+    if (!BSON_ITER_HOLDS_UTF8(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type 'string'",
+                            context->name, field, value_type_name(bson_iter_type(&iter)));
+    }
+    *out = bson_iter_utf8(&iter, NULL);
     return true;
 }
 

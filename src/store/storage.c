@@ -170,6 +170,7 @@ void storage_close(storage_t *storage)
     }
     bson_free(storage->pending_drops);
     bson_free(storage->collections);
+    catalog_destroy_views(storage);
     bson_free(storage->default_compressor);
     pthread_rwlock_destroy(&storage->catalog_lock);
     pthread_mutex_destroy(&storage->pending_drops_mutex);

@@ -55,6 +55,16 @@ typedef struct collection {
     atomic_int_fast64_t next_record_id;
 } collection_t;
 
+/* A view (mongod's system.views entry): a name for a pipeline over another
+ * collection or view of the same database. Only the definition is stored. */
+typedef struct view {
+    char *ns;             /* "db.v" */
+    char *database;       /* "db" */
+    const char *name;     /* points into ns, after the dot */
+    char *view_on;        /* the namespace it reads, "db.c" */
+    bson_t pipeline;      /* an array */
+} view_t;
+
 /* --- lifecycle ------------------------------------------------------------ */
 
 /* Opens (creating if needed) the database in options->dbpath and loads the
@@ -93,11 +103,18 @@ bool storage_obtain_collection(storage_session_t *session, const char *ns,
  * in the transaction that removes the catalog row. */
 bool storage_drop_collection(storage_session_t *session, const char *ns, bson_error_t *error) TC_MUST_CHECK;
 
-/* The last step of renameCollection, which cmd_catalog.c does by copying: drops
+/* The last step of renameCollection, which cmd_rename.c does by copying: drops
  * from, and the oplog records one {renameCollection: from, to} entry instead of
  * a drop. Requires the exclusive lock. */
 bool storage_finish_rename(storage_session_t *session, const char *from, const char *to,
                            bson_error_t *error) TC_MUST_CHECK;
+
+/* Renames from to to in the catalog, keeping its tables (no copy), with one
+ * {renameCollection: from, to} oplog entry: what $out does with its temporary
+ * collection. Requires the exclusive lock. Errors: NamespaceNotFound 26,
+ * NamespaceExists 48 (drop the target first), InvalidNamespace 73. */
+bool storage_rename_collection(storage_session_t *session, const char *from, const char *to,
+                               bson_error_t *error) TC_MUST_CHECK;
 
 /* Builds an index over the existing documents. Requires the exclusive lock.
  * spec is the createIndexes entry ({key, name, unique, sparse,
@@ -122,6 +139,33 @@ index_descriptor_t *storage_find_index(collection_t *collection, const char *nam
 bool storage_modify_collection(storage_session_t *session, collection_t *collection, const bson_t *options,
                                index_descriptor_t *index, const bson_t *index_spec, const bson_t *object,
                                const bson_t *object2, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- views ------------------------------------------------------------------
+ * Kept in the catalog beside the collections, under the same lock; a name is
+ * either a collection or a view. */
+
+/* The view named ns, or NULL. */
+view_t *storage_find_view(storage_t *storage, const char *ns);
+
+/* Creates the view ns over view_on (a namespace of the same database) with
+ * pipeline (an array, already validated by the caller), with its {create: v,
+ * viewOn, pipeline} oplog entry. Requires the exclusive lock.
+ * Errors: NamespaceExists 48, InvalidNamespace 73. */
+bool storage_create_view(storage_session_t *session, const char *ns, const char *view_on, const bson_t *pipeline,
+                         bson_error_t *error) TC_MUST_CHECK;
+
+/* collMod of a view: its definition becomes view_on and pipeline, with the
+ * oplog entry object ({collMod: v, viewOn, pipeline}). Requires the exclusive lock. */
+bool storage_modify_view(storage_session_t *session, view_t *view, const char *view_on, const bson_t *pipeline,
+                         const bson_t *object, bson_error_t *error) TC_MUST_CHECK;
+
+/* Drops the view ns ({drop: v} in the oplog). Requires the exclusive lock.
+ * Errors: NamespaceNotFound 26. */
+bool storage_drop_view(storage_session_t *session, const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* Calls visit for each view, in ns order. Requires the lock. */
+typedef void (*storage_visit_view_fn)(view_t *view, void *context);
+void storage_visit_views(storage_t *storage, storage_visit_view_fn visit, void *context);
 
 /* Whether document has entries in index (its sparse or partial condition). */
 bool storage_index_covers_document(const index_descriptor_t *index, const bson_t *document);

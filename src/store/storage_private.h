@@ -16,6 +16,8 @@ struct storage {
     collection_t **collections; /* sorted by ns */
     size_t collection_count;
     size_t collection_capacity;
+    view_t **views;             /* sorted by ns (catalog_views.c) */
+    size_t view_count;
     char **pending_drops;       /* table URIs a busy drop left for later */
     size_t pending_drop_count;
     pthread_mutex_t pending_drops_mutex;
@@ -68,6 +70,33 @@ bool catalog_write_entry(storage_session_t *session, collection_t *collection, b
 bool catalog_load(storage_t *storage, storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
 
 void collection_destroy(collection_t *collection);
+
+/* mongod's rules for a namespace's database and collection names (catalog.c).
+ * Errors: InvalidNamespace 73. */
+bool catalog_validate_namespace(const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* Runs step (in the caller's transaction if one is open, else in its own) and
+ * records the command entry object (object2 NULL-able) in the oplog in the same
+ * transaction (catalog.c). */
+typedef bool (*catalog_step_fn)(storage_session_t *session, void *context, bson_error_t *error);
+bool catalog_change_with_oplog(storage_session_t *session, catalog_step_fn step, void *step_context,
+                               const char *database, const uint8_t *uuid, const bson_t *object,
+                               const bson_t *object2, bson_error_t *error) TC_MUST_CHECK;
+
+/* Writes (inserting or replacing) the catalog row of ns (catalog.c). */
+bool catalog_put_row(storage_session_t *session, const char *ns, const bson_t *entry, bson_error_t *error) TC_MUST_CHECK;
+
+/* Removes the catalog row of ns (catalog.c). */
+bool catalog_remove_entry(storage_session_t *session, const char *ns, bson_error_t *error) TC_MUST_CHECK;
+
+/* A view's catalog row, read at open (catalog_views.c); entry is the row. */
+bool catalog_load_view(storage_t *storage, const char *ns, const bson_t *entry, bson_error_t *error) TC_MUST_CHECK;
+
+/* Whether a catalog row is a view's. */
+bool catalog_entry_is_view(const bson_t *entry);
+
+/* Frees every view (storage_close). */
+void catalog_destroy_views(storage_t *storage);
 
 /* Adds the index entries of document to every index of collection / removes them. */
 bool records_insert_index_entries(storage_session_t *session, collection_t *collection,

@@ -164,7 +164,7 @@ def test_coll_mod_hides_and_unhides_an_index(rs_client):
 def test_coll_mod_refuses_what_the_store_cannot_honour(rs_client):
     db = rs_client.shop
     db.create_collection("strict")
-    for option, value in [("validator", {"a": {"$exists": True}}), ("viewOn", "other"),
+    for option, value in [("validator", {"a": {"$exists": True}}),
                           ("expireAfterSeconds", 10), ("cappedSize", 1024), ("recordPreImages", True)]:
         with pytest.raises(OperationFailure) as raised:
             db.command("collMod", "strict", **{option: value})
@@ -172,6 +172,10 @@ def test_coll_mod_refuses_what_the_store_cannot_honour(rs_client):
         assert raised.value.details["codeName"] == "CommandNotSupported"
         assert "changed nothing" in str(raised.value)
     assert collection_options(db, "strict") == {}
+    # A view's definition on a collection (views are collMod's in test_store_views).
+    with pytest.raises(OperationFailure) as raised:
+        db.command("collMod", "strict", viewOn="other")
+    assert raised.value.code == 72 and raised.value.details["codeName"] == "InvalidOptions"
     with pytest.raises(OperationFailure) as raised:
         db.command("collMod", "strict", noSuchOption=1)
     assert raised.value.code == 40415
