@@ -88,6 +88,13 @@ def test_aggregate_match_sort_and_group_by_the_collation(people):
     assert [(group["_id"].lower(), group["count"]) for group in groups] == [("alice", 3), ("bob", 2)]
     groups = list(people.aggregate(pipeline))
     assert [(group["_id"], group["count"]) for group in groups] == [("alice", 1), ("bob", 1)]
+    # Expression comparisons follow it too, in $expr and in stages.
+    assert ids(people.find({"$expr": {"$eq": ["$name", "BOB"]}}, collation=CASE_INSENSITIVE)) == [4, 5]
+    flags = people.aggregate([{"$match": {"_id": {"$lte": 2}}}, {"$sort": {"_id": 1}},
+                              {"$project": {"same": {"$eq": ["$name", "ALICE"]},
+                                            "listed": {"$in": ["$city", ["PARIS"]]}}}],
+                             collation=CASE_INSENSITIVE)
+    assert [(flag["same"], flag["listed"]) for flag in flags] == [(True, True), (True, True)]
 
 
 def test_collated_unique_index_refuses_a_case_variant(db):
