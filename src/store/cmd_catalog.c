@@ -640,15 +640,7 @@ static bool validate_index_spec(bson_iter_t *item, uint32_t position, bson_error
         return tc_error_set(error, TC_ERR_BAD_VALUE, "The index name '*' is not valid.");
     }
     /* A bad collation fails the command before any index of the list is built. */
-    uint32_t length;
-    const uint8_t *data;
-    bson_t spec;
-    const collation_t *collation = NULL;
-    bson_iter_document(item, &length, &data);
-    bson_init_static(&spec, data, length);
-    bool collation_ok = index_options_read_collation(&spec, &collation, error);
-    collation_release(collation);
-    return collation_ok;
+    return index_options_check_collation(bson_iter_value(item), error);
 }
 
 static bool get_index_specs(const command_context_t *context, bson_iter_t *out_items, bson_error_t *error)

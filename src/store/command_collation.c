@@ -66,10 +66,17 @@ bool command_collation_resolve(const command_context_t *context, expression_cont
     bool per_statement;
     bson_iter_t iter;
     *out_collation = NULL;
-    if (!takes_collation(context->name, &per_statement)) {
+    bool has_field = bson_iter_init_find(&iter, context->command, "collation");
+    bool takes = takes_collation(context->name, &per_statement);
+    if (has_field && (per_statement || strcmp(context->name, "insert") == 0)) {
+        /* mongod's strict parsers: a write's collation belongs in its statements. */
+        return tc_error_set(error, TC_ERR_UNRECOGNIZED_COMMAND_FIELD, "BSON field '%s.collation' is an unknown field.",
+                            context->name);
+    }
+    if (!takes) {
         return true;
     }
-    if (!per_statement && bson_iter_init_find(&iter, context->command, "collation")) {
+    if (!per_statement && has_field) {
         char *field = bson_strdup_printf("%s.collation", context->name);
         collation_t *collation = NULL;
         bool ok = parse_at(&iter, field, &collation, error);

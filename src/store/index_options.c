@@ -293,3 +293,13 @@ bool index_options_read_collation(const bson_t *document, const collation_t **ou
     *out_collation = collation;
     return ok;
 }
+
+bool index_options_check_collation(const bson_value_t *spec, bson_error_t *error)
+{
+    bson_t document;
+    const collation_t *collation = NULL;
+    bson_init_static(&document, spec->value.v_doc.data, spec->value.v_doc.data_len);
+    bool ok = index_options_read_collation(&document, &collation, error);
+    collation_release(collation);
+    return ok;
+}

@@ -48,6 +48,9 @@ bool index_options_append_collation(const bson_t *spec, const collation_t *defau
 bool index_options_read_collation(const bson_t *document, const collation_t **out_collation,
                                   bson_error_t *error) TC_MUST_CHECK;
 
+/* Whether the index spec (a document value) has no collation or a valid one. */
+bool index_options_check_collation(const bson_value_t *spec, bson_error_t *error) TC_MUST_CHECK;
+
 /* A boolean option's value in spec (absent: false), as mongod's trueValue(). */
 bool index_options_flag(const bson_t *spec, const char *name);
 

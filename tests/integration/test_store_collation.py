@@ -197,3 +197,14 @@ def test_collation_must_be_a_document(db, people):
     error = failure(db, SON([("find", "people"), ("collation", "en")]))
     assert (error.code, error.details["codeName"]) == (14, "TypeMismatch")
     assert error.details["errmsg"] == "BSON field 'find.collation' is the wrong type 'string', expected type 'object'"
+
+
+@pytest.mark.parametrize("command", ["insert", "update", "delete"])
+def test_a_write_takes_its_collation_per_statement_only(db, people, command):
+    body = {"insert": ("documents", [{"_id": 99}]),
+            "update": ("updates", [{"q": {}, "u": {"$set": {"x": 1}}}]),
+            "delete": ("deletes", [{"q": {"_id": 99}, "limit": 1}])}[command]
+    error = failure(db, SON([(command, "people"), body, ("collation", {"locale": "en"})]))
+    assert (error.code, error.details["codeName"]) == (40415, "Location40415")
+    assert error.details["errmsg"] == "BSON field '%s.collation' is an unknown field." % command
+    assert people.count_documents({"_id": 99}) == 0
