@@ -510,8 +510,10 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
         clear_intervals(plan);
         plan->intervals = bson_malloc0(sizeof(scan_bounds_t));
         scan_bounds_init(&plan->intervals[0]);
-        keystring_append_value(&plan->intervals[0].lower, &id_value, false);
-        keystring_append_value(&plan->intervals[0].upper, &id_value, false);
+        /* The _id index's keys are its collation's (the collection's default). */
+        const collation_t *id_collation = collection->indexes[0]->collation;
+        keystring_append_value_collated(&plan->intervals[0].lower, &id_value, false, id_collation);
+        keystring_append_value_collated(&plan->intervals[0].upper, &id_value, false, id_collation);
         plan->interval_count = 1;
         bson_value_destroy(&id_value);
         return true;

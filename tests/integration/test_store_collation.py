@@ -162,6 +162,9 @@ def test_collection_default_collation(db):
     cities.insert_one({"_id": "key", "code": "k1"})
     with pytest.raises(DuplicateKeyError):
         cities.insert_one({"_id": "KEY", "code": "k2"})
+    assert cities.find_one({"_id": "KEY"})["_id"] == "key"
+    assert cities.find_one({"_id": "KEY"}, collation=Collation(locale="simple")) is None
+    assert cities.delete_one({"_id": "Key"}).deleted_count == 1
 
 
 @pytest.mark.parametrize("collation, code, message", [
