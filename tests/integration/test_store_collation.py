@@ -211,3 +211,22 @@ def test_a_write_takes_its_collation_per_statement_only(db, people, command):
     assert (error.code, error.details["codeName"]) == (40415, "Location40415")
     assert error.details["errmsg"] == "BSON field '%s.collation' is an unknown field." % command
     assert people.count_documents({"_id": 99}) == 0
+
+
+def test_collations_survive_a_restart(store, client):
+    """The catalog keeps collations expanded; a restart compiles them again."""
+    db = client[DB_NAME]
+    db.create_collection("kept", collation=CASE_INSENSITIVE)
+    db["kept"].create_index([("code", ASCENDING)], unique=True, collation=Collation(locale="fr", strength=1))
+    db["kept"].insert_one({"_id": "Key", "code": "côte"})
+    before = {spec["name"]: spec for spec in db["kept"].list_indexes()}
+    client.close()
+    store.stop()
+    store.restart()
+    from pymongo import MongoClient
+    with MongoClient(store.uri) as again:
+        kept = again[DB_NAME]["kept"]
+        assert {spec["name"]: spec for spec in kept.list_indexes()} == before
+        assert kept.find_one({"_id": "KEY"})["_id"] == "Key"
+        with pytest.raises(DuplicateKeyError):
+            kept.insert_one({"_id": 2, "code": "COTE"})
