@@ -8,7 +8,7 @@
 
 CC      ?= cc
 BUILD   ?= build
-PACKAGES = libbson-1.0 libmongoc-1.0 wiredtiger libuv yaml-0.1 libpcre2-8 libssl libcrypto snappy zlib
+PACKAGES = libbson-1.0 libmongoc-1.0 wiredtiger libuv yaml-0.1 libpcre2-8 libssl libcrypto snappy zlib icu-i18n icu-uc
 
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
                 -Wshadow -Wstrict-prototypes -g -Isrc $(shell pkg-config --cflags $(PACKAGES))

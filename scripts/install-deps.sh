@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential pkg-config clang libclang-rt-14-dev
   libbson-dev libmongoc-dev libwiredtiger-dev wiredtiger
-  libuv1-dev libyaml-dev libpcre2-dev libssl-dev libsnappy-dev zlib1g-dev
+  libuv1-dev libyaml-dev libpcre2-dev libssl-dev libsnappy-dev zlib1g-dev libicu-dev
   openssl
   libcmocka-dev
   python3 python3-pymongo python3-pytest python3-prometheus-client

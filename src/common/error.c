@@ -101,6 +101,7 @@ static const struct {
     {TC_ERR_API_STRICT_ERROR, "APIStrictError"},
     {TC_ERR_LOCATION_BSON_TOO_LARGE, "BSONObjectTooLarge"},
     {TC_ERR_UNRECOGNIZED_COMMAND_FIELD, "Location40415"},
+    {TC_ERR_INCOMPATIBLE_COLLATION_VERSION, "IncompatibleCollationVersion"},
     {TC_ERR_CANNOT_INDEX_PARALLEL_ARRAYS, "CannotIndexParallelArrays"},
     {TC_ERR_PROTOCOL_ERROR, "ProtocolError"},
     {TC_ERR_ILLEGAL_OP_MSG_FLAG, "IllegalOpMsgFlag"},

@@ -90,6 +90,7 @@ enum {
     TC_ERR_API_STRICT_ERROR = 323,
     TC_ERR_LOCATION_BSON_TOO_LARGE = 10334,
     TC_ERR_UNRECOGNIZED_COMMAND_FIELD = 40415,
+    TC_ERR_INCOMPATIBLE_COLLATION_VERSION = 161, /* a collation's version is not this ICU's */
     TC_ERR_MISSING_REQUIRED_FIELD = 40414, /* codeName Location40414 */
     TC_ERR_CANNOT_INDEX_PARALLEL_ARRAYS = 171,
     /* Numbered assertions (codeName "Location<code>") raised by sort and index key

@@ -243,6 +243,37 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
     bson_destroy(&documents_copy);
 }
 
+/* The filters' collation (a collated unique index's, a write statement's) on the
+ * fault-in find, when every filter has the same one: the id clause, an equality,
+ * then also matches case variants of string ids, a superset a fault-in may copy
+ * (archive documents, copied faithfully). Filters without one, or under two
+ * different ones, keep the binary find. */
+static void append_fault_in_collation(const bson_t *filters, bson_t *find)
+{
+    bson_iter_t iter, item;
+    const uint8_t *chosen = NULL;
+    uint32_t chosen_length = 0;
+    bson_iter_init(&iter, filters);
+    while (bson_iter_next(&iter)) {
+        uint32_t length = 0;
+        const uint8_t *data = NULL;
+        if (BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_iter_recurse(&iter, &item) && bson_iter_find(&item, "collation") &&
+            BSON_ITER_HOLDS_DOCUMENT(&item)) {
+            bson_iter_document(&item, &length, &data);
+        }
+        if (data == NULL || (chosen != NULL && (length != chosen_length || memcmp(data, chosen, length) != 0))) {
+            return;
+        }
+        chosen = data;
+        chosen_length = length;
+    }
+    if (chosen != NULL) {
+        bson_t collation;
+        bson_init_static(&collation, chosen, chosen_length);
+        BSON_APPEND_DOCUMENT(find, "collation", &collation);
+    }
+}
+
 /* Asks the archive for every document the write may touch: the ids named, and
  * the documents the filters match, at most faultInLimit of them. */
 void router_fault_in_find(proxy_request_t *request)
@@ -293,6 +324,7 @@ void router_fault_in_find(proxy_request_t *request)
         bson_append_document_end(&find, &filter);
     }
     bson_destroy(&clauses);
+    append_fault_in_collation(&decision->fault_in_filters, &find);
     /* One more than the limit: a cursor left open means the write touches too many. */
     BSON_APPEND_INT64(&find, "batchSize", request->proxy->config->fault_in_limit + 1);
     BSON_APPEND_UTF8(&find, "$db", names->database);

@@ -3,6 +3,7 @@
  * coercion, owned-value construction and UTC calendar arithmetic. */
 #include "query/aggregation_value.h"
 
+#include "query/keystring.h"
 #include "query/order.h"
 
 #include <math.h>
@@ -57,6 +58,12 @@ static bool is_missing_or_undefined(const bson_value_t *value)
 
 int aggregation_value_compare(const bson_value_t *left, const bson_value_t *right)
 {
+    return aggregation_value_compare_collated(left, right, NULL);
+}
+
+int aggregation_value_compare_collated(const bson_value_t *left, const bson_value_t *right,
+                                       const collation_t *collation)
+{
     bool left_low = is_missing_or_undefined(left);
     bool right_low = is_missing_or_undefined(right);
     if (left_low && right_low) {
@@ -68,7 +75,7 @@ int aggregation_value_compare(const bson_value_t *left, const bson_value_t *righ
     if (right_low) {
         return left->value_type == BSON_TYPE_MINKEY ? -1 : 1;
     }
-    return order_compare_values(left, right);
+    return order_compare_values_collated(left, right, collation);
 }
 
 static double decimal_to_double(const bson_decimal128_t *decimal)
@@ -247,6 +254,21 @@ static uint64_t hash_value(uint64_t hash, const bson_value_t *value)
 uint64_t aggregation_value_hash(const bson_value_t *value)
 {
     return hash_value(HASH_OFFSET, value);
+}
+
+uint64_t aggregation_value_hash_collated(const bson_value_t *value, const collation_t *collation)
+{
+    if (collation == NULL) {
+        return hash_value(HASH_OFFSET, value);
+    }
+    /* The collated index key is equal exactly for the values the collation finds
+     * equal (missing and undefined share a type byte), so hash its bytes. */
+    keystring_t key;
+    keystring_init(&key);
+    keystring_append_value_collated(&key, value, false, collation);
+    uint64_t hash = hash_bytes(HASH_OFFSET, key.data, key.length);
+    keystring_cleanup(&key);
+    return hash;
 }
 
 /* ---- construction ---- */

@@ -4,6 +4,8 @@
 #ifndef TC_QUERY_AGGREGATION_VALUE_H
 #define TC_QUERY_AGGREGATION_VALUE_H
 
+#include "query/collation.h"
+
 #include <bson/bson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,6 +30,12 @@ int aggregation_value_compare(const bson_value_t *left, const bson_value_t *righ
 
 /* A hash under which values that compare equal (1, 1.0, NumberLong(1)) collide. */
 uint64_t aggregation_value_hash(const bson_value_t *value);
+
+/* The two under a collation (NULL: the same as above): strings it finds equal
+ * compare equal and hash alike ($group keys, $addToSet, $min and $max). */
+int aggregation_value_compare_collated(const bson_value_t *left, const bson_value_t *right,
+                                       const collation_t *collation);
+uint64_t aggregation_value_hash_collated(const bson_value_t *value, const collation_t *collation);
 
 /* Value::coerceToBool: false for false, null, undefined, missing and numeric zero. */
 bool aggregation_value_truthy(const bson_value_t *value);

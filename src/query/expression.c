@@ -665,6 +665,7 @@ void expression_context_init(expression_context_t *context)
 {
     context->now_milliseconds = clock_wall_ms();
     context->variables = NULL;
+    context->collation = NULL;
 }
 
 bool expression_evaluate(const expression_t *expression, const bson_t *document,

@@ -6,6 +6,7 @@
 #define TC_QUERY_EXPRESSION_H
 
 #include "common/error.h"
+#include "query/collation.h"
 
 #include <stdint.h>
 
@@ -39,6 +40,10 @@ bool expression_check_variables(const expression_t *expression, const bson_t *de
 typedef struct expression_context {
     int64_t now_milliseconds;
     const bson_t *variables; /* {name: value}, NULL: none; borrowed */
+    /* The command's collation (its own, else the collection's default), which
+     * its filters, sorts and groups compare strings by; NULL: binary. Borrowed:
+     * whatever keeps it past the command (a plan, a matcher) retains it. */
+    const collation_t *collation;
 } expression_context_t;
 
 /* Fills context for an operation that starts now (one $$NOW for the whole command). */

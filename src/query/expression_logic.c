@@ -37,6 +37,12 @@ static const char *type_name(const bson_value_t *value)
 
 /* ---- comparisons ---- */
 
+/* The command's collation: expression comparisons of strings follow it, as mongod's. */
+static const collation_t *evaluation_collation(const expression_evaluation_t *evaluation)
+{
+    return evaluation->context != NULL ? evaluation->context->collation : NULL;
+}
+
 static bool evaluate_comparison(const expression_t *expression,
                                 const expression_evaluation_t *evaluation, int *out_order,
                                 bson_error_t *error)
@@ -45,7 +51,7 @@ static bool evaluate_comparison(const expression_t *expression,
     if (!expression_evaluate_children(expression, evaluation, operands, 2, error)) {
         return false;
     }
-    int order = aggregation_value_compare(&operands[0], &operands[1]);
+    int order = aggregation_value_compare_collated(&operands[0], &operands[1], evaluation_collation(evaluation));
     *out_order = order < 0 ? -1 : (order > 0 ? 1 : 0);
     expression_values_destroy(operands, 2);
     return true;
@@ -474,7 +480,8 @@ static bool evaluate_in(const expression_t *expression, const expression_evaluat
         if (bson_iter_init_from_data(&iter, operands[1].value.v_doc.data,
                                      operands[1].value.v_doc.data_len)) {
             while (!found && bson_iter_next(&iter)) {
-                found = aggregation_value_compare(&operands[0], bson_iter_value(&iter)) == 0;
+                found = aggregation_value_compare_collated(&operands[0], bson_iter_value(&iter),
+                                                           evaluation_collation(evaluation)) == 0;
             }
         }
         aggregation_value_set_bool(out_value, found);

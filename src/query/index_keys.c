@@ -12,6 +12,7 @@ struct index_keys_pattern {
     size_t count;
     char **paths;
     bool *descending;
+    const collation_t *collation; /* a reference; NULL: binary string keys */
 };
 
 /* A BSON element found along a path; its value points into the document. */
@@ -102,11 +103,18 @@ size_t index_keys_pattern_field_count(const index_keys_pattern_t *pattern)
     return pattern->count;
 }
 
+void index_keys_pattern_set_collation(index_keys_pattern_t *pattern, const collation_t *collation)
+{
+    collation_release(pattern->collation);
+    pattern->collation = collation_retain(collation);
+}
+
 void index_keys_pattern_destroy(index_keys_pattern_t *pattern)
 {
     if (pattern == NULL) {
         return;
     }
+    collation_release(pattern->collation);
     for (size_t i = 0; i < pattern->count; i++) {
         bson_free(pattern->paths[i]);
     }
@@ -210,7 +218,8 @@ static void emit_key(generator_t *generator, const path_element_t *fixed)
     for (size_t i = 0; i < generator->pattern->count; i++) {
         bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
         const bson_value_t *value = fixed[i].present ? &fixed[i].value : &null_value;
-        keystring_append_value(&pending->key.keystring, value, generator->pattern->descending[i]);
+        keystring_append_value_collated(&pending->key.keystring, value, generator->pattern->descending[i],
+                                        generator->pattern->collation);
         bson_append_value(pending->key.values, "", 0, value);
     }
     generator->count++;

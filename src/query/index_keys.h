@@ -19,6 +19,11 @@ index_keys_pattern_t *index_keys_pattern_new(const bson_t *key_pattern,
 
 size_t index_keys_pattern_field_count(const index_keys_pattern_t *pattern);
 
+/* Makes the pattern's string keys collated (keystring_append_value_collated): an
+ * index with a collation, or a sort under one. Takes a reference; NULL restores
+ * binary keys. */
+void index_keys_pattern_set_collation(index_keys_pattern_t *pattern, const collation_t *collation);
+
 /* Safe on NULL. */
 void index_keys_pattern_destroy(index_keys_pattern_t *pattern);
 

@@ -195,12 +195,26 @@ static uint8_t type_byte(bson_type_t type)
     }
 }
 
-static void append_body(keystring_t *key, const bson_value_t *value);
+static void append_body(keystring_t *key, const bson_value_t *value, const collation_t *collation);
+
+/* A string under a collation: its ICU sort key in place of its bytes, so equal
+ * strings under the collation ("abc" and "ABC" at strength 2) make equal keys. */
+static void append_string(keystring_t *key, const char *text, size_t length, const collation_t *collation)
+{
+    if (collation == NULL) {
+        append_escaped(key, text, length);
+        return;
+    }
+    size_t sort_key_length;
+    uint8_t *sort_key = collation_sort_key(collation, text, length, &sort_key_length);
+    append_escaped(key, (const char *)sort_key, sort_key_length);
+    bson_free(sort_key);
+}
 
 /* Elements in order, each as type byte, field name (documents only) and body, then
  * a 00 that sorts below every type byte: shorter documents first. */
 static void append_document(keystring_t *key, const uint8_t *data, size_t length,
-                            bool with_field_names)
+                            bool with_field_names, const collation_t *collation)
 {
     bson_iter_t iter;
     if (bson_iter_init_from_data(&iter, data, length)) {
@@ -209,13 +223,13 @@ static void append_document(keystring_t *key, const uint8_t *data, size_t length
             if (with_field_names) {
                 append_c_string(key, bson_iter_key(&iter));
             }
-            append_body(key, bson_iter_value(&iter));
+            append_body(key, bson_iter_value(&iter), collation);
         }
     }
     append_byte(key, KEY_END_OF_DOCUMENT);
 }
 
-static void append_body(keystring_t *key, const bson_value_t *value)
+static void append_body(keystring_t *key, const bson_value_t *value, const collation_t *collation)
 {
     switch (value->value_type) {
     case BSON_TYPE_DOUBLE:
@@ -225,16 +239,16 @@ static void append_body(keystring_t *key, const bson_value_t *value)
         append_number(key, value);
         break;
     case BSON_TYPE_UTF8:
-        append_escaped(key, value->value.v_utf8.str, value->value.v_utf8.len);
+        append_string(key, value->value.v_utf8.str, value->value.v_utf8.len, collation);
         break;
     case BSON_TYPE_SYMBOL:
-        append_escaped(key, value->value.v_symbol.symbol, value->value.v_symbol.len);
+        append_string(key, value->value.v_symbol.symbol, value->value.v_symbol.len, collation);
         break;
     case BSON_TYPE_DOCUMENT:
-        append_document(key, value->value.v_doc.data, value->value.v_doc.data_len, true);
+        append_document(key, value->value.v_doc.data, value->value.v_doc.data_len, true, collation);
         break;
     case BSON_TYPE_ARRAY:
-        append_document(key, value->value.v_doc.data, value->value.v_doc.data_len, false);
+        append_document(key, value->value.v_doc.data, value->value.v_doc.data_len, false, collation);
         break;
     case BSON_TYPE_BINARY: {
         /* Length (as mongod stores it: subtype 2 counts its inner length prefix),
@@ -275,7 +289,7 @@ static void append_body(keystring_t *key, const bson_value_t *value)
     case BSON_TYPE_CODEWSCOPE:
         append_escaped(key, value->value.v_codewscope.code, value->value.v_codewscope.code_len);
         append_document(key, value->value.v_codewscope.scope_data, value->value.v_codewscope.scope_len,
-                        true);
+                        true, collation);
         break;
     default:
         /* MinKey, MaxKey, null, undefined: the type byte is the whole value. */
@@ -285,9 +299,15 @@ static void append_body(keystring_t *key, const bson_value_t *value)
 
 void keystring_append_value(keystring_t *key, const bson_value_t *value, bool descending)
 {
+    keystring_append_value_collated(key, value, descending, NULL);
+}
+
+void keystring_append_value_collated(keystring_t *key, const bson_value_t *value, bool descending,
+                                     const collation_t *collation)
+{
     size_t start = key->length;
     append_byte(key, type_byte(value->value_type));
-    append_body(key, value);
+    append_body(key, value, collation);
     if (descending) {
         invert_from(key, start);
     }

@@ -4,6 +4,8 @@
 #ifndef TC_QUERY_KEYSTRING_H
 #define TC_QUERY_KEYSTRING_H
 
+#include "query/collation.h"
+
 #include <bson/bson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,6 +28,12 @@ void keystring_init(keystring_t *key);
  * bytes, reversing its order. Arrays are encoded without their field names, which
  * assumes the positional names "0", "1", ... every valid array has. */
 void keystring_append_value(keystring_t *key, const bson_value_t *value, bool descending);
+
+/* keystring_append_value under a collation (NULL: binary): each string, also
+ * inside arrays and documents, is encoded by its ICU sort key, so strings the
+ * collation finds equal encode to the same bytes, as mongod's collated index keys. */
+void keystring_append_value_collated(keystring_t *key, const bson_value_t *value, bool descending,
+                                     const collation_t *collation);
 
 /* Appends a record id (always ascending) so equal index keys stay distinct and
  * ordered by record. */

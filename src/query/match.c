@@ -122,11 +122,12 @@ match_node_t *match_node_new_with_path(match_kind_t kind, const char *path)
 
 /* ---- public API ---- */
 
-/* Gives each $expr node the filter's shared state, once its variables are known
- * to be defined. */
+/* Gives each node the filter's collation, and each $expr node the filter's
+ * shared state, once its variables are known to be defined. */
 static bool attach_expr_state(match_expression_t *expression, match_node_t *node, const expression_context_t *context,
                               bson_error_t *error)
 {
+    node->collation = expression->collation;
     if (node->kind == MATCH_EXPR) {
         if (expression->expr_state == NULL) {
             match_expr_state_t *state = bson_malloc0(sizeof *state);
@@ -140,6 +141,7 @@ static bool attach_expr_state(match_expression_t *expression, match_node_t *node
                 expression_context_init(&state->context);
             }
             state->context.variables = state->variables;
+            state->context.collation = expression->collation;
             expression->expr_state = state;
         }
         node->u.expr.state = expression->expr_state;
@@ -160,6 +162,7 @@ match_expression_t *match_compile_with_context(const bson_t *filter, const expre
 {
     match_expression_t *expression = BSON_ALIGNED_ALLOC0(match_expression_t);
     expression->filter = filter ? bson_copy(filter) : bson_new();
+    expression->collation = context != NULL ? collation_retain(context->collation) : NULL;
     bson_value_t document = {.value_type = BSON_TYPE_DOCUMENT};
     document.value.v_doc.data = (uint8_t *)bson_get_data(expression->filter);
     document.value.v_doc.data_len = expression->filter->len;
@@ -213,6 +216,7 @@ void match_destroy(match_expression_t *expression)
     }
     match_node_destroy(expression->root);
     bson_destroy(expression->filter);
+    collation_release(expression->collation);
     if (expression->expr_state != NULL) {
         bson_destroy(expression->expr_state->variables);
         bson_free(expression->expr_state);

@@ -246,7 +246,7 @@ static bool compare_matches(const match_node_t *node, const bson_value_t *value)
             return (op == MATCH_LTE || op == MATCH_GTE) && value_nan && node->u.compare.operand_is_nan;
         }
     }
-    int order = order_compare_values(value, operand);
+    int order = order_compare_values_collated(value, operand, node->collation);
     switch (op) {
     case MATCH_EQ:
         return order == 0;
@@ -297,8 +297,15 @@ static bool in_matches(const match_node_t *node, const bson_value_t *value)
             return false;
         }
     }
-    if (bsearch(value, node->u.in.values, node->u.in.value_count, sizeof *node->u.in.values,
-                match_compare_values_for_sort) != NULL) {
+    if (node->collation != NULL) {
+        /* The list is sorted in binary order, which is not the collation's: look at each. */
+        for (size_t i = 0; i < node->u.in.value_count; i++) {
+            if (order_compare_values_collated(value, &node->u.in.values[i], node->collation) == 0) {
+                return true;
+            }
+        }
+    } else if (bsearch(value, node->u.in.values, node->u.in.value_count, sizeof *node->u.in.values,
+                       match_compare_values_for_sort) != NULL) {
         return true;
     }
     for (size_t i = 0; i < node->u.in.regex_count; i++) {

@@ -83,6 +83,9 @@ struct match_node {
     /* A path ending on an array offers each element and then the array itself;
      * $size and $elemMatch want only the array. */
     bool expand_leaf_arrays;
+    /* The filter's collation for $eq, the ordering comparisons and $in (regexes
+     * stay binary, as in mongod); borrowed from match_expression_t; NULL: binary. */
+    const collation_t *collation;
     match_node_t **children;
     size_t child_count;
     size_t child_capacity;
@@ -124,6 +127,7 @@ struct match_node {
 
 struct match_expression {
     bson_t *filter; /* owned copy: operands point into it */
+    const collation_t *collation; /* a reference, lent to the nodes; NULL: binary */
     match_node_t *root;
     match_expr_state_t *expr_state; /* NULL without $expr */
 };

@@ -418,9 +418,10 @@ static int compare_c_strings(const char *left, const char *right)
 }
 
 static int compare_document_data(const uint8_t *left, size_t left_length, const uint8_t *right,
-                                 size_t right_length);
+                                 size_t right_length, const collation_t *collation);
 
-static int compare_same_rank(const bson_value_t *left, const bson_value_t *right)
+/* collation NULL: the simple (binary) collation. */
+static int compare_same_rank(const bson_value_t *left, const bson_value_t *right, const collation_t *collation)
 {
     switch (left->value_type) {
     case BSON_TYPE_DOUBLE:
@@ -439,12 +440,16 @@ static int compare_same_rank(const bson_value_t *left, const bson_value_t *right
                                                                  : right->value.v_symbol.symbol;
         size_t right_length = right->value_type == BSON_TYPE_UTF8 ? right->value.v_utf8.len
                                                               : right->value.v_symbol.len;
+        if (collation != NULL) {
+            return collation_compare(collation, left_text, left_length, right_text, right_length);
+        }
         return compare_bytes(left_text, left_length, right_text, right_length);
     }
     case BSON_TYPE_DOCUMENT:
     case BSON_TYPE_ARRAY:
+        /* Field names stay binary: a collation orders values only. */
         return compare_document_data(left->value.v_doc.data, left->value.v_doc.data_len,
-                                     right->value.v_doc.data, right->value.v_doc.data_len);
+                                     right->value.v_doc.data, right->value.v_doc.data_len, collation);
     case BSON_TYPE_BINARY: {
         /* mongod compares the stored length, which for the old binary subtype 2
          * includes the inner length prefix libbson strips. */
@@ -509,7 +514,7 @@ static int compare_same_rank(const bson_value_t *left, const bson_value_t *right
         return compare_document_data(left->value.v_codewscope.scope_data,
                                      left->value.v_codewscope.scope_len,
                                      right->value.v_codewscope.scope_data,
-                                     right->value.v_codewscope.scope_len);
+                                     right->value.v_codewscope.scope_len, collation);
     }
     default:
         /* MinKey, MaxKey, null, undefined: the rank says it all. */
@@ -519,18 +524,23 @@ static int compare_same_rank(const bson_value_t *left, const bson_value_t *right
 
 int order_compare_values(const bson_value_t *left, const bson_value_t *right)
 {
+    return order_compare_values_collated(left, right, NULL);
+}
+
+int order_compare_values_collated(const bson_value_t *left, const bson_value_t *right, const collation_t *collation)
+{
     int left_rank = order_canonical_type(left->value_type);
     int right_rank = order_canonical_type(right->value_type);
     if (left_rank != right_rank) {
         return left_rank < right_rank ? -1 : 1;
     }
-    return compare_same_rank(left, right);
+    return compare_same_rank(left, right, collation);
 }
 
 /* BSONObj::woCompare: element by element, each by rank, then field name, then
  * value; the document that runs out first is the smaller. */
 static int compare_document_data(const uint8_t *left, size_t left_length, const uint8_t *right,
-                                 size_t right_length)
+                                 size_t right_length, const collation_t *collation)
 {
     bson_iter_t left_iter, right_iter;
     bool left_valid = bson_iter_init_from_data(&left_iter, left, left_length);
@@ -558,7 +568,7 @@ static int compare_document_data(const uint8_t *left, size_t left_length, const 
         }
         bson_value_t left_value = *bson_iter_value(&left_iter);
         bson_value_t right_value = *bson_iter_value(&right_iter);
-        result = compare_same_rank(&left_value, &right_value);
+        result = compare_same_rank(&left_value, &right_value, collation);
         if (result != 0) {
             return result;
         }
@@ -577,5 +587,5 @@ int order_compare_iters(const bson_iter_t *left, const bson_iter_t *right)
 
 int order_compare_documents(const bson_t *left, const bson_t *right)
 {
-    return compare_document_data(bson_get_data(left), left->len, bson_get_data(right), right->len);
+    return compare_document_data(bson_get_data(left), left->len, bson_get_data(right), right->len, NULL);
 }

@@ -4,6 +4,8 @@
 #ifndef TC_QUERY_ORDER_H
 #define TC_QUERY_ORDER_H
 
+#include "query/collation.h"
+
 #include <bson/bson.h>
 #include <stdbool.h>
 
@@ -16,6 +18,11 @@ int order_canonical_type(bson_type_t type);
  * documents compare element by element (type rank, then field name, then value),
  * as BSONObj::woCompare does. NaN equals NaN and sorts below every other number. */
 int order_compare_values(const bson_value_t *left, const bson_value_t *right);
+
+/* order_compare_values under a collation: strings (and symbols), also inside
+ * arrays and documents, compare by collation (NULL: binary, the same as
+ * order_compare_values); field names and every other type as before. */
+int order_compare_values_collated(const bson_value_t *left, const bson_value_t *right, const collation_t *collation);
 
 /* The same comparison for the values iterators point at. */
 int order_compare_iters(const bson_iter_t *left, const bson_iter_t *right);

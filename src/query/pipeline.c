@@ -539,6 +539,8 @@ pipeline_t *pipeline_compile(const bson_t *stages, const pipeline_options_t *opt
     if (options != NULL && options->expression_context != NULL) {
         pipeline->has_context = true;
         pipeline->context = *options->expression_context;
+        /* A cursor's pipeline outlives the command that lent the collation. */
+        collation_retain(pipeline->context.collation);
         if (options->expression_context->variables != NULL) {
             bson_concat(pipeline->variables, options->expression_context->variables);
         }
@@ -576,6 +578,7 @@ void pipeline_destroy(pipeline_t *pipeline)
     }
     bson_free(pipeline->stages);
     bson_destroy(pipeline->variables);
+    collation_release(pipeline->context.collation);
     bson_free(pipeline);
 }
 

@@ -96,15 +96,16 @@ static void value_table_place(value_table_t *table, size_t index)
 }
 
 /* The index of value in table, adding a copy when absent (*out_added). */
-static size_t value_table_insert(value_table_t *table, const bson_value_t *value, bool *out_added)
+static size_t value_table_insert(value_table_t *table, const bson_value_t *value, const collation_t *collation,
+                                 bool *out_added)
 {
-    uint64_t hash = aggregation_value_hash(value);
+    uint64_t hash = aggregation_value_hash_collated(value, collation);
     if (table->slot_count > 0) {
         size_t mask = table->slot_count - 1;
         for (size_t slot = (size_t)hash & mask; table->slots[slot] != 0; slot = (slot + 1) & mask) {
             size_t index = table->slots[slot] - 1;
             if (table->hashes[index] == hash &&
-                aggregation_value_compare(&table->values[index], value) == 0) {
+                aggregation_value_compare_collated(&table->values[index], value, collation) == 0) {
                 *out_added = false;
                 return index;
             }
@@ -240,8 +241,8 @@ static void hold_value(accumulator_state_t *state, const bson_value_t *value, in
 }
 
 /* AccumulatorX::processInternal for one input value. */
-static void accumulate(accumulator_kind_t kind, accumulator_state_t *state,
-                       const bson_value_t *input, int64_t *memory)
+static void accumulate(accumulator_kind_t kind, accumulator_state_t *state, const bson_value_t *input,
+                       const collation_t *collation, int64_t *memory)
 {
     switch (kind) {
     case ACCUMULATOR_SUM:
@@ -261,7 +262,7 @@ static void accumulate(accumulator_kind_t kind, accumulator_state_t *state,
         if (aggregation_value_is_nullish(input)) {
             return; /* null, undefined and missing never win */
         }
-        int order = state->has_value ? aggregation_value_compare(input, &state->value) : 0;
+        int order = state->has_value ? aggregation_value_compare_collated(input, &state->value, collation) : 0;
         if (!state->has_value || (kind == ACCUMULATOR_MIN ? order < 0 : order > 0)) {
             hold_value(state, input, memory);
         }
@@ -291,7 +292,7 @@ static void accumulate(accumulator_kind_t kind, accumulator_state_t *state,
     case ACCUMULATOR_ADD_TO_SET:
         if (!aggregation_value_is_missing(input)) {
             bool added;
-            value_table_insert(&state->set, input, &added);
+            value_table_insert(&state->set, input, collation, &added);
             if (added) {
                 *memory += (int64_t)aggregation_value_memory(input) + 16;
             }
@@ -400,7 +401,9 @@ static bool consume(const group_spec_t *spec, group_state_t *state, const bson_t
         aggregation_value_set_null(&key); /* a missing _id groups as null */
     }
     bool added;
-    size_t index = value_table_insert(&state->keys, &key, &added);
+    /* Group keys, $addToSet and $min/$max follow the command's collation. */
+    const collation_t *collation = cursor->expression_context->collation;
+    size_t index = value_table_insert(&state->keys, &key, collation, &added);
     if (added) {
         if (index >= state->accumulator_capacity) {
             state->accumulator_capacity =
@@ -423,7 +426,7 @@ static bool consume(const group_spec_t *spec, group_state_t *state, const bson_t
                                  error)) {
             return false;
         }
-        accumulate(field->kind, &state->accumulators[index][i], &input, &state->memory);
+        accumulate(field->kind, &state->accumulators[index][i], &input, collation, &state->memory);
         bson_value_destroy(&input);
     }
     if (state->memory > cursor->limits->memory_limit_bytes && !cursor->limits->allow_disk_use) {

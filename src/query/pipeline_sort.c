@@ -174,6 +174,7 @@ bool pipeline_sort_compile(const bson_value_t *argument, const pipeline_scope_t 
     if (sort == NULL) {
         return false;
     }
+    sort_spec_set_collation(sort, scope->context != NULL ? scope->context->collation : NULL);
     sort_stage_spec_t *spec = BSON_ALIGNED_ALLOC0(sort_stage_spec_t); /* holds a bson_t */
     bson_copy_to(&view, &spec->specification);
     spec->sort = sort;

@@ -334,6 +334,17 @@ int sort_compare_documents(const sort_spec_t *spec, const bson_t *left, const bs
     return result;
 }
 
+void sort_spec_set_collation(sort_spec_t *spec, const collation_t *collation)
+{
+    if (spec->count == 0) {
+        return;
+    }
+    index_keys_pattern_set_collation(spec->pattern, collation);
+    for (size_t i = 0; i < spec->count; i++) {
+        index_keys_pattern_set_collation(spec->single_patterns[i], collation);
+    }
+}
+
 size_t sort_spec_key_count(const sort_spec_t *spec)
 {
     return spec->count;

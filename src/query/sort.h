@@ -17,6 +17,10 @@ typedef struct sort_spec sort_spec_t;
  * Overflow 15 for a bad path. Free with sort_spec_destroy(). */
 sort_spec_t *sort_spec_compile(const bson_t *spec, bson_error_t *error) TC_MUST_CHECK;
 
+/* Sorts strings by collation from now on (its ICU sort keys in the keystring;
+ * NULL: binary). Takes a reference. */
+void sort_spec_set_collation(sort_spec_t *spec, const collation_t *collation);
+
 /* Appends document's sort key to out_key, a keystring (keystring.h) that orders
  * documents by plain byte comparison: its smallest index key under an index shaped
  * like spec, as mongod's SortKeyGenerator. When out_values is not NULL, appends the

@@ -4,6 +4,7 @@
 #include "store/storage_private.h"
 #include "store/oplog.h"
 #include "store/index_options.h"
+#include "common/log.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -58,6 +59,7 @@ static void index_destroy(index_descriptor_t *index)
     bson_destroy(&index->spec);
     bson_destroy(&index->condition);
     match_destroy(index->condition_matcher);
+    collation_release(index->collation);
     bson_free(index->table_uri);
     bson_free(index);
 }
@@ -75,6 +77,7 @@ void collection_destroy(collection_t *collection)
     bson_free(collection->database);
     bson_free(collection->table_uri);
     bson_destroy(&collection->options);
+    collation_release(collection->default_collation);
     bson_free(collection);
 }
 
@@ -92,6 +95,11 @@ static collection_t *collection_new(const char *ns, const char *table_uri, const
         bson_init(&collection->options);
     }
     atomic_init(&collection->next_record_id, 1);
+    bson_error_t error;
+    if (!index_options_read_collation(&collection->options, &collection->default_collation, &error)) {
+        /* create stored it expanded and valid; only another ICU can refuse it now. */
+        TC_LOG(TC_LOG_WARNING, "STORAGE", 0, "%s: its default collation compares binary: %s", ns, error.message);
+    }
     return collection;
 }
 
@@ -257,9 +265,17 @@ static index_descriptor_t *index_new(const bson_t *spec, const char *table_uri, 
         index->unique = true;
     }
     atomic_init(&index->multikey, false);
+    if (!index_options_read_collation(spec, &index->collation, error)) {
+        index_destroy(index);
+        return NULL;
+    }
     index_options_condition(spec, &index->key_pattern, &index->condition);
     if (!bson_empty(&index->condition)) {
-        index->condition_matcher = match_compile(&index->condition, error);
+        /* mongod matches a partial filter under the index's collation. */
+        expression_context_t condition_context;
+        expression_context_init(&condition_context);
+        condition_context.collation = index->collation;
+        index->condition_matcher = match_compile_with_context(&index->condition, &condition_context, error);
         if (index->condition_matcher == NULL) {
             index_destroy(index);
             return NULL;
@@ -270,6 +286,7 @@ static index_descriptor_t *index_new(const bson_t *spec, const char *table_uri, 
         index_destroy(index);
         return NULL;
     }
+    index_keys_pattern_set_collation(index->compiled_pattern, index->collation);
     return index;
 }
 
@@ -491,6 +508,10 @@ bool storage_create_collection(storage_session_t *session, const char *ns, const
     BSON_APPEND_INT32(&id_key, "_id", 1);
     bson_append_document_end(&id_spec, &id_key);
     BSON_APPEND_UTF8(&id_spec, "name", "_id_");
+    if (collection->default_collation != NULL) {
+        /* The _id index takes the collection's default collation, as on mongod. */
+        BSON_APPEND_DOCUMENT(&id_spec, "collation", collation_spec(collection->default_collation));
+    }
     index_descriptor_t *id_index = index_new(&id_spec, index_uri, error);
     bson_destroy(&id_spec);
     if (id_index == NULL) {
@@ -830,10 +851,11 @@ bool storage_create_index(storage_session_t *session, collection_t *collection, 
     while (bson_iter_next(&iter)) {
         const char *field = bson_iter_key(&iter);
         if (strcmp(field, "key") != 0 && strcmp(field, "name") != 0 && strcmp(field, "v") != 0 &&
-            strcmp(field, "ns") != 0) {
+            strcmp(field, "ns") != 0 && strcmp(field, "collation") != 0) {
             bson_append_iter(&normalized, field, -1, &iter);
         }
     }
+    TC_CHECK(index_options_append_collation(spec, collection->default_collation, &normalized, error));
     TC_CHECK(index_options_validate(spec, error));
     bool identical_exists = false;
     TC_CHECK(check_index_conflicts(collection, &normalized, name->str, &identical_exists, error));

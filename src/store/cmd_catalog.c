@@ -4,6 +4,7 @@
  * the catalog lock exclusively for its whole run; listings and statistics hold it
  * shared. */
 #include "store/commands.h"
+#include "store/index_options.h"
 #include "store/oplog.h"
 #include "query/value_format.h"
 #include "common/log.h"
@@ -494,8 +495,6 @@ static bool refuse_unsupported_option(const char *ns, bson_iter_t *iter, bson_er
         what = empty ? NULL : "document validation (validator)";
     } else if (strcmp(field, "clusteredIndex") == 0) {
         what = "clustered collections";
-    } else if (strcmp(field, "collation") == 0) {
-        what = "collations other than the simple binary one";
     } else if (strcmp(field, "encryptedFields") == 0) {
         what = "queryable encryption (encryptedFields)";
     } else if (strcmp(field, "expireAfterSeconds") == 0) {
@@ -535,6 +534,13 @@ static bool build_create_options(const command_context_t *context, const char *n
         }
         if (strcmp(field, "capped") == 0 || strcmp(field, "size") == 0 || strcmp(field, "max") == 0 ||
             strcmp(field, "autoIndexId") == 0 || strcmp(field, "idIndex") == 0 || strcmp(field, "flags") == 0) {
+            continue;
+        }
+        if (strcmp(field, "collation") == 0) {
+            /* Kept expanded, as listCollections shows it; {locale: "simple"} is no collation. */
+            if (!index_options_append_collation(context->command, NULL, options, error)) {
+                return false;
+            }
             continue;
         }
         if (strcmp(field, "changeStreamPreAndPostImages") == 0) {
@@ -669,7 +675,8 @@ static bool validate_index_spec(bson_iter_t *item, uint32_t position, bson_error
     if (strcmp(name, "*") == 0) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "The index name '*' is not valid.");
     }
-    return true;
+    /* A bad collation fails the command before any index of the list is built. */
+    return index_options_check_collation(bson_iter_value(item), error);
 }
 
 static bool get_index_specs(const command_context_t *context, bson_iter_t *out_items, bson_error_t *error)

@@ -1,6 +1,7 @@
 /* Read commands: find, getMore, killCursors, count, distinct and explain (of
  * find, count and distinct). aggregate lives in cmd_aggregate.c. */
 #include "store/commands.h"
+#include "store/command_collation.h"
 #include "query/order.h"
 #include "store/change_stream.h"
 #include "common/clock.h"
@@ -382,12 +383,13 @@ typedef struct distinct_state {
     size_t count;
     size_t capacity;
     size_t bytes;
+    const collation_t *collation; /* the command's: "a" and "A" are one value at strength 2 */
 } distinct_state_t;
 
 static void distinct_add(distinct_state_t *state, const bson_value_t *value)
 {
     for (size_t i = 0; i < state->count; i++) {
-        if (order_compare_values(&state->values[i], value) == 0) {
+        if (order_compare_values_collated(&state->values[i], value, state->collation) == 0) {
             return;
         }
     }
@@ -454,9 +456,9 @@ static bool distinct_emit(void *context, const bson_t *document, int64_t record_
     return true;
 }
 
-static int compare_values_for_qsort(const void *left, const void *right)
+static int compare_values_for_qsort(const void *left, const void *right, void *collation)
 {
-    return order_compare_values(left, right);
+    return order_compare_values_collated(left, right, collation);
 }
 
 static bool handle_distinct(command_context_t *context, bson_t *reply, bson_error_t *error)
@@ -484,6 +486,7 @@ static bool handle_distinct(command_context_t *context, bson_t *reply, bson_erro
     state.path = bson_iter_utf8(&iter, NULL);
     options.filter = &query;
     options.expression_context = context->expression_context;
+    state.collation = context->expression_context->collation;
     storage_lock_shared(storage);
     collection_t *collection = storage_find_collection(storage, ns);
     find_plan_t *plan = find_plan_new(context->session, collection, &options, error);
@@ -494,7 +497,8 @@ static bool handle_distinct(command_context_t *context, bson_t *reply, bson_erro
     find_plan_destroy(plan);
     if (ok) {
         if (state.count > 1) {
-            qsort(state.values, state.count, sizeof(bson_value_t), compare_values_for_qsort);
+            qsort_r(state.values, state.count, sizeof(bson_value_t), compare_values_for_qsort,
+                    (void *)state.collation);
         }
         bson_t values;
         BSON_APPEND_ARRAY_BEGIN(reply, "values", &values);
@@ -637,6 +641,10 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
     command_context_t inner_context = *context;
     inner_context.command = &inner;
     inner_context.name = bson_iter_key(&iter);
+    /* The explained command's collation decides its plan, as it would decide its run. */
+    expression_context_t inner_expression = *context->expression_context;
+    const collation_t *inner_collation = NULL;
+    inner_context.expression_context = &inner_expression;
 
     char *ns = NULL;
     find_request_t request;
@@ -647,6 +655,8 @@ static bool handle_explain(command_context_t *context, bson_t *reply, bson_error
     bool ok = false;
     memset(&request, 0, sizeof request);
     const char *name = inner_context.name;
+    TC_CHECK(command_collation_resolve(&inner_context, &inner_expression, &inner_collation, error));
+    count_options.expression_context = &inner_expression;
     bool on_view = false;
     if (strcmp(name, "find") == 0 || strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0) {
         ok = views_explain_read(&inner_context, reply, &on_view, error);
@@ -716,6 +726,7 @@ done:
     bson_free(request.ns);
     bson_free(ns);
     bson_destroy(&inner);
+    collation_release(inner_collation);
     return ok;
 }
 

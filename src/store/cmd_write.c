@@ -6,6 +6,7 @@
  * retried: a conflict fails the command, any other failure ends the batch and
  * the transaction, as on mongod. */
 #include "store/commands.h"
+#include "store/command_collation.h"
 #include "store/oplog.h"
 #include "query/match.h"
 #include "query/projection.h"
@@ -513,12 +514,14 @@ static bool run_update_statement(command_context_t *context, const char *ns, bso
     update_spec_t *update = NULL;
     match_expression_t *matcher = NULL;
     record_list_t matches = {0};
+    statement_collation_t statement_collation = {.command_context = context->expression_context};
     bool ok = false;
 
     if (!BSON_ITER_HOLDS_DOCUMENT(statement)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field 'update.updates.%u' is the wrong type, expected type 'object'",
                             index);
     }
+    TC_CHECK(command_statement_collation_begin(context, statement, "updates", index, &statement_collation, error));
     TC_CHECK(statement_document(statement, "update", "updates", "q", true, &filter, error));
     TC_CHECK(read_hint(context, statement, &hint, error));
     bool multi = statement_flag(statement, "multi");
@@ -576,6 +579,7 @@ done:
     bson_free(matches.ids);
     match_destroy(matcher);
     update_destroy(update);
+    command_statement_collation_end(context, &statement_collation);
     return ok;
 }
 
@@ -609,12 +613,14 @@ static bool run_delete_statement(command_context_t *context, const char *ns, bso
     bson_iter_t iter;
     match_expression_t *matcher = NULL;
     record_list_t matches = {0};
+    statement_collation_t statement_collation = {.command_context = context->expression_context};
     bool ok = false;
 
     if (!BSON_ITER_HOLDS_DOCUMENT(statement)) {
         return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field 'delete.deletes.%u' is the wrong type, expected type 'object'",
                             index);
     }
+    TC_CHECK(command_statement_collation_begin(context, statement, "deletes", index, &statement_collation, error));
     TC_CHECK(statement_document(statement, "delete", "deletes", "q", true, &filter, error));
     TC_CHECK(read_hint(context, statement, &hint, error));
     if (!bson_iter_recurse(statement, &iter) || !bson_iter_find(&iter, "limit")) {
@@ -645,6 +651,7 @@ static bool run_delete_statement(command_context_t *context, const char *ns, bso
 done:
     bson_free(matches.ids);
     match_destroy(matcher);
+    command_statement_collation_end(context, &statement_collation);
     return ok;
 }
 

@@ -3,6 +3,7 @@
  * the reply in the request's own format (and compressor). Also the small helpers
  * every handler uses to read command fields the way mongod validates them. */
 #include "store/dispatch.h"
+#include "store/command_collation.h"
 #include "store/slow_ops.h"
 #include "store/auth.h"
 #include "store/change_stream.h"
@@ -342,6 +343,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     bson_t duplicate_key = BSON_INITIALIZER; /* read before a transaction's session is given back */
     bson_t let_values = BSON_INITIALIZER;
     expression_context_t expression_context;
+    const collation_t *collation = NULL; /* the command's, held until the reply */
     bool ok = false;
     slow_op_watch_t watch;
     slow_op_start(&watch, control->submitted_us);
@@ -372,6 +374,9 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     if (!read_expression_context(&context, &expression_context, &let_values, &error)) {
         goto done;
     }
+    if (!command_collation_resolve(&context, &expression_context, &collation, &error)) {
+        goto done;
+    }
     if (!transaction_begin_command(&context, &transaction, &error)) {
         goto done;
     }
@@ -394,6 +399,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         control->delay_ms = context.rerun_after_ms;
         bson_destroy(&duplicate_key);
         bson_destroy(&let_values);
+        collation_release(collation);
         return;
     }
     op_latency_record(&store->latencies, context.name, (uint64_t)clock_monotonic_us() - started_micros);
@@ -419,6 +425,7 @@ done:
                    connection_id);
     bson_destroy(&duplicate_key);
     bson_destroy(&let_values);
+    collation_release(collation);
 }
 
 static bool is_never_compressed(const bson_t *command)

@@ -56,6 +56,12 @@ typedef struct sorted_result {
 struct find_plan {
     char *ns;
     bson_t filter;
+    /* A reference to the command's collation (else the collection's default):
+     * its filter, sort and the indexes it may use follow it; NULL: binary. */
+    const collation_t *collation;
+    /* A hinted index under another collation: its key order is not the query's,
+     * so it is scanned whole and the results sorted after. */
+    bool index_collation_differs;
     match_expression_t *matcher;
     sort_spec_t *sort;
     bson_t sort_pattern;
@@ -146,7 +152,7 @@ static void copy_or_init(bson_t *destination, const bson_t *source)
  * clause); false if the first field is unbounded. */
 static bool build_intervals(find_plan_t *plan, const bson_t *filter, const bson_t *key_pattern, bool multikey)
 {
-    return find_bounds_build(filter, key_pattern, multikey, &plan->intervals, &plan->interval_count,
+    return find_bounds_build(filter, key_pattern, multikey, plan->collation, &plan->intervals, &plan->interval_count,
                              &plan->index_bounds_explain);
 }
 
@@ -232,6 +238,13 @@ static bool index_is_eligible(const index_descriptor_t *index, const bson_t *fil
     return bson_empty(&index->condition) || filter_implies(filter, &index->condition);
 }
 
+/* mongod's rule: a query may use an index only under the same collation, since
+ * the index's string keys are that collation's sort keys. */
+static bool index_serves_collation(const find_plan_t *plan, const index_descriptor_t *index)
+{
+    return collation_equal(index->collation, plan->collation);
+}
+
 static void use_index(find_plan_t *plan, index_descriptor_t *index)
 {
     plan->access = ACCESS_INDEX_SCAN;
@@ -270,7 +283,7 @@ static index_descriptor_t *best_index(find_plan_t *plan, collection_t *collectio
     index_descriptor_t *best = NULL;
     int best_score = 0;
     for (size_t i = 0; i < collection->index_count; i++) {
-        if (!index_is_eligible(collection->indexes[i], filter)) {
+        if (!index_is_eligible(collection->indexes[i], filter) || !index_serves_collation(plan, collection->indexes[i])) {
             continue;
         }
         int score = score_index(plan, filter, collection->indexes[i]);
@@ -393,13 +406,14 @@ static bool same_field_names(const bson_t *left, const bson_t *right)
 }
 
 /* The keystring of a min or max bound, its values in the index's directions. */
-static void append_bound_keystring(keystring_t *key, const bson_t *bound, const bson_t *key_pattern)
+static void append_bound_keystring(keystring_t *key, const bson_t *bound, const index_descriptor_t *index)
 {
     bson_iter_t values, fields;
     bson_iter_init(&values, bound);
-    bson_iter_init(&fields, key_pattern);
+    bson_iter_init(&fields, &index->key_pattern);
     while (bson_iter_next(&values) && bson_iter_next(&fields)) {
-        keystring_append_value(key, bson_iter_value(&values), find_index_direction(&fields) < 0);
+        keystring_append_value_collated(key, bson_iter_value(&values), find_index_direction(&fields) < 0,
+                                        index->collation);
     }
 }
 
@@ -424,10 +438,10 @@ static bool use_min_max(find_plan_t *plan, index_descriptor_t *hinted, const fin
     scan_bounds_t *interval = &plan->intervals[0];
     scan_bounds_init(interval);
     if (has_fields(options->min)) {
-        append_bound_keystring(&interval->lower, options->min, &hinted->key_pattern);
+        append_bound_keystring(&interval->lower, options->min, hinted);
     }
     if (has_fields(options->max)) {
-        append_bound_keystring(&interval->upper, options->max, &hinted->key_pattern);
+        append_bound_keystring(&interval->upper, options->max, hinted);
         interval->upper_inclusive = false;
     }
     if (interval->lower.length > 0 && interval->upper.length > 0 &&
@@ -481,21 +495,25 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     if (hinted != NULL) {
         use_index(plan, hinted);
         clear_intervals(plan);
-        if (!build_intervals(plan, &plan->filter, &hinted->key_pattern, plan->index_multikey)) {
+        plan->index_collation_differs = !index_serves_collation(plan, hinted);
+        if (plan->index_collation_differs ||
+            !build_intervals(plan, &plan->filter, &hinted->key_pattern, plan->index_multikey)) {
             clear_intervals(plan); /* full index scan */
         }
         return true;
     }
 
     bson_value_t id_value;
-    if (filter_is_id_equality(&plan->filter, &id_value)) {
+    if (index_serves_collation(plan, collection->indexes[0]) && filter_is_id_equality(&plan->filter, &id_value)) {
         use_index(plan, collection->indexes[0]);
         plan->access = ACCESS_ID_LOOKUP;
         clear_intervals(plan);
         plan->intervals = bson_malloc0(sizeof(scan_bounds_t));
         scan_bounds_init(&plan->intervals[0]);
-        keystring_append_value(&plan->intervals[0].lower, &id_value, false);
-        keystring_append_value(&plan->intervals[0].upper, &id_value, false);
+        /* The _id index's keys are its collation's (the collection's default). */
+        const collation_t *id_collation = collection->indexes[0]->collation;
+        keystring_append_value_collated(&plan->intervals[0].lower, &id_value, false, id_collation);
+        keystring_append_value_collated(&plan->intervals[0].upper, &id_value, false, id_collation);
         plan->interval_count = 1;
         bson_value_destroy(&id_value);
         return true;
@@ -514,7 +532,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     for (size_t i = 0; i < collection->index_count; i++) {
         index_descriptor_t *index = collection->indexes[i];
         if (index_sort_direction(&index->key_pattern, &plan->sort_pattern) != 0 && !atomic_load(&index->multikey) &&
-            index_is_eligible(index, &plan->filter)) {
+            index_is_eligible(index, &plan->filter) && index_serves_collation(plan, index)) {
             use_index(plan, index);
             bson_destroy(&plan->index_bounds_explain);
             bson_init(&plan->index_bounds_explain);
@@ -607,6 +625,7 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
         tc_error_set(error, TC_ERR_MIN_MAX_DIFFERENT_FIELDS, "min and max must have the same field names");
         goto fail;
     }
+    plan->collation = collation_retain(options->expression_context ? options->expression_context->collation : NULL);
     plan->matcher = match_compile_with_context(&plan->filter, options->expression_context, error);
     if (plan->matcher == NULL) {
         goto fail;
@@ -616,6 +635,7 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
         if (plan->sort == NULL) {
             goto fail;
         }
+        sort_spec_set_collation(plan->sort, plan->collation);
     }
     if (bson_count_keys(&plan->projection_spec) > 0) {
         plan->projection = projection_compile_with_query(&plan->projection_spec, &plan->filter, error);
@@ -632,7 +652,8 @@ find_plan_t *find_plan_new(storage_session_t *session, collection_t *collection,
             int direction = plan->access == ACCESS_COLLECTION_SCAN
                                 ? 0
                                 : index_sort_direction(&plan->index_key_pattern, &plan->sort_pattern);
-            if (direction != 0 && plan->interval_count <= 1 && !plan->index_multikey && plan->branches == NULL) {
+            if (direction != 0 && plan->interval_count <= 1 && !plan->index_multikey && plan->branches == NULL &&
+                !plan->index_collation_differs) {
                 plan->descending_scan = direction < 0;
             } else {
                 plan->blocking_sort = true;
@@ -655,6 +676,7 @@ void find_plan_destroy(find_plan_t *plan)
     }
     bson_free(plan->ns);
     bson_destroy(&plan->filter);
+    collation_release(plan->collation);
     match_destroy(plan->matcher);
     sort_spec_destroy(plan->sort);
     bson_destroy(&plan->sort_pattern);

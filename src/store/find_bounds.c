@@ -34,6 +34,7 @@ typedef struct field_range {
     bool has_lower, has_upper;
     bson_value_t lower, upper; /* copies */
     bool lower_inclusive, upper_inclusive;
+    const collation_t *collation; /* the index's: how string bounds order; NULL: binary */
 } field_range_t;
 
 static void field_range_cleanup(field_range_t *range)
@@ -111,7 +112,7 @@ static void range_set_side(field_range_t *range, bool lower, const bson_value_t 
     bson_value_t *side = lower ? &range->lower : &range->upper;
     bool *side_inclusive = lower ? &range->lower_inclusive : &range->upper_inclusive;
     if (*has) {
-        int comparison = order_compare_values(value, side);
+        int comparison = order_compare_values_collated(value, side, range->collation);
         bool tighter = lower ? (comparison > 0 || (comparison == 0 && !inclusive))
                              : (comparison < 0 || (comparison == 0 && !inclusive));
         if (!tighter) {
@@ -307,8 +308,8 @@ static void build_point_intervals(const field_range_t *range, bool descending, s
     for (size_t i = 0; i < range->point_count; i++) {
         scan_bounds_t point;
         scan_bounds_init(&point);
-        keystring_append_value(&point.lower, &range->points[i], descending);
-        keystring_append_value(&point.upper, &range->points[i], descending);
+        keystring_append_value_collated(&point.lower, &range->points[i], descending, range->collation);
+        keystring_append_value_collated(&point.upper, &range->points[i], descending, range->collation);
         if (!intervals_insert_point(*intervals, interval_count, point)) {
             scan_bounds_cleanup(&point);
             continue;
@@ -334,11 +335,11 @@ static scan_bounds_t build_range_interval(const scan_bounds_t *prefix, const fie
     const bson_value_t *key_high = descending ? (range->has_lower ? &range->lower : NULL)
                                               : (range->has_upper ? &range->upper : NULL);
     if (key_low != NULL) {
-        keystring_append_value(&interval.lower, key_low, descending);
+        keystring_append_value_collated(&interval.lower, key_low, descending, range->collation);
         interval.lower_inclusive = descending ? range->upper_inclusive : range->lower_inclusive;
     }
     if (key_high != NULL) {
-        keystring_append_value(&interval.upper, key_high, descending);
+        keystring_append_value_collated(&interval.upper, key_high, descending, range->collation);
         interval.upper_inclusive = descending ? range->lower_inclusive : range->upper_inclusive;
     }
     bson_string_t *text = bson_string_new(range->has_lower && !range->lower_inclusive ? "(" : "[");
@@ -368,8 +369,8 @@ static void explain_append_unbounded(bson_t *explain, const char *path)
     bson_append_array_end(explain, &field_bounds);
 }
 
-bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, scan_bounds_t **intervals,
-                       size_t *interval_count, bson_t *explain)
+bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, const collation_t *collation,
+                       scan_bounds_t **intervals, size_t *interval_count, bson_t *explain)
 {
     bson_iter_t fields;
     bson_iter_init(&fields, key_pattern);
@@ -382,7 +383,7 @@ bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool mul
     while (bson_iter_next(&fields)) {
         const char *path = bson_iter_key(&fields);
         bool descending = find_index_direction(&fields) < 0;
-        field_range_t range = {0};
+        field_range_t range = {.collation = collation};
         collect_field_range(filter, path, !multikey, &range);
         if (!range.bounded) {
             explain_append_unbounded(explain, path);
@@ -393,8 +394,8 @@ bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool mul
         bson_t field_bounds;
         if (range.is_points && range.point_count == 1 && !multikey) {
             /* Equality: extend the prefix and look at the next field. */
-            keystring_append_value(&prefix.lower, &range.points[0], descending);
-            keystring_append_value(&prefix.upper, &range.points[0], descending);
+            keystring_append_value_collated(&prefix.lower, &range.points[0], descending, collation);
+            keystring_append_value_collated(&prefix.upper, &range.points[0], descending, collation);
             bson_append_array_begin(explain, path, -1, &field_bounds);
             explain_append_point(&field_bounds, "0", &range.points[0]);
             bson_append_array_end(explain, &field_bounds);

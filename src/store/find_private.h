@@ -10,9 +10,10 @@
  * bounds as explain's indexBounds in explain ({field: ["[5, 5]"]}, reset first).
  * Adds to *intervals (allocated here; empty on entry) and *interval_count; free
  * each with scan_bounds_cleanup() and the array with bson_free(). Returns false,
- * adding no interval, when the first field is unbounded. */
-bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, scan_bounds_t **intervals,
-                       size_t *interval_count, bson_t *explain);
+ * adding no interval, when the first field is unbounded. collation is the index's
+ * (NULL: binary), which string bounds are encoded and ordered by. */
+bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, const collation_t *collation,
+                       scan_bounds_t **intervals, size_t *interval_count, bson_t *explain);
 
 /* +1 for an ascending key pattern field, -1 for a descending one. */
 int find_index_direction(const bson_iter_t *iter);

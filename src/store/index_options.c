@@ -232,7 +232,8 @@ static bool same_document_field(const bson_t *left, const bson_t *right, const c
 index_options_comparison_t index_options_compare(const bson_t *existing, const bson_t *requested)
 {
     if (!same_document_field(existing, requested, "key") ||
-        !same_document_field(existing, requested, "partialFilterExpression")) {
+        !same_document_field(existing, requested, "partialFilterExpression") ||
+        !same_document_field(existing, requested, "collation")) {
         return INDEX_OPTIONS_DIFFERENT;
     }
     static const char *const options[] = {"unique", "sparse", "hidden"};
@@ -242,4 +243,63 @@ index_options_comparison_t index_options_compare(const bson_t *existing, const b
         }
     }
     return INDEX_OPTIONS_IDENTICAL;
+}
+
+/* The "collation" document of document, compiled; *out_collation NULL when
+ * absent or simple. */
+static bool parse_collation_field(const bson_t *document, collation_t **out_collation, bool *out_present,
+                                  bson_error_t *error)
+{
+    bson_iter_t iter;
+    *out_collation = NULL;
+    *out_present = bson_iter_init_find(&iter, document, "collation");
+    if (!*out_present) {
+        return true;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "BSON field 'collation' is the wrong type '%s', expected type 'object'",
+                            value_type_name(bson_iter_type(&iter)));
+    }
+    uint32_t length;
+    const uint8_t *data;
+    bson_t spec;
+    bson_iter_document(&iter, &length, &data);
+    bson_init_static(&spec, data, length);
+    return collation_parse(&spec, out_collation, error);
+}
+
+bool index_options_append_collation(const bson_t *spec, const collation_t *default_collation, bson_t *out_spec,
+                                    bson_error_t *error)
+{
+    collation_t *collation = NULL;
+    bool present = false;
+    if (!parse_collation_field(spec, &collation, &present, error)) {
+        return false;
+    }
+    const collation_t *chosen = present ? collation : default_collation;
+    if (chosen != NULL) {
+        BSON_APPEND_DOCUMENT(out_spec, "collation", collation_spec(chosen));
+    }
+    collation_release(collation);
+    return true;
+}
+
+bool index_options_read_collation(const bson_t *document, const collation_t **out_collation, bson_error_t *error)
+{
+    collation_t *collation = NULL;
+    bool present = false;
+    bool ok = parse_collation_field(document, &collation, &present, error);
+    *out_collation = collation;
+    return ok;
+}
+
+bool index_options_check_collation(const bson_value_t *spec, bson_error_t *error)
+{
+    bson_t document;
+    const collation_t *collation = NULL;
+    bson_init_static(&document, spec->value.v_doc.data, spec->value.v_doc.data_len);
+    bool ok = index_options_read_collation(&document, &collation, error);
+    collation_release(collation);
+    return ok;
 }

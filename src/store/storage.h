@@ -39,6 +39,9 @@ typedef struct index_descriptor {
     bson_t condition;
     match_expression_t *condition_matcher;
     bool is_id;          /* the mandatory _id index */
+    /* The spec's collation, whose sort keys its string keys are (a collated
+     * unique index refuses "abc" beside "ABC" at strength 2); NULL: binary. */
+    const collation_t *collation;
     atomic_bool multikey;
     char *table_uri;     /* "table:index-17" */
 } index_descriptor_t;
@@ -49,6 +52,9 @@ typedef struct collection {
     const char *name;     /* points into ns, after the dot */
     char *table_uri;      /* "table:collection-12" */
     bson_t options;       /* create options, as listCollections shows */
+    /* options.collation compiled: what a command without its own collation and
+     * an index created without one use; NULL: binary. */
+    const collation_t *default_collation;
     uint8_t uuid[16];
     index_descriptor_t **indexes; /* indexes[0] is _id_ */
     size_t index_count;
