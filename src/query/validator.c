@@ -4,6 +4,7 @@
  * operators (a failing write is rare, so that cost is paid only then). */
 #include "query/validator.h"
 
+#include "query/json_schema.h"
 #include "query/match.h"
 #include "query/value_format.h"
 
@@ -11,7 +12,8 @@
 
 struct validator {
     bson_t *filter; /* owned (a bson_t inside a malloc'ed struct would be misaligned) */
-    match_expression_t *matcher;
+    match_expression_t *matcher; /* the filter but its top-level $jsonSchema */
+    json_schema_t *schema;       /* that $jsonSchema; NULL: none */
     expression_context_t context;
     bool has_context;
 };
@@ -26,15 +28,16 @@ static bool view_of(const bson_iter_t *iter, bson_t *out)
     return bson_init_static(out, value->value.v_doc.data, value->value.v_doc.data_len);
 }
 
-/* $jsonSchema may stand wherever a pathless operator may: at the top and in
- * the filters of $and, $or and $nor. */
-static bool mentions_json_schema(const bson_t *filter)
+/* $jsonSchema may stand wherever a pathless operator may: at the top, which
+ * the validator evaluates itself, and in the filters of $and, $or and $nor,
+ * where the matcher would meet it. */
+static bool nests_json_schema(const bson_t *filter, bool top)
 {
     bson_iter_t iter, items;
     bson_iter_init(&iter, filter);
     while (bson_iter_next(&iter)) {
         const char *key = bson_iter_key(&iter);
-        if (strcmp(key, "$jsonSchema") == 0) {
+        if (strcmp(key, "$jsonSchema") == 0 && !top) {
             return true;
         }
         bool logical = strcmp(key, "$and") == 0 || strcmp(key, "$or") == 0 || strcmp(key, "$nor") == 0;
@@ -43,7 +46,7 @@ static bool mentions_json_schema(const bson_t *filter)
         }
         while (bson_iter_next(&items)) {
             bson_t child;
-            if (view_of(&items, &child) && mentions_json_schema(&child)) {
+            if (view_of(&items, &child) && nests_json_schema(&child, false)) {
                 return true;
             }
         }
@@ -51,12 +54,36 @@ static bool mentions_json_schema(const bson_t *filter)
     return false;
 }
 
+/* Compiles the top-level $jsonSchema, if any, into validator->schema and
+ * copies the rest of the filter into *out_rest for the matcher. */
+static bool compile_json_schema(validator_t *validator, bson_t *out_rest, bson_error_t *error)
+{
+    bson_iter_t iter;
+    bson_init(out_rest);
+    bson_iter_init(&iter, validator->filter);
+    while (bson_iter_next(&iter)) {
+        if (strcmp(bson_iter_key(&iter), "$jsonSchema") != 0) {
+            bson_append_iter(out_rest, bson_iter_key(&iter), -1, &iter);
+            continue;
+        }
+        bson_t spec;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&iter) || !view_of(&iter, &spec)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema must be an object");
+        }
+        validator->schema = json_schema_compile(&spec, error);
+        if (validator->schema == NULL) {
+            return false;
+        }
+    }
+    return true;
+}
+
 validator_t *validator_compile(const bson_t *filter, const expression_context_t *context, bson_error_t *error)
 {
-    if (mentions_json_schema(filter)) {
+    if (nests_json_schema(filter, true)) {
         tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
-                     "thermocline store does not support $jsonSchema validators yet; write the rules with query "
-                     "operators ($type, $exists, $in, $regex, $gte/$lte, $expr)");
+                     "thermocline store supports $jsonSchema only at the top of a validator, not inside $and, "
+                     "$or or $nor, yet");
         return NULL;
     }
     validator_t *validator = bson_malloc0(sizeof *validator);
@@ -66,9 +93,15 @@ validator_t *validator_compile(const bson_t *filter, const expression_context_t 
         validator->context.variables = NULL; /* a validator has no let */
         validator->has_context = true;
     }
-    validator->matcher =
-        match_compile_with_context(validator->filter, validator->has_context ? &validator->context : NULL, error);
-    if (validator->matcher == NULL) {
+    bson_t rest;
+    bool compiled = compile_json_schema(validator, &rest, error);
+    if (compiled) {
+        validator->matcher =
+            match_compile_with_context(&rest, validator->has_context ? &validator->context : NULL, error);
+        compiled = validator->matcher != NULL;
+    }
+    bson_destroy(&rest);
+    if (!compiled) {
         validator_destroy(validator);
         return NULL;
     }
@@ -81,6 +114,7 @@ void validator_destroy(validator_t *validator)
         return;
     }
     match_destroy(validator->matcher);
+    json_schema_destroy(validator->schema);
     bson_destroy(validator->filter);
     bson_free(validator);
 }
@@ -148,6 +182,9 @@ static void split_clauses(const bson_t *filter, clause_list_t *out)
 
 static bool filter_matches(const validator_t *validator, const bson_t *filter, const bson_t *document)
 {
+    if (bson_has_field(filter, "$jsonSchema") && validator->schema != NULL) {
+        return json_schema_matches(validator->schema, document, NULL); /* a top-level clause of its own */
+    }
     bson_error_t ignored;
     match_expression_t *matcher =
         match_compile_with_context(filter, validator->has_context ? &validator->context : NULL, &ignored);
@@ -250,6 +287,14 @@ static void describe_clause(const validator_t *validator, const bson_t *clause, 
         describe_logical(validator, key, &iter, document, satisfied, out);
         return;
     }
+    if (strcmp(key, "$jsonSchema") == 0 && validator->schema != NULL) {
+        bson_t rules;
+        BSON_APPEND_UTF8(out, "operatorName", key);
+        BSON_APPEND_ARRAY_BEGIN(out, "schemaRulesNotSatisfied", &rules);
+        json_schema_matches(validator->schema, document, &rules);
+        bson_append_array_end(out, &rules);
+        return;
+    }
     const char *operator_name = key[0] == '$' ? key : "$eq";
     if (key[0] != '$' && is_operator_document(&iter) && bson_iter_recurse(&iter, &operators) &&
         bson_iter_next(&operators)) {
@@ -309,11 +354,14 @@ bool validator_check(validator_t *validator, const bson_t *document, bool *out_v
                      bson_error_t *error)
 {
     *out_valid = match_document(validator->matcher, document);
+    if (!*out_valid && match_failed(validator->matcher, error)) {
+        return false;
+    }
+    if (*out_valid && validator->schema != NULL) {
+        *out_valid = json_schema_matches(validator->schema, document, NULL);
+    }
     if (*out_valid) {
         return true;
-    }
-    if (match_failed(validator->matcher, error)) {
-        return false;
     }
     if (out_details != NULL) {
         bson_init(out_details);

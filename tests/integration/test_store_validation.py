@@ -232,14 +232,52 @@ def test_bad_validators_and_options_are_refused_as_mongod_refuses_them(db):
     assert "validator" not in collection_options(db, "c")
 
 
-def test_json_schema_is_refused_naming_it(db):
-    error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": {"required": ["a"]}})]))
+STUDENT_SCHEMA = {"$jsonSchema": {
+    "bsonType": "object",
+    "required": ["name", "year", "gpa"],
+    "properties": {
+        "name": {"bsonType": "string", "description": "must be a string and is required"},
+        "year": {"bsonType": "int", "minimum": 2017, "maximum": 3017},
+        "gpa": {"bsonType": ["double"], "minimum": 0},
+        "major": {"enum": ["Math", "English", "Computer Science", "History", None]},
+    },
+}}
+
+
+def test_json_schema_validator(db):
+    db.create_collection("students", validator=STUDENT_SCHEMA)
+    assert collection_options(db, "students")["validator"] == STUDENT_SCHEMA
+    students = db["students"]
+    students.insert_one({"_id": 1, "name": "Alice", "year": 2019, "major": "History", "gpa": 3.0})
+    with pytest.raises(WriteError) as raised:
+        students.insert_one({"_id": 2, "name": "Bob", "year": 2019, "major": "History", "gpa": 3})
+    assert raised.value.code == 121
+    assert raised.value.details["errInfo"] == {"failingDocumentId": 2, "details": {
+        "operatorName": "$jsonSchema",
+        "schemaRulesNotSatisfied": [{"operatorName": "properties", "propertiesNotSatisfied": [
+            {"propertyName": "gpa", "details": [{
+                "operatorName": "bsonType", "specifiedAs": {"bsonType": ["double"]},
+                "reason": "type did not match", "consideredValue": 3, "consideredType": "int"}]}]}]}}
+    with pytest.raises(WriteError) as raised:
+        students.update_one({"_id": 1}, {"$unset": {"year": ""}, "$set": {"major": "Art"}})
+    rules = raised.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"]
+    assert [rule["operatorName"] for rule in rules] == ["required", "properties"]
+    assert rules[0]["missingProperties"] == ["year"]
+    assert students.find_one({"_id": 1})["major"] == "History"
+
+
+def test_json_schema_beyond_the_subset_is_refused_naming_it(db):
+    error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": {"properties": {
+        "name": {"bsonType": "string", "maxLength": 20}}}})]))
     assert (error.code, error.details["codeName"]) == (115, "CommandNotSupported")
-    assert "$jsonSchema" in error.details["errmsg"]
+    assert "maxLength" in error.details["errmsg"]
+    error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": {"requird": ["a"]}})]))
+    assert error.code == 9 and error.details["errmsg"] == "Unknown $jsonSchema keyword: requird"
     db.create_collection("c")
     error = failure(db, SON([("collMod", "c"), ("validator", {"$or": [{"a": 1}, {"$jsonSchema": {}}]})]))
     assert error.code == 115
     assert "$jsonSchema" in error.details["errmsg"]
+    assert "validator" not in collection_options(db, "c")
 
 
 def test_the_validator_survives_a_restart(store, client, db):

@@ -108,11 +108,60 @@ static void test_several_clauses_are_an_implicit_and(void **state)
                  "'specifiedAs': {'a': 1}}}]}");
 }
 
+/* The $jsonSchema subset: each keyword on the value it applies to, and
+ * schemaRulesNotSatisfied as mongod writes it. */
+static void test_json_schema(void **state)
+{
+    (void)state;
+    const char *schema = "{'%jsonSchema': {'required': ['name', 'total'], 'properties': {"
+                         "'name': {'bsonType': 'string', 'pattern': '^[A-Z]'}, "
+                         "'total': {'bsonType': 'number', 'minimum': 0, 'maximum': 100, 'exclusiveMaximum': true}, "
+                         "'status': {'enum': ['open', 'closed']}, "
+                         "'address': {'bsonType': 'object', 'required': ['city'], "
+                         "'properties': {'city': {'bsonType': 'string'}}}}}}";
+    expect_validation(schema, "{'name': 'Ann', 'total': 5, 'status': 'open', 'address': {'city': 'Oslo'}}", NULL);
+    expect_validation(schema, "{'name': 'Ann', 'total': 99.5}", NULL);
+    expect_validation(schema, "{'total': 5}",
+                      "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': 'required', "
+                      "'specifiedAs': {'required': ['name', 'total']}, 'missingProperties': ['name']}]}");
+    expect_validation(schema, "{'name': 'ann', 'total': 100, 'status': 'lost', 'address': {'city': 3}}",
+                      "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': 'properties', "
+                      "'propertiesNotSatisfied': ["
+                      "{'propertyName': 'name', 'details': [{'operatorName': 'pattern', 'specifiedAs': "
+                      "{'pattern': '^[A-Z]'}, 'reason': 'regular expression did not match', 'consideredValue': "
+                      "'ann'}]}, "
+                      "{'propertyName': 'total', 'details': [{'operatorName': 'maximum', 'specifiedAs': "
+                      "{'maximum': 100}, 'reason': 'comparison failed', 'consideredValue': 100}]}, "
+                      "{'propertyName': 'status', 'details': [{'operatorName': 'enum', 'specifiedAs': "
+                      "{'enum': ['open', 'closed']}, 'reason': 'value was not found in enum', "
+                      "'consideredValue': 'lost'}]}, "
+                      "{'propertyName': 'address', 'details': [{'operatorName': 'properties', "
+                      "'propertiesNotSatisfied': [{'propertyName': 'city', 'details': [{'operatorName': "
+                      "'bsonType', 'specifiedAs': {'bsonType': 'string'}, 'reason': 'type did not match', "
+                      "'consideredValue': 3, 'consideredType': 'int'}]}]}]}]}]}");
+    /* additionalProperties: false counts _id unless listed, as on mongod. */
+    expect_validation("{'%jsonSchema': {'properties': {'a': {}}, 'additionalProperties': false}}",
+                      "{'_id': 1, 'a': 1, 'b': 2}",
+                      "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': "
+                      "'additionalProperties', 'specifiedAs': {'additionalProperties': false}, "
+                      "'additionalProperties': ['_id', 'b']}]}");
+    /* Beside other clauses, the schema is one clause of the implicit $and. */
+    expect_validation("{'%jsonSchema': {'required': ['a']}, 'b': {'%gt': 1}}", "{'a': 1, 'b': 2}", NULL);
+    expect_validation("{'%jsonSchema': {'required': ['a']}, 'b': {'%gt': 1}}", "{'b': 2}",
+                      "{'operatorName': '$and', 'clausesNotSatisfied': [{'index': 0, 'details': {'operatorName': "
+                      "'$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': 'required', 'specifiedAs': "
+                      "{'required': ['a']}, 'missingProperties': ['a']}]}}]}");
+}
+
 static void test_refused_validators(void **state)
 {
     (void)state;
-    expect_refusal("{'%jsonSchema': {'required': ['a']}}", 115, "$jsonSchema");
     expect_refusal("{'%and': [{'a': 1}, {'%or': [{'%jsonSchema': {}}]}]}", 115, "$jsonSchema");
+    expect_refusal("{'%jsonSchema': 1}", 14, "$jsonSchema must be an object");
+    expect_refusal("{'%jsonSchema': {'minLength': 1}}", 115, "'minLength'");
+    expect_refusal("{'%jsonSchema': {'bogus': 1}}", 9, "Unknown $jsonSchema keyword: bogus");
+    expect_refusal("{'%jsonSchema': {'bsonType': 'text'}}", 2, "Unknown type name alias: text");
+    expect_refusal("{'%jsonSchema': {'required': 'a'}}", 14, "'required' must be an array of strings");
     expect_refusal("{'a': {'%bogus': 1}}", 2, "$bogus");
 }
 
@@ -122,6 +171,7 @@ int main(void)
         cmocka_unit_test(test_valid_documents),
         cmocka_unit_test(test_one_clause_is_described_alone),
         cmocka_unit_test(test_several_clauses_are_an_implicit_and),
+        cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_refused_validators),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
