@@ -79,6 +79,7 @@ static const struct {
     {TC_ERR_OPERATION_FAILED, "OperationFailed"},
     {TC_ERR_CONFLICTING_OPERATION_IN_PROGRESS, "ConflictingOperationInProgress"},
     {TC_ERR_COMMAND_NOT_SUPPORTED, "CommandNotSupported"},
+    {TC_ERR_DOCUMENT_VALIDATION_FAILURE, "DocumentValidationFailure"},
     {TC_ERR_WRITE_CONFLICT, "WriteConflict"},
     {TC_ERR_COMMAND_FAILED, "CommandFailed"},
     {TC_ERR_INVALID_PIPELINE_OPERATOR, "InvalidPipelineOperator"},

@@ -268,9 +268,25 @@ static bool rule_explain(const rule_input_t *input, requirements_t *out)
     return collect(&explained, bson_iter_key(&iter), out);
 }
 
+/* bypassDocumentValidation: true is an action of its own (dbAdmin's and
+ * restore's, not readWrite's), which mongod's checks for insert, update and
+ * findAndModify add to the write's. */
+static roles_actions_t bypass_action(const bson_t *command)
+{
+    bson_iter_t iter;
+    bool bypass = bson_iter_init_find(&iter, command, "bypassDocumentValidation") && bson_iter_as_bool(&iter);
+    return bypass ? ACT(BYPASS_DOCUMENT_VALIDATION) : 0;
+}
+
+static bool rule_insert(const rule_input_t *input, requirements_t *out)
+{
+    require_collection(input, out, ACT(INSERT) | bypass_action(input->command));
+    return true;
+}
+
 static bool rule_update(const rule_input_t *input, requirements_t *out)
 {
-    roles_actions_t actions = ACT(UPDATE);
+    roles_actions_t actions = ACT(UPDATE) | bypass_action(input->command);
     bson_t updates, statement;
     bson_iter_t iter, upsert;
     if (document_field(input->command, "updates", &updates) && bson_iter_init(&iter, &updates)) {
@@ -290,7 +306,9 @@ static bool rule_find_and_modify(const rule_input_t *input, requirements_t *out)
     bson_iter_t iter;
     bool remove = bson_iter_init_find(&iter, input->command, "remove") && bson_iter_as_bool(&iter);
     bool upsert = bson_iter_init_find(&iter, input->command, "upsert") && bson_iter_as_bool(&iter);
-    require_collection(input, out, ACT(FIND) | (remove ? ACT(REMOVE) : ACT(UPDATE)) | (upsert ? ACT(INSERT) : 0));
+    require_collection(input, out,
+                       ACT(FIND) | (remove ? ACT(REMOVE) : ACT(UPDATE)) | (upsert ? ACT(INSERT) : 0) |
+                           bypass_action(input->command));
     return true;
 }
 
@@ -461,7 +479,7 @@ static const command_rule_t rules[] = {
     {"aggregate", RULE_CUSTOM, 0, rule_aggregate},
     {"explain", RULE_CUSTOM, 0, rule_explain},
     /* Writes. */
-    {"insert", RULE_COLLECTION, ACT(INSERT), NULL},
+    {"insert", RULE_CUSTOM, 0, rule_insert},
     {"update", RULE_CUSTOM, 0, rule_update},
     {"delete", RULE_COLLECTION, ACT(REMOVE), NULL},
     {"findAndModify", RULE_CUSTOM, 0, rule_find_and_modify},

@@ -14,6 +14,7 @@
  */
 #include "store/commands.h"
 #include "store/oplog.h"
+#include "store/validation.h"
 #include "query/value_format.h"
 #include "common/log.h"
 
@@ -329,7 +330,9 @@ static bool insert_into(command_context_t *context, collection_t *collection, bs
         bool ok = true;
         for (size_t i = first; ok && i < count && i < first + OUT_INSERT_BATCH; i++) {
             bson_t prepared;
+            /* The temporary collection has the target's options: its validator checks what $out writes. */
             ok = command_prepare_insert_document(documents[i], &prepared, error) &&
+                 validation_check_write(context, collection, NULL, &prepared, error) &&
                  storage_insert_record(context->session, collection, &prepared, NULL, error) &&
                  oplog_log_insert(context->session, collection, &prepared, NULL, error);
             bson_destroy(&prepared);
@@ -454,9 +457,15 @@ static bool run_write(command_context_t *context, const aggregate_output_t *outp
                       bson_error_t *error)
 {
     command_context_t inner = *context;
-    bson_t reply = BSON_INITIALIZER;
+    bson_t reply = BSON_INITIALIZER, bypassing = BSON_INITIALIZER;
     bson_iter_t iter;
     inner.command = command;
+    if (bson_iter_init_find(&iter, context->command, "bypassDocumentValidation") && bson_iter_as_bool(&iter)) {
+        /* The aggregate's bypassDocumentValidation covers the writes of its $merge. */
+        bson_copy_to_excluding_noinit(command, &bypassing, "bypassDocumentValidation", NULL);
+        BSON_APPEND_BOOL(&bypassing, "bypassDocumentValidation", true);
+        inner.command = &bypassing;
+    }
     inner.name = name;
     inner.database = output->database;
     inner.expression_context = expression_context;
@@ -482,6 +491,7 @@ static bool run_write(command_context_t *context, const aggregate_output_t *outp
     }
     *out_n = ok && bson_iter_init_find(&iter, &reply, "n") ? bson_iter_as_int64(&iter) : 0;
     bson_destroy(&reply);
+    bson_destroy(&bypassing);
     return ok;
 }
 

@@ -6,6 +6,7 @@
 #include "store/commands.h"
 #include "store/index_options.h"
 #include "store/oplog.h"
+#include "store/validation.h"
 #include "query/value_format.h"
 #include "common/log.h"
 #include "query/match.h"
@@ -481,7 +482,7 @@ static bool name_in(const char *name, const char *const *names)
 }
 
 /* Options thermocline store cannot honour yet: refused rather than ignored, so
- * an application never believes it has a capped collection or a validator. */
+ * an application never believes it has a capped collection. */
 static bool refuse_unsupported_option(const char *ns, bson_iter_t *iter, bson_error_t *error)
 {
     const char *field = bson_iter_key(iter);
@@ -490,9 +491,6 @@ static bool refuse_unsupported_option(const char *ns, bson_iter_t *iter, bson_er
         what = "capped collections";
     } else if (strcmp(field, "timeseries") == 0) {
         what = "time series collections";
-    } else if (strcmp(field, "validator") == 0) {
-        bool empty = BSON_ITER_HOLDS_DOCUMENT(iter) && bson_iter_value(iter)->value.v_doc.data_len <= 5;
-        what = empty ? NULL : "document validation (validator)";
     } else if (strcmp(field, "clusteredIndex") == 0) {
         what = "clustered collections";
     } else if (strcmp(field, "encryptedFields") == 0) {
@@ -529,7 +527,7 @@ static bool build_create_options(const command_context_t *context, const char *n
             return tc_error_set(error, TC_ERR_UNRECOGNIZED_COMMAND_FIELD, "BSON field 'create.%s' is an unknown field.",
                                 field);
         }
-        if (!refuse_unsupported_option(ns, &iter, error)) {
+        if (!refuse_unsupported_option(ns, &iter, error) || !validation_check_option("create", &iter, error)) {
             return false;
         }
         if (strcmp(field, "capped") == 0 || strcmp(field, "size") == 0 || strcmp(field, "max") == 0 ||

@@ -5,16 +5,17 @@
  *       update and delete keeps its images for change streams (oplog.c);
  *   index: {name | keyPattern, hidden}   the index's spec (listIndexes),
  *       hidden taking it out of the planner's choices;
- *   validationLevel, validationAction, an empty validator   recorded, as create
- *       records them.
+ *   validator, validationLevel, validationAction   checked (validation.h) and
+ *       recorded in the options, as create records them; every later write
+ *       is validated under them.
  *
- * What the store cannot honour is refused, never silently kept: a validator
- * (the store validates no documents), time series, capped sizes, an
- * index's expireAfterSeconds (the store runs no TTL monitor), an index made
- * unique. The change is one transaction with its {collMod: ...} oplog entry,
+ * What the store cannot honour is refused, never silently kept: time series,
+ * capped sizes, an index's expireAfterSeconds (the store runs no TTL
+ * monitor), an index made unique. The change is one transaction with its {collMod: ...} oplog entry,
  * whose o2 holds the options before it (a change stream's expanded "modify"
  * event shows both). A view's collMod (viewOn, pipeline) is views.c's. */
 #include "store/commands.h"
+#include "store/validation.h"
 #include "query/value_format.h"
 
 #include <string.h>
@@ -64,7 +65,7 @@ typedef struct coll_mod_request {
     bool images_enabled;
     bool has_index;
     bson_t index; /* a view of the index: {...} argument */
-    bson_t recorded; /* validator {}, validationLevel, validationAction: copied into the options */
+    bson_t recorded; /* validator, validationLevel, validationAction: copied into the options */
 } coll_mod_request_t;
 
 static bool refuse(const coll_mod_request_t *request, const char *what, bson_error_t *error)
@@ -74,27 +75,9 @@ static bool refuse(const coll_mod_request_t *request, const char *what, bson_err
                         request->ns);
 }
 
-static bool check_enumeration(bson_iter_t *iter, const char *const *names, bson_error_t *error)
-{
-    if (!BSON_ITER_HOLDS_UTF8(iter)) {
-        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
-                            "BSON field 'collMod.%s' is the wrong type '%s', expected type 'string'",
-                            bson_iter_key(iter), value_type_name(bson_iter_type(iter)));
-    }
-    for (; *names != NULL; names++) {
-        if (strcmp(*names, bson_iter_utf8(iter, NULL)) == 0) {
-            return true;
-        }
-    }
-    return tc_error_set(error, TC_ERR_BAD_VALUE, "Enumeration value '%s' for field 'collMod.%s' is not a valid value.",
-                        bson_iter_utf8(iter, NULL), bson_iter_key(iter));
-}
-
 /* One field of the command; false (error filled) when it is refused. */
 static bool parse_field(coll_mod_request_t *request, bson_iter_t *iter, bson_error_t *error)
 {
-    static const char *const levels[] = {"off", "strict", "moderate", NULL};
-    static const char *const actions[] = {"error", "warn", NULL};
     const char *field = bson_iter_key(iter);
     if (strcmp(field, "changeStreamPreAndPostImages") == 0) {
         request->has_images = true;
@@ -110,13 +93,9 @@ static bool parse_field(coll_mod_request_t *request, bson_iter_t *iter, bson_err
         request->has_index = bson_init_static(&request->index, value->value.v_doc.data, value->value.v_doc.data_len);
         return true;
     }
-    if (strcmp(field, "validator") == 0) {
-        bool empty = BSON_ITER_HOLDS_DOCUMENT(iter) && bson_iter_value(iter)->value.v_doc.data_len <= 5;
-        if (!empty) {
-            return refuse(request, "document validation (validator) yet", error);
-        }
-    } else if (strcmp(field, "validationLevel") == 0 || strcmp(field, "validationAction") == 0) {
-        if (!check_enumeration(iter, strcmp(field, "validationLevel") == 0 ? levels : actions, error)) {
+    if (strcmp(field, "validator") == 0 || strcmp(field, "validationLevel") == 0 ||
+        strcmp(field, "validationAction") == 0) {
+        if (!validation_check_option("collMod", iter, error)) {
             return false;
         }
     } else if (strcmp(field, "viewOn") == 0 || strcmp(field, "pipeline") == 0) {

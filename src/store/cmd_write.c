@@ -8,6 +8,7 @@
 #include "store/commands.h"
 #include "store/command_collation.h"
 #include "store/oplog.h"
+#include "store/validation.h"
 #include "query/match.h"
 #include "query/projection.h"
 #include "query/update.h"
@@ -29,7 +30,7 @@ typedef struct write_errors {
     uint32_t count;
 } write_errors_t;
 
-static void write_errors_add(write_errors_t *errors, storage_session_t *session, uint32_t index,
+static void write_errors_add(write_errors_t *errors, const command_context_t *context, uint32_t index,
                              const bson_error_t *error)
 {
     char key[16];
@@ -41,8 +42,9 @@ static void write_errors_add(write_errors_t *errors, storage_session_t *session,
     BSON_APPEND_INT32(&item, "index", (int32_t)index);
     BSON_APPEND_INT32(&item, "code", code);
     if (code == TC_ERR_DUPLICATE_KEY) {
-        storage_append_duplicate_key(session, &item);
+        storage_append_duplicate_key(context->session, &item);
     }
+    validation_append_error_info(context, error, &item);
     BSON_APPEND_UTF8(&item, "errmsg", error->message);
     bson_append_document_end(&errors->array, &item);
 }
@@ -168,7 +170,8 @@ static bool insert_one(command_context_t *context, const char *ns, const bson_t 
         collection_t *collection;
         bool ok = writable_collection(context, ns, &collection, error) && storage_begin(context->session, error);
         if (ok) {
-            ok = storage_insert_record(context->session, collection, document, NULL, error) &&
+            ok = validation_check_write(context, collection, NULL, document, error) &&
+                 storage_insert_record(context->session, collection, document, NULL, error) &&
                  oplog_log_insert(context->session, collection, document, context->command, error);
             if (ok) {
                 ok = storage_commit(context->session, false, error);
@@ -219,7 +222,7 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
                 ok = false;
                 break;
             }
-            write_errors_add(errors, context->session, index, &statement_error);
+            write_errors_add(errors, context, index, &statement_error);
             if (context->transaction != NULL) {
                 context->abort_transaction = true;
                 break;
@@ -396,7 +399,8 @@ static bool write_matched_document(command_context_t *context, collection_t *col
                                               "Resulting document after update is larger than %d",
                                               WIRE_MAX_BSON_OBJECT_SIZE);
                         } else {
-                            ok = storage_update_record(context->session, collection, record_id, &current,
+                            ok = validation_check_write(context, collection, &current, &updated, error) &&
+                                 storage_update_record(context->session, collection, record_id, &current,
                                                        &updated, error) &&
                                  oplog_log_update(context->session, collection, &current, &updated,
                                                   update_is_replacement(write->update) ? NULL : &description,

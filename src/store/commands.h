@@ -56,6 +56,10 @@ typedef struct command_context {
     /* The command's $$NOW and, for the commands that take one, its `let`
      * variables, evaluated once before the handler runs. */
     const expression_context_t *expression_context;
+    /* errInfo of the last write refused by the collection's validator
+     * (validation.h), which its writeError or the command's error carries;
+     * NULL for a command run outside dispatch. */
+    bson_t *error_info;
 } command_context_t;
 
 /* A handler appends its reply fields (not "ok") to reply and returns true, or

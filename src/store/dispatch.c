@@ -9,6 +9,7 @@
 #include "store/change_stream.h"
 #include "store/oplog.h"
 #include "store/transactions.h"
+#include "store/validation.h"
 #include "query/value_format.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -330,6 +331,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
 {
     bson_error_t error = {0};
     bson_iter_t iter;
+    bson_t error_info = BSON_INITIALIZER; /* a validation failure's (validation.h) */
     command_context_t context = {
         .store = store,
         .session = session,
@@ -338,6 +340,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         .peer_address = peer_address,
         .attempt = control->attempt,
         .connection_data = control->connection_data,
+        .error_info = &error_info,
     };
     transaction_command_t transaction;
     bson_t duplicate_key = BSON_INITIALIZER; /* read before a transaction's session is given back */
@@ -398,6 +401,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         control->run_again = true;
         control->delay_ms = context.rerun_after_ms;
         bson_destroy(&duplicate_key);
+        bson_destroy(&error_info);
         bson_destroy(&let_values);
         collation_release(collation);
         return;
@@ -413,6 +417,7 @@ done:
         bson_reinit(reply);
         tc_error_append_reply(&error, reply);
         bson_concat(reply, &duplicate_key);
+        validation_append_error_info(&context, &error, reply);
         append_error_labels(command, &error, reply);
         TC_LOG_ATTRS(TC_LOG_DEBUG, "COMMAND", connection_id, "{command} failed: {error}",
                      TC_ATTR_STR("command", context.name ? context.name : "?"), TC_ATTR_STR("error", error.message),
@@ -424,6 +429,7 @@ done:
     slow_op_finish(&watch, store, session, context.name, context.database, command, ok ? NULL : &error,
                    connection_id);
     bson_destroy(&duplicate_key);
+    bson_destroy(&error_info);
     bson_destroy(&let_values);
     collation_release(collation);
 }

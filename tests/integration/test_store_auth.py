@@ -229,6 +229,26 @@ def test_read_write_user_cannot_drop_a_database(auth_store):
         client.close()
 
 
+def test_bypass_document_validation_needs_its_own_action(auth_store):
+    root = create_root(auth_store)
+    root.shop.create_collection("orders", validator={"total": {"$gte": 0}})
+    root.shop.command("createUser", "clerk", pwd="clerk-pw", roles=["readWrite"])
+    root.shop.command("createUser", "restorer", pwd="restorer-pw", roles=["readWrite", "dbAdmin"])
+    clerk = connect(auth_store, "clerk", "clerk-pw", source="shop")
+    restorer = connect(auth_store, "restorer", "restorer-pw", source="shop")
+    clerk.shop.orders.insert_one({"_id": 1, "total": 1})
+    with pytest.raises(OperationFailure) as caught:
+        clerk.shop.orders.insert_one({"_id": 2, "total": -1}, bypass_document_validation=True)
+    assert (caught.value.code, caught.value.details["codeName"]) == (13, "Unauthorized")
+    with pytest.raises(OperationFailure) as caught:
+        clerk.shop.orders.update_one({"_id": 1}, {"$set": {"total": -1}}, bypass_document_validation=True)
+    assert caught.value.code == 13
+    restorer.shop.orders.insert_one({"_id": 2, "total": -1}, bypass_document_validation=True)
+    assert root.shop.orders.find_one({"_id": 2}) == {"_id": 2, "total": -1}
+    for client in (root, clerk, restorer):
+        client.close()
+
+
 def test_users_info_and_storage_hold_no_secret(auth_store):
     root = create_root(auth_store)
     secret = "correct horse battery staple"

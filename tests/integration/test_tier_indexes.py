@@ -261,20 +261,56 @@ def test_untierable_collections_refused_at_start(tmp_path, entry, reason):
         archive.close()
 
 
+ORDER_RULES = {"status": {"$in": ["open", "closed"]}}
+
+
+def collection_options(process, ns="shop.orders"):
+    database, collection = ns.split(".", 1)
+    with client_for(process) as client:
+        return next(client[database].list_collections(filter={"name": collection}))["options"]
+
+
 def test_validator_copied_to_the_fast_tier(replicated_tiers, tmp_path):
     archive, fast = replicated_tiers
+    now = utc_now()
     with client_for(archive) as client:
-        try:
-            client.shop.command({"create": "orders", "validator": {"createdAt": {"$type": "date"}}})
-        except OperationFailure as refused:
-            pytest.skip("the archive store refuses validators today (%s)" % refused)
+        client.shop.command({"create": "orders", "validator": ORDER_RULES, "validationLevel": "moderate"})
         client.shop.orders.create_index([("createdAt", 1)], name="createdAt_1")
-    proxy = start(tmp_path, archive, fast)
+        client.shop.orders.insert_many([{"_id": i, "createdAt": now, "status": "open"} for i in range(5)])
+        # A legacy document the validator came after: the warmer must still copy it.
+        client.shop.orders.insert_one({"_id": "legacy", "createdAt": now, "status": "lost"},
+                                      bypass_document_validation=True)
+    proxy = start(tmp_path, archive, fast, namespace_keys={"indexSyncPeriod": "500ms"})
     wait_warm(proxy)
-    with client_for(fast) as client:
-        options = client.shop.command({"listCollections": 1, "filter": {"name": "orders"}})["cursor"]["firstBatch"]
-    assert options[0]["options"].get("validator") == {"createdAt": {"$type": "date"}}
+    options = collection_options(fast)
+    assert (options.get("validator"), options.get("validationLevel")) == (ORDER_RULES, "moderate")
+    assert documents_by_id(fast)["legacy"]["status"] == "lost"
+    with client_for(proxy) as client:
+        # The fast tier holds the archive's validator: refused at once, with the archive's errInfo.
+        with pytest.raises(OperationFailure) as refused:
+            client.shop.orders.insert_one({"_id": 10, "createdAt": utc_now(), "status": "bogus"})
+        assert refused.value.code == 121
+        assert refused.value.details["errInfo"]["failingDocumentId"] == 10
+        with pytest.raises(OperationFailure) as refused:
+            client.shop.orders.update_one({"_id": 1}, {"$set": {"status": "bogus"}})
+        assert refused.value.code == 121
+        # moderate: the legacy document may still be updated; valid writes flow to the archive.
+        client.shop.orders.update_one({"_id": "legacy"}, {"$set": {"note": "kept"}})
+        client.shop.orders.insert_one({"_id": 11, "createdAt": utc_now(), "status": "closed"})
+    wait_feeder(proxy)
+    archived = documents_by_id(archive)
+    assert 10 not in archived and archived[11]["status"] == "closed" and archived["legacy"]["note"] == "kept"
+    assert archived[1]["status"] == "open"
+    # A validator changed on the archive directly reaches the fast tier with the index sync.
+    stricter = {"status": {"$in": ["open"]}}
+    with client_for(archive) as client:
+        client.shop.command({"collMod": "orders", "validator": stricter, "validationLevel": "strict"})
+    assert wait_until(lambda: collection_options(fast).get("validator") == stricter, 10, 0.2), \
+        collection_options(fast)
+    assert collection_options(fast).get("validationLevel") == "strict"
     with client_for(proxy) as client:
         with pytest.raises(OperationFailure) as refused:
-            client.shop.orders.insert_one({"_id": 1, "createdAt": "not a date"})
-    assert refused.value.code == 121
+            client.shop.orders.insert_one({"_id": 12, "createdAt": utc_now(), "status": "closed"})
+        assert refused.value.code == 121
+    # Logged when copied at start and when it changed.
+    assert proxy.log_text().count("the fast tier validates documents as the archive does now") >= 2

@@ -78,6 +78,33 @@ static void test_read_write_user(void **state)
     assert_true(allowed(&watcher, "{\"thermoclineStatus\": 1}", "admin", &error));
 }
 
+/* bypassDocumentValidation: true asks for its own action: readWrite lacks it,
+ * dbAdmin holds it. */
+static void test_bypass_document_validation(void **state)
+{
+    (void)state;
+    bson_error_t error;
+    roles_grant_t writer_grant = {"readWrite", "shop"};
+    privileges_user_t writer = user_with("app", "shop", &writer_grant);
+    const char *bypassing[] = {
+        "{\"insert\": \"orders\", \"documents\": [], \"bypassDocumentValidation\": true}",
+        "{\"update\": \"orders\", \"updates\": [], \"bypassDocumentValidation\": true}",
+        "{\"findAndModify\": \"orders\", \"update\": {}, \"bypassDocumentValidation\": true}",
+    };
+    for (size_t i = 0; i < sizeof bypassing / sizeof bypassing[0]; i++) {
+        assert_false(allowed(&writer, bypassing[i], "shop", &error));
+        assert_int_equal(error.code, 13);
+    }
+    assert_true(allowed(&writer, "{\"insert\": \"orders\", \"documents\": [], \"bypassDocumentValidation\": false}",
+                        "shop", &error));
+    roles_grant_t grants[] = {{"readWrite", "shop"}, {"dbAdmin", "shop"}};
+    privileges_user_t admin = user_with("restorer", "shop", grants);
+    admin.grant_count = 2;
+    for (size_t i = 0; i < sizeof bypassing / sizeof bypassing[0]; i++) {
+        assert_true(allowed(&admin, bypassing[i], "shop", &error));
+    }
+}
+
 static void test_read_user_and_secrets_in_the_message(void **state)
 {
     (void)state;
@@ -240,6 +267,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_before_authentication),
         cmocka_unit_test(test_read_write_user),
+        cmocka_unit_test(test_bypass_document_validation),
         cmocka_unit_test(test_read_user_and_secrets_in_the_message),
         cmocka_unit_test(test_localhost_exception),
         cmocka_unit_test(test_list_databases_filter),
