@@ -8,11 +8,12 @@
  *         config, and a namespace table keeping the counters of the namespaces
  *         that stay) routes every request from now on
  *   when namespaces or the workers' settings change, the workers still run on
- *   the previous config until
- *     the previous generation's last request is done (its fast-tier writes are
- *     acknowledged) and the feeder applied every acknowledged write of the removed
- *     namespaces (once they route to the archive it would never replay them;
- *     checked every DRAIN_POLL_MS, at most readYourWritesWait, then logged)
+ *   the previous config (an added namespace stays untiered meanwhile) until,
+ *   when a namespace is removed, the requests that arrived before the reload are
+ *     done (their fast-tier writes acknowledged) and the feeder applied every
+ *     acknowledged write of the removed namespaces (once they route to the
+ *     archive it would never replay them; checked every DRAIN_POLL_MS, at most
+ *     readYourWritesWait, then logged and said in the reply)
  *   ─▶ thread: tier_workers_stop ─▶ loop: a new progress, the workers started on
  *      the new config; answer and log
  *
@@ -55,7 +56,6 @@ struct proxy_reload {
     bool compared;
     bson_error_t error;
     bool failed;
-    proxy_generation_t *previous; /* replaced by this reload: its requests may still write a removed namespace */
     char *not_drained;            /* the warning when the workers restarted before a removed namespace drained */
     tier_workers_t *stopping_workers;
 };
@@ -214,7 +214,6 @@ static void finish(struct proxy_reload *reload, const bson_error_t *error)
     reload->tls_context = NULL;
     bson_free(reload->not_drained);
     reload->not_drained = NULL;
-    reload->previous = NULL;
     reload->busy = false;
     reload_fn done = reload->done;
     reload->done = NULL;
@@ -351,28 +350,38 @@ static void after_stop_workers(uv_work_t *work, int status)
     finish(reload, NULL);
 }
 
-/* A namespace the previous config tiers and the current does not, whose
+/* A namespace a replaced generation tiers and the current does not, whose
  * acknowledged fast-tier writes the feeder has not applied yet. */
 static const char *namespace_not_drained(struct proxy_reload *reload)
 {
     proxy_t *proxy = reload->proxy;
-    const proxy_generation_t *previous = reload->previous;
-    for (size_t i = 0; i < previous->namespace_count; i++) {
-        const namespace_state_t *state = &previous->namespaces[i];
-        if (proxy_find_namespace(proxy, state->config->ns) != NULL) {
-            continue;
-        }
-        tier_namespace_progress_t progress;
-        size_t slot = proxy_progress_slot(proxy, state);
-        if (slot == SIZE_MAX) {
-            continue; /* not in the workers' config: nothing of it was ever fed */
-        }
-        tier_progress_namespace(proxy->progress, slot, &progress);
-        if (progress.applied_time < state->last_write_time) {
-            return state->config->ns;
+    for (const proxy_generation_t *replaced = proxy->retired; replaced != NULL; replaced = replaced->next_retired) {
+        for (size_t i = 0; i < replaced->namespace_count; i++) {
+            const namespace_state_t *state = &replaced->namespaces[i];
+            size_t slot = proxy_progress_slot(proxy, state);
+            if (proxy_find_namespace(proxy, state->config->ns) != NULL || slot == SIZE_MAX) {
+                continue; /* still tiered, or unknown to the workers: nothing of it was fed */
+            }
+            tier_namespace_progress_t progress;
+            tier_progress_namespace(proxy->progress, slot, &progress);
+            if (progress.applied_time < state->last_write_time) {
+                return state->config->ns;
+            }
         }
     }
     return NULL;
+}
+
+/* Requests that arrived before this reload (thermoclineReload's own among them,
+ * answered at the end): they may still write a removed namespace in the fast tier. */
+static bool requests_before_reload(struct proxy_reload *reload)
+{
+    uint64_t count = 0;
+    for (const proxy_generation_t *replaced = reload->proxy->retired; replaced != NULL;
+         replaced = replaced->next_retired) {
+        count += replaced->requests;
+    }
+    return count > (reload->done != NULL ? 1u : 0u);
 }
 
 static void stop_workers_now(struct proxy_reload *reload)
@@ -387,8 +396,7 @@ static void stop_workers_now(struct proxy_reload *reload)
 static void on_drain_timer(uv_timer_t *timer)
 {
     struct proxy_reload *reload = timer->data;
-    /* thermoclineReload's own request is one of them, answered at the end. */
-    bool requests_left = reload->previous->requests > (reload->done != NULL ? 1u : 0u);
+    bool requests_left = requests_before_reload(reload);
     const char *behind = requests_left ? NULL : namespace_not_drained(reload);
     if (!reload->stopping && (requests_left || behind != NULL) &&
         clock_monotonic_ms() < reload->drain_deadline_ms) {
@@ -416,7 +424,6 @@ static void go_on(struct proxy_reload *reload)
     apply_in_place(reload);
     proxy_generation_t *generation = proxy_generation_new(reload->config, proxy->generation);
     reload->config = NULL; /* the generation owns it */
-    reload->previous = proxy->generation;
     swap_generation(proxy, generation);
     for (size_t i = 0; i < proxy->namespace_count; i++) {
         if (!proxy->namespaces[i].indexes_known) {
@@ -432,7 +439,7 @@ static void go_on(struct proxy_reload *reload)
         stop_workers_now(reload);
         return;
     }
-    /* previous stays retired while workers_config is its config. */
+    /* The replaced generation stays retired while workers_config is its config. */
     reload->drain_deadline_ms = clock_monotonic_ms() + proxy->config->read_your_writes_wait_ms;
     uv_timer_start(&reload->drain_timer, on_drain_timer, 0, DRAIN_POLL_MS);
 }
