@@ -121,6 +121,9 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
             BSON_APPEND_NULL(&item, "coverageHorizon"); /* +infinity: nothing is read from the fast tier */
         }
         BSON_APPEND_UTF8(&item, "coverage", state->config->coverage == CONFIG_COVERAGE_COMPLETE ? "complete" : "warm");
+        if (state->awaiting_workers) { /* added by a reload: untiered until the workers run on it */
+            BSON_APPEND_BOOL(&item, "awaitingWorkers", true);
+        }
         BSON_APPEND_DOCUMENT_BEGIN(&item, "routes", &routes);
         for (int route = 0; route <= PLAN_ROUTE_PROXY; route++) {
             BSON_APPEND_INT64(&routes, plan_route_name((plan_route_t)route), (int64_t)state->route_counts[route]);
