@@ -5,6 +5,7 @@ bad file, or a setting that cannot change while the proxy runs, is refused whole
 pymongo connection open across the reloads and checks, with the proxy's own
 connection counter, that no connection was opened or closed meanwhile."""
 import datetime
+import json
 import os
 import re
 import shutil
@@ -351,5 +352,23 @@ def test_a_renewed_certificate_serves_new_connections(replicated_tiers, tmp_path
         with pytest.raises(OperationFailure):
             reload(client)
         assert served_certificate(proxy, certificates) == after
+        assert_kept(events)
+    proxy.stop()
+
+
+def test_log_format_changes_live(replicated_tiers, tmp_path):
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h")
+    client, events = one_connection(proxy)
+    with client:
+        rewrite(proxy, tier_config(archive, fast, max_age="1h", top={"logFormat": "json"}))
+        assert reload(client)["changed"] == ["logFormat: text -> json"]
+        client.admin.command("thermoclineReload")  # one more line, written as a record
+        lines = proxy.log_text().splitlines()
+        assert not lines[0].startswith("{")  # the start was text
+        first = next(i for i, line in enumerate(lines) if "logFormat: text -> json" in line)
+        records = [json.loads(line) for line in lines[first:]]  # every line since is a record
+        reloaded = [r for r in records if r["c"] == "CONTROL" and r["msg"].startswith("config reloaded")]
+        assert len(reloaded) == 2 and reloaded[-1]["attr"]["changed"] == {}, reloaded
         assert_kept(events)
     proxy.stop()
