@@ -1,5 +1,5 @@
 /* The command line of the subcommands that run from the proxy's config file
- * (`thermocline feeder|evictor|warmer|check --config FILE [--verbose]`): one
+ * (`thermocline proxy|feeder|evictor|warmer|check --config FILE [--verbose]`): one
  * parser, so that they take the same flags and say the same things. */
 #ifndef TC_CONFIG_ARGUMENTS_H
 #define TC_CONFIG_ARGUMENTS_H

@@ -368,6 +368,23 @@ struct uv_loop_s *server_loop(server_t *server)
     return &server->loop;
 }
 
+bool server_update_limits(server_t *server, const server_limits_t *limits, bson_error_t *error)
+{
+    if (server->workers != NULL) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "a server with worker threads cannot change its limits");
+    }
+    if (limits->tls_mode != TLS_MODE_DISABLED && limits->tls_context == NULL) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "tlsMode %s needs a TLS context", tls_mode_name(limits->tls_mode));
+    }
+    server->options.max_connections = limits->max_connections;
+    server->options.idle_timeout_ms = limits->idle_timeout_ms == 0 ? SERVER_NO_TIMEOUT : limits->idle_timeout_ms;
+    server->options.receive_timeout_ms = limits->receive_timeout_ms;
+    server->options.send_timeout_ms = limits->send_timeout_ms;
+    server->options.tls_mode = limits->tls_mode;
+    server->options.tls_context = limits->tls_context;
+    return true;
+}
+
 int server_port(server_t *server)
 {
     return server->bound_port;

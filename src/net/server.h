@@ -135,6 +135,24 @@ int server_port(server_t *server);
 /* Thread-safe snapshot for serverStatus. */
 server_connection_stats_t server_connection_stats(server_t *server);
 
+/* What may change while a loop-mode server runs (the proxy's live reload): the
+ * connection limit, the timeouts and the TLS mode and context. Loop thread only,
+ * and only without worker threads (they read the options unlocked). Connections
+ * open already keep their transport and the deadline they are running; every
+ * later accept, deadline and handshake uses the new values. A TLS session holds
+ * its own reference on its OpenSSL context, so the caller may free the previous
+ * tls_context once this returns. */
+typedef struct server_limits {
+    int max_connections;
+    uint32_t idle_timeout_ms;    /* 0: off here (SERVER_NO_TIMEOUT), unlike server_options_t */
+    uint32_t receive_timeout_ms;
+    uint32_t send_timeout_ms;
+    tls_mode_t tls_mode;
+    tls_context_t *tls_context;  /* required unless tls_mode is TLS_MODE_DISABLED */
+} server_limits_t;
+
+bool server_update_limits(server_t *server, const server_limits_t *limits, bson_error_t *error) TC_MUST_CHECK;
+
 /* Safe on NULL. */
 void server_destroy(server_t *server);
 

@@ -54,14 +54,46 @@ struct proxy_metrics {
 
 /* --- counting ------------------------------------------------------------------------ */
 
+/* state's slot in the current table (namespace_count: no tiered namespace); a
+ * state of a table a reload replaced (its request arrived before) is found by name. */
+static size_t namespace_slot(const proxy_t *proxy, const namespace_state_t *state)
+{
+    if (state == NULL) {
+        return proxy->namespace_count;
+    }
+    size_t index = state->config->index;
+    if (index < proxy->namespace_count && state == &proxy->namespaces[index]) {
+        return index;
+    }
+    const config_namespace_t *current = config_find_namespace(proxy->config, state->config->ns);
+    return current != NULL ? current->index : proxy->namespace_count;
+}
+
+void proxy_metrics_namespaces_changed(proxy_t *proxy, const proxy_generation_t *previous)
+{
+    if (proxy->metrics == NULL) {
+        return;
+    }
+    namespace_metrics_t *kept = proxy->metrics->namespaces;
+    namespace_metrics_t *slots = bson_malloc0((proxy->namespace_count + 1) * sizeof *slots);
+    for (size_t i = 0; i <= previous->namespace_count; i++) {
+        size_t slot = i < previous->namespace_count ? namespace_slot(proxy, &previous->namespaces[i])
+                                                    : proxy->namespace_count;
+        if (i == previous->namespace_count || slot < proxy->namespace_count) { /* a removed one's are dropped */
+            slots[slot] = kept[i];
+        }
+    }
+    proxy->metrics->namespaces = slots;
+    bson_free(kept);
+}
+
 void proxy_metrics_request_finished(proxy_request_t *request)
 {
     proxy_metrics_t *metrics = request->proxy->metrics;
     if (metrics == NULL || !request->has_decision) {
         return; /* not planned: closed on a bad message, or answered by access.c */
     }
-    size_t index = request->namespace_state != NULL ? request->namespace_state->config->index
-                                                    : request->proxy->namespace_count;
+    size_t index = namespace_slot(request->proxy, request->namespace_state);
     namespace_metrics_t *item = &metrics->namespaces[index];
     plan_route_t route = request->decision.route;
     item->requests[route][request->decision.reason]++;
@@ -102,7 +134,11 @@ void proxy_metrics_fast_write(proxy_t *proxy, const namespace_state_t *state, ui
     if (proxy->metrics == NULL) {
         return;
     }
-    namespace_metrics_t *item = &proxy->metrics->namespaces[state->config->index];
+    size_t index = namespace_slot(proxy, state);
+    if (index == proxy->namespace_count) {
+        return; /* a write acknowledged after its namespace was removed: the feeder no longer tracks it */
+    }
+    namespace_metrics_t *item = &proxy->metrics->namespaces[index];
     uint64_t documents = documents_written(reply);
     release_applied(item, state->progress.applied_time);
     if (documents == 0) {

@@ -63,6 +63,7 @@ static const struct {
     {"_isSelf", CLASS_PROXY}, /* as mongos: about this process, not a tier */
     {"thermoclineStatus", CLASS_PROXY},
     {"thermoclineRetryRefusals", CLASS_PROXY},
+    {"thermoclineReload", CLASS_PROXY},
     {"explain", CLASS_EXPLAIN},
     /* Both write any namespace around the fast tier; a 6.0 mongos knows neither. */
     {"applyOps", CLASS_REFUSED},

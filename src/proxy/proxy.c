@@ -9,9 +9,9 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "config/arguments.h"
 #include "wire/wire.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -31,7 +31,7 @@ namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns)
 {
     for (size_t i = 0; i < proxy->namespace_count; i++) {
         if (strcmp(proxy->namespaces[i].config->ns, ns) == 0) {
-            return &proxy->namespaces[i];
+            return proxy->namespaces[i].awaiting_workers ? NULL : &proxy->namespaces[i];
         }
     }
     return NULL;
@@ -121,6 +121,9 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
             BSON_APPEND_NULL(&item, "coverageHorizon"); /* +infinity: nothing is read from the fast tier */
         }
         BSON_APPEND_UTF8(&item, "coverage", state->config->coverage == CONFIG_COVERAGE_COMPLETE ? "complete" : "warm");
+        if (state->awaiting_workers) { /* added by a reload: untiered until the workers run on it */
+            BSON_APPEND_BOOL(&item, "awaitingWorkers", true);
+        }
         BSON_APPEND_DOCUMENT_BEGIN(&item, "routes", &routes);
         for (int route = 0; route <= PLAN_ROUTE_PROXY; route++) {
             BSON_APPEND_INT64(&routes, plan_route_name((plan_route_t)route), (int64_t)state->route_counts[route]);
@@ -138,7 +141,10 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
                               (uint32_t)state->last_write_time);
         BSON_APPEND_INT64(&item, "readsWaitedForFeeder", (int64_t)state->reads_waited);
         BSON_APPEND_INT64(&item, "readsFailedWaitingForFeeder", (int64_t)state->reads_wait_failed);
-        tier_progress_append_namespace(proxy->progress, state->config->index, &item);
+        size_t slot = proxy_progress_slot(proxy, state);
+        if (slot != SIZE_MAX) {
+            tier_progress_append_namespace(proxy->progress, slot, &item);
+        }
         bson_append_document_end(&namespaces, &item);
     }
     bson_append_document_end(reply, &namespaces);
@@ -151,17 +157,31 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
 
 /* --- the tier workers' progress ---------------------------------------------------- */
 
+size_t proxy_progress_slot(const proxy_t *proxy, const namespace_state_t *state)
+{
+    const config_t *slots = proxy->workers_config;
+    size_t index = state->config->index;
+    if (index < slots->namespace_count && &slots->namespaces[index] == state->config) {
+        return index;
+    }
+    const config_namespace_t *entry = config_find_namespace(slots, state->config->ns);
+    return entry != NULL ? entry->index : SIZE_MAX;
+}
+
 void proxy_refresh_progress(proxy_t *proxy)
 {
     for (size_t i = 0; i < proxy->namespace_count; i++) {
         namespace_state_t *state = &proxy->namespaces[i];
-        tier_progress_namespace(proxy->progress, state->config->index, &state->progress);
+        size_t slot = proxy_progress_slot(proxy, state);
+        if (slot != SIZE_MAX) { /* else added by a reload whose workers do not run yet */
+            tier_progress_namespace(proxy->progress, slot, &state->progress);
+        }
     }
     router_resume_waits(proxy);
 }
 
 /* Called on a worker thread: only wakes the loop. */
-static void on_worker_progress(void *context)
+void proxy_on_worker_progress(void *context)
 {
     proxy_t *proxy = context;
     uv_async_send(&proxy->progress_async);
@@ -192,9 +212,9 @@ static void on_poll_reply(void *context, const uint8_t *reply, size_t length, co
     bson_init_static(&documents, data, array_length);
     if (bson_iter_init(&ns_iter, &body) && bson_iter_find_descendant(&ns_iter, "cursor.ns", &iter) &&
         BSON_ITER_HOLDS_UTF8(&iter) && strcmp(bson_iter_utf8(&iter, NULL), TIER_DATABASE "." TIER_WARMER_COLLECTION) == 0) {
-        tier_progress_apply_warmer_documents(proxy->progress, proxy->config, &documents);
+        tier_progress_apply_warmer_documents(proxy->progress, proxy->workers_config, &documents);
     } else {
-        tier_progress_apply_feeder_documents(proxy->progress, proxy->config, &documents);
+        tier_progress_apply_feeder_documents(proxy->progress, proxy->workers_config, &documents);
     }
     proxy_refresh_progress(proxy);
 }
@@ -248,6 +268,7 @@ static void on_housekeeping(uv_timer_t *timer)
     proxy_t *proxy = timer->data;
     cursor_map_expire(proxy->cursors, clock_monotonic_ms());
     unique_indexes_refresh_due(proxy);
+    proxy_reload_sweep(proxy); /* a replaced config whose last unique-index read came back */
 }
 
 static void on_loop_stopping(void *application)
@@ -258,6 +279,7 @@ static void on_loop_stopping(void *application)
         proxy->housekeeping_started = false;
     }
     proxy_metrics_stop(proxy);
+    proxy_reload_stop(proxy);
     /* Workers first: their last report must not reach a closed async handle. */
     tier_workers_stop(proxy->workers);
     proxy->workers = NULL;
@@ -314,35 +336,42 @@ static void probe_tiers(proxy_t *proxy)
 
 /* --- run ---------------------------------------------------------------------------- */
 
+void proxy_start_polling(proxy_t *proxy)
+{
+    if (proxy->namespace_count > 0 && !proxy->poll_timer_started) { /* a worker whose lease another process holds runs there */
+        uv_timer_init(proxy->loop, &proxy->poll_timer);
+        proxy->poll_timer.data = proxy;
+        uv_timer_start(&proxy->poll_timer, on_poll_timer, 0, POLL_INTERVAL_MS);
+        proxy->poll_timer_started = true;
+    }
+}
+
 bool proxy_run(const char *config_path, bson_error_t *error)
 {
     proxy_t proxy = {0};
-    tls_context_t *tls_context = NULL;
     bool ok = false;
 
-    proxy.config = config_load_file(config_path, error);
-    if (proxy.config == NULL) {
+    config_t *config = config_load_file(config_path, error);
+    if (config == NULL) {
         return false;
     }
-    if (proxy.config->log_format == TC_LOG_FORMAT_JSON) {
+    if (config->log_format == TC_LOG_FORMAT_JSON) {
         tc_log_set_format(TC_LOG_FORMAT_JSON); /* --log-format json needs no logFormat, and wins over text */
     }
     /* Before the port opens: a namespace that cannot be tiered stops the start. */
-    if (!tier_preflight(proxy.config, error)) {
-        config_destroy(proxy.config);
+    if (!tier_preflight(config, error)) {
+        config_destroy(config);
         return false;
     }
+    proxy.config_path = config_path;
+    proxy.generation = proxy_generation_new(config, NULL);
+    proxy.config = config;
+    proxy.namespaces = proxy.generation->namespaces;
+    proxy.namespace_count = proxy.generation->namespace_count;
     bson_oid_init(&proxy.process_id, NULL);
     proxy.cursors = cursor_map_new();
-    proxy.namespace_count = proxy.config->namespace_count;
-    proxy.namespaces = bson_malloc0((proxy.namespace_count + 1) * sizeof(namespace_state_t));
-    for (size_t i = 0; i < proxy.namespace_count; i++) {
-        proxy.namespaces[i].config = &proxy.config->namespaces[i];
-        proxy.namespaces[i].policy.time_field = proxy.config->namespaces[i].time_field;
-        proxy.namespaces[i].progress.warm_remaining = -1;
-        bson_init(&proxy.namespaces[i].unique_indexes);
-    }
     proxy.progress = tier_progress_new(proxy.namespace_count);
+    proxy.workers_config = proxy.config;
     proxy.workers_here = (proxy.config->feeder_enabled ? TIER_RUN_FEEDER : 0) |
                          (proxy.config->evictor_enabled ? TIER_RUN_EVICTOR : 0) |
                          (proxy.config->warmer_enabled ? TIER_RUN_WARMER : 0);
@@ -353,8 +382,8 @@ bool proxy_run(const char *config_path, bson_error_t *error)
             .ca_file = proxy.config->tls_ca_file,
             .allow_connections_without_certificates = proxy.config->tls_allow_connections_without_certificates,
         };
-        tls_context = tls_context_new_server(&tls_options, error);
-        TC_CHECK(tls_context != NULL);
+        proxy.tls_context = tls_context_new_server(&tls_options, error);
+        TC_CHECK(proxy.tls_context != NULL);
     }
     server_options_t server_options = {
         .bind_address = proxy.config->listen.host,
@@ -366,7 +395,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         .receive_timeout_ms = (uint32_t)proxy.config->receive_timeout_ms,
         .send_timeout_ms = (uint32_t)proxy.config->send_timeout_ms,
         .tls_mode = proxy.config->tls_mode,
-        .tls_context = tls_context,
+        .tls_context = proxy.tls_context,
     };
     server_callbacks_t callbacks = {
         .application = &proxy,
@@ -388,6 +417,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     }
     proxy.users = user_cache_new(proxy.tiers[PROXY_TIER_ARCHIVE], PROXY_USER_CACHE_MS);
     TC_CHECK(proxy_metrics_start(&proxy, error));
+    TC_CHECK(proxy_reload_start(&proxy, error));
     uv_timer_init(proxy.loop, &proxy.housekeeping_timer);
     proxy.housekeeping_timer.data = &proxy;
     uv_timer_start(&proxy.housekeeping_timer, on_housekeeping, HOUSEKEEPING_INTERVAL_MS, HOUSEKEEPING_INTERVAL_MS);
@@ -403,13 +433,8 @@ bool proxy_run(const char *config_path, bson_error_t *error)
     uv_async_init(proxy.loop, &proxy.progress_async, on_progress_async);
     proxy.progress_async.data = &proxy;
     proxy.progress_async_started = true;
-    tier_progress_set_listener(proxy.progress, on_worker_progress, &proxy);
-    if (proxy.namespace_count > 0) { /* a worker whose lease another process holds runs there */
-        uv_timer_init(proxy.loop, &proxy.poll_timer);
-        proxy.poll_timer.data = &proxy;
-        uv_timer_start(&proxy.poll_timer, on_poll_timer, 0, POLL_INTERVAL_MS);
-        proxy.poll_timer_started = true;
-    }
+    tier_progress_set_listener(proxy.progress, proxy_on_worker_progress, &proxy);
+    proxy_start_polling(&proxy);
     if (proxy.namespace_count > 0) {
         /* Before the first client: the feeder, wherever it runs, starts no later. */
         bson_error_t start_error;
@@ -448,7 +473,7 @@ done:
     }
     server_destroy(proxy.server);
     user_cache_destroy(proxy.users);
-    tls_context_destroy(tls_context);
+    tls_context_destroy(proxy.tls_context);
     for (int tier = 0; tier < PROXY_TIER_COUNT; tier++) {
         backend_pool_destroy(proxy.tiers[tier]);
     }
@@ -456,19 +481,20 @@ done:
     cluster_time_cleanup(&proxy);
     tier_workers_stop(proxy.workers);
     tier_progress_destroy(proxy.progress);
-    unique_indexes_cleanup(&proxy);
     proxy_metrics_destroy(&proxy);
-    bson_free(proxy.namespaces);
-    config_destroy(proxy.config);
+    proxy_reload_cleanup(&proxy);
     return ok;
 }
 
-static void print_usage(FILE *stream)
+static void print_usage(FILE *stream, const char *name)
 {
+    (void)name;
     fprintf(stream, "usage: thermocline proxy --config FILE [--verbose]\n"
                     "\n"
                     "Serves MongoDB clients in front of an archive and a fast tier, routing each\n"
-                    "command to the tier that provably holds its complete answer.\n"
+                    "command to the tier that provably holds its complete answer. SIGHUP, or\n"
+                    "db.adminCommand({thermoclineReload: 1}), reads FILE again and applies it\n"
+                    "without dropping a client (README.md, Operating).\n"
                     "\n"
                     "  --config FILE   the YAML config (listen, archive, fast, namespaces...)\n"
                     "  --verbose       log every routing decision\n"
@@ -479,43 +505,16 @@ static void print_usage(FILE *stream)
 
 int proxy_main(int argc, char **argv)
 {
-    enum { OPT_CONFIG = 256, OPT_VERBOSE, OPT_HELP };
-    static const struct option long_options[] = {
-        {"config", required_argument, NULL, OPT_CONFIG},
-        {"verbose", no_argument, NULL, OPT_VERBOSE},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    const char *config_path = NULL;
+    config_arguments_t arguments;
     bson_error_t error;
-    int option;
-    opterr = 0;
-    optind = 1;
-    while ((option = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
-        switch (option) {
-        case OPT_CONFIG:
-            config_path = optarg;
-            break;
-        case OPT_VERBOSE:
-            tc_log_set_level(TC_LOG_DEBUG);
-            break;
-        case OPT_HELP:
-            print_usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "thermocline proxy: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
-            return 2;
-        }
+    int usage_status = config_arguments_parse(argc, argv, print_usage, &arguments);
+    if (usage_status >= 0) {
+        return usage_status;
     }
-    if (optind < argc) {
-        fprintf(stderr, "thermocline proxy: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
+    if (arguments.verbose) {
+        tc_log_set_level(TC_LOG_DEBUG);
     }
-    if (config_path == NULL) {
-        fprintf(stderr, "thermocline proxy: --config FILE is required (see --help)\n");
-        return 2;
-    }
-    if (!proxy_run(config_path, &error)) {
+    if (!proxy_run(arguments.config_path, &error)) {
         tc_log_failure("thermocline proxy", error.message);
         return 1;
     }

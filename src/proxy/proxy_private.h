@@ -28,6 +28,10 @@ const char *proxy_tier_name(proxy_tier_t tier);
 typedef struct namespace_state {
     const config_namespace_t *config; /* its names, its policy, its index in the workers' progress */
     plan_policy_t policy;
+    /* Added by a reload: untiered (proxy_find_namespace skips it) until the workers
+     * run on a config that has it, or a running feeder, which does not know it,
+     * would move its checkpoint past its fast-tier writes without replaying them. */
+    bool awaiting_workers;
     uint64_t route_counts[PLAN_ROUTE_PROXY + 1];
     uint64_t reason_counts[PLAN_REASON_MALFORMED + 1];
     uint64_t fault_ins;         /* documents copied from the archive before a write */
@@ -181,7 +185,59 @@ typedef struct recovery_probe {
 
 typedef struct proxy_metrics proxy_metrics_t;
 
+/* --- reload.c, reload_changes.c: live reload ------------------------------------------ */
+
+/* What a new config changes (reload_changes.c, pure). changed and refused are
+ * BSON arrays of sentences ("slowOpThresholdMs: 100 -> 5"); anything refused
+ * refuses the whole file. Free with reload_plan_cleanup(). */
+typedef struct reload_plan {
+    bson_t changed;
+    bson_t refused;
+    bool restart_workers;    /* namespaces or the workers' settings change */
+    bool removes_namespaces; /* the feeder must first apply their writes */
+    bool reload_tls;         /* the new config has TLS: its files are read again */
+} reload_plan_t;
+
+void reload_plan_compare(const config_t *old_config, const config_t *new_config, reload_plan_t *plan);
+void reload_plan_cleanup(reload_plan_t *plan);
+
+/* A config and the namespace table built from it. A request holds the one
+ * current when it arrived (its namespace_state points into it); a replaced one
+ * is freed once none holds it, no unique-index read of its namespaces is under
+ * way and the workers no longer run on its config. */
+typedef struct proxy_generation {
+    config_t *config; /* owned */
+    namespace_state_t *namespaces;
+    size_t namespace_count;
+    uint64_t requests;
+    struct proxy_generation *next_retired;
+} proxy_generation_t;
+
+/* A generation owning config, its namespaces' states carrying over (counters,
+ * read-your-writes times, unique indexes) those of previous (may be NULL; the
+ * namespaces it lacks are awaiting_workers). */
+proxy_generation_t *proxy_generation_new(config_t *config, const proxy_generation_t *previous);
+/* router.c: when a request arrives and when it is freed. */
+proxy_generation_t *proxy_generation_acquire(struct proxy *proxy);
+void proxy_generation_release(struct proxy *proxy, proxy_generation_t *generation);
+
+/* reply (valid during the call): what changed; or error (FILE:LINE for a bad
+ * file, every setting that cannot change live): the running config stays. */
+typedef void (*reload_fn)(void *context, const bson_t *reply, const bson_error_t *error);
+
+/* Re-reads proxy->config_path and applies it (see reload.c); done is called
+ * once, later, on the loop (NULL: SIGHUP, only logged). */
+void proxy_reload(struct proxy *proxy, reload_fn done, void *context);
+/* start: SIGHUP handled (after the loop exists); stop: the loop stops (a reload
+ * waiting is answered); sweep: frees the retired generations nothing uses
+ * (housekeeping); cleanup: frees every generation, after the loop ran. */
+bool proxy_reload_start(struct proxy *proxy, bson_error_t *error) TC_MUST_CHECK;
+void proxy_reload_stop(struct proxy *proxy);
+void proxy_reload_sweep(struct proxy *proxy);
+void proxy_reload_cleanup(struct proxy *proxy);
+
 typedef struct proxy {
+    /* The current generation's config and namespace table (reload.c swaps them). */
     config_t *config;
     server_t *server;
     uv_loop_t *loop;
@@ -229,6 +285,15 @@ typedef struct proxy {
     bson_t *cluster_times[PROXY_TIER_COUNT];
     uint64_t cluster_time_values[PROXY_TIER_COUNT];
     proxy_metrics_t *metrics; /* metrics.c; NULL without metricsListen */
+    /* Live reload (reload.c). */
+    const char *config_path;
+    proxy_generation_t *generation;
+    proxy_generation_t *retired;
+    /* The config the workers read and whose namespace indexes are progress's
+     * slots: the previous generation's until a reload has restarted them. */
+    const config_t *workers_config;
+    tls_context_t *tls_context;     /* the front door's, NULL without TLS */
+    struct proxy_reload *reload;
 } proxy_t;
 
 /* --- unique_indexes.c: each namespace's unique indexes, read from the archive ---- */
@@ -241,7 +306,6 @@ void unique_indexes_refresh_due(proxy_t *proxy);
 void unique_indexes_forget(proxy_t *proxy, namespace_state_t *state);
 /* Fails the writes waiting for a read (shutdown). */
 void unique_indexes_cancel_waits(proxy_t *proxy);
-void unique_indexes_cleanup(proxy_t *proxy);
 
 /* The namespace's state, or NULL when it has no policy. */
 namespace_state_t *proxy_find_namespace(proxy_t *proxy, const char *ns);
@@ -252,6 +316,15 @@ plan_coverage_t proxy_coverage(const proxy_t *proxy, const namespace_state_t *st
 /* Copies the tier workers' progress into every namespace_state_t and lets the
  * waiting reads that may now run go (router_resume_waits). */
 void proxy_refresh_progress(proxy_t *proxy);
+
+/* The workers' progress listener (any thread: wakes the loop), and the poll of
+ * the progress of workers of another process (started once namespaces exist). */
+void proxy_on_worker_progress(void *context);
+void proxy_start_polling(proxy_t *proxy);
+
+/* state's slot in proxy->progress (by name while the workers still run on a
+ * replaced config), or SIZE_MAX when they do not know its namespace yet. */
+size_t proxy_progress_slot(const proxy_t *proxy, const namespace_state_t *state);
 
 /* Appends thermoclineStatus's fields to reply. */
 void proxy_append_status(proxy_t *proxy, bson_t *reply);
@@ -264,6 +337,9 @@ bool proxy_metrics_start(proxy_t *proxy, bson_error_t *error) TC_MUST_CHECK;
 void proxy_metrics_stop(proxy_t *proxy);
 void proxy_metrics_destroy(proxy_t *proxy);
 void proxy_metrics_reply(proxy_t *proxy, const uint8_t *reply, size_t length);
+/* After a reload swapped the namespace table (previous: the replaced one): each
+ * namespace keeps its counters, a removed one's are dropped. */
+void proxy_metrics_namespaces_changed(proxy_t *proxy, const proxy_generation_t *previous);
 /* A write to state's namespace the fast tier acknowledged at time (reply: its body):
  * pending for the feeder until its applied time reaches it (feeder lag in events). */
 void proxy_metrics_fast_write(proxy_t *proxy, const namespace_state_t *state, uint64_t time, const bson_t *reply);

@@ -62,11 +62,12 @@ static const struct {
                                       PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_AUTHENTICATING] = {"authenticating", PHASE_BIT(PHASE_FINISHED)},
     [PHASE_ANSWERING_HELLO] = {"answering hello", PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_RELOADING] = {"reloading the config", PHASE_BIT(PHASE_FINISHED)},
     [PHASE_ADMITTING] = {"admitting", PHASE_BIT(PHASE_LOADING_INDEXES) | PHASE_BIT(PHASE_CHOOSING_MEMBERS) |
                                           PHASE_BIT(PHASE_FINISHED)},
     [PHASE_LOADING_INDEXES] = {"loading unique indexes", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_CHOOSING_MEMBERS] = {"choosing members",
-                                PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
+                                PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_RELOADING) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
                                     PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
                                     PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
                                     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_EXPLAINING_FAST) |
@@ -175,6 +176,7 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
 {
     switch (request->phase) {
     case PHASE_AUTHENTICATING:
+    case PHASE_RELOADING:
         if (outcome->error != NULL) {
             router_finish_with_error(request, outcome->error);
             return;
@@ -319,6 +321,7 @@ void router_request_free(proxy_request_t *request)
     bson_free(request->call.failed_reply);
     bson_destroy(&request->command);
     bson_free(request->message);
+    proxy_generation_release(request->proxy, request->generation); /* last: the above may read it */
     bson_free(request);
 }
 
@@ -1055,6 +1058,7 @@ void router_handle(void *application, server_pending_t *pending, const server_re
     bson_error_t error;
     wire_header_t header;
     request->proxy = proxy;
+    request->generation = proxy_generation_acquire(proxy);
     request->pending = pending;
     request->arrived_ms = request->phase_entered_ms = uv_now(proxy->loop);
     request->arrived_ns = uv_hrtime();

@@ -1,6 +1,6 @@
 /* What the proxy answers itself, without a tier: hello (and the legacy isMaster,
  * as a mongos: msg "isdbgrid", the tiers' lowest maxWireVersion and session
- * timeout), ping, _isSelf and thermoclineStatus. */
+ * timeout), ping, _isSelf, thermoclineStatus and thermoclineReload (reload.c). */
 #include "proxy/router_private.h"
 
 #include "wire/wire.h"
@@ -137,9 +137,20 @@ static void retry_refusals(proxy_t *proxy, bson_t *body)
     BSON_APPEND_DOUBLE(body, "ok", 1.0);
 }
 
+/* thermoclineReload's outcome (reload.c): what changed, or why nothing did. */
+static void on_reloaded(void *context, const bson_t *reply, const bson_error_t *error)
+{
+    router_advance(context, &(router_outcome_t){.document = reply, .error = error});
+}
+
 void router_answer_locally(proxy_request_t *request)
 {
     const char *name = request->command_name;
+    if (strcmp(name, "thermoclineReload") == 0) {
+        router_enter(request, PHASE_RELOADING);
+        proxy_reload(request->proxy, on_reloaded, request);
+        return;
+    }
     if (is_hello(name)) {
         if (access_hello_wanted(&request->command)) {
             router_enter(request, PHASE_ANSWERING_HELLO);

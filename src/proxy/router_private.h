@@ -16,6 +16,7 @@ typedef enum request_phase {
     PHASE_DECODED,              /* arrived, its command decoded */
     PHASE_AUTHENTICATING,       /* access.c runs a SASL step, logout or connectionStatus */
     PHASE_ANSWERING_HELLO,      /* access.c adds hello's authentication fields */
+    PHASE_RELOADING,            /* thermoclineReload: until reload.c has applied the config or refused it */
     PHASE_ADMITTING,            /* access.c checks the user's privileges */
     PHASE_LOADING_INDEXES,      /* a write: until the namespace's unique indexes are read from the archive */
     PHASE_CHOOSING_MEMBERS,     /* planned; member_route.c picks each tier's member for $readPreference */
@@ -105,12 +106,15 @@ typedef struct proxy_request {
     const char *command_name;
     plan_decision_t decision;
     bool has_decision;
-    namespace_state_t *namespace_state;
+    namespace_state_t *namespace_state; /* points into generation */
+    proxy_generation_t *generation; /* current when it arrived: held until it is freed */
     char ns[PLAN_NAMESPACE_SIZE];
     proxy_tier_t tier;
     uint64_t members[PROXY_TIER_COUNT]; /* the member of each tier its reads go to (0: the primary) */
     int64_t getmore_proxy_id; /* getMore: the client's cursor id */
     bool pinned; /* the documents it faults in are pinned against the evictor */
+    tier_progress_t *pin_progress; /* ... in this progress (a reload may replace the proxy's), */
+    size_t pin_slot;               /* ... under its namespace's slot there */
     bool change_stream; /* opens or continues a change stream on a tiered namespace (on the fast tier) */
     bool stream_update_lookup; /* ... with fullDocument: "updateLookup" */
     bson_t *stream_stages; /* ... the stages after $changeStream the proxy applies (owned; NULL: none) */

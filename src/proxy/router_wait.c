@@ -51,7 +51,9 @@ static feed_state_t namespace_feed_state(const namespace_state_t *state, bool de
  * namespaces of the database a dropDatabase drops or a listCollections lists. */
 static bool request_waits_for(const proxy_request_t *request, const namespace_state_t *state)
 {
+    /* By name too: a request that arrived before a reload holds the previous table's state. */
     return state == request->namespace_state || request->waits_for_every_namespace ||
+           (request->namespace_state != NULL && strcmp(state->config->ns, request->namespace_state->config->ns) == 0) ||
            (request->has_decision && request->decision.reads_other_namespaces) ||
            (request->wait_database != NULL && strcmp(state->config->database, request->wait_database) == 0);
 }
@@ -171,16 +173,18 @@ static void arm_wait_timer(proxy_t *proxy)
 
 /* --- pins: the documents a write faults in stay until it has run ---------------------- */
 
+/* The request unpins in the progress it pinned in: a reload may replace the
+ * proxy's meanwhile (and keeps the replaced one until its last pin is gone). */
+
 static void pin_list(proxy_request_t *request, const bson_t *ids, bool pin, bool *out_failed, uint32_t *out_done,
                      uint32_t limit)
 {
     bson_iter_t iter;
     bson_iter_init(&iter, ids);
     while (bson_iter_next(&iter) && *out_done < limit) {
-        size_t index = request->namespace_state->config->index;
         if (!pin) {
-            tier_progress_unpin(request->proxy->progress, index, bson_iter_value(&iter));
-        } else if (!tier_progress_pin(request->proxy->progress, index, bson_iter_value(&iter))) {
+            tier_progress_unpin(request->pin_progress, request->pin_slot, bson_iter_value(&iter));
+        } else if (!tier_progress_pin(request->pin_progress, request->pin_slot, bson_iter_value(&iter))) {
             *out_failed = true;
             return;
         }
@@ -201,8 +205,8 @@ static bool change_pins(proxy_request_t *request, bool pin, uint32_t limit, uint
     }
     if (!failed && decision->fault_in_filter_count > 0 && *out_done < limit) {
         if (!pin) {
-            tier_progress_unpin(request->proxy->progress, request->namespace_state->config->index, NULL);
-        } else if (!tier_progress_pin(request->proxy->progress, request->namespace_state->config->index, NULL)) {
+            tier_progress_unpin(request->pin_progress, request->pin_slot, NULL);
+        } else if (!tier_progress_pin(request->pin_progress, request->pin_slot, NULL)) {
             failed = true;
         }
         *out_done += failed ? 0 : 1;
@@ -215,6 +219,11 @@ bool router_pin_fault_in(proxy_request_t *request)
     uint32_t done, undone;
     if (request->namespace_state == NULL) {
         return true;
+    }
+    request->pin_progress = request->proxy->progress;
+    request->pin_slot = proxy_progress_slot(request->proxy, request->namespace_state);
+    if (request->pin_slot == SIZE_MAX) {
+        return true; /* the workers do not run on its namespace yet (a reload): no evictor to hold back */
     }
     if (!change_pins(request, true, UINT32_MAX, &done)) {
         change_pins(request, false, done, &undone);

@@ -158,10 +158,3 @@ void unique_indexes_cancel_waits(proxy_t *proxy)
         release_waiters(&proxy->namespaces[i], &error);
     }
 }
-
-void unique_indexes_cleanup(proxy_t *proxy)
-{
-    for (size_t i = 0; i < proxy->namespace_count; i++) {
-        bson_destroy(&proxy->namespaces[i].unique_indexes);
-    }
-}

@@ -510,6 +510,8 @@ static const command_rule_t rules[] = {
     {"thermoclineStatus", RULE_CLUSTER, ACT(SERVER_STATUS), NULL},
     /* Replays writes into the archive: an operator's action on the cluster, as fsync is. */
     {"thermoclineRetryRefusals", RULE_CLUSTER, ACT(FSYNC), NULL},
+    /* Re-reads the proxy's config: changes its settings, as setParameter does a server's. */
+    {"thermoclineReload", RULE_CLUSTER, ACT(SET_PARAMETER), NULL},
     /* Users. */
     {"createUser", RULE_CUSTOM, 0, rule_create_user},
     {"updateUser", RULE_CUSTOM, 0, rule_update_user},

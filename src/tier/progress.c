@@ -241,6 +241,14 @@ void tier_progress_unpin(tier_progress_t *progress, size_t index, const bson_val
     pthread_mutex_unlock(&progress->mutex);
 }
 
+size_t tier_progress_pin_count(tier_progress_t *progress)
+{
+    pthread_mutex_lock(&progress->mutex);
+    size_t count = progress->pin_count;
+    pthread_mutex_unlock(&progress->mutex);
+    return count;
+}
+
 bool tier_progress_begin_eviction(tier_progress_t *progress, size_t index, const bson_value_t *id)
 {
     pthread_mutex_lock(&progress->mutex);

@@ -137,6 +137,8 @@ void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms);
  * try again after the next notification. Each pin needs one unpin. */
 bool tier_progress_pin(tier_progress_t *progress, size_t index, const bson_value_t *id);
 void tier_progress_unpin(tier_progress_t *progress, size_t index, const bson_value_t *id);
+/* Pins held now (the proxy frees a progress a reload replaced once none is left). */
+size_t tier_progress_pin_count(tier_progress_t *progress);
 
 /* False while the document or its namespace is pinned. */
 bool tier_progress_begin_eviction(tier_progress_t *progress, size_t index, const bson_value_t *id);

@@ -288,3 +288,14 @@ def test_mongosh_through_the_proxy(deployment, tmp_path):
                                 "--eval", "db.orders.findOne()"], tmp_path)
     assert code != 0
     assert "Authentication failed" in output
+
+
+def test_the_reload_command_needs_set_parameter(deployment):
+    """thermoclineReload changes the proxy's settings: setParameter's privilege on the
+    cluster, which readWrite lacks and root has."""
+    with connect(deployment.proxy, "app", APP_PASSWORD, "shop") as app:
+        with pytest.raises(OperationFailure) as refused:
+            app.admin.command("thermoclineReload")
+        assert refused.value.code == 13
+    with connect(deployment.proxy, "proxy", PROXY_PASSWORD) as root:
+        assert root.admin.command("thermoclineReload")["changed"] == []
