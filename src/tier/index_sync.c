@@ -79,12 +79,23 @@ static const char *spec_name(const bson_t *spec)
  * TTL (see above). */
 static void fast_spec_of(const bson_t *spec, bson_t *out)
 {
-    bson_iter_t iter;
+    bson_iter_t iter, option;
     bson_init(out);
     bson_iter_init(&iter, spec);
     while (bson_iter_next(&iter)) {
         const char *field = bson_iter_key(&iter);
-        if (strcmp(field, "v") != 0 && strcmp(field, "ns") != 0 && strcmp(field, "expireAfterSeconds") != 0) {
+        if (strcmp(field, "collation") == 0 && BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_iter_recurse(&iter, &option)) {
+            /* The collation's ICU version is the server's own (mongod's 57.1, the
+             * store's 72.1): the fast tier states its own, as with v. */
+            bson_t collation;
+            bson_append_document_begin(out, field, -1, &collation);
+            while (bson_iter_next(&option)) {
+                if (strcmp(bson_iter_key(&option), "version") != 0) {
+                    bson_append_iter(&collation, NULL, 0, &option);
+                }
+            }
+            bson_append_document_end(out, &collation);
+        } else if (strcmp(field, "v") != 0 && strcmp(field, "ns") != 0 && strcmp(field, "expireAfterSeconds") != 0) {
             bson_append_iter(out, field, -1, &iter);
         }
     }

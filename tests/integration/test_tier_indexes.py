@@ -314,3 +314,42 @@ def test_validator_copied_to_the_fast_tier(replicated_tiers, tmp_path):
         assert refused.value.code == 121
     # Logged when copied at start and when it changed.
     assert proxy.log_text().count("the fast tier validates documents as the archive does now") >= 2
+
+class CollatedArchive(DefinitionArchive):
+    """A mongod-like archive (a script: the store states its own ICU version)
+    whose collated unique index carries mongod's collation version, 57.1."""
+
+    def _success(self, name, command):
+        if name == "listIndexes":
+            return {"cursor": {"firstBatch": [
+                {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+                {"v": 2, "key": {"createdAt": 1}, "name": "createdAt_1"},
+                {"v": 2, "key": {"email": 1}, "name": "email_ci", "unique": True,
+                 "collation": {"locale": "en", "caseLevel": False, "caseFirst": "off", "strength": 2,
+                               "numericOrdering": False, "alternate": "non-ignorable", "maxVariable": "punct",
+                               "normalization": False, "backwards": False, "version": "57.1"}}],
+                "id": 0, "ns": "shop.orders"}, "ok": 1.0}
+        return super()._success(name, command)
+
+
+def test_a_collated_index_reaches_the_fast_tier_with_the_fast_tiers_own_icu_version(replicated_tiers, tmp_path):
+    """mongod states its vendored ICU's version (57.1), the store its own (72.1 on
+    Debian 12), and each refuses the other's: the sync copies the collation
+    without its version, as it leaves out v, and the copy still refuses a case
+    variant of a key."""
+    _, fast = replicated_tiers
+    archive = CollatedArchive({"name": "orders", "type": "collection", "options": {}})
+    try:
+        proxy = start(tmp_path, archive, fast, namespace_keys={"indexSyncPeriod": "500ms"})
+        assert wait_until(lambda: "email_ci" in indexes_of(fast), 20, 0.2), (indexes_of(fast), proxy.log_tail())
+        held = indexes_of(fast)["email_ci"]
+        assert held["collation"]["locale"] == "en" and held["collation"]["strength"] == 2, held
+        assert held["collation"]["version"] != "57.1", held
+        with client_for(fast) as client:
+            client.shop.orders.insert_one({"_id": "ann-1", "email": "Ann@example.com"})
+            with pytest.raises(Exception) as raised:
+                client.shop.orders.insert_one({"_id": "ann-2", "email": "ann@EXAMPLE.com"})
+            assert "E11000" in str(raised.value)
+        proxy.stop()
+    finally:
+        archive.close()
