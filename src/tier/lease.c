@@ -145,19 +145,20 @@ static bool read_lease(mongoc_client_t *fast, tier_worker_t worker, tier_lease_v
     return ok;
 }
 
-/* An update of worker's lease that applies only if it still is as `where` says;
- * *out_matched tells whether it did. */
-static bool update_lease(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t worker, const bson_t *where,
-                         const bson_t *change, bool *out_matched, bson_error_t *error)
+/* One update of a document of collection (leases, proxies) in the thermocline
+ * database: applied only if it still is as `where` says (upsert: or inserted);
+ * *out_matched tells whether one document was. */
+static bool update_state(mongoc_client_t *fast, const char *collection, const bson_t *where, const bson_t *change,
+                         bool upsert, bool *out_matched, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, updates, statement, reply;
     bson_iter_t iter;
-    (void)leases;
-    BSON_APPEND_UTF8(&command, "update", TIER_LEASES_COLLECTION);
+    BSON_APPEND_UTF8(&command, "update", collection);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
     BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
     BSON_APPEND_DOCUMENT(&statement, "q", where);
     BSON_APPEND_DOCUMENT(&statement, "u", change);
+    BSON_APPEND_BOOL(&statement, "upsert", upsert);
     bson_append_document_end(&updates, &statement);
     bson_append_array_end(&command, &updates);
     append_majority(&command);
@@ -165,7 +166,6 @@ static bool update_lease(tier_leases_t *leases, mongoc_client_t *fast, tier_work
     *out_matched = ok && bson_iter_init_find(&iter, &reply, "n") && bson_iter_as_int64(&iter) == 1;
     bson_destroy(&reply);
     bson_destroy(&command);
-    (void)worker;
     return ok;
 }
 
@@ -182,7 +182,7 @@ static void held_filter(const tier_leases_t *leases, tier_worker_t worker, int64
 static bool take_lease(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t worker,
                        tier_lease_decision_t decision, const tier_lease_view_t *seen, bson_error_t *error)
 {
-    bson_t document = BSON_INITIALIZER, where = BSON_INITIALIZER, change = BSON_INITIALIZER;
+    bson_t document = BSON_INITIALIZER;
     int64_t term = decision == TIER_LEASE_CREATE ? 1 : seen->term + 1;
     bool taken = false, ok;
     BSON_APPEND_UTF8(&document, "holder", leases->me);
@@ -191,12 +191,6 @@ static bool take_lease(tier_leases_t *leases, mongoc_client_t *fast, tier_worker
     BSON_APPEND_INT64(&document, "renewals", 0);
     BSON_APPEND_DATE_TIME(&document, "renewedAt", clock_wall_ms());
     BSON_APPEND_INT64(&document, "timeoutMillis", leases->timeout_ms);
-    /* Conditional on the document as read: of two standbys, one matches. */
-    BSON_APPEND_UTF8(&where, "_id", tier_worker_name(worker));
-    BSON_APPEND_UTF8(&where, "holder", seen->holder);
-    BSON_APPEND_INT64(&where, "term", seen->term);
-    BSON_APPEND_INT64(&where, "renewals", seen->renewals);
-    BSON_APPEND_DOCUMENT(&change, "$set", &document);
     if (decision == TIER_LEASE_CREATE) {
         /* An insert: of two creators, the _id index lets one in. */
         bson_t command = BSON_INITIALIZER, documents, reply;
@@ -212,11 +206,18 @@ static bool take_lease(tier_leases_t *leases, mongoc_client_t *fast, tier_worker
         bson_destroy(&reply);
         bson_destroy(&command);
     } else {
-        ok = update_lease(leases, fast, worker, &where, &change, &taken, error);
+        /* Conditional on the document as read: of two standbys, one matches. */
+        bson_t where = BSON_INITIALIZER, change = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&where, "_id", tier_worker_name(worker));
+        BSON_APPEND_UTF8(&where, "holder", seen->holder);
+        BSON_APPEND_INT64(&where, "term", seen->term);
+        BSON_APPEND_INT64(&where, "renewals", seen->renewals);
+        BSON_APPEND_DOCUMENT(&change, "$set", &document);
+        ok = update_state(fast, TIER_LEASES_COLLECTION, &where, &change, false, &taken, error);
+        bson_destroy(&where);
+        bson_destroy(&change);
     }
     bson_destroy(&document);
-    bson_destroy(&where);
-    bson_destroy(&change);
     if (taken) {
         lease_slot_t *slot = &leases->slots[worker];
         pthread_mutex_lock(&leases->mutex);
@@ -262,7 +263,7 @@ static void renew(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t wo
     BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
     BSON_APPEND_DATE_TIME(&set, "renewedAt", clock_wall_ms());
     bson_append_document_end(&change, &set);
-    bool ok = update_lease(leases, fast, worker, &where, &change, &matched, &error);
+    bool ok = update_state(fast, TIER_LEASES_COLLECTION, &where, &change, false, &matched, &error);
     bson_destroy(&where);
     bson_destroy(&change);
     if (ok && matched) {
@@ -341,15 +342,10 @@ static void count_peers(tier_leases_t *leases, const bson_t *documents, int64_t 
 
 static void beat(tier_leases_t *leases, mongoc_client_t *fast, int64_t now)
 {
-    bson_t command = BSON_INITIALIZER, updates, statement, query, change, set, increment, reply, filter, documents;
+    bson_t where = BSON_INITIALIZER, change = BSON_INITIALIZER, set, increment, filter = BSON_INITIALIZER, documents;
     bson_error_t error;
-    BSON_APPEND_UTF8(&command, "update", TIER_PROXIES_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
-    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-    BSON_APPEND_UTF8(&query, "_id", leases->me);
-    bson_append_document_end(&statement, &query);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &change);
+    bool matched;
+    BSON_APPEND_UTF8(&where, "_id", leases->me);
     BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
     BSON_APPEND_UTF8(&set, "claim", leases->claim);
     BSON_APPEND_DATE_TIME(&set, "beatAt", clock_wall_ms());
@@ -357,20 +353,15 @@ static void beat(tier_leases_t *leases, mongoc_client_t *fast, int64_t now)
     BSON_APPEND_DOCUMENT_BEGIN(&change, "$inc", &increment);
     BSON_APPEND_INT64(&increment, "beats", 1);
     bson_append_document_end(&change, &increment);
-    bson_append_document_end(&statement, &change);
-    BSON_APPEND_BOOL(&statement, "upsert", true);
-    bson_append_document_end(&updates, &statement);
-    bson_append_array_end(&command, &updates);
-    if (tier_command(fast, TIER_DATABASE, &command, &reply, &error)) {
-        bson_init(&filter);
+    if (update_state(fast, TIER_PROXIES_COLLECTION, &where, &change, true, &matched, &error)) {
         if (tier_read_state(fast, TIER_PROXIES_COLLECTION, &filter, &documents, &error)) {
             count_peers(leases, &documents, now);
         }
         bson_destroy(&documents);
-        bson_destroy(&filter);
     }
-    bson_destroy(&reply);
-    bson_destroy(&command);
+    bson_destroy(&filter);
+    bson_destroy(&change);
+    bson_destroy(&where);
 }
 
 static void leave(tier_leases_t *leases, mongoc_client_t *fast)
@@ -410,7 +401,7 @@ static void release_all(tier_leases_t *leases, mongoc_client_t *fast)
         BSON_APPEND_DOCUMENT_BEGIN(&change, "$inc", &increment);
         BSON_APPEND_INT64(&increment, "renewals", 1);
         bson_append_document_end(&change, &increment);
-        if (!update_lease(leases, fast, (tier_worker_t)worker, &where, &change, &matched, &error)) {
+        if (!update_state(fast, TIER_LEASES_COLLECTION, &where, &change, false, &matched, &error)) {
             TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot release the %s's lease: %s; another process takes "
                    "it over after leaseTimeout", tier_worker_name((tier_worker_t)worker), error.message);
         }
