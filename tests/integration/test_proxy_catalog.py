@@ -7,7 +7,6 @@ $merge into one; endSessions reaches the fast tier, where transactions run. Each
 store is checked directly. Most tests share one deployment of two replica-set
 stores with the tier workers, emptied before each test; the last ones script the
 tiers (fake_tier.py) to fail chosen commands."""
-import datetime
 import shutil
 
 import pymongo
@@ -18,20 +17,12 @@ from conftest import ProxyProcess, StoreProcess, proxy_config
 from fake_tier import FakeTier
 from tier_support import NS, client_for, start_proxy, status, tier_config, wait_feeder
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
+from tier_support import utc_now, ago
 
 EVENTS = "shop.events"
 ITEMS = "logs.items"
 ILLEGAL_OPERATION = 20
 QUIET = "feederEnabled: false\nevictorEnabled: false\nwarmerEnabled: false\n"
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def ago(seconds):
-    return utc_now() - datetime.timedelta(seconds=seconds)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ namespace opens on the fast tier, and the proxy leaves out the workers' writes
 so a client sees every application write exactly once, in order, and nothing
 else (I9). The oracle is one plain store given the same documents and the same
 operations: its stream is what MongoDB alone would report."""
-import datetime
 import json
 import subprocess
 import time
@@ -20,15 +19,7 @@ from test_store_libmongoc_watch import WatchClient, watch_client_binary  # noqa:
 from test_store_node import node_or_skip
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, namespace_status, start_proxy, track, wait_warm
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def ago(seconds):
-    return utc_now() - datetime.timedelta(seconds=seconds)
+from tier_support import utc_now, ago
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from test_store_collation import *  # noqa: F401,F403 - the same tests, through 
 from test_store_collation import CASE_INSENSITIVE
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, raw_documents, start_proxy, track, wait_feeder
+from tier_support import utc_now
 
 
 @pytest.fixture
@@ -21,11 +22,6 @@ def store(tmp_path):
 
 
 # --- a tiered namespace: a collated unique key held only by the archive (issue 13) ---
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
 
 def outcome(action):
     """A write's result, or its error as MongoDB reports it (without cluster times)."""

@@ -13,17 +13,13 @@ from conftest import proxy_over_two_stores
 from test_store_expr import *  # noqa: F401,F403 - the same tests, through the proxy
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, start_proxy, wait_feeder, wait_warm
+from tier_support import utc_now
 
 
 @pytest.fixture
 def store(tmp_path):
     """Overrides conftest's store: the proxy in front of two tiers."""
     yield from proxy_over_two_stores(tmp_path)
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 def test_expr_on_a_tiered_namespace_routes_and_writes_as_any_filter(replicated_tiers, tmp_path):

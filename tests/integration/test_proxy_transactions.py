@@ -12,11 +12,7 @@ from pymongo.errors import OperationFailure
 
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, start_proxy, wait_feeder
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+from tier_support import utc_now
 
 
 def recent():

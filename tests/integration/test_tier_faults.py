@@ -20,15 +20,7 @@ from conftest import ProxyProcess, StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import (NS, WorkerProcess, client_for, documents_by_id, namespace_status, raw_documents,
                           start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def ago(seconds):
-    return utc_now() - datetime.timedelta(seconds=seconds)
+from tier_support import utc_now, ago
 
 
 class Writer(threading.Thread):

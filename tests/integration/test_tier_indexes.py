@@ -17,15 +17,7 @@ from fake_tier import FakeTier
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import (client_for, documents_by_id, namespace_status, tier_config, track, wait_feeder,
                           wait_warm)
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def ago(seconds):
-    return utc_now() - datetime.timedelta(seconds=seconds)
+from tier_support import utc_now, ago
 
 
 ORDERS_INDEXES = [

@@ -5,7 +5,6 @@ a paused holder that resumes stops its workers; a clean stop hands the leases on
 at once. A write acknowledged through one proxy is seen by a read any other sends
 to the archive, and a document deleted through one is never faulted back in by
 another. Real processes: two replica-set stores and two or three proxies."""
-import datetime
 import os
 import signal
 import time
@@ -13,14 +12,10 @@ import time
 from conftest import wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, start_proxy, status, wait_feeder
+from tier_support import utc_now
 
 WORKERS = ("feeder", "evictor", "warmer")
 LEASE_TIMEOUT_SECONDS = 2
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 def held_here(proxy):

@@ -3,7 +3,6 @@ date in the time field, and unique secondary keys across tiers, with the feeder,
 evictor and warmer running and maxAge of seconds. Every answer through the proxy
 is compared with what one MongoDB holding everything gives (an oracle store that
 receives the same operations)."""
-import datetime
 import time
 
 import pymongo
@@ -12,15 +11,7 @@ import pytest
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, namespace_status, raw_documents, start_proxy, track, wait_feeder
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def ago(seconds):
-    return utc_now() - datetime.timedelta(seconds=seconds)
+from tier_support import utc_now, ago
 
 
 def ids_in(process):

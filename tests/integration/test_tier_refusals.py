@@ -9,22 +9,13 @@ thermoclineStatus), never evicts the held document, and after the operator fixes
 the cause, thermoclineRetryRefusals brings the archive to what one MongoDB would
 hold (an oracle store that got the same operations). A kill -9 of the proxy while
 a refusal stands loses nothing."""
-import datetime
 
 import pymongo
 
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, documents_by_id, namespace_status, start_proxy, track
-
-
-def utc_now():
-    now = datetime.datetime.utcnow()
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def ago(seconds):
-    return utc_now() - datetime.timedelta(seconds=seconds)
+from tier_support import utc_now, ago
 
 
 def refusals(proxy):

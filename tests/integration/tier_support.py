@@ -2,6 +2,7 @@
 short periods so documents cross tiers within seconds, thermoclineStatus
 accessors, and waits for the feeder and the warmer."""
 
+import datetime
 import time
 
 import bson
@@ -11,6 +12,16 @@ from pymongo import MongoClient
 from conftest import ProxyProcess, wait_until
 
 NS = "shop.orders"
+
+
+def utc_now():
+    """Now, to the millisecond, as a BSON date keeps it."""
+    now = datetime.datetime.utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def ago(seconds):
+    return utc_now() - datetime.timedelta(seconds=seconds)
 
 
 def tier_config(archive, fast, ns=NS, max_age="4s", slack="500ms", evictor_period="200ms",
