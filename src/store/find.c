@@ -80,6 +80,7 @@ struct find_plan {
     scan_bounds_t *intervals;
     size_t interval_count;
     size_t interval_index;
+    size_t bounded_fields; /* of the index's key pattern, from the first: scoring */
     bson_t index_bounds_explain; /* {field: ["[5, 5]"]} */
     bool descending_scan;
     bool covered;
@@ -153,7 +154,7 @@ static void copy_or_init(bson_t *destination, const bson_t *source)
 static bool build_intervals(find_plan_t *plan, const bson_t *filter, const bson_t *key_pattern, bool multikey)
 {
     return find_bounds_build(filter, key_pattern, multikey, plan->collation, &plan->intervals, &plan->interval_count,
-                             &plan->index_bounds_explain);
+                             &plan->bounded_fields, &plan->index_bounds_explain);
 }
 
 static void clear_intervals(find_plan_t *plan)
@@ -264,11 +265,13 @@ static int score_index(find_plan_t *plan, const bson_t *filter, index_descriptor
     if (!build_intervals(plan, filter, &index->key_pattern, multikey)) {
         return 0;
     }
-    int score = 10;
-    /* Point intervals beat ranges; a provided sort order is worth a lot. */
+    /* Each field the scan is bounded by counts most ({state: "done", to: {$lte: t}}
+     * takes {state: 1, to: 1} over {state: 1, since: 1}); then point intervals beat
+     * ranges; a provided sort order is worth a lot. */
+    int score = 10 + 20 * (int)plan->bounded_fields;
     if (plan->interval_count > 0 && plan->intervals[0].lower.length == plan->intervals[0].upper.length &&
         memcmp(plan->intervals[0].lower.data, plan->intervals[0].upper.data, plan->intervals[0].lower.length) == 0) {
-        score += 20;
+        score += 10;
     }
     score += (int)bson_count_keys(&index->key_pattern);
     if (plan->interval_count == 1 && index_sort_direction(&index->key_pattern, &plan->sort_pattern) != 0) {

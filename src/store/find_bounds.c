@@ -6,6 +6,7 @@
 #include "query/value_format.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* --- small helpers ------------------------------------------------------------ */
@@ -29,8 +30,8 @@ bool find_is_operator_document(const bson_iter_t *iter)
 typedef struct field_range {
     bool bounded;
     bool is_points;
-    bson_value_t points[64];
-    size_t point_count;
+    bson_value_t *points; /* an $in list of any length: each point is one index seek */
+    size_t point_count, point_capacity;
     bool has_lower, has_upper;
     bson_value_t lower, upper; /* copies */
     bool lower_inclusive, upper_inclusive;
@@ -42,6 +43,7 @@ static void field_range_cleanup(field_range_t *range)
     for (size_t i = 0; i < range->point_count; i++) {
         bson_value_destroy(&range->points[i]);
     }
+    bson_free(range->points);
     if (range->has_lower) {
         bson_value_destroy(&range->lower);
     }
@@ -86,6 +88,12 @@ static bool bracket_limits(const bson_value_t *value, bson_value_t *out_low, bso
         out_high->value_type = BSON_TYPE_DATE_TIME;
         out_high->value.v_datetime = INT64_MAX;
         return true;
+    case BSON_TYPE_TIMESTAMP: /* the workers' marks are kept by cluster time */
+        out_low->value_type = BSON_TYPE_TIMESTAMP;
+        out_high->value_type = BSON_TYPE_TIMESTAMP;
+        out_high->value.v_timestamp.timestamp = UINT32_MAX;
+        out_high->value.v_timestamp.increment = UINT32_MAX;
+        return true;
     case BSON_TYPE_OID:
         out_low->value_type = BSON_TYPE_OID;
         memset(out_low->value.v_oid.bytes, 0x00, 12);
@@ -99,11 +107,11 @@ static bool bracket_limits(const bson_value_t *value, bson_value_t *out_low, bso
 
 static void range_add_point(field_range_t *range, const bson_value_t *value)
 {
-    if (range->point_count < sizeof range->points / sizeof range->points[0]) {
-        bson_value_copy(value, &range->points[range->point_count++]);
-    } else {
-        range->bounded = false; /* too many points: scan the field's whole range */
+    if (range->point_count == range->point_capacity) {
+        range->point_capacity = range->point_capacity == 0 ? 4 : range->point_capacity * 2;
+        range->points = bson_realloc(range->points, range->point_capacity * sizeof range->points[0]);
     }
+    bson_value_copy(value, &range->points[range->point_count++]);
 }
 
 static void range_set_side(field_range_t *range, bool lower, const bson_value_t *value, bool inclusive)
@@ -167,8 +175,7 @@ static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool
                 }
                 range_add_point(&candidate, bson_iter_value(&items));
             }
-            if (all_indexable && candidate.point_count > 0 &&
-                candidate.point_count < sizeof candidate.points / sizeof candidate.points[0]) {
+            if (all_indexable && candidate.point_count > 0) {
                 usable = true;
             } else {
                 field_range_cleanup(&candidate);
@@ -273,52 +280,67 @@ static void explain_append_point(bson_t *field_bounds, const char *key, const bs
     bson_string_free(text, true);
 }
 
-/* Inserts point among intervals[0..*count) kept in key order; false (point
- * untouched) when an interval with the same lower key is already there. */
-static bool intervals_insert_point(scan_bounds_t *intervals, size_t *count, scan_bounds_t point)
+static int compare_keys(const keystring_t *left, const keystring_t *right)
 {
-    size_t slot = *count;
-    while (slot > 0) {
-        const keystring_t *other = &intervals[slot - 1].lower;
-        size_t common = other->length < point.lower.length ? other->length : point.lower.length;
-        int comparison = memcmp(other->data, point.lower.data, common);
-        if (comparison == 0) {
-            comparison = (int)other->length - (int)point.lower.length;
-        }
-        if (comparison == 0) {
-            return false;
-        }
-        if (comparison < 0) {
-            break;
-        }
-        slot--;
+    size_t common = left->length < right->length ? left->length : right->length;
+    int comparison = memcmp(left->data, right->data, common);
+    if (comparison == 0) {
+        comparison = left->length < right->length ? -1 : left->length > right->length;
     }
-    memmove(&intervals[slot + 1], &intervals[slot], (*count - slot) * sizeof(scan_bounds_t));
-    intervals[slot] = point;
-    (*count)++;
-    return true;
+    return comparison;
 }
 
-/* A point list on the first field: one interval per distinct point, in key order;
+/* A point's interval and its position in the filter, sorted by key (then by
+ * position, so the first of equal points is the one kept). */
+typedef struct positioned_point {
+    scan_bounds_t interval;
+    size_t position;
+} positioned_point_t;
+
+static int compare_positioned_points(const void *left, const void *right)
+{
+    const positioned_point_t *a = left, *b = right;
+    int comparison = compare_keys(&a->interval.lower, &b->interval.lower);
+    if (comparison == 0) {
+        comparison = a->position < b->position ? -1 : a->position > b->position;
+    }
+    return comparison;
+}
+
+/* A point list on the first field: one interval per distinct point, in key order
+ * (sorted once: an $in of thousands of _ids is one seek each, as on mongod);
  * explain lists the distinct points under their positions in the filter. */
 static void build_point_intervals(const field_range_t *range, bool descending, scan_bounds_t **intervals,
                                   size_t *interval_count, bson_t *field_bounds)
 {
+    positioned_point_t *points = bson_malloc0(range->point_count * sizeof *points);
+    bool *kept = bson_malloc0(range->point_count * sizeof *kept);
+    for (size_t i = 0; i < range->point_count; i++) {
+        scan_bounds_init(&points[i].interval);
+        keystring_append_value_collated(&points[i].interval.lower, &range->points[i], descending, range->collation);
+        keystring_append_value_collated(&points[i].interval.upper, &range->points[i], descending, range->collation);
+        points[i].position = i;
+    }
+    qsort(points, range->point_count, sizeof *points, compare_positioned_points);
     *intervals = bson_malloc0(range->point_count * sizeof(scan_bounds_t));
     for (size_t i = 0; i < range->point_count; i++) {
-        scan_bounds_t point;
-        scan_bounds_init(&point);
-        keystring_append_value_collated(&point.lower, &range->points[i], descending, range->collation);
-        keystring_append_value_collated(&point.upper, &range->points[i], descending, range->collation);
-        if (!intervals_insert_point(*intervals, interval_count, point)) {
-            scan_bounds_cleanup(&point);
+        if (*interval_count > 0 && compare_keys(&(*intervals)[*interval_count - 1].lower, &points[i].interval.lower) == 0) {
+            scan_bounds_cleanup(&points[i].interval);
             continue;
         }
-        char key[16];
-        const char *key_string;
-        bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
-        explain_append_point(field_bounds, key_string, &range->points[i]);
+        (*intervals)[(*interval_count)++] = points[i].interval;
+        kept[points[i].position] = true;
     }
+    for (size_t i = 0; i < range->point_count; i++) {
+        if (kept[i]) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string((uint32_t)i, &key_string, key, sizeof key);
+            explain_append_point(field_bounds, key_string, &range->points[i]);
+        }
+    }
+    bson_free(kept);
+    bson_free(points);
 }
 
 /* A range after the equality prefix: one interval, lower and upper in value order,
@@ -370,7 +392,8 @@ static void explain_append_unbounded(bson_t *explain, const char *path)
 }
 
 bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, const collation_t *collation,
-                       scan_bounds_t **intervals, size_t *interval_count, bson_t *explain)
+                       scan_bounds_t **intervals, size_t *interval_count, size_t *out_bounded_fields,
+                       bson_t *explain)
 {
     bson_iter_t fields;
     bson_iter_init(&fields, key_pattern);
@@ -379,6 +402,7 @@ bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool mul
     size_t prefix_fields = 0;
     bool built = false;
     bson_reinit(explain);
+    *out_bounded_fields = 0;
 
     while (bson_iter_next(&fields)) {
         const char *path = bson_iter_key(&fields);
@@ -400,6 +424,7 @@ bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool mul
             explain_append_point(&field_bounds, "0", &range.points[0]);
             bson_append_array_end(explain, &field_bounds);
             prefix_fields++;
+            (*out_bounded_fields)++;
             field_range_cleanup(&range);
             built = true;
             continue;
@@ -421,6 +446,7 @@ bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool mul
         bson_append_array_end(explain, &field_bounds);
         field_range_cleanup(&range);
         scan_bounds_cleanup(&prefix);
+        (*out_bounded_fields)++;
         built = true;
         goto finish;
     }

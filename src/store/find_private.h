@@ -11,9 +11,11 @@
  * Adds to *intervals (allocated here; empty on entry) and *interval_count; free
  * each with scan_bounds_cleanup() and the array with bson_free(). Returns false,
  * adding no interval, when the first field is unbounded. collation is the index's
- * (NULL: binary), which string bounds are encoded and ordered by. */
+ * (NULL: binary), which string bounds are encoded and ordered by.
+ * *out_bounded_fields: how many of the pattern's fields, from the first, bound it. */
 bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool multikey, const collation_t *collation,
-                       scan_bounds_t **intervals, size_t *interval_count, bson_t *explain);
+                       scan_bounds_t **intervals, size_t *interval_count, size_t *out_bounded_fields,
+                       bson_t *explain);
 
 /* +1 for an ascending key pattern field, -1 for a descending one. */
 int find_index_direction(const bson_iter_t *iter);

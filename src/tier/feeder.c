@@ -218,6 +218,7 @@ static bool start_feeder(feeder_t *feeder)
         tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot read the checkpoint: %s", error.message);
         return false;
     }
+    feeder_index_marks(feeder);
     if (!feeder_refusals_load(feeder, &error)) {
         tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot read the refused writes: %s", error.message);
         return false;

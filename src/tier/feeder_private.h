@@ -95,6 +95,8 @@ bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to
 /* Removes the marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago, the
  * recovered ones it consumed, and copy marks left pending a minute. */
 void feeder_clean_marks(feeder_t *feeder);
+/* Creates the marks' indexes the clean and the readers of pending marks use. */
+void feeder_index_marks(feeder_t *feeder);
 
 /* --- feeder_refusal.c ----------------------------------------------------------------
  * thermocline.refusals: {_id: <sequence, int64>, ns, id, kind, write, firstTime,

@@ -7,7 +7,7 @@ import re
 import uuid
 
 import pytest
-from bson import SON, Binary, Decimal128, Int64, ObjectId, Regex
+from bson import SON, Binary, Decimal128, Int64, ObjectId, Regex, Timestamp
 from bson.binary import STANDARD
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
@@ -724,6 +724,48 @@ def test_explain_covered_query_reads_no_documents(items):
     stages = [s["stage"] for s in winning_plan_stages(fetched)]
     assert "FETCH" in stages and "PROJECTION_COVERED" not in stages, stages
     assert fetched["executionStats"]["totalDocsExamined"] == 5
+
+
+def test_a_long_in_list_is_one_index_seek_per_value(db):
+    """{_id: {$in: [...]}} of hundreds of values (the feeder reads its batches'
+    marks so) seeks each value, as mongod does, instead of scanning the
+    collection; duplicates count once and the answer is the collection scan's."""
+    marks = db.long_in
+    marks.insert_many([{"_id": {"ns": "a.b", "id": i, "op": "warm"}, "n": i} for i in range(3000)])
+    wanted = [{"ns": "a.b", "id": i, "op": "warm"} for i in range(0, 3000, 7)]  # 429 values
+    asked = wanted + wanted[:30] + [{"ns": "a.b", "id": -1, "op": "warm"}]
+    explained = marks.find({"_id": {"$in": asked}}).explain()
+    stats = explained["executionStats"]
+    assert [s["stage"] for s in winning_plan_stages(explained)][-1] == "IXSCAN"
+    assert stats["nReturned"] == len(wanted)
+    assert stats["totalDocsExamined"] == len(wanted)
+    assert stats["totalKeysExamined"] <= 2 * (len(wanted) + 1)
+    found = sorted(d["n"] for d in marks.find({"_id": {"$in": asked}}))
+    assert found == sorted(d["n"] for d in marks.find({"_id": {"$in": asked}}).hint([("$natural", 1)]))
+    assert found == list(range(0, 3000, 7))
+    marks.create_index([("n", DESCENDING)])
+    values = list(range(2999, 0, -11))
+    assert [d["n"] for d in marks.find({"n": {"$in": values}}).sort("n", DESCENDING)] == values
+
+
+def test_the_index_bounding_more_fields_wins(db):
+    """{state: "done", to: {$lte: t}}: {state: 1, to: 1} bounds both fields and is
+    chosen over {state: 1, since: 1}, which bounds only the first (the feeder's
+    clean of its marks); a Timestamp range stays among Timestamps, so documents
+    without the field (null keys) are not examined."""
+    marks = db.bounded
+    marks.insert_many([{"_id": i, "state": "done", "to": Timestamp(1000 + i, 1)} for i in range(500)]
+                      + [{"_id": 1000 + i, "state": "done"} for i in range(200)])
+    marks.create_index([("state", ASCENDING), ("since", ASCENDING)])
+    marks.create_index([("state", ASCENDING), ("to", ASCENDING)])
+    for query, expected in (({"state": "done", "to": {"$lte": Timestamp(1009, 0)}}, 9),
+                            ({"state": "done", "to": {"$gt": Timestamp(1490, 0)}}, 10)):
+        explained = marks.find(query).explain()
+        scan = winning_plan_stages(explained)[-1]
+        assert scan["stage"] == "IXSCAN" and scan["indexName"] == "state_1_to_1", scan
+        stats = explained["executionStats"]
+        assert stats["nReturned"] == expected and stats["totalDocsExamined"] == expected
+        assert len(list(marks.find(query))) == len(list(marks.find(query).hint([("$natural", 1)])))
 
 
 def test_explain_unindexed_find_uses_collscan(items):
