@@ -41,6 +41,7 @@ static const requirement_t requirements[] = {
     {true, SCOPE_STATE, "insert", "the workers' state"},
     {true, SCOPE_STATE, "update", "the workers' state"},
     {true, SCOPE_STATE, "remove", "the workers' state"},
+    {true, SCOPE_STATE, "createIndex", "the feeder's indexes of its marks"},
     {true, SCOPE_ANY_NORMAL, "find", "the feeder's change stream of the whole deployment"},
     {true, SCOPE_ANY_NORMAL, "changeStream", "the feeder's change stream of the whole deployment"},
     {false, SCOPE_NAMESPACE, "find", "the proxy's and the warmer's reads"},

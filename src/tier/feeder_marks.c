@@ -39,7 +39,7 @@ bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to
  * tier's CPU each time. Creating existing indexes again is a no-op. */
 void feeder_index_marks(feeder_t *feeder)
 {
-    static const char *const second_fields[] = {"to", "since", "at"};
+    static const char *const second_fields[] = {"to", "since"};
     bson_t command = BSON_INITIALIZER, indexes, index, key, reply;
     bson_error_t error;
     BSON_APPEND_UTF8(&command, "createIndexes", TIER_MARKS_COLLECTION);
@@ -82,16 +82,13 @@ void feeder_clean_marks(feeder_t *feeder)
     BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     BSON_APPEND_ARRAY_BEGIN(&query, "$or", &any);
-    const char *time_fields[] = {"at", "to"};
-    for (int i = 0; i < 2; i++) {
-        bson_append_document_begin(&any, i == 0 ? "0" : "1", 1, &clause);
-        BSON_APPEND_UTF8(&clause, "state", "done");
-        bson_append_document_begin(&clause, time_fields[i], -1, &condition);
-        bson_append_timestamp(&condition, "$lte", 4, retained, 0);
-        bson_append_document_end(&clause, &condition);
-        bson_append_document_end(&any, &clause);
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&any, "2", &clause);
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "0", &clause);
+    BSON_APPEND_UTF8(&clause, "state", "done");
+    BSON_APPEND_DOCUMENT_BEGIN(&clause, "to", &condition);
+    bson_append_timestamp(&condition, "$lte", 4, retained, 0);
+    bson_append_document_end(&clause, &condition);
+    bson_append_document_end(&any, &clause);
+    BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &clause);
     BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id.op", &condition);
     BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &kinds);
     BSON_APPEND_UTF8(&kinds, "0", "warm");
@@ -107,7 +104,7 @@ void feeder_clean_marks(feeder_t *feeder)
         bson_t keys;
         bson_iter_t entry, field;
         uint32_t count = 0;
-        BSON_APPEND_DOCUMENT_BEGIN(&any, "3", &clause);
+        BSON_APPEND_DOCUMENT_BEGIN(&any, "2", &clause);
         BSON_APPEND_UTF8(&clause, "state", "recovered");
         BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id", &condition);
         BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);

@@ -175,7 +175,7 @@ def test_check_reports_missing_privileges(tmp_path, pair):
     errors = findings(lines, "error")
     assert len(errors) == 3, lines
     assert any("clerk@admin lacks bypassDocumentValidation, collMod on shop.orders" in line for line in errors)
-    assert any("lacks find, insert, update, remove on the collections of the thermocline database" in line
+    assert any("lacks find, insert, update, remove, createIndex on the collections of the thermocline database" in line
                for line in errors), lines
     assert any("lacks find, changeStream on every database" in line and "readAnyDatabase" in line
                for line in errors), lines
