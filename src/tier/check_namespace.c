@@ -120,12 +120,19 @@ static void check_parity(check_report_t *report, mongoc_client_t *archive, mongo
 {
     bson_t create, drop;
     bson_error_t error;
-    bool fast_exists = false, validation_differs = false;
-    if (!index_sync_plan(archive, fast, policy, &fast_exists, &create, &drop, &validation_differs, &error)) {
+    bool fast_exists = false, validation_differs = false, collation_differs = false;
+    if (!index_sync_plan(archive, fast, policy, &fast_exists, &create, &drop, &validation_differs, &collation_differs,
+                         &error)) {
         check_report(report, CHECK_WARNING, "fast: %s: cannot compare its indexes with the archive's (%s)", policy->ns,
                      check_reason(&error));
     } else if (!fast_exists) {
         check_report(report, CHECK_NOTE, "fast: %s not there yet: the index sync creates it as the archive's",
+                     policy->ns);
+    } else if (collation_differs) {
+        check_report(report, CHECK_ERROR,
+                     "fast: %s has another default collation than the archive's collection, and no command changes "
+                     "it: drop the collection on the fast tier before the proxy starts (the index sync creates it "
+                     "as the archive's)",
                      policy->ns);
     } else if (!bson_empty(&create) || !bson_empty(&drop) || validation_differs) {
         char created[400], dropped[400];

@@ -1,6 +1,7 @@
 /* Index parity (index_sync.h): the fast tier holds every index of the archive, so
  * a read the planner sends there finds the plan it would find in the archive, and
- * the archive's validator, so a write the archive would refuse is refused at once.
+ * the archive's validator, so a write the archive would refuse is refused at once,
+ * and its default collation, so a query without one compares strings alike.
  * Run by the warmer's thread before its first pass of a namespace (the coverage
  * horizon is not published before a sync succeeded) and every indexSyncPeriod, so
  * an index created or dropped on the archive directly is followed within it.
@@ -77,24 +78,32 @@ static const char *spec_name(const bson_t *spec)
 /* What the fast tier must hold of an archive spec: everything listIndexes shows
  * but the format version (v: the fast tier picks its own), the legacy ns and the
  * TTL (see above). */
+static void append_collation_without_version(bson_t *out, const char *field, const bson_iter_t *collation)
+{
+    bson_iter_t option;
+    bson_t copy;
+    bson_append_document_begin(out, field, -1, &copy);
+    if (bson_iter_recurse(collation, &option)) {
+        while (bson_iter_next(&option)) {
+            if (strcmp(bson_iter_key(&option), "version") != 0) {
+                bson_append_iter(&copy, NULL, 0, &option);
+            }
+        }
+    }
+    bson_append_document_end(out, &copy);
+}
+
 static void fast_spec_of(const bson_t *spec, bson_t *out)
 {
-    bson_iter_t iter, option;
+    bson_iter_t iter;
     bson_init(out);
     bson_iter_init(&iter, spec);
     while (bson_iter_next(&iter)) {
         const char *field = bson_iter_key(&iter);
-        if (strcmp(field, "collation") == 0 && BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_iter_recurse(&iter, &option)) {
+        if (strcmp(field, "collation") == 0 && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
             /* The collation's ICU version is the server's own (mongod's 57.1, the
              * store's 72.1): the fast tier states its own, as with v. */
-            bson_t collation;
-            bson_append_document_begin(out, field, -1, &collation);
-            while (bson_iter_next(&option)) {
-                if (strcmp(bson_iter_key(&option), "version") != 0) {
-                    bson_append_iter(&collation, NULL, 0, &option);
-                }
-            }
-            bson_append_document_end(out, &collation);
+            append_collation_without_version(out, field, &iter);
         } else if (strcmp(field, "v") != 0 && strcmp(field, "ns") != 0 && strcmp(field, "expireAfterSeconds") != 0) {
             bson_append_iter(out, field, -1, &iter);
         }
@@ -400,33 +409,92 @@ bool index_sync_collection_info(mongoc_client_t *client, const config_namespace_
     return ok;
 }
 
-/* Makes the fast tier validate as the archive does: create with the options when
- * it lacks the collection, collMod when it differs. */
-static bool sync_validation(mongoc_client_t *archive, mongoc_client_t *fast, const config_namespace_t *policy,
-                            index_sync_state_t *state, bson_error_t *error)
+/* A collection's default collation as listCollections shows it, without its ICU
+ * version (empty: binary). */
+static void default_collation_of(const bson_t *info, bson_t *out)
 {
-    bson_t archive_info, fast_info, wanted, held;
+    bson_iter_t iter, options;
+    bson_init(out);
+    if (bson_iter_init_find(&iter, info, "options") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+        bson_iter_recurse(&iter, &options) && bson_iter_find(&options, "collation") &&
+        BSON_ITER_HOLDS_DOCUMENT(&options)) {
+        append_collation_without_version(out, "collation", &options);
+    }
+}
+
+/* The fast tier's collection created as the archive's, or told apart from it: its
+ * default collation can be given only at its creation (no command changes it),
+ * so a fast tier that created the collection without it (a client's write before
+ * the first sync) compares strings otherwise than the archive until the
+ * collection is dropped there and synced again: logged once, as an error. */
+static bool check_default_collation(const config_namespace_t *policy, const bson_t *archive_info,
+                                    const bson_t *fast_info, index_sync_state_t *state)
+{
+    bson_t wanted, held;
+    default_collation_of(archive_info, &wanted);
+    default_collation_of(fast_info, &held);
+    bool same = bson_equal(&wanted, &held);
+    if (!same && !state->collation_differs) {
+        char *archive_json = bson_as_relaxed_extended_json(&wanted, NULL);
+        char *fast_json = bson_as_relaxed_extended_json(&held, NULL);
+        TC_LOG_ATTRS(TC_LOG_ERROR, LOG_COMPONENT, 0,
+                     "{ns}: the fast tier's collection has another default collation than the archive's (archive "
+                     "{archive}, fast tier {fast}): queries without a collation match strings differently there. "
+                     "Stop the proxies, drop the collection on the fast tier and start them again: the warmer creates "
+                     "it as the archive's and copies the window again",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("archive", archive_json),
+                     TC_ATTR_STR("fast", fast_json));
+        bson_free(archive_json);
+        bson_free(fast_json);
+    }
+    state->collation_differs = !same;
+    bson_destroy(&wanted);
+    bson_destroy(&held);
+    return same;
+}
+
+/* Makes the fast tier's collection take the archive's options: created with its
+ * validator and default collation when missing, collMod'ed when the validator
+ * differs. */
+static bool sync_collection_options(mongoc_client_t *archive, mongoc_client_t *fast,
+                                    const config_namespace_t *policy, index_sync_state_t *state, bson_error_t *error)
+{
+    bson_t archive_info, fast_info, wanted, held, collation;
     bool archive_exists = false, fast_exists = false, ok = false;
     bson_init(&wanted);
     bson_init(&held);
+    bson_init(&collation);
     bson_init(&fast_info);
     TC_CHECK(index_sync_collection_info(archive, policy, &archive_info, &archive_exists, error));
     TC_CHECK(index_sync_collection_info(fast, policy, &fast_info, &fast_exists, error));
     bson_destroy(&wanted);
     bson_destroy(&held);
+    bson_destroy(&collation);
     validation_of(&archive_info, &wanted);
     validation_of(&fast_info, &held);
+    default_collation_of(&archive_info, &collation);
     ok = true;
-    if (!archive_exists || bson_equal(&wanted, &held)) {
+    if (!archive_exists) {
         goto done;
+    }
+    if (fast_exists) {
+        check_default_collation(policy, &archive_info, &fast_info, state);
+        if (bson_equal(&wanted, &held)) {
+            goto done;
+        }
+    } else if (bson_equal(&wanted, &held) && bson_empty(&collation)) {
+        goto done; /* the first write creates it as the archive's */
     }
     bson_t command = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&command, fast_exists ? "collMod" : "create", policy->collection);
     bson_concat(&command, &wanted);
+    if (!fast_exists) {
+        bson_concat(&command, &collation);
+    }
     bson_error_t refusal;
     if (run_on_fast(fast, policy, &command, &refusal)) {
         state->options_refused = false;
-        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{ns}: the fast tier validates documents as the archive does now",
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0, "{ns}: the fast tier's collection has the archive's options now",
                      TC_ATTR_STR("ns", policy->ns));
     } else if (tier_error_is_transient(&refusal)) {
         *error = refusal;
@@ -434,8 +502,8 @@ static bool sync_validation(mongoc_client_t *archive, mongoc_client_t *fast, con
     } else if (!state->options_refused) {
         state->options_refused = true;
         TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
-                     "{ns}: the fast tier refused the archive's validator ({error}): a write the archive would "
-                     "refuse is accepted by the proxy and refused by the archive when the feeder replays it",
+                     "{ns}: the fast tier refused the archive's collection options ({error}): a write the archive "
+                     "would refuse is accepted by the proxy and refused by the archive when the feeder replays it",
                      TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("error", refusal.message));
     }
 done:
@@ -443,6 +511,7 @@ done:
     bson_destroy(&fast_info);
     bson_destroy(&wanted);
     bson_destroy(&held);
+    bson_destroy(&collation);
     return ok;
 }
 
@@ -513,7 +582,7 @@ bool index_sync_namespace(tier_context_t *context, mongoc_client_t *archive, mon
     BSON_APPEND_UTF8(&command, "listIndexes", policy->collection);
     TC_CHECK(list_both_indexes(archive, fast, policy, &archive_specs, &archive_exists, &fast_specs, &fast_exists,
                                error));
-    TC_CHECK(sync_validation(archive, fast, policy, state, error));
+    TC_CHECK(sync_collection_options(archive, fast, policy, state, error));
     bson_destroy(&wanted);
     bson_destroy(&ttl);
     desired_specs(policy, &archive_specs, archive_exists, state, &wanted, &ttl);
@@ -599,7 +668,7 @@ static void append_unmatched(const bson_t *from, const bson_t *other, bool from_
 
 bool index_sync_plan(mongoc_client_t *archive, mongoc_client_t *fast, const config_namespace_t *policy,
                      bool *out_fast_exists, bson_t *out_create, bson_t *out_drop, bool *out_validation_differs,
-                     bson_error_t *error)
+                     bool *out_collation_differs, bson_error_t *error)
 {
     bson_t archive_specs, fast_specs, wanted, ttl, archive_info, fast_info, wanted_validation, held_validation;
     bool archive_exists = false, info_exists = false, ok = false;
@@ -612,6 +681,7 @@ bool index_sync_plan(mongoc_client_t *archive, mongoc_client_t *fast, const conf
     bson_init(&fast_info);
     *out_fast_exists = false;
     *out_validation_differs = false;
+    *out_collation_differs = false;
     TC_CHECK(list_both_indexes(archive, fast, policy, &archive_specs, &archive_exists, &fast_specs, out_fast_exists,
                                error));
     bson_destroy(&archive_info);
@@ -624,6 +694,9 @@ bool index_sync_plan(mongoc_client_t *archive, mongoc_client_t *fast, const conf
     validation_of(&archive_info, &wanted_validation);
     validation_of(&fast_info, &held_validation);
     *out_validation_differs = archive_exists && !bson_equal(&wanted_validation, &held_validation);
+    scratch.collation_differs = true; /* nothing to log here */
+    *out_collation_differs = info_exists && *out_fast_exists &&
+                             !check_default_collation(policy, &archive_info, &fast_info, &scratch);
     bson_destroy(&wanted_validation);
     bson_destroy(&held_validation);
     bson_destroy(&wanted);

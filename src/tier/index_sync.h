@@ -14,6 +14,7 @@ typedef struct index_sync_state {
     bson_t ttl;          /* the TTL rules last written to thermocline.indexes */
     bool ttl_written;
     bool options_refused; /* the fast tier refused the validator: logged once until it accepts */
+    bool collation_differs; /* the fast tier's default collation is not the archive's: logged once */
     bool time_index_warned;
 } index_sync_state_t;
 
@@ -56,11 +57,13 @@ bool index_sync_key_starts_with(const bson_t *spec, const char *field);
  * (`thermocline check`): out_create and out_drop get the names of the indexes it
  * would create and drop (BSON arrays, always initialised; an index that differs
  * from the archive's is in both), *out_validation_differs whether it would
- * change the validator or its level or action. *out_fast_exists false when the
- * fast tier has no such collection yet (the sync creates it whole). */
+ * change the validator or its level or action, *out_collation_differs whether
+ * the fast tier's collection has another default collation (which no sync can
+ * change). *out_fast_exists false when the fast tier has no such collection yet
+ * (the sync creates it whole). */
 bool index_sync_plan(mongoc_client_t *archive, mongoc_client_t *fast, const config_namespace_t *policy,
                      bool *out_fast_exists, bson_t *out_create, bson_t *out_drop, bool *out_validation_differs,
-                     bson_error_t *error) TC_MUST_CHECK;
+                     bool *out_collation_differs, bson_error_t *error) TC_MUST_CHECK;
 
 /* --- preflight.c ------------------------------------------------------------------ */
 

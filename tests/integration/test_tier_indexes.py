@@ -305,7 +305,62 @@ def test_validator_copied_to_the_fast_tier(replicated_tiers, tmp_path):
             client.shop.orders.insert_one({"_id": 12, "createdAt": utc_now(), "status": "closed"})
         assert refused.value.code == 121
     # Logged when copied at start and when it changed.
-    assert proxy.log_text().count("the fast tier validates documents as the archive does now") >= 2
+    assert proxy.log_text().count("the fast tier's collection has the archive's options now") >= 2
+
+
+CASE_INSENSITIVE = {"locale": "en", "strength": 2}
+
+
+def test_a_default_collation_reaches_the_fast_tier(replicated_tiers, tmp_path):
+    """A collection created with a default collation: the fast tier's copy is
+    created with it, so a query with no collation of its own matches strings as
+    the archive matches them (the archive alone is the oracle)."""
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.command({"create": "orders", "collation": CASE_INSENSITIVE})
+        client.shop.orders.create_index([("createdAt", 1)], name="createdAt_1")
+        client.shop.orders.insert_many([{"_id": i, "createdAt": utc_now(), "name": name}
+                                        for i, name in enumerate(["Ann", "ann", "ANN", "Bob", "bob"])])
+        expected = sorted(d["_id"] for d in client.shop.orders.find({"name": "aNN"}))
+        assert expected == [0, 1, 2]
+    proxy = start(tmp_path, archive, fast, namespace_keys={"indexSyncPeriod": "500ms"})
+    wait_warm(proxy)
+    held = collection_options(fast).get("collation", {})
+    assert (held.get("locale"), held.get("strength")) == ("en", 2), collection_options(fast)
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": 5, "createdAt": utc_now(), "name": "ANn"})
+        found = sorted(d["_id"] for d in client.shop.orders.find({"name": "aNN", "createdAt": {"$gte": ago(20)}}))
+        assert found == expected + [5]
+        explained = client.shop.command("explain", {"find": "orders", "filter": {"name": "aNN", "createdAt": {
+            "$gte": ago(20)}}}, verbosity="queryPlanner")
+        assert explained["thermocline"]["tier"] == "fast", explained["thermocline"]
+    assert "another default collation" not in proxy.log_text()
+    proxy.stop()
+
+
+def test_a_fast_collection_without_the_archives_default_collation_is_an_error(replicated_tiers, tmp_path):
+    """No command changes a collection's default collation: a fast tier whose
+    collection was created without it is logged once as an error naming the way
+    out, and `thermocline check` reports it unfit."""
+    archive, fast = replicated_tiers
+    with client_for(archive) as client:
+        client.shop.command({"create": "orders", "collation": CASE_INSENSITIVE})
+        client.shop.orders.create_index([("createdAt", 1)], name="createdAt_1")
+        client.shop.orders.insert_one({"_id": 1, "createdAt": utc_now(), "name": "Ann"})
+    with client_for(fast) as client:
+        client.shop.command({"create": "orders"})
+    config = tmp_path / "check.yaml"
+    config.write_text(tier_config(archive, fast, max_age="30s").replace("{port}", str(find_free_port())))
+    checked = subprocess.run([thermocline_binary(), "check", "--config", str(config)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "has another default collation than the archive's collection" in checked.stdout, checked.stdout
+    proxy = start(tmp_path, archive, fast, namespace_keys={"indexSyncPeriod": "500ms"})
+    assert wait_until(lambda: "another default collation than the archive's" in proxy.log_text(), 20, 0.2), \
+        proxy.log_tail()
+    time.sleep(1.2)  # two more syncs: still one line
+    assert proxy.log_text().count("another default collation than the archive's") == 1
+    proxy.stop()
 
 class CollatedArchive(DefinitionArchive):
     """A mongod-like archive (a script: the store states its own ICU version)
