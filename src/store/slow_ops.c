@@ -26,18 +26,11 @@ void slow_op_finish(const slow_op_watch_t *watch, store_t *store, storage_sessio
     slow_disk_thread_reads_t reads = slow_disk_thread_reads();
     storage_pressure_t pressure;
     bool have_pressure = session != NULL && storage_read_pressure(session, &pressure);
-    char line[LINE_SIZE];
-    text_buffer_t text = {.data = line, .size = sizeof line};
-    line[0] = '\0';
-    text_buffer_append(&text, "Slow query: %s on %s took %lld ms (slowms %lld): queued for a worker %lld ms, "
-                              "running %lld ms; data-file reads %llu (%llu bytes) %llu ms",
-                       name != NULL ? name : "(unparsed)", database != NULL ? database : "(no database)",
-                       (long long)total_ms, (long long)slow_ms,
-                       (long long)((watch->started_us - watch->submitted_us) / 1000),
-                       (long long)((now - watch->started_us) / 1000),
-                       (unsigned long long)(reads.reads - watch->reads_before.reads),
-                       (unsigned long long)(reads.bytes_read - watch->reads_before.bytes_read),
-                       (unsigned long long)((reads.read_micros - watch->reads_before.read_micros) / 1000));
+    /* The facts that apply to some operations only, as one text; the others are
+     * attributes of their own (in attr under --log-format json, as mongod's). */
+    char details[LINE_SIZE], shape[LINE_SIZE];
+    text_buffer_t text = {.data = details, .size = sizeof details};
+    details[0] = '\0';
     uint64_t throttled = reads.throttled_wait_micros - watch->reads_before.throttled_wait_micros;
     if (throttled > 0) {
         text_buffer_append(&text, ", of which waiting for the emulated disk (--read-iops) %llu ms",
@@ -51,7 +44,20 @@ void slow_op_finish(const slow_op_watch_t *watch, store_t *store, storage_sessio
     if (error != NULL) {
         text_buffer_append(&text, "; failed with %s (%u)", tc_error_code_name((int32_t)error->code), error->code);
     }
-    text_buffer_append(&text, "; command ");
-    text_buffer_append_shape(&text, command);
-    TC_LOG(TC_LOG_INFO, "COMMAND", connection_id, "%s", line);
+    text_buffer_t shape_text = {.data = shape, .size = sizeof shape};
+    shape[0] = '\0';
+    text_buffer_append_shape(&shape_text, command);
+    TC_LOG_ATTRS(TC_LOG_INFO, "COMMAND", connection_id,
+                 "Slow query: {command} on {ns} took {durationMillis} ms (slowms {slowms}): queued for a worker "
+                 "{queuedMillis} ms, running {runningMillis} ms; data-file reads {dataFileReads} ({dataFileBytes} "
+                 "bytes) {dataFileMillis} ms{details}; command {shape}",
+                 TC_ATTR_STR("command", name != NULL ? name : "(unparsed)"),
+                 TC_ATTR_STR("ns", database != NULL ? database : "(no database)"),
+                 TC_ATTR_INT("durationMillis", total_ms), TC_ATTR_INT("slowms", slow_ms),
+                 TC_ATTR_INT("queuedMillis", (watch->started_us - watch->submitted_us) / 1000),
+                 TC_ATTR_INT("runningMillis", (now - watch->started_us) / 1000),
+                 TC_ATTR_INT("dataFileReads", reads.reads - watch->reads_before.reads),
+                 TC_ATTR_INT("dataFileBytes", reads.bytes_read - watch->reads_before.bytes_read),
+                 TC_ATTR_INT("dataFileMillis", (reads.read_micros - watch->reads_before.read_micros) / 1000),
+                 TC_ATTR_STR("details", details), TC_ATTR_STR("shape", shape));
 }

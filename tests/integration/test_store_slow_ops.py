@@ -4,6 +4,7 @@ outcome, and where its time went. The store is slowed on purpose, so the test
 knows which part must hold the time: an emulated disk capped at a few reads per
 second (--read-iops) under a cold cache, and one worker thread kept busy while
 another command queues for it."""
+import json
 import re
 import subprocess
 import threading
@@ -84,6 +85,26 @@ def test_slowms_zero_logs_every_command_with_its_outcome(tmp_path):
         failed = [line for line in lines if "Slow query: find on shop" in line]
         assert failed and "failed with BadValue (2)" in failed[-1], lines
         assert 'command {find: "documents", filter: {$bad: ?}' in failed[-1], failed[-1]
+    finally:
+        store.stop()
+
+
+def test_a_slow_line_carries_its_facts_as_attributes_in_json(tmp_path):
+    """Under --log-format json the line is mongod's shape: the message as written,
+    each fact a typed attribute a log pipeline can filter on."""
+    store = StoreProcess(tmp_path / "store", extra_args=["--slowms", "0", "--log-format", "json"])
+    store.start()
+    try:
+        with pymongo.MongoClient(store.uri) as client:
+            client.shop.documents.insert_one({"_id": 1})
+            client.shop.documents.find_one({"_id": 1})
+        records = [json.loads(line) for line in store.log_path.read_text().splitlines() if line.startswith("{")]
+        finds = [r for r in records if r["msg"].startswith("Slow query: {command}") and r["attr"]["command"] == "find"]
+        assert finds, [r["msg"] for r in records]
+        attr = finds[-1]["attr"]
+        assert attr["ns"] == "shop" and isinstance(attr["durationMillis"], int) and attr["slowms"] == 0
+        assert {"queuedMillis", "runningMillis", "dataFileReads", "dataFileBytes", "dataFileMillis"} <= set(attr)
+        assert attr["shape"].startswith('{find: "documents", filter: {_id: ?}'), attr["shape"]
     finally:
         store.stop()
 
