@@ -75,18 +75,30 @@ def current_ops(client, options=None, match=None):
 
 
 class SlowFind:
-    """The slow scan, run on its own client and thread; outcome is the
-    OperationFailure it ended with, or "finished"."""
+    """The slow scan, run on its own client and thread (a find, or the command
+    kind asks for: an aggregate, a count); outcome is the OperationFailure it
+    ended with, or "finished"."""
 
-    def __init__(self, store, comment, app_name="slow-app"):
+    def __init__(self, store, comment, app_name="slow-app", kind="find"):
         self.client = connect(store, appname=app_name)
         self.comment = comment
+        self.kind = kind
         self.outcome = None
         self.thread = threading.Thread(target=self.run)
 
     def run(self):
+        collection = self.client.test.big
         try:
-            list(self.client.test.big.find(slow_filter(), comment=self.comment))
+            if self.kind == "find":
+                list(collection.find(slow_filter(), comment=self.comment))
+            elif self.kind == "aggregate":
+                list(collection.aggregate([{"$match": slow_filter()}, {"$group": {"_id": None, "n": {"$sum": 1}}}],
+                                          comment=self.comment))
+            elif self.kind == "count":
+                self.client.test.command(SON([("count", "big"), ("query", slow_filter()), ("comment", self.comment)]))
+            else:
+                self.client.test.command(SON([("update", "big"), ("updates", [{"q": slow_filter(), "u": {
+                    "$set": {"touched": True}}, "multi": True}]), ("comment", self.comment)]))
             self.outcome = "finished"
         except OperationFailure as failure:
             self.outcome = failure
@@ -158,6 +170,20 @@ def test_running_find_is_reported_and_killed(shared_store, big_collection):
         assert current_ops(client, match={"command.comment": "slow-scan-1"}) == []
         # The connection goes on: its next command is not killed.
         assert slow.client.test.big.find_one({"v": 7}, {"_id": 0}) == {"v": 7}
+
+
+@pytest.mark.parametrize("kind,op", [("aggregate", "command"), ("count", "command"), ("update", "update")])
+def test_aggregate_count_and_update_are_killed_too(shared_store, big_collection, kind, op):
+    """An interruption fails the whole command, a write's too (mongod rethrows
+    it rather than reporting a writeError)."""
+    comment = "slow-%s" % kind
+    with connect(shared_store) as client, SlowFind(shared_store, comment, kind=kind) as slow:
+        operation = wait_for_operation(client, comment)
+        assert (operation["op"], operation["ns"]) == (op, big_collection)
+        client.admin.command("killOp", op=operation["opid"])
+        slow.thread.join(30)
+        assert isinstance(slow.outcome, OperationFailure), slow.outcome
+        assert (slow.outcome.code, slow.outcome.details["codeName"]) == (11601, "Interrupted")
 
 
 def test_kill_op_of_no_operation_and_its_errors(shared_store):
