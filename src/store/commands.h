@@ -3,7 +3,8 @@
  * and server information), cmd_catalog.c (databases, collections, indexes),
  * cmd_write.c (insert, update, delete, findAndModify), cmd_read.c (find, getMore,
  * killCursors, count, distinct, aggregate, explain), cmd_transaction.c
- * (commitTransaction, abortTransaction). */
+ * (commitTransaction, abortTransaction), cmd_current_op.c (currentOp, killOp,
+ * and the $currentOp and $listLocalSessions sources of {aggregate: 1}). */
 #ifndef TC_STORE_COMMANDS_H
 #define TC_STORE_COMMANDS_H
 
