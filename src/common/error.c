@@ -43,6 +43,7 @@ static const struct {
     {TC_ERR_FAILED_TO_PARSE, "FailedToParse"},
     {TC_ERR_CANNOT_MUTATE_OBJECT, "CannotMutateObject"},
     {TC_ERR_USER_NOT_FOUND, "UserNotFound"},
+    {TC_ERR_UNSUPPORTED_FORMAT, "UnsupportedFormat"},
     {TC_ERR_UNAUTHORIZED, "Unauthorized"},
     {TC_ERR_TYPE_MISMATCH, "TypeMismatch"},
     {TC_ERR_OVERFLOW, "Overflow"},

@@ -98,7 +98,7 @@ static const char *command_database(const bson_t *command)
 static void check_command(access_call_t *call)
 {
     bson_error_t error;
-    privileges_subject_t subject = {.user = &call->session->user};
+    privileges_subject_t subject = {.user = &call->session->user, .forwards_as_itself = true};
     bool allowed =
         privileges_check_command(&subject, call->name, call->command, command_database(call->command), &error);
     access_admit_fn admitted = call->admitted;

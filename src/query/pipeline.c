@@ -15,7 +15,7 @@
 /* mongod's numbered assertion codes (6.0) for malformed stages. */
 enum {
     PIPELINE_ERROR_STAGE_ONE_FIELD = 40323,
-    PIPELINE_ERROR_CHANGE_STREAM_NOT_FIRST = 40602,
+    PIPELINE_ERROR_SOURCE_NOT_FIRST = 40602,
     PIPELINE_ERROR_MATCH_OBJECT = 15959,
     PIPELINE_ERROR_LIMIT_NUMBER = 15957,
     PIPELINE_ERROR_LIMIT_POSITIVE = 15958,
@@ -492,9 +492,10 @@ static bool compile_stage(const bson_iter_t *element, const pipeline_scope_t *sc
             return stage_compilers[i].compile(bson_iter_value(&stage), scope, out_stage, error);
         }
     }
-    if (strcmp(name, "$changeStream") == 0) {
-        return tc_error_set(error, PIPELINE_ERROR_CHANGE_STREAM_NOT_FIRST,
-                            "$changeStream is only valid as the first stage in a pipeline.");
+    if (strcmp(name, "$changeStream") == 0 || strcmp(name, "$currentOp") == 0 ||
+        strcmp(name, "$listLocalSessions") == 0) {
+        return tc_error_set(error, PIPELINE_ERROR_SOURCE_NOT_FIRST, "%s is only valid as the first stage in a pipeline.",
+                            name);
     }
     return tc_error_set(error, TC_ERR_UNRECOGNIZED_PIPELINE_STAGE,
                         "Unrecognized pipeline stage name: '%s'", name);

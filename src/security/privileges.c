@@ -171,6 +171,31 @@ static void require_on_role_databases(const rule_input_t *input, const bson_t *r
 
 static void require_pipeline(const rule_input_t *input, const bson_t *pipeline, requirements_t *out);
 
+/* $listLocalSessions lists another's sessions (mongod's
+ * listSessionsRequiredPrivileges): allUsers: true, or a users entry other
+ * than the requester. */
+static bool lists_others_sessions(const rule_input_t *input, const bson_t *spec)
+{
+    bson_iter_t iter, item;
+    const privileges_user_t *self = input->subject->user;
+    if (bson_iter_init_find(&iter, spec, "allUsers") && bson_iter_as_bool(&iter)) {
+        return true;
+    }
+    if (!bson_iter_init_find(&iter, spec, "users") || !bson_iter_recurse(&iter, &item)) {
+        return false;
+    }
+    while (bson_iter_next(&item)) {
+        bson_t user;
+        const char *name = bson_view_of(&item, &user) ? string_field(&user, "user") : NULL;
+        const char *database = name != NULL ? string_field(&user, "db") : NULL;
+        if (self == NULL || self->name == NULL || name == NULL || database == NULL || strcmp(name, self->name) != 0 ||
+            strcmp(database, self->database) != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void require_stage(const rule_input_t *input, const char *name, const bson_iter_t *value,
                           requirements_t *out)
 {
@@ -215,7 +240,17 @@ static void require_stage(const rule_input_t *input, const char *name, const bso
             }
         }
     } else if (strcmp(name, "$currentOp") == 0) {
-        require(out, ROLES_RESOURCE_CLUSTER, NULL, NULL, ACT(INPROG));
+        /* A user sees its own operations; allUsers: true needs inprog. */
+        bson_iter_t all_users;
+        if (input->subject->forwards_as_itself || (bson_view_of(value, &spec) &&
+                                                   bson_iter_init_find(&all_users, &spec, "allUsers") &&
+                                                   bson_iter_as_bool(&all_users))) {
+            require(out, ROLES_RESOURCE_CLUSTER, NULL, NULL, ACT(INPROG));
+        }
+    } else if (strcmp(name, "$listLocalSessions") == 0 &&
+               (input->subject->forwards_as_itself ||
+                (bson_view_of(value, &spec) && lists_others_sessions(input, &spec)))) {
+        require(out, ROLES_RESOURCE_CLUSTER, NULL, NULL, ACT(LIST_SESSIONS));
     }
 }
 
@@ -255,6 +290,28 @@ static bool rule_aggregate(const rule_input_t *input, requirements_t *out)
 }
 
 static bool collect(const rule_input_t *input, const char *name, requirements_t *out);
+
+/* currentOp: any user may list its own operations ($ownOps: true); all of them
+ * need inprog. */
+static bool rule_current_op(const rule_input_t *input, requirements_t *out)
+{
+    bson_iter_t own;
+    if (input->subject->forwards_as_itself || !bson_iter_init_find(&own, input->command, "$ownOps") ||
+        !bson_iter_as_bool(&own)) {
+        require(out, ROLES_RESOURCE_CLUSTER, NULL, NULL, ACT(INPROG));
+    }
+    return true;
+}
+
+/* killOp: any user may ask (the store kills only its own operations unless it
+ * holds killop); through the proxy, killop. */
+static bool rule_kill_op(const rule_input_t *input, requirements_t *out)
+{
+    if (input->subject->forwards_as_itself) {
+        require(out, ROLES_RESOURCE_CLUSTER, NULL, NULL, ACT(KILLOP));
+    }
+    return true;
+}
 
 static bool rule_explain(const rule_input_t *input, requirements_t *out)
 {
@@ -506,6 +563,8 @@ static const command_rule_t rules[] = {
     {"getLog", RULE_CLUSTER, ACT(GET_LOG), NULL},
     {"getParameter", RULE_CLUSTER, ACT(GET_PARAMETER), NULL},
     {"fsync", RULE_CLUSTER, ACT(FSYNC), NULL},
+    {"currentOp", RULE_CUSTOM, 0, rule_current_op},
+    {"killOp", RULE_CUSTOM, 0, rule_kill_op},
     /* The proxy's own counters, as serverStatus shows a server's. */
     {"thermoclineStatus", RULE_CLUSTER, ACT(SERVER_STATUS), NULL},
     /* Replays writes into the archive: an operator's action on the cluster, as fsync is. */

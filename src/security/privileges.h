@@ -44,6 +44,11 @@ bool privileges_runs_unauthenticated(const char *name);
 typedef struct privileges_subject {
     const privileges_user_t *user; /* NULL, or name NULL: not authenticated */
     bool localhost_exception;
+    /* The caller (the proxy) runs the commands downstream under one identity of
+     * its own, where a user's "own" operations and sessions cannot be told from
+     * another's: seeing or killing them then needs the cluster-wide action
+     * (inprog, listSessions, killop). */
+    bool forwards_as_itself;
 } privileges_subject_t;
 
 /* Whether subject may run command name (its document, run in database). A command

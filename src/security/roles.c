@@ -31,7 +31,7 @@
     (A(FIND) | A(KILL_CURSORS) | A(COLL_STATS) | A(DB_STATS) | A(DB_HASH) | A(CREATE_INDEX) | A(DROP_INDEX))
 #define CLUSTER_MONITOR_ACTIONS                                                                            \
     (A(SERVER_STATUS) | A(HOST_INFO) | A(GET_CMD_LINE_OPTS) | A(GET_LOG) | A(GET_PARAMETER) |             \
-     A(LIST_DATABASES) | A(INPROG) | A(TOP))
+     A(LIST_DATABASES) | A(INPROG) | A(TOP) | A(LIST_SESSIONS))
 #define CLUSTER_ADMIN_ACTIONS (CLUSTER_MONITOR_ACTIONS | A(SET_PARAMETER) | A(FSYNC) | A(KILLOP))
 
 typedef enum pattern_kind {
@@ -125,6 +125,7 @@ static const char *const action_names[ROLES_ACTION_COUNT] = {
     [ROLES_INPROG] = "inprog",
     [ROLES_KILLOP] = "killop",
     [ROLES_TOP] = "top",
+    [ROLES_LIST_SESSIONS] = "listSessions",
 };
 
 const char *roles_action_name(roles_action_t action)

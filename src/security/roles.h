@@ -58,6 +58,7 @@ typedef enum roles_action {
     ROLES_INPROG,
     ROLES_KILLOP,
     ROLES_TOP,
+    ROLES_LIST_SESSIONS,
     ROLES_ACTION_COUNT,
 } roles_action_t;
 

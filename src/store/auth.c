@@ -45,13 +45,24 @@ void auth_session_destroy(void *state)
 
 auth_session_t *auth_session_get(command_context_t *context)
 {
-    if (context->connection_data == NULL) {
+    if (context->connection == NULL) {
         return NULL; /* a command run outside any connection */
     }
-    if (*context->connection_data == NULL) {
-        *context->connection_data = bson_malloc0(sizeof(auth_session_t));
+    if (context->connection->auth == NULL) {
+        context->connection->auth = bson_malloc0(sizeof(auth_session_t));
     }
-    return *context->connection_data;
+    return context->connection->auth;
+}
+
+const privileges_user_t *auth_connection_user(const store_connection_t *connection)
+{
+    const auth_session_t *session = connection != NULL ? connection->auth : NULL;
+    return session != NULL && session->user.name != NULL ? &session->user : NULL;
+}
+
+bool auth_enabled(const command_context_t *context)
+{
+    return context->store->auth->enabled;
 }
 
 static bool peer_is_loopback(const char *peer)

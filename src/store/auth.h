@@ -4,10 +4,11 @@
  * commands and speculative authentication in hello, the user management
  * commands, a privilege check before every command, and the localhost exception
  * (with --auth and no user yet, a loopback client may create the first user on
- * admin). Each connection's state lives in server_request_t.connection_data. */
+ * admin). Each connection's state lives in store_connection_t.auth (commands.h). */
 #ifndef TC_STORE_AUTH_H
 #define TC_STORE_AUTH_H
 
+#include "security/privileges.h"
 #include "store/commands.h"
 
 typedef struct auth_manager auth_manager_t;
@@ -19,6 +20,13 @@ void auth_manager_destroy(auth_manager_t *manager);
 /* Frees a connection's authentication state (the server's connection_close
  * callback). Safe on NULL. */
 void auth_session_destroy(void *session);
+
+/* The user the connection is authenticated as, or NULL (owned by the
+ * connection: valid until its next authentication command). */
+const privileges_user_t *auth_connection_user(const store_connection_t *connection);
+
+/* Whether the store runs with --auth. */
+bool auth_enabled(const command_context_t *context);
 
 /* Before a handler runs (dispatch.c): with --auth, refuses what the connection
  * may not run: Unauthorized 13 "command find requires authentication" before

@@ -23,7 +23,7 @@ struct auth_manager {
     atomic_int users_exist;
 };
 
-/* One connection (server_request_t.connection_data). */
+/* One connection's (store_connection_t.auth). */
 typedef struct auth_session {
     privileges_user_t user;
     uint64_t generation;                /* of the manager when user was read */

@@ -664,7 +664,7 @@ bool change_stream_aggregate(command_context_t *context, bson_t *reply, bson_err
         append_cursor_reply(reply, "firstBatch", &batch, cursor->stream, 0, cursor_ns);
     } else {
         /* Checked out until the reply is built: nothing else can touch it. */
-        cursor_table_add(context->store->cursors, cursor);
+        cursor_table_add(context->store->cursors, cursor, context->command);
         append_cursor_reply(reply, "firstBatch", &batch, cursor->stream, cursor->id, cursor_ns);
         cursor_table_release(context->store->cursors, cursor, false);
         cursor = NULL;

@@ -76,6 +76,22 @@ static void append_last_write(const store_t *store, bson_t *reply)
     bson_append_document_end(reply, &last_write);
 }
 
+/* hello's `client` document (driver, os, application.name), which currentOp
+ * shows as clientMetadata and appName. */
+static void note_client_metadata(command_context_t *context)
+{
+    bson_iter_t iter;
+    bson_t metadata;
+    if (context->connection == NULL || !bson_iter_init_find(&iter, context->command, "client") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+        return;
+    }
+    const bson_value_t *value = bson_iter_value(&iter);
+    if (bson_init_static(&metadata, value->value.v_doc.data, value->value.v_doc.data_len)) {
+        current_op_set_client_metadata(context->store->operations, &context->connection->operation, &metadata);
+    }
+}
+
 static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
     store_t *store = context->store;
@@ -117,6 +133,7 @@ static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t
     wire_negotiate_compression(context->command, reply);
     auth_append_hello(context, reply);
     plan_awaitable_reply(context);
+    note_client_metadata(context);
     return true;
 }
 
@@ -294,8 +311,8 @@ static bool handle_whats_my_uri(command_context_t *context, bson_t *reply, bson_
 
 static bool handle_end_sessions(command_context_t *context, bson_t *reply, bson_error_t *error)
 {
-    /* Only sessions that ran transactions hold state here: their open
-     * transactions are aborted. Others are a no-op, as sessions mongod never saw. */
+    /* The sessions leave the local session cache; those that ran transactions
+     * also have their open transactions aborted. */
     bson_iter_t iter;
     (void)reply;
     if (!bson_iter_init_find(&iter, context->command, "endSessions") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
@@ -308,6 +325,7 @@ static bool handle_end_sessions(command_context_t *context, bson_t *reply, bson_
     bson_iter_array(&iter, &length, &data);
     bson_init_static(&lsids, data, length);
     transaction_end_sessions(context->store->transactions, &lsids);
+    session_cache_end(context->store->sessions, &lsids);
     return true;
 }
 

@@ -230,9 +230,9 @@ static bool evaluate_documents(command_context_t *context, bson_iter_t *argument
     return ok;
 }
 
-/* {aggregate: 1}: its first stage must read no collection. $documents becomes
- * the source, the other stages go to out_rest (initialized here); $currentOp
- * and $listLocalSessions are refused, the store keeping no table of either. */
+/* {aggregate: 1}: its first stage must read no collection. $documents, or the
+ * documents of $currentOp or $listLocalSessions (cmd_current_op.c), become the
+ * source; the other stages go to out_rest (initialized here). */
 static bool take_database_source(command_context_t *context, const bson_t *stages, aggregation_t *aggregation,
                                  bson_t *out_rest, bson_error_t *error)
 {
@@ -244,14 +244,18 @@ static bool take_database_source(command_context_t *context, const bson_t *stage
         return tc_error_set(error, TC_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for an empty pipeline.");
     }
     if (strcmp(name, "$currentOp") == 0 || strcmp(name, "$listLocalSessions") == 0) {
-        return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED, "thermocline store does not support %s: it keeps "
-                            "no table of operations or sessions to list", name);
-    }
-    if (strcmp(name, "$documents") != 0) {
+        bson_t documents;
+        bool listed = command_system_source(context, name, &argument, &documents, error);
+        aggregation->literal = bson_copy(&documents);
+        bson_iter_init(&aggregation->literal_iter, aggregation->literal);
+        bson_destroy(&documents);
+        if (!listed) {
+            return false;
+        }
+    } else if (strcmp(name, "$documents") != 0) {
         return tc_error_set(error, TC_ERR_INVALID_NAMESPACE,
                             "{aggregate: 1} is not valid for '%s'; a collection is required.", name);
-    }
-    if (!evaluate_documents(context, &argument, aggregation, error)) {
+    } else if (!evaluate_documents(context, &argument, aggregation, error)) {
         return false;
     }
     bson_iter_init(&iter, stages);
@@ -496,13 +500,13 @@ bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *
     batch.limit = (uint32_t)(request.batch_size > UINT32_MAX ? UINT32_MAX : request.batch_size);
     bool exhausted = false;
     if (request.batch_size > 0) {
-        TC_CHECK(aggregation_fill_batch(context, cursor->stream, NULL, &batch, &exhausted, error));
+        TC_CHECK(command_fill_batch(context, cursor, NULL, &batch, &exhausted, error));
     }
     storage_unlock(storage);
     locked = false;
     int64_t cursor_id = 0;
     if (!exhausted) {
-        cursor_table_add(context->store->cursors, cursor);
+        cursor_table_add(context->store->cursors, cursor, context->command);
         cursor_id = cursor->id;
         cursor_table_release(context->store->cursors, cursor, false);
         cursor = NULL;

@@ -122,7 +122,7 @@ static bool reply_with_documents(command_context_t *context, const char *ns, doc
     }
     int64_t cursor_id = 0;
     if (!exhausted) {
-        cursor_table_add(context->store->cursors, cursor);
+        cursor_table_add(context->store->cursors, cursor, context->command);
         cursor_id = cursor->id;
         cursor_table_release(context->store->cursors, cursor, false);
     } else {

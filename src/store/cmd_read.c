@@ -154,7 +154,7 @@ static bool handle_find(command_context_t *context, bson_t *reply, bson_error_t 
     }
     int64_t cursor_id = 0;
     if (!exhausted && !request.single_batch) {
-        cursor_table_add(context->store->cursors, cursor);
+        cursor_table_add(context->store->cursors, cursor, context->command);
         cursor_id = cursor->id;
         cursor_table_release(context->store->cursors, cursor, false);
         cursor = NULL;

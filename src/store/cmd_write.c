@@ -193,7 +193,8 @@ typedef bool (*statement_fn)(command_context_t *context, const char *ns, bson_it
 
 /* Runs every statement of the batch in array_field, in order, under the catalog
  * lock; a failed statement goes to writeErrors and, when ordered (the default),
- * ends the batch, as mongod does. A j: true batch syncs the journal once, after
+ * ends the batch, as mongod does (an interrupted one, killOp's, fails the whole
+ * command). A j: true batch syncs the journal once, after
  * its last write. errors is initialised here; the caller destroys its array. */
 static bool run_write_batch(command_context_t *context, const char *array_field, statement_fn run, void *totals,
                             write_errors_t *errors, bson_error_t *error)
@@ -219,6 +220,11 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
         if (!run(context, ns, &statements, index, totals, &statement_error)) {
             if (context->transaction != NULL && is_write_conflict(&statement_error)) {
                 *error = statement_error; /* the whole command fails: the client retries the transaction */
+                ok = false;
+                break;
+            }
+            if (statement_error.code == TC_ERR_INTERRUPTED) {
+                *error = statement_error; /* killOp fails the whole batch, as mongod rethrows interruptions */
                 ok = false;
                 break;
             }

@@ -3,13 +3,16 @@
  * and server information), cmd_catalog.c (databases, collections, indexes),
  * cmd_write.c (insert, update, delete, findAndModify), cmd_read.c (find, getMore,
  * killCursors, count, distinct, aggregate, explain), cmd_transaction.c
- * (commitTransaction, abortTransaction). */
+ * (commitTransaction, abortTransaction), cmd_current_op.c (currentOp, killOp,
+ * and the $currentOp and $listLocalSessions sources of {aggregate: 1}). */
 #ifndef TC_STORE_COMMANDS_H
 #define TC_STORE_COMMANDS_H
 
 #include "net/server.h"
+#include "store/current_op.h"
 #include "store/cursors.h"
 #include "store/op_latency.h"
+#include "store/session_cache.h"
 #include "store/store.h"
 
 #include <stdatomic.h>
@@ -30,7 +33,16 @@ typedef struct store {
     op_latency_t latencies;   /* serverStatus.opLatencies */
     struct auth_manager *auth; /* access control (auth.h) */
     transaction_table_t *transactions; /* multi-document transactions (transactions.h) */
+    current_op_table_t *operations; /* operations in progress (current_op.h) */
+    session_cache_t *sessions;      /* logical sessions seen (session_cache.h) */
 } store_t;
+
+/* One client connection's state (server_request_t.connection_data), made on
+ * its first command and freed when it closes (dispatch_connection_close). */
+typedef struct store_connection {
+    current_op_entry_t operation; /* registered in store->operations while the connection lives */
+    struct auth_session *auth;    /* access control's (auth.c); NULL until first needed */
+} store_connection_t;
 
 /* Everything a handler needs about the command it runs. */
 typedef struct command_context {
@@ -45,8 +57,9 @@ typedef struct command_context {
     uint32_t attempt;         /* 0, or how many times this request was run again */
     uint32_t rerun_after_ms;  /* set to run the request again after this long instead of
                                * replying (a change stream's awaitData getMore) */
-    void **connection_data;   /* the connection's state (server_request_t.connection_data);
-                               * NULL for a command run outside a connection */
+    store_connection_t *connection; /* the connection's state; NULL for a command run
+                                     * outside a connection */
+    current_op_entry_t *operation;  /* the command's entry in store->operations */
     /* A command of a multi-document transaction (transactions.h): session is then
      * the transaction's own, holding its WiredTiger transaction. */
     struct transaction_session *transaction; /* NULL: not in one */
@@ -81,6 +94,7 @@ extern const command_definition_t aggregate_commands[];
 extern const command_definition_t transaction_commands[];
 extern const command_definition_t coll_mod_commands[];
 extern const command_definition_t rename_commands[];
+extern const command_definition_t current_op_commands[];
 
 /* --- helpers shared by the handlers ------------------------------------------- */
 
@@ -143,6 +157,17 @@ bool aggregation_fill_batch(command_context_t *context, void *aggregation, colle
 /* aggregate itself (cmd_aggregate.c), for the commands that run as one: a
  * read of a view, explain {aggregate}. */
 bool command_aggregate(command_context_t *context, bson_t *reply, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- what the store is doing (cmd_current_op.c) -------------------------------- */
+
+/* The documents of {aggregate: 1}'s first stage $currentOp or
+ * $listLocalSessions (stage), argument its options: out_documents, an array
+ * (initialized here; the caller destroys it). Errors as mongod 6.0:
+ * InvalidNamespace 73 off admin; for $currentOp FailedToParse 9 (options not a
+ * document, not booleans, unknown); for $listLocalSessions TypeMismatch 14,
+ * 40415 for an unknown field, UnsupportedFormat 12 for allUsers with users. */
+bool command_system_source(command_context_t *context, const char *stage, const bson_iter_t *argument,
+                           bson_t *out_documents, bson_error_t *error) TC_MUST_CHECK;
 
 /* --- $out and $merge (aggregate_output.c) -------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* The cursor table: an open-addressing map from id to cursor under one mutex.
  * Operations hold a cursor checked out, never the mutex, while they run. */
 #include "store/cursors.h"
+#include "store/current_op.h"
 
 #include "wire/wire.h"
 #include "common/clock.h"
@@ -23,6 +24,8 @@ store_cursor_t *store_cursor_new(const char *ns)
     store_cursor_t *cursor = BSON_ALIGNED_ALLOC0(store_cursor_t);
     cursor->ns = bson_strdup(ns);
     cursor->last_used_ms = clock_monotonic_ms();
+    cursor->created_wall_ms = clock_wall_ms();
+    cursor->last_access_wall_ms = cursor->created_wall_ms;
     return cursor;
 }
 
@@ -39,6 +42,9 @@ void store_cursor_destroy(store_cursor_t *cursor)
         bson_destroy(cursor->documents[i]);
     }
     bson_free(cursor->documents);
+    if (cursor->originating_command != NULL) {
+        bson_destroy(cursor->originating_command);
+    }
     bson_free(cursor->ns);
     bson_free(cursor);
 }
@@ -80,8 +86,11 @@ static void remove_slot(cursor_table_t *table, size_t slot)
     table->count--;
 }
 
-void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor)
+void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor, const bson_t *originating_command)
 {
+    if (originating_command != NULL && cursor->originating_command == NULL) {
+        cursor->originating_command = bson_copy(originating_command);
+    }
     pthread_mutex_lock(&table->mutex);
     do {
         cursor->id = wire_cursor_id_random(clock_monotonic_ms());
@@ -130,6 +139,7 @@ void cursor_table_release(cursor_table_t *table, store_cursor_t *cursor, bool de
     ssize_t slot = find_slot(table, cursor->id);
     cursor->in_use = false;
     cursor->last_used_ms = clock_monotonic_ms();
+    cursor->last_access_wall_ms = clock_wall_ms();
     if (slot < 0) {
         destroy_it = true; /* killed while in use */
     } else if (destroy_it) {
@@ -219,4 +229,44 @@ size_t cursor_table_count(cursor_table_t *table)
     size_t count = table->count;
     pthread_mutex_unlock(&table->mutex);
     return count;
+}
+
+static void append_idle_cursor(const store_cursor_t *cursor, const char *host, bson_t *out)
+{
+    bson_iter_t lsid;
+    bson_t details;
+    BSON_APPEND_UTF8(out, "type", "idleCursor");
+    BSON_APPEND_UTF8(out, "host", host);
+    BSON_APPEND_UTF8(out, "ns", cursor->ns);
+    if (cursor->originating_command != NULL && bson_iter_init_find(&lsid, cursor->originating_command, "lsid")) {
+        bson_append_iter(out, "lsid", -1, &lsid);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(out, "cursor", &details);
+    BSON_APPEND_INT64(&details, "cursorId", cursor->id);
+    BSON_APPEND_DATE_TIME(&details, "createdDate", cursor->created_wall_ms);
+    BSON_APPEND_DATE_TIME(&details, "lastAccessDate", cursor->last_access_wall_ms);
+    BSON_APPEND_INT64(&details, "nDocsReturned", cursor->documents_returned);
+    BSON_APPEND_INT64(&details, "nBatchesReturned", cursor->batches_returned);
+    BSON_APPEND_BOOL(&details, "noCursorTimeout", cursor->no_timeout);
+    BSON_APPEND_BOOL(&details, "tailable", cursor->tailable);
+    BSON_APPEND_BOOL(&details, "awaitData", cursor->await_data);
+    if (cursor->originating_command != NULL) {
+        BSON_APPEND_DOCUMENT(&details, "originatingCommand", cursor->originating_command);
+    }
+    bson_append_document_end(out, &details);
+}
+
+void cursor_table_report_idle(cursor_table_t *table, const char *host, bson_t *array, uint32_t *count)
+{
+    pthread_mutex_lock(&table->mutex);
+    for (size_t i = 0; i < table->count; i++) {
+        if (table->cursors[i]->in_use) {
+            continue;
+        }
+        bson_t document = BSON_INITIALIZER;
+        append_idle_cursor(table->cursors[i], host, &document);
+        current_op_array_append(array, count, &document);
+        bson_destroy(&document);
+    }
+    pthread_mutex_unlock(&table->mutex);
 }

@@ -28,14 +28,21 @@ typedef struct store_cursor {
     bool await_data;
     int64_t last_used_ms;
     bool in_use;
+    /* For $currentOp's idleCursors. */
+    int64_t created_wall_ms;
+    int64_t last_access_wall_ms;
+    bson_t *originating_command; /* the find or aggregate that opened it; owned */
+    int64_t documents_returned;  /* by command_fill_batch */
+    int64_t batches_returned;
 } store_cursor_t;
 
 cursor_table_t *cursor_table_new(void);
 void cursor_table_destroy(cursor_table_t *table);
 
 /* Takes ownership of cursor, assigns its id and leaves it checked out (in use)
- * by the caller, who must cursor_table_release() it. */
-void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor);
+ * by the caller, who must cursor_table_release() it. originating_command (the
+ * command that opened it) is copied for $currentOp. */
+void cursor_table_add(cursor_table_t *table, store_cursor_t *cursor, const bson_t *originating_command);
 
 /* Checks out the cursor for a getMore on ns. Errors: CursorNotFound 43,
  * CursorInUse 179, Unauthorized 13 when ns differs. */
@@ -59,6 +66,13 @@ int64_t cursor_table_timeout_ms(cursor_table_t *table);
 void cursor_table_set_timeout_ms(cursor_table_t *table, int64_t timeout_ms);
 
 size_t cursor_table_count(cursor_table_t *table);
+
+/* $currentOp's idleCursors: appends one {type: "idleCursor", host, ns, lsid,
+ * cursor: {cursorId, createdDate, lastAccessDate, nDocsReturned,
+ * nBatchesReturned, noCursorTimeout, tailable, awaitData, originatingCommand}}
+ * per cursor no getMore is using, keys
+ * continuing from *count. */
+void cursor_table_report_idle(cursor_table_t *table, const char *host, bson_t *array, uint32_t *count);
 
 store_cursor_t *store_cursor_new(const char *ns);
 void store_cursor_destroy(store_cursor_t *cursor);

@@ -21,7 +21,7 @@
 static const command_definition_t *const command_tables[] = {
     admin_commands, catalog_commands, coll_mod_commands, rename_commands, write_commands, read_commands, aggregate_commands,
     auth_commands,
-    transaction_commands,
+    transaction_commands, current_op_commands,
 };
 
 static const command_definition_t *find_command(const char *name)
@@ -205,8 +205,8 @@ bool batch_builder_emit(void *context, const bson_t *document, int64_t record_id
     return true;
 }
 
-bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, collection_t *collection,
-                        batch_builder_t *batch, bool *out_exhausted, bson_error_t *error)
+static bool fill_from_cursor(command_context_t *context, store_cursor_t *cursor, collection_t *collection,
+                             batch_builder_t *batch, bool *out_exhausted, bson_error_t *error)
 {
     if (cursor->plan != NULL) {
         if (!storage_begin(context->session, error)) {
@@ -230,6 +230,16 @@ bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, coll
     }
     *out_exhausted = cursor->next_document >= cursor->document_count;
     return true;
+}
+
+bool command_fill_batch(command_context_t *context, store_cursor_t *cursor, collection_t *collection,
+                        batch_builder_t *batch, bool *out_exhausted, bson_error_t *error)
+{
+    uint32_t count_before = batch->count;
+    bool ok = fill_from_cursor(context, cursor, collection, batch, out_exhausted, error);
+    cursor->documents_returned += batch->count - count_before; /* $currentOp's idle cursors show them */
+    cursor->batches_returned++;
+    return ok;
 }
 
 /* --- dispatch ------------------------------------------------------------------ */
@@ -326,6 +336,63 @@ static bool read_expression_context(command_context_t *context, expression_conte
     return expression_evaluate_let(bson_iter_value(&iter), out_context, out_values, error);
 }
 
+/* The connection's state, made on its first command; NULL outside a connection. */
+static store_connection_t *connection_get(store_t *store, void **connection_data, uint64_t connection_id,
+                                          const char *peer_address)
+{
+    if (connection_data == NULL) {
+        return NULL;
+    }
+    if (*connection_data == NULL) {
+        store_connection_t *connection = bson_malloc0(sizeof *connection);
+        current_op_register(store->operations, &connection->operation, connection_id, peer_address);
+        *connection_data = connection;
+    }
+    return *connection_data;
+}
+
+void dispatch_connection_close(store_t *store, void *connection_data)
+{
+    store_connection_t *connection = connection_data;
+    if (connection == NULL) {
+        return;
+    }
+    current_op_unregister(store->operations, &connection->operation);
+    auth_session_destroy(connection->auth);
+    bson_free(connection);
+}
+
+/* The command enters the table of operations in progress (its connection's
+ * entry, or local_entry outside one), its lsid the session cache. */
+static void begin_operation(command_context_t *context, current_op_entry_t *local_entry)
+{
+    store_t *store = context->store;
+    const privileges_user_t *user = auth_connection_user(context->connection);
+    const char *user_name = user != NULL ? user->name : NULL;
+    const char *user_database = user != NULL ? user->database : NULL;
+    if (context->connection != NULL) {
+        context->operation = &context->connection->operation;
+    } else {
+        context->operation = local_entry;
+        current_op_register(store->operations, local_entry, context->connection_id, context->peer_address);
+    }
+    current_op_set_user(store->operations, context->operation, user_name, user_database);
+    session_cache_note_command(store->sessions, context->command, user_name, user_database);
+    current_op_begin(store->operations, context->operation, context->command, context->name, context->database);
+}
+
+static void end_operation(command_context_t *context)
+{
+    if (context->operation == NULL) {
+        return;
+    }
+    current_op_end(context->store->operations, context->operation);
+    if (context->connection == NULL) {
+        current_op_unregister(context->store->operations, context->operation);
+    }
+    context->operation = NULL;
+}
+
 void dispatch_command(store_t *store, storage_session_t *session, const bson_t *command, uint64_t connection_id,
                       const char *peer_address, bson_t *reply, dispatch_control_t *control)
 {
@@ -339,9 +406,10 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         .connection_id = connection_id,
         .peer_address = peer_address,
         .attempt = control->attempt,
-        .connection_data = control->connection_data,
+        .connection = connection_get(store, control->connection_data, connection_id, peer_address),
         .error_info = &error_info,
     };
+    current_op_entry_t local_entry = {0}; /* the table's entry of a command outside a connection */
     transaction_command_t transaction;
     bson_t duplicate_key = BSON_INITIALIZER; /* read before a transaction's session is given back */
     bson_t let_values = BSON_INITIALIZER;
@@ -366,6 +434,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         tc_error_set(&error, TC_ERR_INVALID_NAMESPACE, "Invalid database name: '%s'", context.database);
         goto done;
     }
+    begin_operation(&context, &local_entry);
     const command_definition_t *definition = find_command(context.name);
     if (definition == NULL) {
         tc_error_set(&error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context.name);
@@ -388,7 +457,10 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     }
     oplog_session_begin_command(session);
     uint64_t started_micros = (uint64_t)clock_monotonic_us();
+    storage_session_t *watched_session = context.session; /* the handler's scans read its kill flag */
+    storage_session_set_interrupt(watched_session, &context.operation->killed);
     ok = definition->handler(&context, reply, &error);
+    storage_session_set_interrupt(watched_session, NULL);
     if (storage_in_transaction(context.session)) {
         storage_rollback(context.session); /* a handler that failed mid-write (a held transaction stays) */
     }
@@ -404,6 +476,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         bson_destroy(&error_info);
         bson_destroy(&let_values);
         collation_release(collation);
+        end_operation(&context);
         return;
     }
     op_latency_record(&store->latencies, context.name, (uint64_t)clock_monotonic_us() - started_micros);
@@ -428,6 +501,7 @@ done:
     control->delay_ms = context.reply_delay_ms;
     slow_op_finish(&watch, store, session, context.name, context.database, command, ok ? NULL : &error,
                    connection_id);
+    end_operation(&context);
     bson_destroy(&duplicate_key);
     bson_destroy(&error_info);
     bson_destroy(&let_values);

@@ -21,6 +21,10 @@ typedef struct dispatch_control {
     int64_t submitted_us;   /* in: when it was queued for a worker (server_request_t), 0: now */
 } dispatch_control_t;
 
+/* A connection is gone (the server's connection_close): frees its state
+ * (store_connection_t) and takes it out of the table of operations. */
+void dispatch_connection_close(store_t *store, void *connection_data);
+
 /* Runs one command document (with $db) and fills reply with its fields and ok
  * (or the error fields), then, under --replSet, $clusterTime and operationTime. */
 void dispatch_command(store_t *store, storage_session_t *session, const bson_t *command, uint64_t connection_id,

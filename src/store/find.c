@@ -742,6 +742,9 @@ static bool next_candidate(find_plan_t *plan, storage_session_t *session, collec
         int64_t record_id;
         bson_t document, key_values;
         bool end;
+        if (!storage_session_check_interrupt(session, error)) {
+            return false; /* killOp */
+        }
         uint64_t keys_before = scan_keys_examined(state->scan);
         if (!scan_next(state->scan, &record_id, &document, &key_values, &end, error)) {
             return false;

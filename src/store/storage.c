@@ -236,6 +236,19 @@ void storage_unlock(storage_t *storage)
     pthread_rwlock_unlock(&storage->catalog_lock);
 }
 
+void storage_session_set_interrupt(storage_session_t *session, const atomic_bool *flag)
+{
+    session->interrupt = flag;
+}
+
+bool storage_session_check_interrupt(const storage_session_t *session, bson_error_t *error)
+{
+    if (session->interrupt != NULL && atomic_load_explicit(session->interrupt, memory_order_relaxed)) {
+        return tc_error_set(error, TC_ERR_INTERRUPTED, "operation was interrupted");
+    }
+    return true;
+}
+
 bool storage_begin(storage_session_t *session, bson_error_t *error)
 {
     if (session->held) {

@@ -83,6 +83,14 @@ storage_session_t *storage_session_new(storage_t *storage, bson_error_t *error) 
 void storage_session_destroy(storage_session_t *session);
 storage_t *storage_session_storage(storage_session_t *session);
 
+/* The kill flag (killOp, current_op.h) of the operation now running on
+ * session; NULL: none. Set around each command by dispatch.c. */
+void storage_session_set_interrupt(storage_session_t *session, const atomic_bool *flag);
+
+/* The check point of long loops (a scan's next document): Interrupted 11601
+ * "operation was interrupted" once the running operation was killed. */
+bool storage_session_check_interrupt(const storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
+
 /* --- catalog ---------------------------------------------------------------
  * Readers and writers of data hold the catalog lock shared for the whole
  * operation; DDL (create, drop, index builds) holds it exclusively. Collection

@@ -39,6 +39,7 @@ struct storage_session {
     storage_t *storage;
     WT_SESSION *wt;
     bool in_transaction;
+    const atomic_bool *interrupt; /* the running operation's kill flag, or NULL */
     bson_t duplicate_key_pattern; /* the index and key of this session's last E11000 */
     bson_t duplicate_key_value;
     /* The oplog's (oplog.c): the times this transaction took, published or

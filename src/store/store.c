@@ -68,11 +68,10 @@ static void worker_handle(void *application, void *worker_state, const server_re
     dispatch_message(store, worker_state, request, reply);
 }
 
-/* A connection is gone: free its authentication state (auth.h). */
+/* A connection is gone: free its state (dispatch.h). */
 static void connection_close(void *application, void *connection_data)
 {
-    (void)application;
-    auth_session_destroy(connection_data);
+    dispatch_connection_close(application, connection_data);
 }
 
 /* --- janitor ------------------------------------------------------------------------ */
@@ -93,6 +92,7 @@ static void *janitor_main(void *argument)
         struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, CURSOR_REAP_INTERVAL_MS);
         pthread_cond_timedwait(&janitor->wakeup, &janitor->mutex, &deadline);
         cursor_table_reap(janitor->store->cursors, clock_monotonic_ms());
+        session_cache_reap(janitor->store->sessions, clock_wall_ms());
         transaction_table_reap(janitor->store->transactions);
     }
     pthread_mutex_unlock(&janitor->mutex);
@@ -131,6 +131,8 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
     }
     store.cursors = cursor_table_new();
+    store.operations = current_op_table_new();
+    store.sessions = session_cache_new();
     store.transactions = transaction_table_new(&store);
     store.auth = auth_manager_new(options->auth);
     if (options->tls_mode != TLS_MODE_DISABLED) {
@@ -211,6 +213,8 @@ done:
     auth_manager_destroy(store.auth);
     transaction_table_destroy(store.transactions);
     cursor_table_destroy(store.cursors);
+    session_cache_destroy(store.sessions);
+    current_op_table_destroy(store.operations);
     oplog_close(oplog);
     storage_close(store.storage);
     return ok;

@@ -20,6 +20,7 @@
 #include "query/value_format.h"
 #include "store/change_stream.h"
 #include "store/oplog.h"
+#include "store/current_op.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -848,5 +849,31 @@ void transaction_append_statistics(transaction_table_t *table, bson_t *out)
     BSON_APPEND_INT64(out, "totalAborted", (int64_t)table->total_aborted);
     BSON_APPEND_INT64(out, "totalCommitted", (int64_t)table->total_committed);
     BSON_APPEND_INT64(out, "totalStarted", (int64_t)table->total_started);
+    pthread_mutex_unlock(&table->mutex);
+}
+
+void transaction_table_report_idle(transaction_table_t *table, const char *host, bson_t *array, uint32_t *count)
+{
+    pthread_mutex_lock(&table->mutex);
+    for (size_t i = 0; i < table->session_count; i++) {
+        const transaction_session_t *session = table->sessions[i];
+        if (session->in_use || session->state != TRANSACTION_IN_PROGRESS) {
+            continue;
+        }
+        bson_t document = BSON_INITIALIZER, transaction, parameters;
+        BSON_APPEND_UTF8(&document, "type", "idleSession");
+        BSON_APPEND_UTF8(&document, "host", host);
+        BSON_APPEND_UTF8(&document, "desc", "inactive transaction");
+        BSON_APPEND_BOOL(&document, "active", false);
+        BSON_APPEND_DOCUMENT(&document, "lsid", &session->lsid);
+        BSON_APPEND_DOCUMENT_BEGIN(&document, "transaction", &transaction);
+        BSON_APPEND_DOCUMENT_BEGIN(&transaction, "parameters", &parameters);
+        BSON_APPEND_INT64(&parameters, "txnNumber", session->active_number);
+        BSON_APPEND_BOOL(&parameters, "autocommit", false);
+        bson_append_document_end(&transaction, &parameters);
+        bson_append_document_end(&document, &transaction);
+        current_op_array_append(array, count, &document);
+        bson_destroy(&document);
+    }
     pthread_mutex_unlock(&table->mutex);
 }

@@ -64,6 +64,12 @@ void transaction_table_reap(transaction_table_t *table);
 int64_t transaction_lifetime_seconds(transaction_table_t *table);
 void transaction_set_lifetime_seconds(transaction_table_t *table, int64_t seconds);
 
+/* $currentOp's idleSessions: appends one {type: "idleSession", host, desc:
+ * "inactive transaction", active: false, lsid, transaction: {parameters:
+ * {txnNumber, autocommit}}} per open transaction no command is running in,
+ * keys continuing from *count. */
+void transaction_table_report_idle(transaction_table_t *table, const char *host, bson_t *array, uint32_t *count);
+
 /* serverStatus().transactions. */
 void transaction_append_statistics(transaction_table_t *table, bson_t *out);
 

@@ -126,6 +126,61 @@ static void test_read_user_and_secrets_in_the_message(void **state)
     assert_false(allowed(&user, "{\"usersInfo\": 1}", "shop", &error));
 }
 
+/* What is running: a user sees its own operations and sessions; everyone's need
+ * inprog (listSessions for sessions), as mongod's checks. */
+static void test_operations_and_sessions(void **state)
+{
+    (void)state;
+    bson_error_t error;
+    roles_grant_t grant = {"readWrite", "shop"};
+    privileges_user_t user = user_with("app", "admin", &grant);
+    roles_grant_t monitor = {"clusterMonitor", "admin"};
+    privileges_user_t watcher = user_with("ops", "admin", &monitor);
+    const char *own[] = {
+        "{\"aggregate\": 1, \"pipeline\": [{\"$currentOp\": {}}]}",
+        "{\"aggregate\": 1, \"pipeline\": [{\"$currentOp\": {\"allUsers\": false, \"idleConnections\": true}}]}",
+        "{\"currentOp\": 1, \"$ownOps\": true}",
+        "{\"aggregate\": 1, \"pipeline\": [{\"$listLocalSessions\": {}}]}",
+        "{\"aggregate\": 1, \"pipeline\": [{\"$listLocalSessions\": {\"users\": [{\"user\": \"app\", \"db\": "
+        "\"admin\"}]}}]}",
+    };
+    const char *everyone[] = {
+        "{\"aggregate\": 1, \"pipeline\": [{\"$currentOp\": {\"allUsers\": true}}]}",
+        "{\"currentOp\": 1}",
+        "{\"currentOp\": 1, \"$ownOps\": false}",
+        "{\"aggregate\": 1, \"pipeline\": [{\"$listLocalSessions\": {\"allUsers\": true}}]}",
+        "{\"aggregate\": 1, \"pipeline\": [{\"$listLocalSessions\": {\"users\": [{\"user\": \"app\", \"db\": "
+        "\"shop\"}]}}]}",
+    };
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        assert_true(allowed(&user, own[i], "admin", &error));
+    }
+    for (size_t i = 0; i < sizeof everyone / sizeof everyone[0]; i++) {
+        assert_false(allowed(&user, everyone[i], "admin", &error));
+        assert_int_equal(error.code, 13);
+        assert_true(allowed(&watcher, everyone[i], "admin", &error));
+    }
+    /* killOp: any user, for its own operations (the store's handler checks killop). */
+    assert_true(allowed(&user, "{\"killOp\": 1, \"op\": 5}", "admin", &error));
+    assert_false(allowed(NULL, "{\"killOp\": 1, \"op\": 5}", "admin", &error));
+
+    /* Through the proxy, one identity downstream: "own" means everyone's. */
+    roles_grant_t admin_grant = {"clusterAdmin", "admin"};
+    privileges_user_t administrator = user_with("boss", "admin", &admin_grant);
+    const char *forwarded[] = {own[0], own[2], own[3], "{\"killOp\": 1, \"op\": 5}"};
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) {
+        bson_error_t parse_error;
+        bson_t *command = bson_new_from_json((const uint8_t *)forwarded[i], -1, &parse_error);
+        bson_iter_t first;
+        assert_true(command != NULL && bson_iter_init(&first, command) && bson_iter_next(&first));
+        privileges_subject_t proxied = {.user = &user, .forwards_as_itself = true};
+        assert_false(privileges_check_command(&proxied, bson_iter_key(&first), command, "admin", &error));
+        proxied.user = &administrator;
+        assert_true(privileges_check_command(&proxied, bson_iter_key(&first), command, "admin", &error));
+        bson_destroy(command);
+    }
+}
+
 static void test_localhost_exception(void **state)
 {
     (void)state;
@@ -269,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_read_write_user),
         cmocka_unit_test(test_bypass_document_validation),
         cmocka_unit_test(test_read_user_and_secrets_in_the_message),
+        cmocka_unit_test(test_operations_and_sessions),
         cmocka_unit_test(test_localhost_exception),
         cmocka_unit_test(test_list_databases_filter),
         cmocka_unit_test(test_commands_that_change_users),
