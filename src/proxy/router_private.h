@@ -291,6 +291,11 @@ void router_change_stream_after_wait(proxy_request_t *request);
 void router_change_stream_look_up(proxy_request_t *request);
 void router_change_stream_on_looked_up(proxy_request_t *request, const router_outcome_t *outcome);
 
+/* --- router_kill_cursors.c ------------------------------------------------------- */
+
+/* killCursors: answered from the cursor map, each server told of its own ids. */
+void router_kill_cursors(proxy_request_t *request);
+
 /* --- router_point_read.c: a find by _id, the fast tier then the archive ---------- */
 
 void router_point_read_start(proxy_request_t *request);
