@@ -15,9 +15,10 @@
  * This file holds the lifecycle, the replies, the calls to a tier (once more after
  * a retryable failure), the cursor ids, the planning and the arrival. The steps of
  * the longer routes live beside it: router_wait.c (read-your-writes waits and
- * pins), router_fault_in.c, router_point_read.c (a find by _id: the fast tier,
- * then the archive), router_explain.c, router_transaction.c, router_catalog.c
- * (commands both tiers apply), router_kill_cursors.c, all sharing router_private.h.
+ * pins), router_fault_in.c, router_unique.c (unique keys a write computes),
+ * router_point_read.c (a find by _id: the fast tier, then the archive),
+ * router_explain.c, router_transaction.c, router_catalog.c (commands both tiers
+ * apply), router_kill_cursors.c, all sharing router_private.h.
  *
  * Whatever reads the archive (a read routed there, the archive half of a point
  * read, a fault-in's find) first waits in proxy->waits until the feeder has
@@ -47,6 +48,7 @@
 #define CALL_PHASES                                                                                          \
     (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |      \
      PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) | PHASE_BIT(PHASE_FAULT_IN_MARKED) |    \
+     PHASE_BIT(PHASE_UNIQUE_READING_FAST) |                                                                           \
      PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) | PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
      PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST))
@@ -68,16 +70,17 @@ static const struct {
     [PHASE_LOADING_INDEXES] = {"loading unique indexes", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_CHOOSING_MEMBERS] = {"choosing members",
                                 PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_RELOADING) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
-                                    PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
+                                    PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
                                     PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
                                     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_EXPLAINING_FAST) |
                                     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_ABORTING_TRANSACTION) |
                                     PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
-                                                        PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
+                                                        PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) |
+                                                        PHASE_BIT(PHASE_FINISHED)},
     [PHASE_FAULT_IN_CHECKING_FAST] = {"looking in the fast tier for the documents to fault in",
                                       PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
-                                          PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
+                                          PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_WAITING_FOR_FEEDER] = {"waiting for the feeder",
                                   PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |
                                       PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |
@@ -86,13 +89,16 @@ static const struct {
     [PHASE_FORWARDING] = {"forwarding", PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_STREAM_READING_MARKS) |
                                             PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_FAULT_IN_FINDING] = {"finding the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_FINDING) |
-                                    PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                    PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) | RETRYING},
     [PHASE_FAULT_IN_MARKING] = {"marking the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_MARKING) |
                                     PHASE_BIT(PHASE_FAULT_IN_INSERTING) | RETRYING},
     [PHASE_FAULT_IN_INSERTING] = {"inserting the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_INSERTING) |
                                       PHASE_BIT(PHASE_FAULT_IN_MARKED) | RETRYING},
     [PHASE_FAULT_IN_MARKED] = {"marking the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_MARKED) |
-                                   PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                   PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) | RETRYING},
+    [PHASE_UNIQUE_READING_FAST] = {"reading the documents a write computes unique keys from",
+                                   PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
+                                       PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_POINT_READING_FAST] = {"point read on the fast tier", PHASE_BIT(PHASE_POINT_READING_FAST) |
                                       PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_POINT_READING_ARCHIVE] = {"point read on the archive", PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | RETRYING},
@@ -230,6 +236,9 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
     case PHASE_FAULT_IN_MARKED:
         router_fault_in_on_marked(request, outcome);
         return;
+    case PHASE_UNIQUE_READING_FAST:
+        router_unique_on_read(request, outcome);
+        return;
     case PHASE_STREAM_READING_MARKS:
         router_change_stream_on_marks(request, outcome);
         return;
@@ -289,6 +298,7 @@ void router_request_free(proxy_request_t *request)
     if (request->pinned) {
         router_unpin_fault_in(request);
     }
+    router_unique_destroy(request->unique);
     if (request->has_decision) {
         plan_decision_cleanup(&request->decision);
     }
@@ -904,7 +914,7 @@ static void route_decided(proxy_request_t *request)
         return;
     case PLAN_ROUTE_FAST:
         if (decision->kind == PLAN_KIND_WRITE && !decision->is_explain &&
-            (decision->needs_fault_in || decision->unique_id_check_count > 0)) {
+            (decision->needs_fault_in || decision->unique_id_check_count > 0 || router_unique_pending(request))) {
             router_fault_in_start(request);
             return;
         }
