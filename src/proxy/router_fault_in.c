@@ -302,9 +302,12 @@ void router_fault_in_find(proxy_request_t *request)
     bson_init(&clauses);
     const bson_t *computed = router_unique_filters(request); /* the second pass: the computed keys alone */
     const bson_t *fault_in_filters = computed != NULL ? computed : &decision->fault_in_filters;
-    uint32_t id_count = computed != NULL                        ? 0
-                        : request->route_kind == ROUTE_STATE_FAULT_IN ? request->route.fault_in.missing_count
-                                                                      : decision->fault_in_id_count + decision->unique_id_check_count;
+    uint32_t id_count = decision->fault_in_id_count + decision->unique_id_check_count;
+    if (computed != NULL) {
+        id_count = 0;
+    } else if (request->route_kind == ROUTE_STATE_FAULT_IN) {
+        id_count = request->route.fault_in.missing_count;
+    }
     if (id_count > 0) {
         bson_t id_clause, id_condition, ids;
         uint32_t index = 0;
