@@ -209,11 +209,13 @@ const char *plan_kind_name(plan_kind_t kind);       /* "read", "write"... */
 /* Fault-in filters for the archive documents that may hold a key document would
  * have in one of unique_indexes (a BSON array of specs, as plan_policy_t's): one
  * {filter, collation when the index has one} per index, appended to out_filters (a
- * BSON array) from *count on, leaving out one equal to a filter already there. A
- * missing field is a null key (none in a sparse index without any of its fields);
- * an array value: each element. */
-void plan_unique_keys_of_document(const bson_t *unique_indexes, const bson_t *document, bson_t *out_filters,
-                                  uint32_t *count);
+ * BSON array) from *count on, leaving out one equal to a filter already there, and
+ * one the document held already in before (its version before the update, NULL:
+ * none; not for a partial index, whose filter it may enter only now). A missing
+ * field is a null key (none in a sparse index without any of its fields); an array
+ * value: each element. */
+void plan_unique_keys_of_document(const bson_t *unique_indexes, const bson_t *document, const bson_t *before,
+                                  bson_t *out_filters, uint32_t *count);
 
 /* insert, update, delete, findAndModify (and its lower-case alias). */
 bool plan_command_is_write(const char *name);

@@ -121,28 +121,26 @@ static void append_key_condition(bson_t *filter, const char *path, const bson_it
 }
 
 /* Where a filter entry goes: the decision's fault-in filters, or the router's list
- * of computed keys (where equal filters are left out: many documents share a key). */
+ * of computed keys (where equal filters are left out: many documents share a key,
+ * and so are the keys the document held before, `unchanged`, NULL-able). */
 typedef struct filter_list {
     bson_t *filters;
     uint32_t *count;
     bool skip_equal;
+    const bson_t *unchanged;
 } filter_list_t;
 
-static bool list_holds(const filter_list_t *list, const bson_t *entry)
+/* Whether the BSON array entries holds a document equal to entry. */
+static bool entries_hold(const bson_t *entries, const bson_t *entry)
 {
     bson_iter_t iter;
     bson_t held;
-    if (!list->skip_equal || !bson_iter_init(&iter, list->filters)) {
+    if (entries == NULL || !bson_iter_init(&iter, entries)) {
         return false;
     }
     while (bson_iter_next(&iter)) {
-        uint32_t length;
-        const uint8_t *data;
-        if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
-            bson_iter_document(&iter, &length, &data);
-            if (bson_init_static(&held, data, length) && bson_equal(&held, entry)) {
-                return true;
-            }
+        if (BSON_ITER_HOLDS_DOCUMENT(&iter) && bson_view_of(&iter, &held) && bson_equal(&held, entry)) {
+            return true;
         }
     }
     return false;
@@ -154,7 +152,8 @@ static void append_entry(const bson_t *spec, const bson_t *conjunction, const fi
     bson_iter_t iter;
     bson_t entry = BSON_INITIALIZER, filter, clauses;
     BSON_APPEND_DOCUMENT_BEGIN(&entry, "filter", &filter);
-    if (bson_iter_init_find(&iter, spec, "partialFilterExpression") && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+    bool partial = bson_iter_init_find(&iter, spec, "partialFilterExpression") && BSON_ITER_HOLDS_DOCUMENT(&iter);
+    if (partial) {
         /* Only documents in the partial index can conflict. */
         BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &clauses);
         bson_append_iter(&clauses, "0", 1, &iter);
@@ -167,7 +166,11 @@ static void append_entry(const bson_t *spec, const bson_t *conjunction, const fi
     if (bson_iter_init_find(&iter, spec, "collation") && BSON_ITER_HOLDS_DOCUMENT(&iter)) {
         bson_append_iter(&entry, "collation", 9, &iter);
     }
-    if (!list_holds(list, &entry)) {
+    /* A key the document held stays its own, unless a partial index's filter (which
+     * is not evaluated here) may have let the document in only now. */
+    bool skipped = list->skip_equal && (entries_hold(list->filters, &entry) ||
+                                        (!partial && entries_hold(list->unchanged, &entry)));
+    if (!skipped) {
         char index[16];
         const char *array_key;
         size_t key_length = bson_uint32_to_string(*list->count, &array_key, index, sizeof index);
@@ -499,11 +502,19 @@ static bool scan_computed_document(const bson_t *spec, const void *argument, pla
     return false;
 }
 
-void plan_unique_keys_of_document(const bson_t *unique_indexes, const bson_t *document, bson_t *out_filters,
-                                  uint32_t *count)
+void plan_unique_keys_of_document(const bson_t *unique_indexes, const bson_t *document, const bson_t *before,
+                                  bson_t *out_filters, uint32_t *count)
 {
-    computed_document_t target = {document, {.filters = out_filters, .count = count, .skip_equal = true}};
+    bson_t unchanged = BSON_INITIALIZER;
+    uint32_t unchanged_count = 0;
+    if (before != NULL) {
+        computed_document_t previous = {before, {.filters = &unchanged, .count = &unchanged_count}};
+        scan_indexes(unique_indexes, scan_computed_document, &previous, NULL);
+    }
+    computed_document_t target = {document,
+                                  {.filters = out_filters, .count = count, .skip_equal = true, .unchanged = &unchanged}};
     scan_indexes(unique_indexes, scan_computed_document, &target, NULL);
+    bson_destroy(&unchanged);
 }
 
 /* One operator of an update ({$inc: {...}}): its literal keys' filters, and whether

@@ -176,7 +176,7 @@ static void add_keys_of_result(proxy_request_t *request, const bson_t *document)
         applied = update_apply_with_options(statement->update, document, &options, &result, NULL, NULL, &error);
     }
     if (applied) {
-        plan_unique_keys_of_document(&request->decision.unique_computed_indexes, &result, &unique->filters,
+        plan_unique_keys_of_document(&request->decision.unique_computed_indexes, &result, document, &unique->filters,
                                      &unique->filter_count);
     }
     bson_destroy(&result);

@@ -942,9 +942,9 @@ static void test_unique_keys_of_document(void **state)
     bson_t *second = support_json("{'_id': 2, 'email': ['a', 'b'], 'shop': 't'}");
     bson_t filters = BSON_INITIALIZER;
     uint32_t count = 0;
-    plan_unique_keys_of_document(indexes, first, &filters, &count);
-    plan_unique_keys_of_document(indexes, first, &filters, &count); /* the same keys: nothing more */
-    plan_unique_keys_of_document(indexes, second, &filters, &count);
+    plan_unique_keys_of_document(indexes, first, NULL, &filters, &count);
+    plan_unique_keys_of_document(indexes, first, NULL, &filters, &count); /* the same keys: nothing more */
+    plan_unique_keys_of_document(indexes, second, NULL, &filters, &count);
     bson_t *expected = support_json("{'0': {'filter': {'email': {'%in': ['a', 'b']}}},"
                                     " '1': {'filter': {'shop': {'%eq': 's'}, 'n': {'%eq': 2}}},"
                                     " '2': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}},"
@@ -955,6 +955,21 @@ static void test_unique_keys_of_document(void **state)
     }
     assert_int_equal(count, 4);
     bson_destroy(expected);
+    /* Against the document before the update: only the keys it did not hold, and a
+     * partial index's always (the document may enter its filter only now). */
+    bson_t *updated = support_json("{'_id': 1, 'email': ['a', 'c'], 'shop': 's', 'n': 2, 'live': true}");
+    bson_reinit(&filters);
+    count = 0;
+    plan_unique_keys_of_document(indexes, updated, first, &filters, &count);
+    expected = support_json("{'0': {'filter': {'email': {'%in': ['a', 'c']}}},"
+                            " '1': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}}}");
+    if (!bson_equal(expected, &filters)) {
+        char *got = bson_as_relaxed_extended_json(&filters, NULL);
+        fail_msg("filters against the document before %s", got);
+    }
+    assert_int_equal(count, 2);
+    bson_destroy(expected);
+    bson_destroy(updated);
     bson_destroy(&filters);
     bson_destroy(first);
     bson_destroy(second);
