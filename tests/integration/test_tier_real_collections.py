@@ -156,12 +156,15 @@ def test_a_unique_key_held_only_by_the_archive_is_refused_as_mongodb_refuses_it(
 
 # --- unique keys an update computes, checked at write time (issue 13) ----------------
 
+CASES = 14
+
+
 def computed_key_documents(now):
     """For each case i, an archive-only order old-i holding the keys that the fast
     order f-i's update computes: seq (numeric), email, tags (multikey), code (old-3,
     the $unset case, alone lacks it: its key is null)."""
     archive_only, fast = [], []
-    for i in range(12):
+    for i in range(CASES):
         old = {"_id": "old-%d" % i, "email": "old-%d@shop" % i, "seq": 1000 + 10 * i, "tags": ["vip-%d" % i],
                "code": -1 - i, "createdAt": ago(7200)}
         if i == 3:
@@ -205,6 +208,10 @@ def computed_key_writes(collection, now):
             UpdateOne({"_id": "f-1"}, {"$rename": {"alias": "email"}})], ordered=False)),
         ("positional $[]", lambda: collection.update_one({"_id": "f-10"}, {"$set": {"tags.$[]": "vip-10"}})),
         ("$max", lambda: collection.update_one({"_id": "f-11"}, {"$max": {"seq": 1110}})),
+        ("positional $", lambda: collection.update_one({"_id": "f-12", "tags": "t-12"},
+                                                       {"$set": {"tags.$": "vip-12"}})),
+        ("arrayFilters", lambda: collection.update_one({"_id": "f-13"}, {"$set": {"tags.$[t]": "vip-13"}},
+                                                       array_filters=[{"t": "t-13"}])),
         # Computed keys that collide with nothing: acknowledged as MongoDB acknowledges them.
         ("no collision: $inc", lambda: collection.update_one({"_id": "f-ok"}, {"$inc": {"seq": 1}})),
         ("no collision: $push", lambda: collection.update_one({"_id": "f-ok"}, {"$push": {"tags": "fresh"}})),
@@ -225,7 +232,7 @@ def comparable(result):
 
 def test_unique_keys_an_update_computes_are_checked_against_the_archive(replicated_tiers, tmp_path):
     """$inc, $rename, $push, $unset, a pipeline, findAndModify, an upsert that
-    inserts, a multi update, positional $[], $max and bulk writes mixing them: each
+    inserts, a multi update, $[], $, arrayFilters, $max and bulk writes mixing them: each
     new key held only by an archive order gets exactly MongoDB's E11000 (code,
     keyValue), nothing is written on either tier, and the feeder refuses nothing;
     computed keys that collide with nothing are acknowledged."""
@@ -260,7 +267,7 @@ def test_unique_keys_an_update_computes_are_checked_against_the_archive(replicat
     for process in (archive, fast):
         with client_for(process) as client:
             orders = client.shop.orders
-            for i in range(12):
+            for i in range(CASES):
                 assert orders.count_documents({"email": "old-%d@shop" % i}) <= 1
                 assert orders.count_documents({"seq": 1000 + 10 * i}) <= 1
                 assert orders.count_documents({"tags": "vip-%d" % i}) <= 1
