@@ -76,7 +76,7 @@ static const setting_t settings[] = {
     {"failoverWait", TOP(failover_wait_ms), TYPE_DURATION, "10s", false, 0, HOUR_MS,
      "how long a retried command waits for its tier's primary to be found again (0: no retries)"},
     {"faultInLimit", TOP(fault_in_limit), TYPE_INTEGER, "1000", false, 0, 10000000,
-     "archive documents one write may fault in"},
+     "archive documents one write may fault in (and documents whose unique keys its updates compute)"},
     {"slowOpThresholdMs", TOP(slow_op_threshold_ms), TYPE_INTEGER, "100", false, 0, 86400000,
      "log every command slower than this many milliseconds, with where its time went (as mongod)"},
     {"feederEnabled", TOP(feeder_enabled), TYPE_BOOLEAN, "true", false, 0, 0, "run the feeder"},

@@ -25,8 +25,9 @@
  *                                                    reads and writes, after a network error or a
  *                                                    "not primary" reply) waits for its tier's primary
  *                                                    to be found again (0-1h; 0: the proxy never retries)
- *   faultInLimit        integer   1000               archive documents one write may fault in; past
- *                                                    it the write fails (0-10000000)
+ *   faultInLimit        integer   1000               archive documents one write may fault in (and
+ *                                                    documents whose unique keys its updates compute);
+ *                                                    past it the write fails (0-10000000)
  *   slowOpThresholdMs   integer   100                log every command slower than this many ms, with
  *                                                    where its time went (0-86400000; mongod's name)
  *   feederEnabled       boolean   true               run the feeder in this process

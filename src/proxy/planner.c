@@ -97,6 +97,8 @@ static void decision_init(plan_decision_t *out)
     bson_init(&out->fault_in_ids);
     bson_init(&out->fault_in_filters);
     bson_init(&out->unique_id_checks);
+    bson_init(&out->unique_computed_statements);
+    bson_init(&out->unique_computed_indexes);
 }
 
 void plan_decision_cleanup(plan_decision_t *decision)
@@ -108,6 +110,8 @@ void plan_decision_cleanup(plan_decision_t *decision)
     bson_destroy(&decision->fault_in_ids);
     bson_destroy(&decision->fault_in_filters);
     bson_destroy(&decision->unique_id_checks);
+    bson_destroy(&decision->unique_computed_statements);
+    bson_destroy(&decision->unique_computed_indexes);
 }
 
 void planner_decide(plan_decision_t *out, plan_route_t route, plan_reason_t reason, const char *format, ...)

@@ -137,6 +137,18 @@ typedef struct plan_decision {
      * the archive (I7); faulting them in makes the fast tier raise the DuplicateKey. */
     bson_t unique_id_checks;
     uint32_t unique_id_check_count;
+    /* Statements whose new unique key values the update computes from the stored
+     * document ($inc, $rename, $unset, $push and the other array operators, a path
+     * through an array or into a key's value, a pipeline, a field of a partial
+     * index's filter, an upsert's query operator), which no filter above can name:
+     * their numbers in `updates` (0 for findAndModify), a BSON array of int32. The
+     * router reads what they match in the fast tier, applies each update there and
+     * faults in the keys of the results (plan_unique_keys_of_document) before the
+     * write. unique_computed_indexes: the unique indexes concerned (specs as in
+     * plan_policy_t.unique_indexes, each once). */
+    bson_t unique_computed_statements;
+    uint32_t unique_computed_count;
+    bson_t unique_computed_indexes;
 } plan_decision_t;
 
 /* Plans one command: `command` is the command document as the client sent it, with
@@ -193,6 +205,17 @@ bool plan_filter_point_ids(const bson_t *filter, bson_t *out_ids, uint32_t *out_
 const char *plan_route_name(plan_route_t route);   /* "archive", "fast", "fast-then-archive"... */
 const char *plan_reason_name(plan_reason_t reason); /* "inside-horizon"... */
 const char *plan_kind_name(plan_kind_t kind);       /* "read", "write"... */
+
+/* Fault-in filters for the archive documents that may hold a key document would
+ * have in one of unique_indexes (a BSON array of specs, as plan_policy_t's): one
+ * {filter, collation when the index has one} per index, appended to out_filters (a
+ * BSON array) from *count on, leaving out one equal to a filter already there, and
+ * one the document held already in before (its version before the update, NULL:
+ * none; not for a partial index, whose filter it may enter only now). A missing
+ * field is a null key (none in a sparse index without any of its fields); an array
+ * value: each element. */
+void plan_unique_keys_of_document(const bson_t *unique_indexes, const bson_t *document, const bson_t *before,
+                                  bson_t *out_filters, uint32_t *count);
 
 /* insert, update, delete, findAndModify (and its lower-case alias). */
 bool plan_command_is_write(const char *name);

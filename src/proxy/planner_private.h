@@ -41,10 +41,12 @@ void planner_record_bound(plan_decision_t *out, const planner_bound_t *bound);
 
 /* planner_unique.c: fault-in filters for the archive documents that may hold a
  * unique key value the write sets (policy->unique_indexes), appended to
- * out->fault_in_filters. A whole document (insert, replacement); an update's
- * operators ($set, and $setOnInsert and the query's equalities for an upsert). */
-void planner_unique_keys_of_document(const plan_policy_t *policy, const bson_t *document, plan_decision_t *out);
-void planner_unique_keys_of_update(const plan_policy_t *policy, const bson_iter_t *update, const bson_t *query,
+ * out->fault_in_filters: an inserted document's; an update's operators ($set, and
+ * $setOnInsert and the query's equalities for an upsert). An update that computes a
+ * key (planner.h: unique_computed_statements) records the indexes concerned and
+ * returns true; the caller records the statement. */
+void planner_unique_keys_of_insert(const plan_policy_t *policy, const bson_t *document, plan_decision_t *out);
+bool planner_unique_keys_of_update(const plan_policy_t *policy, const bson_iter_t *update, const bson_t *query,
                                    bool upsert, plan_decision_t *out);
 
 /* Plans insert, update, delete and findAndModify (planner_write.c). */

@@ -50,6 +50,7 @@ typedef struct write_statement {
     bson_iter_t update;
     bool has_collation;
     bson_t collation;
+    int32_t number; /* its place in `updates` (0 for findAndModify) */
 } write_statement_t;
 
 static bool document_field(const bson_t *document, const char *field, const char *label, bool required,
@@ -157,8 +158,13 @@ static bool plan_write_statement(const planner_context_t *context, const write_s
         }
     }
     bson_destroy(&pinned);
-    if (ok && statement->has_update && !out->is_explain) {
-        planner_unique_keys_of_update(context->policy, &statement->update, &statement->filter, statement->upsert, out);
+    if (ok && statement->has_update && !out->is_explain &&
+        planner_unique_keys_of_update(context->policy, &statement->update, &statement->filter, statement->upsert,
+                                      out)) {
+        char index[16];
+        const char *key;
+        size_t key_length = bson_uint32_to_string(out->unique_computed_count++, &key, index, sizeof index);
+        bson_append_int32(&out->unique_computed_statements, key, (int)key_length, statement->number);
     }
     return ok;
 }
@@ -194,7 +200,7 @@ static bool plan_insert(const planner_context_t *context, const bson_t *command,
         const uint8_t *data;
         bson_iter_document(&document, &length, &data);
         if (bson_init_static(&inserted, data, length)) {
-            planner_unique_keys_of_document(context->policy, &inserted, out);
+            planner_unique_keys_of_insert(context->policy, &inserted, out);
         }
     }
     return true;
@@ -217,8 +223,8 @@ static bool plan_statements(const planner_context_t *context, const bson_t *comm
         return wrong_type(error, label, &list, "array");
     }
     bson_iter_recurse(&list, &element);
-    while (bson_iter_next(&element)) {
-        write_statement_t statement = {0};
+    for (int32_t number = 0; bson_iter_next(&element); number++) {
+        write_statement_t statement = {.number = number};
         bson_t body;
         bool present;
         uint32_t length;
@@ -300,7 +306,12 @@ static void describe_write(plan_decision_t *out)
         planner_reason_append(out, "; check %u new _id%s against the archive (unique _id)", out->unique_id_check_count,
                               out->unique_id_check_count == 1 ? "" : "s");
     }
-    if (!out->needs_fault_in && out->unique_id_check_count == 0) {
+    if (out->unique_computed_count > 0) {
+        planner_reason_append(out, "; %u statement%s compute a unique key: fault in the keys of what %s in the fast tier",
+                              out->unique_computed_count, out->unique_computed_count == 1 ? "" : "s",
+                              out->unique_computed_count == 1 ? "it updates" : "they update");
+    }
+    if (!out->needs_fault_in && out->unique_id_check_count == 0 && out->unique_computed_count == 0) {
         if (out->has_lower_bound) {
             planner_reason_append(out, "; the filter is inside the horizon: nothing to fault in");
         } else {
@@ -337,7 +348,10 @@ bool planner_plan_write(const planner_context_t *context, const bson_t *command,
         bson_reinit(&out->fault_in_ids);
         bson_reinit(&out->fault_in_filters);
         bson_reinit(&out->unique_id_checks);
+        bson_reinit(&out->unique_computed_statements);
+        bson_reinit(&out->unique_computed_indexes);
         out->fault_in_id_count = out->fault_in_filter_count = out->unique_id_check_count = 0;
+        out->unique_computed_count = 0;
     }
     out->needs_fault_in = out->fault_in_id_count > 0 || out->fault_in_filter_count > 0;
     describe_write(out);

@@ -15,9 +15,10 @@
  * This file holds the lifecycle, the replies, the calls to a tier (once more after
  * a retryable failure), the cursor ids, the planning and the arrival. The steps of
  * the longer routes live beside it: router_wait.c (read-your-writes waits and
- * pins), router_fault_in.c, router_point_read.c (a find by _id: the fast tier,
- * then the archive), router_explain.c, router_transaction.c, router_catalog.c
- * (commands both tiers apply), all sharing router_private.h.
+ * pins), router_fault_in.c, router_unique.c (unique keys a write computes),
+ * router_point_read.c (a find by _id: the fast tier, then the archive),
+ * router_explain.c, router_transaction.c, router_catalog.c (commands both tiers
+ * apply), router_kill_cursors.c, all sharing router_private.h.
  *
  * Whatever reads the archive (a read routed there, the archive half of a point
  * read, a fault-in's find) first waits in proxy->waits until the feeder has
@@ -47,6 +48,7 @@
 #define CALL_PHASES                                                                                          \
     (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |      \
      PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FAULT_IN_INSERTING) | PHASE_BIT(PHASE_FAULT_IN_MARKED) |    \
+     PHASE_BIT(PHASE_UNIQUE_READING_FAST) |                                                                           \
      PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) | PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
      PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST))
@@ -68,16 +70,17 @@ static const struct {
     [PHASE_LOADING_INDEXES] = {"loading unique indexes", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_CHOOSING_MEMBERS] = {"choosing members",
                                 PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_RELOADING) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
-                                    PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
+                                    PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
                                     PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
                                     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_EXPLAINING_FAST) |
                                     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_ABORTING_TRANSACTION) |
                                     PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
-                                                        PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
+                                                        PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) |
+                                                        PHASE_BIT(PHASE_FINISHED)},
     [PHASE_FAULT_IN_CHECKING_FAST] = {"looking in the fast tier for the documents to fault in",
                                       PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
-                                          PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
+                                          PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_WAITING_FOR_FEEDER] = {"waiting for the feeder",
                                   PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |
                                       PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |
@@ -86,13 +89,16 @@ static const struct {
     [PHASE_FORWARDING] = {"forwarding", PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_STREAM_READING_MARKS) |
                                             PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_FAULT_IN_FINDING] = {"finding the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_FINDING) |
-                                    PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                    PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) | RETRYING},
     [PHASE_FAULT_IN_MARKING] = {"marking the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_MARKING) |
                                     PHASE_BIT(PHASE_FAULT_IN_INSERTING) | RETRYING},
     [PHASE_FAULT_IN_INSERTING] = {"inserting the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_INSERTING) |
                                       PHASE_BIT(PHASE_FAULT_IN_MARKED) | RETRYING},
     [PHASE_FAULT_IN_MARKED] = {"marking the documents faulted in", PHASE_BIT(PHASE_FAULT_IN_MARKED) |
-                                   PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+                                   PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) | RETRYING},
+    [PHASE_UNIQUE_READING_FAST] = {"reading the documents a write computes unique keys from",
+                                   PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
+                                       PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_POINT_READING_FAST] = {"point read on the fast tier", PHASE_BIT(PHASE_POINT_READING_FAST) |
                                       PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
     [PHASE_POINT_READING_ARCHIVE] = {"point read on the archive", PHASE_BIT(PHASE_POINT_READING_ARCHIVE) | RETRYING},
@@ -230,6 +236,9 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
     case PHASE_FAULT_IN_MARKED:
         router_fault_in_on_marked(request, outcome);
         return;
+    case PHASE_UNIQUE_READING_FAST:
+        router_unique_on_read(request, outcome);
+        return;
     case PHASE_STREAM_READING_MARKS:
         router_change_stream_on_marks(request, outcome);
         return;
@@ -289,6 +298,7 @@ void router_request_free(proxy_request_t *request)
     if (request->pinned) {
         router_unpin_fault_in(request);
     }
+    router_unique_destroy(request->unique);
     if (request->has_decision) {
         plan_decision_cleanup(&request->decision);
     }
@@ -838,97 +848,6 @@ static void route_get_more(proxy_request_t *request)
     router_forward(request, cursor->tier);
 }
 
-/* killCursors names proxy ids that may belong to both tiers and to several
- * members of each: answered here from the map, each server told of its own ids
- * (no reply awaited from them). */
-static void on_kill_sent(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
-{
-    (void)context, (void)reply, (void)length, (void)error;
-}
-
-/* The cursors of one server. */
-typedef struct kill_group {
-    proxy_tier_t tier;
-    uint64_t member_id;
-    bson_t *ids;
-    uint32_t count;
-} kill_group_t;
-
-static void route_kill_cursors(proxy_request_t *request)
-{
-    bson_iter_t iter, ids;
-    bson_t killed = BSON_INITIALIZER, missing = BSON_INITIALIZER;
-    uint32_t killed_count = 0, missing_count = 0;
-    kill_group_t *groups = NULL;
-    size_t group_count = 0;
-    bson_error_t error;
-    const char *collection = "";
-    bson_iter_init(&iter, &request->command);
-    if (bson_iter_next(&iter) && BSON_ITER_HOLDS_UTF8(&iter)) {
-        collection = bson_iter_utf8(&iter, NULL);
-    }
-    if (bson_iter_init_find(&iter, &request->command, "cursors") && BSON_ITER_HOLDS_ARRAY(&iter)) {
-        bson_iter_recurse(&iter, &ids);
-        while (bson_iter_next(&ids)) {
-            char key[16];
-            const char *key_string;
-            int64_t proxy_id = BSON_ITER_HOLDS_INT64(&ids) ? bson_iter_int64(&ids) : 0;
-            proxy_cursor_t *cursor = cursor_map_find(request->proxy->cursors, proxy_id);
-            if (cursor != NULL && strcmp(cursor->ns, request->ns) == 0) {
-                size_t group = 0;
-                while (group < group_count &&
-                       (groups[group].tier != cursor->tier || groups[group].member_id != cursor->member_id)) {
-                    group++;
-                }
-                if (group == group_count) {
-                    groups = bson_realloc(groups, (group_count + 1) * sizeof *groups);
-                    groups[group] =
-                        (kill_group_t){.tier = cursor->tier, .member_id = cursor->member_id, .ids = bson_new()};
-                    group_count++;
-                }
-                bson_uint32_to_string(groups[group].count++, &key_string, key, sizeof key);
-                BSON_APPEND_INT64(groups[group].ids, key_string, cursor->backend_id);
-                cursor_map_remove(request->proxy->cursors, proxy_id);
-                bson_uint32_to_string(killed_count++, &key_string, key, sizeof key);
-                BSON_APPEND_INT64(&killed, key_string, proxy_id);
-            } else {
-                bson_uint32_to_string(missing_count++, &key_string, key, sizeof key);
-                BSON_APPEND_INT64(&missing, key_string, proxy_id);
-            }
-        }
-    }
-    for (size_t group = 0; group < group_count; group++) {
-        bson_iter_t database;
-        bson_t kill = BSON_INITIALIZER;
-        uint8_t *encoded;
-        size_t length;
-        backend_pool_t *pool = backend_pool_member(request->proxy->tiers[groups[group].tier], groups[group].member_id);
-        BSON_APPEND_UTF8(&kill, "killCursors", collection);
-        BSON_APPEND_ARRAY(&kill, "cursors", groups[group].ids);
-        if (bson_iter_init_find(&database, &request->command, "$db")) {
-            bson_append_iter(&kill, "$db", 3, &database);
-        }
-        if (pool != NULL && wire_op_msg_build(0, 0, 0, &kill, NULL, 0, &encoded, &length, &error)) {
-            backend_pool_send(pool, encoded, length, on_kill_sent, NULL);
-            bson_free(encoded);
-        }
-        bson_destroy(&kill);
-        bson_destroy(groups[group].ids);
-    }
-    bson_free(groups);
-    bson_t body = BSON_INITIALIZER, empty = BSON_INITIALIZER;
-    BSON_APPEND_ARRAY(&body, "cursorsKilled", &killed);
-    BSON_APPEND_ARRAY(&body, "cursorsNotFound", &missing);
-    BSON_APPEND_ARRAY(&body, "cursorsAlive", &empty);
-    BSON_APPEND_ARRAY(&body, "cursorsUnknown", &empty);
-    BSON_APPEND_DOUBLE(&body, "ok", 1.0);
-    router_finish_with_document(request, &body, 0);
-    bson_destroy(&body);
-    bson_destroy(&empty);
-    bson_destroy(&killed);
-    bson_destroy(&missing);
-}
-
 /* --- planning ------------------------------------------------------------------------ */
 
 static void on_members_chosen(void *context, const uint64_t *member_ids, const bson_error_t *error)
@@ -987,7 +906,7 @@ static void route_decided(proxy_request_t *request)
         if (strcmp(request->command_name, "getMore") == 0) {
             route_get_more(request);
         } else {
-            route_kill_cursors(request);
+            router_kill_cursors(request);
         }
         return;
     case PLAN_ROUTE_TRANSACTION_OWNER:
@@ -995,7 +914,7 @@ static void route_decided(proxy_request_t *request)
         return;
     case PLAN_ROUTE_FAST:
         if (decision->kind == PLAN_KIND_WRITE && !decision->is_explain &&
-            (decision->needs_fault_in || decision->unique_id_check_count > 0)) {
+            (decision->needs_fault_in || decision->unique_id_check_count > 0 || router_unique_pending(request))) {
             router_fault_in_start(request);
             return;
         }

@@ -8,7 +8,8 @@
  * Its steps: pinned (PHASE_WAITING_FOR_PINS while a document is being evicted),
  * PHASE_FAULT_IN_CHECKING_FAST, then (if the archive is needed) the archive's
  * deletes awaited, PHASE_FAULT_IN_FINDING, PHASE_FAULT_IN_INSERTING; then the
- * write forwarded. */
+ * write forwarded, or first the unique keys its updates compute read
+ * (router_unique.c), whose filters take the same steps from the find on. */
 #include "proxy/router_private.h"
 
 #include "common/bson_view.h"
@@ -169,6 +170,15 @@ void router_fault_in_on_marked(proxy_request_t *request, const router_outcome_t 
     if (!marks_written(request, outcome)) {
         return;
     }
+    router_fault_in_done(request);
+}
+
+void router_fault_in_done(proxy_request_t *request)
+{
+    if (router_unique_pending(request)) {
+        router_unique_start(request);
+        return;
+    }
     router_forward(request, PROXY_TIER_FAST);
 }
 
@@ -209,7 +219,7 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
     }
     if (count == 0) {
         bson_destroy(&documents);
-        router_forward(request, PROXY_TIER_FAST);
+        router_fault_in_done(request);
         return;
     }
     if (request->namespace_state != NULL) {
@@ -237,6 +247,7 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
         return;
     }
     fault_in_state_init(request);
+    bson_reinit(&request->route.fault_in.copied_ids); /* the first pass's, when unique keys are the second */
     request->route.fault_in.insert = encoded;
     request->route.fault_in.insert_length = encoded_length;
     mark_copies(request, &documents_copy, false, 0);
@@ -289,9 +300,14 @@ void router_fault_in_find(proxy_request_t *request)
      * {$or: [...]} of one would cost the archive a collection scan where the
      * clause alone uses an index. */
     bson_init(&clauses);
-    uint32_t id_count = request->route_kind == ROUTE_STATE_FAULT_IN
-                            ? request->route.fault_in.missing_count
-                            : decision->fault_in_id_count + decision->unique_id_check_count;
+    const bson_t *computed = router_unique_filters(request); /* the second pass: the computed keys alone */
+    const bson_t *fault_in_filters = computed != NULL ? computed : &decision->fault_in_filters;
+    uint32_t id_count = decision->fault_in_id_count + decision->unique_id_check_count;
+    if (computed != NULL) {
+        id_count = 0;
+    } else if (request->route_kind == ROUTE_STATE_FAULT_IN) {
+        id_count = request->route.fault_in.missing_count;
+    }
     if (id_count > 0) {
         bson_t id_clause, id_condition, ids;
         uint32_t index = 0;
@@ -305,7 +321,7 @@ void router_fault_in_find(proxy_request_t *request)
         bson_append_document_end(&clauses, &id_clause);
     }
     bson_iter_t filters;
-    bson_iter_init(&filters, &decision->fault_in_filters);
+    bson_iter_init(&filters, fault_in_filters);
     while (bson_iter_next(&filters)) {
         bson_iter_t item;
         if (BSON_ITER_HOLDS_DOCUMENT(&filters) && bson_iter_recurse(&filters, &item) &&
@@ -324,7 +340,7 @@ void router_fault_in_find(proxy_request_t *request)
         bson_append_document_end(&find, &filter);
     }
     bson_destroy(&clauses);
-    append_fault_in_collation(&decision->fault_in_filters, &find);
+    append_fault_in_collation(fault_in_filters, &find);
     /* One more than the limit: a cursor left open means the write touches too many. */
     BSON_APPEND_INT64(&find, "batchSize", request->proxy->config->fault_in_limit + 1);
     BSON_APPEND_UTF8(&find, "$db", names->database);
@@ -345,6 +361,10 @@ void router_fault_in_pinned(proxy_request_t *request)
 {
     const plan_decision_t *decision = &request->decision;
     uint32_t id_count = decision->fault_in_id_count + decision->unique_id_check_count;
+    if (id_count == 0 && decision->fault_in_filter_count == 0) {
+        router_fault_in_done(request); /* only the keys its updates compute */
+        return;
+    }
     if (id_count == 0) {
         fault_in_from_archive(request); /* filters only: what they match may be anywhere */
         return;
@@ -418,7 +438,7 @@ void router_fault_in_on_fast_checked(proxy_request_t *request, const router_outc
     }
     if (request->route.fault_in.missing_count == 0 && request->decision.fault_in_filter_count == 0) {
         /* The fast tier holds every document the write names: nothing from the archive. */
-        router_forward(request, PROXY_TIER_FAST);
+        router_fault_in_done(request);
         return;
     }
     fault_in_from_archive(request);

@@ -28,6 +28,7 @@ typedef enum request_phase {
     PHASE_FAULT_IN_MARKING,     /* ... their fault marks written pending (thermocline.workerWrites), */
     PHASE_FAULT_IN_INSERTING,   /* ... copied into the fast tier, */
     PHASE_FAULT_IN_MARKED,      /* ... their marks done; then the write is forwarded */
+    PHASE_UNIQUE_READING_FAST,  /* the documents a write computes unique keys from (router_unique.c) */
     PHASE_POINT_READING_FAST,   /* a find by _id on the fast tier */
     PHASE_POINT_READING_ARCHIVE, /* ... and on the archive for the ids the fast tier lacked */
     PHASE_EXPLAINING_FAST,      /* a point read's explain on the fast tier, */
@@ -119,6 +120,7 @@ typedef struct proxy_request {
     bool stream_update_lookup; /* ... with fullDocument: "updateLookup" */
     bson_t *stream_stages; /* ... the stages after $changeStream the proxy applies (owned; NULL: none) */
     struct proxy_request *next_index_waiter; /* PHASE_LOADING_INDEXES: the namespace's list */
+    struct router_unique *unique; /* router_unique.c's state once its read started (owned) */
     retry_kind_t retry_kind; /* of the client's command; also its internal steps' */
     tier_call_t call;
     request_phase_t after_wait; /* PHASE_WAITING_FOR_FEEDER: the archive step that follows */
@@ -268,6 +270,21 @@ void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *
 void router_fault_in_on_marking(proxy_request_t *request, const router_outcome_t *outcome);
 void router_fault_in_on_inserted(proxy_request_t *request, const router_outcome_t *outcome);
 void router_fault_in_on_marked(proxy_request_t *request, const router_outcome_t *outcome);
+/* Its end: the write forwarded, or first the unique keys it computes read. */
+void router_fault_in_done(proxy_request_t *request);
+
+/* --- router_unique.c: unique keys a write's updates compute, checked at write time - */
+
+/* Whether the write has statements whose unique keys it computes, not read yet. */
+bool router_unique_pending(const proxy_request_t *request);
+/* Reads what those statements match in the fast tier (PHASE_UNIQUE_READING_FAST),
+ * then faults in the keys their updates give, or forwards the write. */
+void router_unique_start(proxy_request_t *request);
+void router_unique_on_read(proxy_request_t *request, const router_outcome_t *outcome);
+/* Once read: the keys' fault-in filters, which the fault-in finds; else NULL. */
+const bson_t *router_unique_filters(const proxy_request_t *request);
+/* Safe on NULL. */
+void router_unique_destroy(struct router_unique *unique);
 
 /* --- router_change_stream.c: the workers' events left out of a stream's batches ---- */
 
@@ -290,6 +307,11 @@ void router_change_stream_after_wait(proxy_request_t *request);
 /* After the feeder's deletes: the archive's versions of evicted documents. */
 void router_change_stream_look_up(proxy_request_t *request);
 void router_change_stream_on_looked_up(proxy_request_t *request, const router_outcome_t *outcome);
+
+/* --- router_kill_cursors.c ------------------------------------------------------- */
+
+/* killCursors: answered from the cursor map, each server told of its own ids. */
+void router_kill_cursors(proxy_request_t *request);
 
 /* --- router_point_read.c: a find by _id, the fast tier then the archive ---------- */
 

@@ -203,7 +203,9 @@ static bool change_pins(proxy_request_t *request, bool pin, uint32_t limit, uint
     if (!failed) {
         pin_list(request, &decision->unique_id_checks, pin, &failed, out_done, limit);
     }
-    if (!failed && decision->fault_in_filter_count > 0 && *out_done < limit) {
+    /* Keys computed at write time: the documents holding them are known only later. */
+    bool by_filter = decision->fault_in_filter_count > 0 || decision->unique_computed_count > 0;
+    if (!failed && by_filter && *out_done < limit) {
         if (!pin) {
             tier_progress_unpin(request->pin_progress, request->pin_slot, NULL);
         } else if (!tier_progress_pin(request->pin_progress, request->pin_slot, NULL)) {

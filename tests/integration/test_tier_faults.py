@@ -225,7 +225,9 @@ def test_archive_away_what_needs_it_fails_within_failover_wait(replicated_tiers,
 
 def test_unique_key_only_the_archive_holds_holds_only_that_document_loudly(replicated_tiers, tmp_path):
     """What I7 can guarantee for a unique key the proxy does not check at write time
-    (one an operator computes, here $inc) that only the archive holds: the archive
+    (here one a bulk write's second statement computes from what its first one set:
+    the proxy computes keys from the document before the write) that only the
+    archive holds: the archive
     refuses the replay. That write is never dropped, and it holds only its document
     (I8): it is recorded in thermocline.refusals, shows in the status and the log,
     the namespace's feed goes on (reads that need the archive still work), and after
@@ -242,7 +244,9 @@ def test_unique_key_only_the_archive_holds_holds_only_that_document_loudly(repli
         client.shop.orders.insert_one({"_id": 2, "seq": 0, "createdAt": utc_now()})
         with client_for(archive) as archive_client:
             assert wait_until(lambda: archive_client.shop.orders.find_one({"_id": 2}) is not None, 15, 0.1)
-        client.shop.orders.update_one({"_id": 2}, {"$inc": {"seq": 1}})
+        client.shop.orders.bulk_write([
+            pymongo.UpdateOne({"_id": 2}, {"$set": {"base": 1}}),
+            pymongo.UpdateOne({"_id": 2}, [{"$set": {"seq": {"$ifNull": ["$base", 0]}}}])])
         client.shop.orders.insert_one({"_id": 3, "seq": 3, "createdAt": utc_now()})
     assert wait_until(lambda: namespace_status(proxy)["feeder"]["refusals"]["count"] == 1, 15, 0.1)
     feeder = namespace_status(proxy)["feeder"]

@@ -154,6 +154,131 @@ def test_a_unique_key_held_only_by_the_archive_is_refused_as_mongodb_refuses_it(
     proxy.stop()
 
 
+# --- unique keys an update computes, checked at write time (issue 13) ----------------
+
+CASES = 14
+
+
+def computed_key_documents(now):
+    """For each case i, an archive-only order old-i holding the keys that the fast
+    order f-i's update computes: seq (numeric), email, tags (multikey), code (old-3,
+    the $unset case, alone lacks it: its key is null)."""
+    archive_only, fast = [], []
+    for i in range(CASES):
+        old = {"_id": "old-%d" % i, "email": "old-%d@shop" % i, "seq": 1000 + 10 * i, "tags": ["vip-%d" % i],
+               "code": -1 - i, "createdAt": ago(7200)}
+        if i == 3:
+            del old["code"]
+        archive_only.append(old)
+        fast.append({"_id": "f-%d" % i, "email": "f-%d@shop" % i, "alias": "old-%d@shop" % i, "local": "old-%d" % i,
+                     "seq": 1000 + 10 * i - 1, "tags": ["t-%d" % i], "code": i, "group": "g%d" % i,
+                     "createdAt": now})
+    fast.append({"_id": "f-7b", "email": "f-7b@shop", "seq": 2000, "tags": ["t-7b"], "code": 70, "group": "g7",
+                 "createdAt": now})
+    fast.append({"_id": "f-ok", "email": "f-ok@shop", "local": "fresh", "seq": 5000, "tags": ["t-ok"], "code": 99,
+                 "createdAt": now})
+    return archive_only, fast
+
+
+def computed_key_writes(collection, now):
+    """Each kind of update whose new unique key comes from the stored document, each
+    colliding with its archive-only order; then updates whose computed keys collide
+    with nothing."""
+    from pymongo import InsertOne, ReturnDocument, UpdateOne
+    return [
+        ("$inc", lambda: collection.update_one({"_id": "f-0"}, {"$inc": {"seq": 1}})),
+        ("$rename to the key", lambda: collection.update_one({"_id": "f-1"}, {"$rename": {"alias": "email"}})),
+        ("$push on a multikey key", lambda: collection.update_one({"_id": "f-2"}, {"$push": {"tags": "vip-2"}})),
+        ("$unset: a null key", lambda: collection.update_one({"_id": "f-3"}, {"$unset": {"code": ""}})),
+        ("pipeline", lambda: collection.update_one(
+            {"_id": "f-4"}, [{"$set": {"email": {"$concat": ["$local", "@shop"]}}}])),
+        ("findAndModify $inc", lambda: collection.find_one_and_update({"_id": "f-5"}, {"$inc": {"seq": 1}})),
+        ("upsert $inc that inserts", lambda: collection.update_one(
+            {"_id": "new-6", "createdAt": now},
+            {"$inc": {"seq": 1060}, "$set": {"email": "new-6@shop", "code": 600, "tags": ["n-6"]}}, upsert=True)),
+        ("multi $inc", lambda: collection.update_many({"group": "g7"}, {"$inc": {"seq": 1}})),
+        ("bulk ordered", lambda: collection.bulk_write([
+            UpdateOne({"_id": "f-8"}, {"$set": {"n": 1}}),
+            UpdateOne({"_id": "f-8"}, {"$push": {"tags": "vip-8"}}),
+            UpdateOne({"_id": "f-8"}, {"$inc": {"seq": 1}})])),
+        ("bulk unordered", lambda: collection.bulk_write([
+            UpdateOne({"_id": "f-9"}, {"$inc": {"seq": 1}}),
+            InsertOne({"_id": "new-9", "email": "new-9@shop", "code": 900, "createdAt": now}),
+            UpdateOne({"_id": "f-9"}, {"$set": {"n": 2}}),
+            UpdateOne({"_id": "f-1"}, {"$rename": {"alias": "email"}})], ordered=False)),
+        ("positional $[]", lambda: collection.update_one({"_id": "f-10"}, {"$set": {"tags.$[]": "vip-10"}})),
+        ("$max", lambda: collection.update_one({"_id": "f-11"}, {"$max": {"seq": 1110}})),
+        ("positional $", lambda: collection.update_one({"_id": "f-12", "tags": "t-12"},
+                                                       {"$set": {"tags.$": "vip-12"}})),
+        ("arrayFilters", lambda: collection.update_one({"_id": "f-13"}, {"$set": {"tags.$[t]": "vip-13"}},
+                                                       array_filters=[{"t": "t-13"}])),
+        # Computed keys that collide with nothing: acknowledged as MongoDB acknowledges them.
+        ("no collision: $inc", lambda: collection.update_one({"_id": "f-ok"}, {"$inc": {"seq": 1}})),
+        ("no collision: $push", lambda: collection.update_one({"_id": "f-ok"}, {"$push": {"tags": "fresh"}})),
+        ("no collision: pipeline", lambda: collection.update_one(
+            {"_id": "f-ok"}, [{"$set": {"email": {"$concat": ["$local", "@elsewhere"]}}}])),
+        ("no collision: findAndModify", lambda: collection.find_one_and_update(
+            {"_id": "f-ok"}, {"$inc": {"seq": 1}}, return_document=ReturnDocument.AFTER)),
+    ]
+
+
+def comparable(result):
+    """An outcome without what differs between any two servers (their clocks)."""
+    if result[0] == "ok" and isinstance(result[1], dict):
+        return ("ok", {key: value for key, value in result[1].items()
+                       if key not in ("$clusterTime", "operationTime", "electionId", "opTime")})
+    return result
+
+
+def test_unique_keys_an_update_computes_are_checked_against_the_archive(replicated_tiers, tmp_path):
+    """$inc, $rename, $push, $unset, a pipeline, findAndModify, an upsert that
+    inserts, a multi update, $[], $, arrayFilters, $max and bulk writes mixing them: each
+    new key held only by an archive order gets exactly MongoDB's E11000 (code,
+    keyValue), nothing is written on either tier, and the feeder refuses nothing;
+    computed keys that collide with nothing are acknowledged."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle", replica_set="rs9").start())
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    now = utc_now()
+    archive_only, recent = computed_key_documents(now)
+    with client_for(proxy) as through, client_for(oracle) as alone, client_for(archive) as direct:
+        for client in (through, alone):
+            client.shop.orders.create_index("email", unique=True)
+            client.shop.orders.create_index("code", unique=True)
+            client.shop.orders.create_index("seq", unique=True, sparse=True)
+            client.shop.orders.create_index("tags", unique=True, sparse=True)
+        direct.shop.orders.insert_many(archive_only)  # outside the window, as after eviction
+        alone.shop.orders.insert_many(archive_only)
+        for client in (through, alone):
+            client.shop.orders.insert_many(recent)
+        for (name, proxied), (_, expected) in zip(computed_key_writes(through.shop.orders, now),
+                                                  computed_key_writes(alone.shop.orders, now)):
+            got, want = comparable(outcome(proxied)), comparable(outcome(expected))
+            assert got == want, "%s: through the proxy %r, MongoDB alone %r" % (name, got, want)
+            if name.startswith("no collision"):
+                assert got[0] == "ok", name
+            elif not name.startswith("bulk"):
+                assert got[0] == "error" and got[1] == 11000 and "keyValue" in got[2], (name, got)
+            else:
+                assert all(error["code"] == 11000 for error in got[1]["writeErrors"]), (name, got)
+        assert sorted(through.shop.orders.find(), key=lambda d: d["_id"]) == \
+            sorted(alone.shop.orders.find(), key=lambda d: d["_id"])
+    wait_feeder(proxy)
+    for process in (archive, fast):
+        with client_for(process) as client:
+            orders = client.shop.orders
+            for i in range(CASES):
+                assert orders.count_documents({"email": "old-%d@shop" % i}) <= 1
+                assert orders.count_documents({"seq": 1000 + 10 * i}) <= 1
+                assert orders.count_documents({"tags": "vip-%d" % i}) <= 1
+            assert orders.count_documents({"code": None}) <= 1
+    assert raw_documents(archive) == raw_documents(oracle)
+    feeder = namespace_status(proxy)["feeder"]
+    assert feeder["refusals"]["count"] == 0, feeder
+    assert not feeder.get("stopped"), feeder
+    proxy.stop()
+
+
 # --- writes read the archive only when they must (issue 19) --------------------------
 
 def archive_queries(archive):

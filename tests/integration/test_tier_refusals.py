@@ -1,8 +1,10 @@
 """I8: one write the archive refuses degrades one document, never a namespace.
-The conflict is a unique key only the archive holds, reached by $inc: the proxy
-checks at write time the key values a write sets ($set, inserts, replacements,
-upserts: test_tier_real_collections.py), not those an operator computes, so the
-fast tier takes the write and the archive refuses the feeder's replay. Then the
+The conflict is a unique key only the archive holds, reached by a bulk write
+whose second statement computes the key from what its first one set: the proxy
+checks at write time the keys a write sets or computes (test_tier_real_collections.py),
+but computes each statement's from the document as it was before the write (a
+limit, src/proxy/README.md), so the fast tier takes the write and the archive
+refuses the feeder's replay. Then the
 feeder records it (thermocline.refusals), queues that document's later writes
 behind it, keeps feeding and evicting every other document, shows it (log,
 thermoclineStatus), never evicts the held document, and after the operator fixes
@@ -48,12 +50,15 @@ def prepare(archive, fast, oracle):
 
 
 def refused_increment(proxy, archive, client, truth, **fields):
-    """Document 1 with seq 0, replayed; then $inc seq to 1, the archive's old key:
-    the fast tier takes it, the archive refuses its replay."""
+    """Document 1 with seq 0, replayed; then one bulk write sets base 1 and seq to
+    base (0 before the write, so the proxy finds no conflict to fault in): seq 1,
+    the archive's old key. The fast tier takes it, the archive refuses its replay."""
     both(client, truth, "insert_one", dict({"_id": 1, "seq": 0, "createdAt": utc_now()}, **fields))
     with client_for(archive) as archive_client:
         assert wait_until(lambda: archive_client.shop.orders.find_one({"_id": 1}) is not None, 15, 0.1)
-    both(client, truth, "update_one", {"_id": 1}, {"$inc": {"seq": 1}})
+    both(client, truth, "bulk_write", [
+        pymongo.UpdateOne({"_id": 1}, {"$set": {"base": 1}}),
+        pymongo.UpdateOne({"_id": 1}, [{"$set": {"seq": {"$ifNull": ["$base", 0]}}}])])
 
 
 def both(proxy_client, oracle_client, operation, *arguments):
@@ -79,7 +84,7 @@ def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, 
     archive, fast, oracle, proxy = start(replicated_tiers, tmp_path)
     try:
         with client_for(proxy) as client, client_for(oracle) as truth:
-            # The oracle would refuse this $inc while "old" holds seq 1: it gets it as
+            # The oracle would refuse this write while "old" holds seq 1: it gets it as
             # one MongoDB would after the operator's fix (fix_and_retry).
             refused_increment(proxy, archive, client, truth, n=0)
             assert wait_until(lambda: refusals(proxy)["count"] >= 1, 15, 0.1), refusals(proxy)
@@ -107,7 +112,7 @@ def test_refused_replay_holds_one_document_and_the_rest_flows(replicated_tiers, 
         with client_for(archive) as client:
             assert wait_until(lambda: client.shop.orders.count_documents({"_id": {"$gte": 10}}) == 20, 15, 0.1)
             assert client.shop.orders.count_documents({"status": "shipped"}) == 10
-            held = client.shop.orders.find_one({"_id": 1})  # its version before the refused $inc
+            held = client.shop.orders.find_one({"_id": 1})  # its seq before the refused write
             assert (held["seq"], held["n"]) == (0, 0), held
         assert wait_until(lambda: ids_in(fast) == {1}, 20, 0.2), ids_in(fast)
         assert wait_until(lambda: namespace_status(proxy)["evictor"]["evicted"] >= 20, 5, 0.1)

@@ -838,6 +838,144 @@ static void test_unique_key_fault_ins(void **state)
                             " '2': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}}}");
 }
 
+/* Unique keys an update computes (planner_unique.c, issue 13): the statements whose
+ * new key the planner cannot name, and the indexes concerned (by name), for the
+ * router to compute at write time. */
+#define UNIQUE_INDEXES                                                                                                 \
+    "[{'v': 2, 'key': {'email': 1}, 'name': 'email_1', 'unique': true},"                                               \
+    " {'key': {'shop': 1, 'n': 1}, 'name': 'shop_n', 'unique': true, 'sparse': true},"                                 \
+    " {'key': {'code': 1}, 'name': 'code_1', 'unique': true, 'partialFilterExpression': {'live': true}}]"
+
+static void assert_unique_computed(const char *command_text, const char *expected_statements,
+                                   const char *expected_names)
+{
+    bson_t *indexes = json_array(UNIQUE_INDEXES);
+    const plan_policy_t policy = {.time_field = "createdAt", .unique_indexes = indexes};
+    plan_decision_t decision;
+    bson_error_t error;
+    bson_t *command = command_json(command_text);
+    assert_true(plan_command(command, &policy, &valid_coverage, &decision, &error));
+    bson_t *statements = json_array(expected_statements);
+    if (!bson_equal(statements, &decision.unique_computed_statements)) {
+        char *got = bson_as_relaxed_extended_json(&decision.unique_computed_statements, NULL);
+        fail_msg("%s: computed statements %s, expected %s", command_text, got, expected_statements);
+    }
+    assert_int_equal(decision.unique_computed_count, (uint32_t)bson_count_keys(statements));
+    char names[256] = "";
+    bson_iter_t iter, name;
+    bson_iter_init(&iter, &decision.unique_computed_indexes);
+    while (bson_iter_next(&iter)) {
+        assert_true(bson_iter_recurse(&iter, &name) && bson_iter_find(&name, "name"));
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] != '\0' ? " " : "",
+                 bson_iter_utf8(&name, NULL));
+    }
+    if (strcmp(names, expected_names) != 0) {
+        fail_msg("%s: computed indexes '%s', expected '%s'", command_text, names, expected_names);
+    }
+    if (decision.unique_computed_count > 0) {
+        assert_non_null(strstr(decision.reason_text, "compute a unique key"));
+    }
+    bson_destroy(statements);
+    bson_destroy(command);
+    plan_decision_cleanup(&decision);
+    bson_destroy(indexes);
+}
+
+#define ONE_UPDATE(u) "{'update': 'orders', 'updates': [{'q': {'_id': 1, " Q_IN "}, 'u': " u "}]}"
+
+static void test_unique_keys_computed(void **state)
+{
+    (void)state;
+    /* Operators whose value comes from the stored document, on a key path. */
+    assert_unique_computed(ONE_UPDATE("{'%inc': {'n': 1}}"), "[0]", "shop_n");
+    assert_unique_computed(ONE_UPDATE("{'%mul': {'code': 2}, '%min': {'email': 'a'}}"), "[0]", "code_1 email_1");
+    assert_unique_computed(ONE_UPDATE("{'%currentDate': {'email': true}}"), "[0]", "email_1");
+    assert_unique_computed(ONE_UPDATE("{'%bit': {'n': {'and': 1}}}"), "[0]", "shop_n");
+    /* $rename to or from a key; $unset (the key becomes null). */
+    assert_unique_computed(ONE_UPDATE("{'%rename': {'old': 'email'}}"), "[0]", "email_1");
+    assert_unique_computed(ONE_UPDATE("{'%rename': {'email': 'old'}}"), "[0]", "email_1");
+    assert_unique_computed(ONE_UPDATE("{'%unset': {'shop': ''}}"), "[0]", "shop_n");
+    /* Array operators and positional paths on a multikey key. */
+    assert_unique_computed(ONE_UPDATE("{'%push': {'email': 'x'}}"), "[0]", "email_1");
+    assert_unique_computed(ONE_UPDATE("{'%pull': {'email': 'x'}, '%pop': {'n': 1}}"), "[0]", "email_1 shop_n");
+    assert_unique_computed(ONE_UPDATE("{'%set': {'email.$[]': 'x'}}"), "[0]", "email_1");
+    assert_unique_computed(ONE_UPDATE("{'%set': {'email.1': 'x'}}"), "[0]", "email_1");
+    /* A $set inside the key's value, and a field of a partial index's filter. */
+    assert_unique_computed(ONE_UPDATE("{'%set': {'email.local': 'x'}}"), "[0]", "email_1");
+    assert_unique_computed(ONE_UPDATE("{'%set': {'live': true}}"), "[0]", "code_1");
+    assert_unique_computed(ONE_UPDATE("{'%unset': {'live': ''}}"), "[0]", "code_1");
+    /* A pipeline may set any field. */
+    assert_unique_computed(ONE_UPDATE("[{'%set': {'status': 'paid'}}]"), "[0]", "email_1 shop_n code_1");
+    /* Known values, other fields, $setOnInsert without upsert: nothing computed. */
+    assert_unique_computed(ONE_UPDATE("{'%set': {'email': 'a', 'status': 'x'}, '%inc': {'total': 1}}"), "[]", "");
+    assert_unique_computed(ONE_UPDATE("{'%setOnInsert': {'n': 1}, '%push': {'tags': 'x'}}"), "[]", "");
+    assert_unique_computed(ONE_UPDATE("{'email': 'a'}"), "[]", "");
+    assert_unique_computed(ONE_UPDATE("{'%set': {'emails': 1, 'shopper.n': 2}}"), "[]", "");
+    /* An upsert's query operator, or $and/$or, seeds what it inserts. */
+    assert_unique_computed("{'update': 'orders', 'updates': [{'q': {'email': {'%in': ['a']}}, 'u': {'%set': {'z': 1}},"
+                           " 'upsert': true}]}",
+                           "[0]", "email_1");
+    assert_unique_computed("{'update': 'orders', 'updates': [{'q': {'%and': [{'email': 'a'}]}, 'u': {'%set': {'z': 1}},"
+                           " 'upsert': true}]}",
+                           "[0]", "email_1 shop_n code_1");
+    /* A bulk: only the statements that compute, by their place. */
+    assert_unique_computed("{'update': 'orders', 'updates': [{'q': {'_id': 1}, 'u': {'%set': {'status': 'x'}}},"
+                           " {'q': {'_id': 2}, 'u': {'%inc': {'n': 1}}}, {'q': {'_id': 3}, 'u': {'%max': {'code': 3}}},"
+                           " {'q': {'_id': 4}, 'u': {'%inc': {'n': 2}}}]}",
+                           "[1, 2, 3]", "shop_n code_1");
+    /* findAndModify: statement 0, unless it removes. */
+    assert_unique_computed("{'findAndModify': 'orders', 'query': {'_id': 1}, 'update': {'%inc': {'n': 1}}}", "[0]",
+                           "shop_n");
+    assert_unique_computed("{'findAndModify': 'orders', 'query': {'_id': 1}, 'remove': true}", "[]", "");
+    /* Deletes, inserts and explain compute nothing. */
+    assert_unique_computed("{'delete': 'orders', 'deletes': [{'q': {'email': 'a'}, 'limit': 1}]}", "[]", "");
+    assert_unique_computed("{'insert': 'orders', 'documents': [{'email': 'a'}]}", "[]", "");
+    assert_unique_computed("{'explain': " ONE_UPDATE("{'%inc': {'n': 1}}") "}", "[]", "");
+}
+
+/* The router's half: the keys of one computed document, each filter once. */
+static void test_unique_keys_of_document(void **state)
+{
+    (void)state;
+    bson_t *indexes = json_array(UNIQUE_INDEXES);
+    bson_t *first = support_json("{'_id': 1, 'email': ['a', 'b'], 'shop': 's', 'n': 2, 'live': true}");
+    bson_t *second = support_json("{'_id': 2, 'email': ['a', 'b'], 'shop': 't'}");
+    bson_t filters = BSON_INITIALIZER;
+    uint32_t count = 0;
+    plan_unique_keys_of_document(indexes, first, NULL, &filters, &count);
+    plan_unique_keys_of_document(indexes, first, NULL, &filters, &count); /* the same keys: nothing more */
+    plan_unique_keys_of_document(indexes, second, NULL, &filters, &count);
+    bson_t *expected = support_json("{'0': {'filter': {'email': {'%in': ['a', 'b']}}},"
+                                    " '1': {'filter': {'shop': {'%eq': 's'}, 'n': {'%eq': 2}}},"
+                                    " '2': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}},"
+                                    " '3': {'filter': {'shop': {'%eq': 't'}, 'n': {'%eq': null}}}}");
+    if (!bson_equal(expected, &filters)) {
+        char *got = bson_as_relaxed_extended_json(&filters, NULL);
+        fail_msg("filters %s", got);
+    }
+    assert_int_equal(count, 4);
+    bson_destroy(expected);
+    /* Against the document before the update: only the keys it did not hold, and a
+     * partial index's always (the document may enter its filter only now). */
+    bson_t *updated = support_json("{'_id': 1, 'email': ['a', 'c'], 'shop': 's', 'n': 2, 'live': true}");
+    bson_reinit(&filters);
+    count = 0;
+    plan_unique_keys_of_document(indexes, updated, first, &filters, &count);
+    expected = support_json("{'0': {'filter': {'email': {'%in': ['a', 'c']}}},"
+                            " '1': {'filter': {'%and': [{'live': true}, {'code': {'%eq': null}}]}}}");
+    if (!bson_equal(expected, &filters)) {
+        char *got = bson_as_relaxed_extended_json(&filters, NULL);
+        fail_msg("filters against the document before %s", got);
+    }
+    assert_int_equal(count, 2);
+    bson_destroy(expected);
+    bson_destroy(updated);
+    bson_destroy(&filters);
+    bson_destroy(first);
+    bson_destroy(second);
+    bson_destroy(indexes);
+}
+
 static void test_writes_without_policy_and_explained(void **state)
 {
     (void)state;
@@ -1539,6 +1677,8 @@ int main(void)
         cmocka_unit_test(test_updates_and_deletes),
         cmocka_unit_test(test_write_fault_in_filters),
         cmocka_unit_test(test_unique_key_fault_ins),
+        cmocka_unit_test(test_unique_keys_computed),
+        cmocka_unit_test(test_unique_keys_of_document),
         cmocka_unit_test(test_writes_without_policy_and_explained),
         cmocka_unit_test(test_refused_commands),
         cmocka_unit_test(test_other_commands),
