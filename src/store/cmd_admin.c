@@ -1,6 +1,7 @@
 /* Handshake and server information: hello/isMaster (with awaitable hello and
  * compression negotiation), ping, buildInfo, getParameter, setParameter
- * (transactionLifetimeLimitSeconds, cursorTimeoutMillis), hostInfo, whatsmyuri,
+ * (transactionLifetimeLimitSeconds, cursorTimeoutMillis, ttlMonitorSleepSecs,
+ * ttlMonitorEnabled), hostInfo, whatsmyuri,
  * endSessions and the small commands mongosh and the drivers send on connect;
  * serverStatus (the sections operators watch) and fsync (a checkpoint). */
 #include "store/auth.h"
@@ -8,6 +9,7 @@
 #include "store/oplog.h"
 #include "store/slow_disk.h"
 #include "store/transactions.h"
+#include "store/ttl_monitor.h"
 #include "wire/wire.h"
 #include "common/clock.h"
 
@@ -218,6 +220,14 @@ static bool handle_get_parameter(command_context_t *context, bson_t *reply, bson
         BSON_APPEND_INT64(reply, "cursorTimeoutMillis", cursor_table_timeout_ms(context->store->cursors));
         found = true;
     }
+    if (all || bson_has_field(context->command, "ttlMonitorSleepSecs")) {
+        BSON_APPEND_INT32(reply, "ttlMonitorSleepSecs", (int32_t)ttl_monitor_sleep_seconds(context->store->ttl));
+        found = true;
+    }
+    if (all || bson_has_field(context->command, "ttlMonitorEnabled")) {
+        BSON_APPEND_BOOL(reply, "ttlMonitorEnabled", ttl_monitor_enabled(context->store->ttl));
+        found = true;
+    }
     if (all || bson_has_field(context->command, "transactionLifetimeLimitSeconds")) {
         BSON_APPEND_INT32(reply, "transactionLifetimeLimitSeconds",
                           (int32_t)transaction_lifetime_seconds(context->store->transactions));
@@ -244,8 +254,18 @@ static bool handle_set_parameter(command_context_t *context, bson_t *reply, bson
         if (name[0] == '$' || strcmp(name, "lsid") == 0 || strcmp(name, "comment") == 0) {
             continue;
         }
+        if (strcmp(name, "ttlMonitorEnabled") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&iter)) {
+                return tc_error_set(error, TC_ERR_BAD_VALUE, "Invalid value for parameter %s: not a boolean", name);
+            }
+            BSON_APPEND_BOOL(reply, "was", ttl_monitor_enabled(context->store->ttl));
+            ttl_monitor_set_enabled(context->store->ttl, bson_iter_bool(&iter));
+            found = true;
+            continue;
+        }
         bool is_lifetime = strcmp(name, "transactionLifetimeLimitSeconds") == 0;
-        if (!is_lifetime && strcmp(name, "cursorTimeoutMillis") != 0) {
+        bool is_ttl_sleep = strcmp(name, "ttlMonitorSleepSecs") == 0;
+        if (!is_lifetime && !is_ttl_sleep && strcmp(name, "cursorTimeoutMillis") != 0) {
             return tc_error_set(error, TC_ERR_INVALID_OPTIONS,
                                 "attempted to set unrecognized parameter [%s], use help:true to see options ", name);
         }
@@ -260,6 +280,12 @@ static bool handle_set_parameter(command_context_t *context, bson_t *reply, bson
             }
             BSON_APPEND_INT32(reply, "was", (int32_t)transaction_lifetime_seconds(context->store->transactions));
             transaction_set_lifetime_seconds(context->store->transactions, value);
+        } else if (is_ttl_sleep) {
+            if (value < 1 || value > INT32_MAX) {
+                return tc_error_set(error, TC_ERR_BAD_VALUE, "ttlMonitorSleepSecs must be at least 1 (second)");
+            }
+            BSON_APPEND_INT32(reply, "was", (int32_t)ttl_monitor_sleep_seconds(context->store->ttl));
+            ttl_monitor_set_sleep_seconds(context->store->ttl, value);
         } else {
             /* No bound, as mongod: 0 or less reaps every idle cursor on the next pass. */
             BSON_APPEND_INT64(reply, "was", cursor_table_timeout_ms(context->store->cursors));
@@ -511,6 +537,14 @@ static bool handle_server_status(command_context_t *context, bson_t *reply, bson
         BSON_APPEND_DOCUMENT_BEGIN(reply, "transactions", &transactions);
         transaction_append_statistics(store->transactions, &transactions);
         bson_append_document_end(reply, &transactions);
+    }
+    if (section_wanted(context, "metrics")) {
+        bson_t metrics, ttl;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &metrics);
+        BSON_APPEND_DOCUMENT_BEGIN(&metrics, "ttl", &ttl);
+        ttl_monitor_append_metrics(store->ttl, &ttl);
+        bson_append_document_end(&metrics, &ttl);
+        bson_append_document_end(reply, &metrics);
     }
     if (section_wanted(context, "storageEngine")) {
         bson_t engine;

@@ -9,9 +9,11 @@
  *       recorded in the options, as create records them; every later write
  *       is validated under them.
  *
+ *   index: {name | keyPattern, expireAfterSeconds}   a TTL index's expiry
+ *       changed, or a one-field index made a TTL index (ttl_monitor.h runs them).
+ *
  * What the store cannot honour is refused, never silently kept: time series,
- * capped sizes, an index's expireAfterSeconds (the store runs no TTL
- * monitor), an index made unique. The change is one transaction with its {collMod: ...} oplog entry,
+ * capped sizes, collection-level expireAfterSeconds, an index made unique. The change is one transaction with its {collMod: ...} oplog entry,
  * whose o2 holds the options before it (a change stream's expanded "modify"
  * event shows both). A view's collMod (viewOn, pipeline) is views.c's. */
 #include "store/commands.h"
@@ -125,6 +127,8 @@ typedef struct index_change {
     index_descriptor_t *index;
     bool has_hidden;
     bool hidden;
+    bool has_expire;         /* a TTL set, changed, or given to a one-field index */
+    int64_t expire_seconds;
 } index_change_t;
 
 static bool parse_index_request(const coll_mod_request_t *request, collection_t *collection, index_change_t *out,
@@ -146,10 +150,14 @@ static bool parse_index_request(const coll_mod_request_t *request, collection_t 
         } else if (strcmp(field, "hidden") == 0 && BSON_ITER_HOLDS_BOOL(&iter)) {
             out->has_hidden = true;
             out->hidden = bson_iter_bool(&iter);
-        } else if (strcmp(field, "expireAfterSeconds") == 0) {
-            /* createIndexes keeps a TTL in the spec, but nothing here ever deletes
-             * what it expires: changing one would look like working TTL. */
-            return refuse(request, "changing a TTL index (it runs no TTL monitor)", error);
+        } else if (strcmp(field, "expireAfterSeconds") == 0 && BSON_ITER_HOLDS_NUMBER(&iter)) {
+            out->has_expire = true;
+            out->expire_seconds = bson_iter_as_int64(&iter);
+            if (out->expire_seconds < 0 || out->expire_seconds > INT32_MAX) {
+                return tc_error_set(error, TC_ERR_INVALID_OPTIONS,
+                                    "TTL index 'expireAfterSeconds' option must be within an acceptable range, try "
+                                    "a lower number");
+            }
         } else if (strcmp(field, "unique") == 0 || strcmp(field, "prepareUnique") == 0 ||
                    strcmp(field, "forceNonUnique") == 0) {
             return refuse(request, "converting an index to or from unique yet", error);
@@ -164,7 +172,7 @@ static bool parse_index_request(const coll_mod_request_t *request, collection_t 
     if (name == NULL && !has_key_pattern) {
         return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "Must specify either index name or key pattern.");
     }
-    if (!out->has_hidden) {
+    if (!out->has_hidden && !out->has_expire) {
         return tc_error_set(error, TC_ERR_INVALID_OPTIONS, "no expireAfterSeconds or hidden field");
     }
     for (size_t i = 0; i < collection->index_count && out->index == NULL; i++) {
@@ -182,33 +190,63 @@ static bool parse_index_request(const coll_mod_request_t *request, collection_t 
     if (out->has_hidden && out->index->is_id) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "can't hide _id index");
     }
+    if (out->has_expire && (out->index->is_id || bson_count_keys(&out->index->key_pattern) != 1)) {
+        return tc_error_set(error, TC_ERR_INVALID_OPTIONS,
+                            "TTL indexes are single-field indexes, compound indexes do not support TTL (and _id "
+                            "does not): index %s", out->index->name);
+    }
     return true;
 }
 
 /* The index's new spec (mongod keeps hidden: true and drops the field when
- * unhidden), the reply's hidden_old and hidden_new (when it changes), the
- * oplog's index argument (by name, as mongod normalizes a key pattern) and its
+ * unhidden; a TTL's new expireAfterSeconds), the reply's hidden_old/hidden_new and
+ * expireAfterSeconds_old/expireAfterSeconds_new (when they change), the oplog's
+ * index argument (by name, as mongod normalizes a key pattern) and its
  * indexOptions_old. */
 static void build_index_change(const index_change_t *change, bson_t *spec, bson_t *reply, bson_t *logged,
                                bson_t *old_options)
 {
     const index_descriptor_t *index = change->index;
     bson_iter_t iter;
+    bool hidden = change->has_hidden ? change->hidden : index->hidden;
+    int64_t old_seconds = 0;
+    bool had_ttl = bson_iter_init_find(&iter, &index->spec, "expireAfterSeconds") && BSON_ITER_HOLDS_NUMBER(&iter);
+    if (had_ttl) {
+        old_seconds = bson_iter_as_int64(&iter);
+    }
     bson_iter_init(&iter, &index->spec);
     while (bson_iter_next(&iter)) {
-        if (strcmp(bson_iter_key(&iter), "hidden") != 0) {
-            bson_append_iter(spec, bson_iter_key(&iter), -1, &iter);
+        const char *field = bson_iter_key(&iter);
+        if (strcmp(field, "hidden") != 0 && !(change->has_expire && strcmp(field, "expireAfterSeconds") == 0)) {
+            bson_append_iter(spec, field, -1, &iter);
         }
     }
-    if (change->hidden) {
+    if (change->has_expire) {
+        BSON_APPEND_INT64(spec, "expireAfterSeconds", change->expire_seconds);
+    }
+    if (hidden) {
         BSON_APPEND_BOOL(spec, "hidden", true);
     }
     BSON_APPEND_UTF8(logged, "name", index->name);
-    BSON_APPEND_BOOL(logged, "hidden", change->hidden);
-    BSON_APPEND_BOOL(old_options, "hidden", index->hidden);
-    if (index->hidden != change->hidden) {
-        BSON_APPEND_BOOL(reply, "hidden_old", index->hidden);
-        BSON_APPEND_BOOL(reply, "hidden_new", change->hidden);
+    if (change->has_hidden) {
+        BSON_APPEND_BOOL(logged, "hidden", change->hidden);
+        BSON_APPEND_BOOL(old_options, "hidden", index->hidden);
+        if (index->hidden != change->hidden) {
+            BSON_APPEND_BOOL(reply, "hidden_old", index->hidden);
+            BSON_APPEND_BOOL(reply, "hidden_new", change->hidden);
+        }
+    }
+    if (change->has_expire) {
+        BSON_APPEND_INT64(logged, "expireAfterSeconds", change->expire_seconds);
+        if (had_ttl) {
+            BSON_APPEND_INT64(old_options, "expireAfterSeconds", old_seconds);
+        }
+        if (!had_ttl || old_seconds != change->expire_seconds) {
+            if (had_ttl) {
+                BSON_APPEND_INT64(reply, "expireAfterSeconds_old", old_seconds);
+            }
+            BSON_APPEND_INT64(reply, "expireAfterSeconds_new", change->expire_seconds);
+        }
     }
 }
 

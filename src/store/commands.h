@@ -35,6 +35,7 @@ typedef struct store {
     transaction_table_t *transactions; /* multi-document transactions (transactions.h) */
     current_op_table_t *operations; /* operations in progress (current_op.h) */
     session_cache_t *sessions;      /* logical sessions seen (session_cache.h) */
+    struct ttl_monitor *ttl;        /* the TTL monitor (ttl_monitor.h) */
 } store_t;
 
 /* One client connection's state (server_request_t.connection_data), made on

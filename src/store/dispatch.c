@@ -440,7 +440,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         tc_error_set(&error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context.name);
         goto done;
     }
-    if (!auth_check_command(&context, &error)) {
+    if (!control->internal && !auth_check_command(&context, &error)) {
         goto done;
     }
     if (!read_expression_context(&context, &expression_context, &let_values, &error)) {

@@ -19,6 +19,7 @@ typedef struct dispatch_control {
     void **connection_data; /* in: the connection's state slot
                              * (server_request_t.connection_data), or NULL */
     int64_t submitted_us;   /* in: when it was queued for a worker (server_request_t), 0: now */
+    bool internal;          /* in: the store's own work (the TTL monitor): no access check */
 } dispatch_control_t;
 
 /* A connection is gone (the server's connection_close): frees its state

@@ -13,6 +13,7 @@
 #include "store/slow_disk.h"
 #include "store/slow_ops.h"
 #include "store/transactions.h"
+#include "store/ttl_monitor.h"
 #include "wire/wire.h"
 
 #include <getopt.h>
@@ -186,6 +187,8 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         goto done;
     }
     janitor_started = true;
+    store.ttl = ttl_monitor_start(&store, error);
+    TC_CHECK(store.ttl != NULL);
     TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0, "thermocline store listening on {address}:{port}, dbpath {dbPath}",
                  TC_ATTR_STR("address", options->bind_address), TC_ATTR_INT("port", server_port(store.server)),
                  TC_ATTR_STR("dbPath", options->dbpath), TC_ATTR_STR("replSet", options->replica_set));
@@ -207,6 +210,7 @@ done:
     }
     pthread_mutex_destroy(&janitor.mutex);
     pthread_cond_destroy(&janitor.wakeup);
+    ttl_monitor_stop(store.ttl);
     store_metrics_stop(metrics);
     server_destroy(store.server);
     tls_context_destroy(tls_context);
