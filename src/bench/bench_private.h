@@ -57,6 +57,16 @@ typedef struct bench_second {
     bench_histogram_t *read_latency; /* coarse; NULL for the load; owned */
 } bench_second_t;
 
+/* One host the mix's clients were spread over (a mongos or proxy of the URI's
+ * seed list, or the replica set's primary). */
+#define BENCH_HOST_ADDRESS_SIZE 280
+typedef struct bench_host_result {
+    char address[BENCH_HOST_ADDRESS_SIZE]; /* "host:port" as the URI names it */
+    int client_count;
+    uint64_t operations; /* completed without error in the measured window */
+    uint64_t errors;     /* failed in the measured window */
+} bench_host_result_t;
+
 typedef struct bench_results {
     bench_operation_result_t operations[BENCH_OP_COUNT];
     int64_t started_at_ms;   /* wall clock at the start of the measured window */
@@ -70,6 +80,9 @@ typedef struct bench_results {
     int second_count;
     int second_capacity;
     bench_second_t *seconds;
+    int host_count;              /* the mix only; 0 for the load */
+    bench_host_result_t *hosts;  /* host_count of them; owned */
+    char replica_set[128];       /* the URI's replicaSet= (its primary is the one host driven), "" if none */
 } bench_results_t;
 
 /* Allocates the latency histograms and room for second_count seconds (each with
@@ -96,7 +109,10 @@ bool bench_run_load(const bench_options_t *options, mongoc_client_pool_t *pool, 
 
 /* Runs the workload's operation mix for warmup + duration with thread_count
  * clients on one event loop (mix.c); records the measured part.
- * options->record_count must be the documents present. */
+ * options->record_count must be the documents present. The clients are spread
+ * round-robin over the hosts of a URI without replicaSet= (a mongos or proxy each,
+ * as a driver spreads its operations over the mongos of its seed list); a replica
+ * set's URI reaches its primary only. */
 bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bson_error_t *error) TC_MUST_CHECK;
 
 /* The human table. */

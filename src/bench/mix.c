@@ -3,7 +3,9 @@
  * one libuv loop through the asynchronous wire client the proxy uses for its tiers
  * (client/backend.h: its connection pool, handshake, SCRAM and TLS). Each operation is the
  * command a driver's find / updateOne / insertOne sends, with the lsid and the
- * $clusterTime a driver attaches.
+ * $clusterTime a driver attaches. A URI with several hosts and no replicaSet= names
+ * several mongos (or proxies): client i uses host i modulo their number, with a pool
+ * per host, as a driver spreads its operations over the mongos of its seed list.
  *
  * Why one loop and not a thread per client blocking in libmongoc, as YCSB's
  * clients do: 64 such threads cost the generator 35-45 µs of CPU per operation,
@@ -49,6 +51,7 @@ typedef enum mix_phase {
 
 typedef struct mix_client {
     mix_run_t *run;
+    int host; /* its host: run->pools and results->hosts index */
     bench_rng_t rng;
     bench_key_chooser_t chooser;
     uint8_t session_id[16]; /* the implicit session's lsid, a random UUID */
@@ -76,12 +79,13 @@ struct mix_run {
     const bench_options_t *options;
     bench_results_t *results;
     uv_loop_t loop;
-    backend_pool_t *pool;
+    backend_pool_t **pools; /* one per host, results->host_count of them */
     mix_client_t *clients;
     insert_ids_t ids;
     mix_phase_t phase;
     int clients_ready; /* answered their first ping */
     int clients_done;  /* past the end, nothing in flight */
+    int end_sessions_pending; /* hosts yet to answer endSessions */
     int64_t start_ns, measure_start_ns, end_ns;
     int64_t interval_ns; /* --target-ops: between one client's scheduled starts; 0: none */
     /* Fires at the warm-up's end, each second of the measured window and the
@@ -256,8 +260,8 @@ static void note_cluster_time(mix_run_t *run, const bson_t *body)
     }
 }
 
-/* Sends command (built here, freed here) with done as the reply's callback. */
-static bool send_command(mix_run_t *run, bson_t *command, backend_reply_fn done, void *context)
+/* Sends command (built here, freed here) to host with done as the reply's callback. */
+static bool send_command(mix_run_t *run, int host, bson_t *command, backend_reply_fn done, void *context)
 {
     uint8_t *message = NULL;
     size_t length;
@@ -267,25 +271,29 @@ static bool send_command(mix_run_t *run, bson_t *command, backend_reply_fn done,
         run->failed = true;
         return false;
     }
-    backend_pool_send(run->pool, message, length, done, context);
+    backend_pool_send(run->pools[host], message, length, done, context);
     bson_free(message);
     return true;
 }
 
 /* --- recording ------------------------------------------------------------------------ */
 
-static void record(mix_run_t *run, bench_operation_t operation, int64_t latency_ns, const bson_error_t *error,
-                   bool found, int64_t done_ns)
+static void record(mix_client_t *client, int64_t latency_ns, const bson_error_t *error, bool found, int64_t done_ns)
 {
+    mix_run_t *run = client->run;
+    bench_operation_t operation = client->operation;
     bench_results_t *results = run->results;
+    bench_host_result_t *host = &results->hosts[client->host];
     bench_operation_result_t *result = &results->operations[operation];
     uint64_t latency_us = latency_ns > 0 ? (uint64_t)(latency_ns / 1000) : 0;
     if (error == NULL) {
         result->count++;
+        host->operations++;
         bench_histogram_record(result->latency, latency_us);
         result->not_found += !found;
     } else {
         result->errors++;
+        host->errors++;
         if (result->first_error[0] == '\0') {
             bson_strncpy(result->first_error, error->message, sizeof result->first_error);
         }
@@ -342,7 +350,7 @@ static void on_operation_reply(void *context, const uint8_t *reply, size_t lengt
         insert_ids_finish(&run->ids, client->insert_id);
     }
     if (client->intended_ns >= run->measure_start_ns) {
-        record(run, client->operation, done_ns - client->intended_ns, failure, found, done_ns);
+        record(client, done_ns - client->intended_ns, failure, found, done_ns);
     }
     client->intended_ns += run->interval_ns;
     client_next(client);
@@ -365,7 +373,7 @@ static void client_send(mix_client_t *client)
         break;
     }
     append_driver_fields(client, &command, run->options->database);
-    if (!send_command(run, &command, on_operation_reply, client)) {
+    if (!send_command(run, client->host, &command, on_operation_reply, client)) {
         run_client_done(run);
     }
 }
@@ -425,7 +433,11 @@ static void close_handles(mix_run_t *run)
         uv_close((uv_handle_t *)&run->clock_timer, NULL);
         run->clock_timer_open = false;
     }
-    backend_pool_close(run->pool);
+    for (int host = 0; run->pools != NULL && host < run->results->host_count; host++) {
+        if (run->pools[host] != NULL) {
+            backend_pool_close(run->pools[host]);
+        }
+    }
 }
 
 /* The measured window ends: at its end, or earlier when every client stopped (a
@@ -443,8 +455,11 @@ static void end_measurement(mix_run_t *run)
 
 static void on_end_sessions_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
+    mix_run_t *run = context;
     (void)reply, (void)length, (void)error;
-    close_handles(context);
+    if (--run->end_sessions_pending == 0) {
+        close_handles(run);
+    }
 }
 
 static void on_give_up(uv_timer_t *timer)
@@ -463,8 +478,36 @@ static void on_give_up(uv_timer_t *timer)
     close_handles(run); /* fails what is in flight: the clients stop */
 }
 
-/* Every client has stopped: end their sessions, as a driver does when its pool
- * closes, then close everything so uv_run() returns. */
+/* endSessions of the sessions of host's clients, to that host. */
+static bool end_sessions(mix_run_t *run, int host)
+{
+    bson_t command = BSON_INITIALIZER, sessions, session;
+    char key[16];
+    const char *key_text;
+    uint32_t count = 0;
+    BSON_APPEND_ARRAY_BEGIN(&command, "endSessions", &sessions);
+    for (int index = 0; index < run->options->thread_count; index++) {
+        if (run->clients[index].host != host) {
+            continue;
+        }
+        bson_uint32_to_string(count++, &key_text, key, sizeof key);
+        bson_append_document_begin(&sessions, key_text, -1, &session);
+        bson_append_binary(&session, "id", 2, BSON_SUBTYPE_UUID, run->clients[index].session_id,
+                           sizeof run->clients[index].session_id);
+        bson_append_document_end(&sessions, &session);
+    }
+    bson_append_array_end(&command, &sessions);
+    BSON_APPEND_UTF8(&command, "$db", "admin");
+    if (count == 0) {
+        bson_destroy(&command);
+        return true;
+    }
+    run->end_sessions_pending++;
+    return send_command(run, host, &command, on_end_sessions_reply, run);
+}
+
+/* Every client has stopped: end their sessions on the host each used, as a driver
+ * does when its pool closes, then close everything so uv_run() returns. */
 static void run_client_done(mix_run_t *run)
 {
     if (++run->clients_done < run->options->thread_count || run->phase == MIX_CLOSING) {
@@ -473,20 +516,15 @@ static void run_client_done(mix_run_t *run)
     end_measurement(run);
     run->phase = MIX_ENDING;
     uv_timer_start(&run->clock_timer, on_give_up, MIX_END_SESSIONS_TIMEOUT_MS, 0);
-    bson_t command = BSON_INITIALIZER, sessions, session;
-    char key[16];
-    const char *key_text;
-    BSON_APPEND_ARRAY_BEGIN(&command, "endSessions", &sessions);
-    for (int index = 0; index < run->options->thread_count; index++) {
-        bson_uint32_to_string((uint32_t)index, &key_text, key, sizeof key);
-        bson_append_document_begin(&sessions, key_text, -1, &session);
-        bson_append_binary(&session, "id", 2, BSON_SUBTYPE_UUID, run->clients[index].session_id,
-                           sizeof run->clients[index].session_id);
-        bson_append_document_end(&sessions, &session);
+    /* Counted as one until every command is out, so an early reply cannot close the run. */
+    run->end_sessions_pending = 1;
+    bool sent = true;
+    for (int host = 0; host < run->results->host_count && sent; host++) {
+        sent = end_sessions(run, host);
     }
-    bson_append_array_end(&command, &sessions);
-    BSON_APPEND_UTF8(&command, "$db", "admin");
-    if (!send_command(run, &command, on_end_sessions_reply, run)) {
+    if (!sent) {
+        close_handles(run);
+    } else if (--run->end_sessions_pending == 0) {
         close_handles(run);
     }
 }
@@ -576,6 +614,7 @@ static void on_ping_reply(void *context, const uint8_t *reply, size_t length, co
 static bool client_init(mix_run_t *run, mix_client_t *client, int index, bson_error_t *error)
 {
     client->run = run;
+    client->host = index % run->results->host_count; /* round-robin, as a driver spreads over its mongos */
     /* Distinct streams per client, reproducible from --seed. */
     bench_rng_seed(&client->rng, run->options->seed * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)index + 1);
     bench_key_chooser_init(&client->chooser, run->options->workload->distribution);
@@ -601,6 +640,64 @@ static bool client_init(mix_run_t *run, mix_client_t *client, int index, bson_er
     return true;
 }
 
+/* The hosts the clients are spread over: every host of the URI's seed list, or
+ * for a replica set's URI the one its primary is found from (the first). */
+static bool hosts_init(const bench_options_t *options, bench_results_t *results, bson_error_t *error)
+{
+    bson_error_t uri_error;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(options->uri_string, &uri_error);
+    if (uri == NULL) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "--uri: %s", uri_error.message);
+    }
+    const char *replica_set = mongoc_uri_get_replica_set(uri);
+    int count = 0;
+    for (const mongoc_host_list_t *host = mongoc_uri_get_hosts(uri); host != NULL; host = host->next) {
+        count++;
+    }
+    count = replica_set != NULL && count > 1 ? 1 : count;
+    if (count == 0) {
+        mongoc_uri_destroy(uri);
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "--uri names no host");
+    }
+    results->hosts = calloc((size_t)count, sizeof *results->hosts);
+    if (results->hosts == NULL) {
+        mongoc_uri_destroy(uri);
+        return tc_error_set(error, TC_ERR_INTERNAL, "out of memory for %d hosts", count);
+    }
+    results->host_count = count;
+    snprintf(results->replica_set, sizeof results->replica_set, "%s", replica_set != NULL ? replica_set : "");
+    const mongoc_host_list_t *host = mongoc_uri_get_hosts(uri);
+    for (int index = 0; index < count; index++, host = host->next) {
+        snprintf(results->hosts[index].address, sizeof results->hosts[index].address, "%s", host->host_and_port);
+        results->hosts[index].client_count = options->thread_count / count + (index < options->thread_count % count);
+    }
+    mongoc_uri_destroy(uri);
+    return true;
+}
+
+/* A connection pool per host, each the size of its clients plus one (for the
+ * closing endSessions). */
+static bool pools_init(mix_run_t *run, bson_error_t *error)
+{
+    const bench_results_t *results = run->results;
+    run->pools = calloc((size_t)results->host_count, sizeof *run->pools);
+    if (run->pools == NULL) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "out of memory for %d hosts", results->host_count);
+    }
+    for (int host = 0; host < results->host_count; host++) {
+        backend_pool_options_t pool_options = {.name = "bench",
+                                               .uri = run->options->uri_string,
+                                               .max_connections = results->hosts[host].client_count + 1,
+                                               .connect_timeout_ms = MIX_CONNECT_TIMEOUT_MS,
+                                               .host_index = host};
+        run->pools[host] = backend_pool_new(&run->loop, &pool_options, error);
+        if (run->pools[host] == NULL) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bson_error_t *error)
 {
     mix_run_t run = {.options = options, .results = results};
@@ -622,12 +719,12 @@ bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bso
         goto done;
     }
     loop_open = true;
-    backend_pool_options_t pool_options = {.name = "bench",
-                                           .uri = options->uri_string,
-                                           .max_connections = options->thread_count + 1,
-                                           .connect_timeout_ms = MIX_CONNECT_TIMEOUT_MS};
-    run.pool = backend_pool_new(&run.loop, &pool_options, error);
-    TC_CHECK(run.pool != NULL);
+    TC_CHECK(hosts_init(options, results, error));
+    if (!pools_init(&run, error)) {
+        close_handles(&run);
+        uv_run(&run.loop, UV_RUN_DEFAULT);
+        goto done;
+    }
     uv_timer_init(&run.loop, &run.clock_timer);
     run.clock_timer.data = &run;
     run.clock_timer_open = true;
@@ -645,7 +742,7 @@ bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bso
         bson_t ping = BSON_INITIALIZER;
         BSON_APPEND_INT32(&ping, "ping", 1);
         append_driver_fields(&run.clients[index], &ping, "admin");
-        if (!send_command(&run, &ping, on_ping_reply, &run.clients[index])) {
+        if (!send_command(&run, run.clients[index].host, &ping, on_ping_reply, &run.clients[index])) {
             close_handles(&run);
             break;
         }
@@ -660,9 +757,12 @@ bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bso
     results->records_at_end = run.ids.limit;
     ok = true;
 done:
-    if (run.pool != NULL) {
-        backend_pool_destroy(run.pool);
+    for (int host = 0; run.pools != NULL && host < results->host_count; host++) {
+        if (run.pools[host] != NULL) {
+            backend_pool_destroy(run.pools[host]);
+        }
     }
+    free(run.pools);
     for (int index = 0; run.clients != NULL && index < options->thread_count; index++) {
         if (run.clients[index].timer_fd >= 0) {
             close(run.clients[index].timer_fd);

@@ -68,6 +68,29 @@ static double report_cpu_us_per_operation(const bench_results_t *results)
     return total > 0 ? report_cpu_seconds(results) * 1e6 / (double)total : 0.0;
 }
 
+/* The hosts the mix drove: one line, or with several a line per host with its
+ * clients and operations (they add up to the total). */
+static void report_hosts_table(FILE *stream, const bench_results_t *results)
+{
+    char operations[32], errors[32];
+    if (results->host_count == 1 && results->replica_set[0] != '\0') {
+        fprintf(stream, "  1 host: the primary of replica set %s, found through %s\n", results->replica_set,
+                results->hosts[0].address);
+        return;
+    }
+    if (results->host_count == 1) {
+        fprintf(stream, "  1 host: %s\n", results->hosts[0].address);
+        return;
+    }
+    fprintf(stream, "  %d hosts, the clients spread over them round-robin:\n", results->host_count);
+    for (int host = 0; host < results->host_count; host++) {
+        const bench_host_result_t *item = &results->hosts[host];
+        fprintf(stream, "    %-32s %4d clients %12s operations %8s errors\n", item->address, item->client_count,
+                report_grouped(item->operations, operations, sizeof operations),
+                report_grouped(item->errors, errors, sizeof errors));
+    }
+}
+
 void bench_report_table(FILE *stream, const bench_options_t *options, const bench_results_t *results)
 {
     const bench_workload_t *workload = options->workload;
@@ -92,6 +115,7 @@ void bench_report_table(FILE *stream, const bench_options_t *options, const benc
         fprintf(stream, "  documents: %s at start, %s at end\n",
                 report_grouped((uint64_t)results->records_at_start, count, sizeof count),
                 report_grouped((uint64_t)results->records_at_end, other, sizeof other));
+        report_hosts_table(stream, results);
     }
     fprintf(stream, "\n%-12s %12s %8s %8s %11s %9s %9s %9s %9s %9s\n", "operation", "count", "errors", "missing",
             "ops/s", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms");
@@ -186,6 +210,33 @@ static void json_append_time_series(bson_t *parent, const bench_options_t *optio
     bson_append_array_end(parent, &array);
 }
 
+/* The mix's hosts: [{address, clients, operations, errors}], in the URI's order;
+ * the operations add up to total.count. Absent for the load (libmongoc's). */
+static void json_append_hosts(bson_t *parent, const bench_results_t *results)
+{
+    bson_t array, row;
+    char key[16];
+    const char *key_text;
+    if (results->host_count == 0) {
+        return;
+    }
+    if (results->replica_set[0] != '\0') {
+        BSON_APPEND_UTF8(parent, "replica_set", results->replica_set);
+    }
+    BSON_APPEND_ARRAY_BEGIN(parent, "hosts", &array);
+    for (int host = 0; host < results->host_count; host++) {
+        const bench_host_result_t *item = &results->hosts[host];
+        bson_uint32_to_string((uint32_t)host, &key_text, key, sizeof key);
+        bson_append_document_begin(&array, key_text, -1, &row);
+        BSON_APPEND_UTF8(&row, "address", item->address);
+        BSON_APPEND_INT32(&row, "clients", item->client_count);
+        BSON_APPEND_INT64(&row, "operations", (int64_t)item->operations);
+        BSON_APPEND_INT64(&row, "errors", (int64_t)item->errors);
+        bson_append_document_end(&array, &row);
+    }
+    bson_append_array_end(parent, &array);
+}
+
 bool bench_report_json(FILE *stream, const bench_options_t *options, const bench_results_t *results,
                        bson_error_t *error)
 {
@@ -257,6 +308,7 @@ bool bench_report_json(FILE *stream, const bench_options_t *options, const bench
     BSON_APPEND_UTF8(&child, "op", workload->is_load ? "document" : "operation");
     bson_append_document_end(&report, &child);
 
+    json_append_hosts(&report, results);
     json_append_time_series(&report, options, results);
 
     size_t json_length;

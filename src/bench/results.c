@@ -82,6 +82,9 @@ void bench_results_cleanup(bench_results_t *results)
     }
     free(results->seconds);
     results->seconds = NULL;
+    free(results->hosts);
+    results->hosts = NULL;
+    results->host_count = 0;
     results->second_count = 0;
     results->second_capacity = 0;
 }

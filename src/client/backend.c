@@ -748,9 +748,13 @@ backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *
         return NULL;
     }
     const mongoc_host_list_t *hosts = mongoc_uri_get_hosts(uri);
+    for (int index = 0; index < options->host_index && hosts != NULL; index++) {
+        hosts = hosts->next;
+    }
     if (hosts == NULL) {
         mongoc_uri_destroy(uri);
-        tc_error_set(error, TC_ERR_BAD_VALUE, "the %s URI names no host", options->name);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "the %s URI names fewer than %d hosts", options->name,
+                     options->host_index + 1);
         return NULL;
     }
     backend_credentials_t *credentials;

@@ -21,6 +21,7 @@ typedef struct backend_pool_options {
     const char *uri;         /* mongodb:// URI of the tier */
     int max_connections;     /* connections opened at most */
     int connect_timeout_ms;  /* per connection attempt */
+    int host_index;          /* which host of the URI's seed list to connect to (0: the first) */
 } backend_pool_options_t;
 
 /* What the tier's primary said in its hello. */
@@ -37,8 +38,8 @@ typedef struct backend_server_info {
  * connection failed mid-request: HostUnreachable 6, retryable as drivers see it. */
 typedef void (*backend_reply_fn)(void *context, const uint8_t *reply, size_t length, const bson_error_t *error);
 
-/* Parses the URI (its first host; a replica set's primary is found from its
- * hello) and its TLS options (tls=true, tlsCAFile... as drivers read them;
+/* Parses the URI (its host at host_index, the first by default; a replica set's
+ * primary is found from its hello) and its TLS options (tls=true, tlsCAFile... as drivers read them;
  * errors name the tier and the file). Connections open on demand. Free with backend_pool_destroy() once
  * backend_pool_close() has run and the loop has closed its handles. */
 backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *options,

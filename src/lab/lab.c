@@ -20,7 +20,7 @@
 static void print_usage(FILE *stream)
 {
     fprintf(stream,
-            "usage: thermocline lab [--quick] [--json FILE] [--output DIR] [--keep]\n"
+            "usage: thermocline lab [--quick] [--proxies N] [--json FILE] [--output DIR] [--keep]\n"
             "\n"
             "Starts a memory-starved archive store (data about 40x its WiredTiger cache, reads\n"
             "capped as a cloud volume's), an empty fast-tier store and the proxy with its tier\n"
@@ -32,6 +32,9 @@ static void print_usage(FILE *stream)
             "it started.\n"
             "\n"
             "  --quick              smaller data and shorter runs: under 5 minutes\n"
+            "  --proxies N          runs through the proxy use N proxies with one config, bench's\n"
+            "                       clients spread over them (default 1, at most %d); the leases\n"
+            "                       run each tier worker in one of them\n"
             "  --json FILE          also write every figure of the table as JSON to FILE\n"
             "  --output DIR         plots, logs, bench reports and lab.json (default lab-results)\n"
             "  --keep               keep each run's data directories under DIR/work.*\n"
@@ -50,7 +53,7 @@ static void print_usage(FILE *stream)
             "\n"
             "Exit status: 0 when every run succeeded, 1 when one failed, 2 on bad usage,\n"
             "130 after Ctrl-C (128 + the signal).\n",
-            LAB_DEFAULT_SEED);
+            LAB_MAX_PROXIES, LAB_DEFAULT_SEED);
 }
 
 static void preset_faithful(lab_settings_t *settings)
@@ -112,15 +115,16 @@ static int usage_error(const bson_error_t *error)
 
 /* Flags given on the command line, applied over the preset. */
 typedef struct lab_overrides {
-    int64_t records, read_iops, threads, seed, warmup_ms, duration_ms, empty_ms;
+    int64_t records, read_iops, threads, seed, warmup_ms, duration_ms, empty_ms, proxies;
     uint64_t cache_bytes;
-    bool has_records, has_read_iops, has_threads, has_seed, has_warmup, has_duration, has_empty, has_cache;
+    bool has_records, has_read_iops, has_threads, has_seed, has_warmup, has_duration, has_empty, has_cache,
+        has_proxies;
 } lab_overrides_t;
 
 /* The flags of `thermocline lab`, for getopt_long. */
 enum lab_option {
     OPT_QUICK = 256, OPT_TINY, OPT_JSON, OPT_OUTPUT, OPT_KEEP, OPT_RECORDS, OPT_CACHE, OPT_IOPS, OPT_THREADS,
-    OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_HELP
+    OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_PROXIES, OPT_HELP
 };
 
 static const struct option lab_long_options[] = {
@@ -137,6 +141,7 @@ static const struct option lab_long_options[] = {
     {"duration", required_argument, NULL, OPT_DURATION},
     {"empty-duration", required_argument, NULL, OPT_EMPTY},
     {"seed", required_argument, NULL, OPT_SEED},
+    {"proxies", required_argument, NULL, OPT_PROXIES},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -150,6 +155,7 @@ static void apply_sizes(lab_settings_t *settings, const char *size_preset, const
     settings->load_thread_count = 8;
     settings->read_iops = 3000;
     settings->seed = LAB_DEFAULT_SEED;
+    settings->proxy_count = overrides->has_proxies ? (int)overrides->proxies : 1;
     if (size_preset == NULL) {
         preset_faithful(settings);
     } else if (strcmp(size_preset, "quick") == 0) {
@@ -285,6 +291,12 @@ static int parse_options(int argc, char **argv, lab_settings_t *settings)
             }
             overrides.has_seed = true;
             break;
+        case OPT_PROXIES:
+            if (!units_parse_count(optarg, "--proxies", 1, LAB_MAX_PROXIES, &overrides.proxies, &error)) {
+                return usage_error(&error);
+            }
+            overrides.has_proxies = true;
+            break;
         case OPT_HELP:
             print_usage(stdout);
             return -1;
@@ -361,15 +373,19 @@ static void print_plan(const lab_t *lab)
      * the fast tier's warm-up and the empty start. */
     int64_t estimate_s = ((LAB_WORKLOAD_COUNT + 1) * 2 * (per_run_ms + 8000) + settings->empty_start_ms + 8000 + 20000) /
                              1000 + settings->record_count / 12000;
+    char proxies[48] = "";
+    if (settings->proxy_count > 1) {
+        snprintf(proxies, sizeof proxies, ", tiered through %d proxies", settings->proxy_count);
+    }
     fprintf(stderr,
-            "thermocline lab (%s): %s documents, archive cache %llu MB, reads capped at %lld/s, %d threads;\n"
+            "thermocline lab (%s): %s documents, archive cache %llu MB, reads capped at %lld/s, %d threads%s;\n"
             "%d workloads direct and tiered, and store at direct's rate, %lld s each after %lld s of warm-up,\n"
             "then a %lld s empty start: "
             "about %lld min\n"
             "output: %s (logs in %s)\n\n",
             settings->preset, lab_grouped((double)settings->record_count, records, sizeof records),
             (unsigned long long)(settings->archive_cache_bytes / (1024 * 1024)), (long long)settings->read_iops,
-            settings->thread_count, LAB_WORKLOAD_COUNT, (long long)(settings->duration_ms / 1000),
+            settings->thread_count, proxies, LAB_WORKLOAD_COUNT, (long long)(settings->duration_ms / 1000),
             (long long)(settings->warmup_ms / 1000), (long long)(settings->empty_start_ms / 1000),
             (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir);
 }

@@ -22,6 +22,9 @@
 #define LAB_MAX_AGE "33d"
 
 #define LAB_WORKLOAD_COUNT 4
+/* --proxies at most: the tiered runs' proxies, each with its own port and log
+ * (and its own line in the timeline's CPU panel, whose legend holds eight). */
+#define LAB_MAX_PROXIES 6
 #define LAB_NOTE_COUNT 16
 #define LAB_NOTE_SIZE 512
 /* Directories the lab makes; --output is refused if longer, so every file path
@@ -38,6 +41,7 @@ typedef struct lab_settings {
     int64_t fast_oplog_mb;
     int archive_workers;          /* a thread per client connection, as mongod */
     int thread_count;             /* bench clients */
+    int proxy_count;              /* proxies of each run through the proxy (--proxies) */
     int load_thread_count;
     int64_t warmup_ms;
     int64_t duration_ms;
@@ -51,13 +55,14 @@ typedef struct lab_settings {
     bool keep;                    /* keep the data directories */
 } lab_settings_t;
 
-/* The lab's children, in the order of the CPU figures: the servers, then bench. */
+/* The lab's children, in the order of the CPU figures: the servers, then bench.
+ * With several proxies, LAB_ROLE_PROXY is their sum. */
 typedef enum lab_role { LAB_ROLE_ARCHIVE, LAB_ROLE_FAST, LAB_ROLE_PROXY, LAB_ROLE_BENCH, LAB_ROLE_COUNT } lab_role_t;
 
 /* One child process: this executable, run again with a subcommand. */
 typedef struct lab_process {
     pid_t pid;        /* 0: not running */
-    char name[32];    /* "archive", "fast", "proxy", "bench" */
+    char name[32];    /* "archive", "fast", "proxy" (with several: "proxy 1", ...), "bench" */
     char log_path[PATH_MAX];
     int wait_status;  /* from waitpid, once it has exited */
     bool exited;
@@ -78,12 +83,13 @@ typedef enum lab_series {
     LAB_SERIES_ARCHIVE_PAGES_READ, /* pages read into the archive's cache */
     LAB_SERIES_CPU_ARCHIVE,        /* CPU percent of one core (100: one core busy) */
     LAB_SERIES_CPU_FAST,
-    LAB_SERIES_CPU_PROXY,
+    LAB_SERIES_CPU_PROXY,          /* every proxy together */
     LAB_SERIES_FEEDER_LAG_MS,      /* at the end of the second */
     LAB_SERIES_FEEDER_EVENTS,      /* change events applied to the archive */
     LAB_SERIES_READS_WAITED,       /* reads that waited on the read-your-writes barrier */
     LAB_SERIES_READS_WAITING,      /* reads waiting on it at the end of the second */
-    LAB_SERIES_COUNT
+    LAB_SERIES_CPU_EACH_PROXY,     /* LAB_MAX_PROXIES series from here: each proxy's CPU */
+    LAB_SERIES_COUNT = LAB_SERIES_CPU_EACH_PROXY + LAB_MAX_PROXIES
 } lab_series_t;
 
 /* What one run measured. */
@@ -112,6 +118,13 @@ typedef struct lab_run {
     /* CPU microseconds each child spent per operation over the measured window
      * (lab_role_t order): where a CPU-bound run's time goes. -1: not running. */
     double cpu_us_per_operation[LAB_ROLE_COUNT];
+    /* The proxies bench's clients were spread over (0 in a direct run), each one's
+     * port, its share of the CPU above and the operations bench completed through
+     * it (bench's per-host figures, -1 when it gave none). */
+    int proxy_count;
+    int proxy_ports[LAB_MAX_PROXIES];
+    double proxy_cpu_us_per_operation[LAB_MAX_PROXIES];
+    int64_t proxy_operations[LAB_MAX_PROXIES];
     /* Through the proxy: what the workers said. -1: not reported. */
     bool warmer_reported;
     bool fast_tier_warm;
@@ -120,7 +133,7 @@ typedef struct lab_run {
     bool feeder_reported;
     int64_t feeder_lag_ms_at_end;
     double feeder_drain_seconds; /* after bench stopped; -1 if it did not drain in time */
-    bson_t proxy_namespace_status; /* thermoclineStatus for the namespace at the end; empty if none */
+    bson_t proxy_namespace_status; /* the (first) proxy's thermoclineStatus for the namespace at the end; empty if none */
 } lab_run_t;
 
 /* The fast tier warmed once, before the tiered runs, which each start from a
@@ -144,7 +157,9 @@ typedef struct lab {
     char fast_snapshot_dir[LAB_DIRECTORY_SIZE + 16]; /* the fast tier after the warm-up */
     char logs_dir[LAB_DIRECTORY_SIZE];
     char runs_dir[LAB_DIRECTORY_SIZE];
-    lab_process_t archive, fast, proxy, bench;
+    lab_process_t archive, fast, bench;
+    lab_process_t proxies[LAB_MAX_PROXIES];
+    int proxy_count;             /* proxies running in this run (the warm-up has one) */
     int64_t documents;           /* in the archive after the load */
     int64_t data_bytes;          /* BSON size of the collection */
     int64_t storage_bytes;       /* on disk: collection plus indexes */
@@ -244,14 +259,18 @@ typedef enum lab_counter {
     LAB_COUNTER_CPU_ARCHIVE,
     LAB_COUNTER_CPU_FAST,
     LAB_COUNTER_CPU_PROXY,
-    /* The proxy's thermoclineStatus, -1 without a proxy: the feeder's lag in ms
+    /* The proxies' thermoclineStatus, -1 without a proxy: the feeder's lag in ms
      * and the reads waiting on the read-your-writes barrier now (gauges), the
-     * events it applied and the reads that waited (cumulative). */
+     * events it applied and the reads that waited (cumulative). The feeder's
+     * figures come from the proxy that runs it (the holder of its lease), the
+     * reads' are summed over the proxies. LAB_COUNTER_CPU_PROXY is the sum of
+     * the proxies' CPU. */
     LAB_COUNTER_FEEDER_LAG_MS,
     LAB_COUNTER_FEEDER_EVENTS,
     LAB_COUNTER_READS_WAITED,
     LAB_COUNTER_READS_WAITING,
-    LAB_COUNTER_COUNT
+    LAB_COUNTER_CPU_EACH_PROXY, /* LAB_MAX_PROXIES counters from here: each proxy's CPU seconds */
+    LAB_COUNTER_COUNT = LAB_COUNTER_CPU_EACH_PROXY + LAB_MAX_PROXIES
 } lab_counter_t;
 
 /* One reading of them. */
@@ -263,9 +282,9 @@ typedef struct lab_counters {
 /* Fills at_ms and the archive's counters; the CPU counters are the caller's. */
 bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_t *error) TC_MUST_CHECK;
 
-/* Fills the proxy's counters from its thermoclineStatus (-1 each when it does
- * not answer). */
-void lab_read_proxy_counters(mongoc_client_t *proxy, lab_counters_t *out);
+/* Fills the proxies' counters from their thermoclineStatus (-1 each when one
+ * does not answer, or count is 0). */
+void lab_read_proxy_counters(mongoc_client_t *const *proxies, int count, lab_counters_t *out);
 
 /* The collection's count, BSON size and on-disk size (collection and indexes). */
 bool lab_collection_sizes(mongoc_client_t *client, int64_t *out_count, int64_t *out_data_bytes,
@@ -273,10 +292,6 @@ bool lab_collection_sizes(mongoc_client_t *client, int64_t *out_count, int64_t *
 
 /* Creates the collection with an ascending index on the time field. */
 bool lab_create_time_index(mongoc_client_t *client, bson_error_t *error) TC_MUST_CHECK;
-
-/* thermoclineStatus through the proxy: the whole reply (always initialised;
- * the caller destroys it). */
-bool lab_proxy_status(mongoc_client_t *client, bson_t *out_reply, bson_error_t *error) TC_MUST_CHECK;
 
 /* What the workers reported in a thermoclineStatus reply, for the namespace. */
 typedef struct lab_worker_view {
@@ -286,13 +301,20 @@ typedef struct lab_worker_view {
     bool warmer_reported;     /* the namespace has a warmer section */
     char warmer_state[32];
     int64_t warmer_copied;    /* -1: not reported */
+    bool warm;                /* coverage valid, or the warmer says its first pass is complete */
     bool feeder_reported;     /* some feeder section reports lagMillis */
     int64_t feeder_lag_ms;
 } lab_worker_view_t;
 
-/* Fills view from reply; free with lab_worker_view_cleanup(). */
-void lab_worker_view_init(lab_worker_view_t *view, const bson_t *reply);
 void lab_worker_view_cleanup(lab_worker_view_t *view);
+
+/* The view of count proxies sharing one config, from their thermoclineStatus:
+ * the feeder's figures from the proxy that runs the feeder, the warmer's from the
+ * one that runs the warmer (the first proxy's when none says it runs it), warm
+ * only when every proxy says so (each routes its own reads), the rest the first
+ * proxy's. False when one does not answer. Free with lab_worker_view_cleanup(). */
+bool lab_proxies_view(mongoc_client_t *const *proxies, int count, lab_worker_view_t *out,
+                      bson_error_t *error) TC_MUST_CHECK;
 
 /* --- run.c: the load and the runs ---------------------------------------------------- */
 
@@ -349,12 +371,13 @@ void lab_catch_up_compute(const double *series, int count, double reference, int
 void lab_timeline_compute(lab_run_t *run, const lab_counters_t *samples, size_t count);
 
 /* Appends {second: [...], ops: [...], read_p99_ms: [...], archive_pages_read:
- * [...], cpu_percent: {archive, fast, proxy}, feeder_lag_ms, feeder_events_applied,
- * reads_waited_for_feeder, reads_waiting_for_feeder} under key. */
+ * [...], cpu_percent: {archive, fast, proxy, proxies: [one per proxy]},
+ * feeder_lag_ms, feeder_events_applied, reads_waited_for_feeder,
+ * reads_waiting_for_feeder} under key. */
 void lab_timeline_append_json(bson_t *parent, const char *key, const lab_run_t *run);
 
 /* Stacked panels over the run's seconds: throughput, read p99, feeder lag and
- * the reads on the barrier, CPU per process. */
+ * the reads on the barrier, CPU per process (each proxy's with several). */
 bool lab_timeline_plot(const lab_run_t *run, const char *title, const char *path, bson_error_t *error) TC_MUST_CHECK;
 
 void lab_timeline_cleanup(lab_run_t *run);

@@ -159,7 +159,9 @@ bool lab_create_time_index(mongoc_client_t *client, bson_error_t *error)
     return ok;
 }
 
-bool lab_proxy_status(mongoc_client_t *client, bson_t *out_reply, bson_error_t *error)
+/* thermoclineStatus through a proxy: the whole reply (always initialised; the
+ * caller destroys it). */
+static bool proxy_status(mongoc_client_t *client, bson_t *out_reply, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER;
     bson_error_t command_error;
@@ -204,7 +206,9 @@ static bool find_feeder_lag(const bson_t *document, int depth, int64_t *out_lag)
     return false;
 }
 
-void lab_worker_view_init(lab_worker_view_t *view, const bson_t *reply)
+/* Fills view from one proxy's thermoclineStatus reply; free with
+ * lab_worker_view_cleanup(). */
+static void worker_view_init(lab_worker_view_t *view, const bson_t *reply)
 {
     bson_iter_t iter, namespaces, field;
     memset(view, 0, sizeof *view);
@@ -242,24 +246,120 @@ void lab_worker_view_init(lab_worker_view_t *view, const bson_t *reply)
             }
         }
     }
+    view->warm = view->coverage_valid || strcmp(view->warmer_state, "complete") == 0 ||
+                 strcmp(view->warmer_state, "declared-complete") == 0;
 }
 
-void lab_read_proxy_counters(mongoc_client_t *proxy, lab_counters_t *out)
+/* Whether the proxy that sent reply runs worker ("feeder", "warmer"): its
+ * workers.<worker>.runningHere, true in the holder of the worker's lease. */
+static bool runs_worker(const bson_t *reply, const char *worker)
+{
+    bson_iter_t iter, workers, item;
+    return bson_iter_init_find(&iter, reply, "workers") && BSON_ITER_HOLDS_DOCUMENT(&iter) &&
+           bson_iter_recurse(&iter, &workers) && bson_iter_find(&workers, worker) &&
+           BSON_ITER_HOLDS_DOCUMENT(&workers) && bson_iter_recurse(&workers, &item) &&
+           bson_iter_find(&item, "runningHere") && BSON_ITER_HOLDS_BOOL(&item) && bson_iter_bool(&item);
+}
+
+/* The index of the reply whose proxy runs worker; 0 when none says so (one
+ * proxy whose worker waits for its lease, or runs elsewhere). */
+static int worker_runner(const bson_t *replies, int count, const char *worker)
+{
+    for (int index = 0; index < count; index++) {
+        if (runs_worker(&replies[index], worker)) {
+            return index;
+        }
+    }
+    return 0;
+}
+
+/* thermoclineStatus of each proxy into replies (each initialised, to destroy);
+ * false at the first that does not answer. */
+static bool read_statuses(mongoc_client_t *const *proxies, int count, bson_t *replies, bson_error_t *error)
+{
+    bool ok = true;
+    for (int index = 0; index < count; index++) {
+        if (ok) {
+            ok = proxy_status(proxies[index], &replies[index], error);
+        } else {
+            bson_init(&replies[index]);
+        }
+    }
+    return ok;
+}
+
+static void destroy_statuses(bson_t *replies, int count)
+{
+    for (int index = 0; index < count; index++) {
+        bson_destroy(&replies[index]);
+    }
+}
+
+void lab_read_proxy_counters(mongoc_client_t *const *proxies, int count, lab_counters_t *out)
 {
     static const char *const lag_path[] = {"workers", "feeder", "lagMillis"};
     static const char *const events_path[] = {"workers", "feeder", "eventsApplied"};
     static const char *const waiting_path[] = {"readsWaitingForFeeder"};
     static const char *const waited_path[] = {"namespaces", LAB_NAMESPACE, "readsWaitedForFeeder"};
-    bson_t reply;
+    bson_t replies[LAB_MAX_PROXIES];
     bson_error_t error;
-    bool ok = proxy != NULL && lab_proxy_status(proxy, &reply, &error);
-    out->values[LAB_COUNTER_FEEDER_LAG_MS] = ok ? (double)number_at(&reply, lag_path, 3) : -1;
-    out->values[LAB_COUNTER_FEEDER_EVENTS] = ok ? (double)number_at(&reply, events_path, 3) : -1;
-    out->values[LAB_COUNTER_READS_WAITING] = ok ? (double)number_at(&reply, waiting_path, 1) : -1;
-    out->values[LAB_COUNTER_READS_WAITED] = ok ? (double)number_at(&reply, waited_path, 3) : -1;
-    if (proxy != NULL) {
-        bson_destroy(&reply);
+    count = count < LAB_MAX_PROXIES ? count : LAB_MAX_PROXIES;
+    bool ok = count > 0 && read_statuses(proxies, count, replies, &error);
+    out->values[LAB_COUNTER_FEEDER_LAG_MS] = out->values[LAB_COUNTER_FEEDER_EVENTS] = -1;
+    out->values[LAB_COUNTER_READS_WAITING] = out->values[LAB_COUNTER_READS_WAITED] = -1;
+    if (ok) {
+        const bson_t *feeder = &replies[worker_runner(replies, count, "feeder")];
+        out->values[LAB_COUNTER_FEEDER_LAG_MS] = (double)number_at(feeder, lag_path, 3);
+        out->values[LAB_COUNTER_FEEDER_EVENTS] = (double)number_at(feeder, events_path, 3);
+        double waiting = 0, waited = 0;
+        for (int index = 0; index < count && waiting >= 0 && waited >= 0; index++) {
+            int64_t now_waiting = number_at(&replies[index], waiting_path, 1);
+            int64_t have_waited = number_at(&replies[index], waited_path, 3);
+            waiting = now_waiting >= 0 ? waiting + (double)now_waiting : -1;
+            waited = have_waited >= 0 ? waited + (double)have_waited : -1;
+        }
+        out->values[LAB_COUNTER_READS_WAITING] = waiting;
+        out->values[LAB_COUNTER_READS_WAITED] = waited;
     }
+    if (count > 0) {
+        destroy_statuses(replies, count);
+    }
+}
+
+bool lab_proxies_view(mongoc_client_t *const *proxies, int count, lab_worker_view_t *out, bson_error_t *error)
+{
+    bson_t replies[LAB_MAX_PROXIES];
+    bson_t empty = BSON_INITIALIZER;
+    worker_view_init(out, &empty);
+    count = count < LAB_MAX_PROXIES ? count : LAB_MAX_PROXIES;
+    if (count <= 0) {
+        return tc_error_set(error, TC_ERR_INTERNAL, "no proxy to ask for thermoclineStatus");
+    }
+    if (!read_statuses(proxies, count, replies, error)) {
+        destroy_statuses(replies, count);
+        return false;
+    }
+    lab_worker_view_cleanup(out);
+    worker_view_init(out, &replies[0]);
+    for (int index = 1; index < count && out->warm; index++) {
+        lab_worker_view_t other;
+        worker_view_init(&other, &replies[index]);
+        out->warm = other.warm;
+        lab_worker_view_cleanup(&other);
+    }
+    int feeder = worker_runner(replies, count, "feeder"), warmer = worker_runner(replies, count, "warmer");
+    lab_worker_view_t runner;
+    worker_view_init(&runner, &replies[feeder]);
+    out->feeder_reported = runner.feeder_reported;
+    out->feeder_lag_ms = runner.feeder_lag_ms;
+    lab_worker_view_cleanup(&runner);
+    worker_view_init(&runner, &replies[warmer]);
+    out->warmer_reported = runner.warmer_reported;
+    out->warmer_copied = runner.warmer_copied;
+    memcpy(out->warmer_state, runner.warmer_state, sizeof out->warmer_state);
+    lab_worker_view_cleanup(&runner);
+    destroy_statuses(replies, count);
+    return true;
 }
 
 void lab_worker_view_cleanup(lab_worker_view_t *view)

@@ -290,7 +290,7 @@ int lab_free_port(void)
 
 bool lab_free_ports(int *ports, size_t count)
 {
-    int descriptors[8];
+    int descriptors[2 + LAB_MAX_PROXIES]; /* a run's archive, fast tier and proxies */
     size_t bound = 0;
     bool ok = count <= sizeof descriptors / sizeof descriptors[0];
     for (; ok && bound < count; bound++) {

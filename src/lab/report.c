@@ -59,6 +59,28 @@ static double read_operation(const bson_t *operations, const char *name, lab_lat
     return number_of(&operation, "ops_per_second");
 }
 
+/* bench's hosts, in the order of its URI: through the proxies, each one's
+ * operations (run->proxy_operations; untouched when bench gave no hosts). */
+static void read_hosts(const bson_t *report, lab_run_t *run)
+{
+    bson_t hosts;
+    bson_iter_t iter;
+    if (!find_child(report, "hosts", &hosts) || !bson_iter_init(&iter, &hosts)) {
+        return;
+    }
+    for (int index = 0; index < LAB_MAX_PROXIES && bson_iter_next(&iter); index++) {
+        uint32_t length;
+        const uint8_t *data;
+        bson_t host;
+        if (BSON_ITER_HOLDS_DOCUMENT(&iter)) {
+            bson_iter_document(&iter, &length, &data);
+            if (bson_init_static(&host, data, length)) {
+                run->proxy_operations[index] = (int64_t)number_of(&host, "operations");
+            }
+        }
+    }
+}
+
 /* "2026-11-30T00:07:43.577Z" -> milliseconds since the epoch; -1 if malformed. */
 static int64_t parse_utc_ms(const char *text)
 {
@@ -110,6 +132,7 @@ bool lab_read_bench_report(const char *path, lab_run_t *run, bson_error_t *error
         run->ops_per_second = number_of(&total, "ops_per_second");
         run->operations = (int64_t)number_of(&total, "count");
     }
+    read_hosts(&report, run);
     bson_t generator;
     run->cpu_us_per_operation[LAB_ROLE_BENCH] =
         find_child(&report, "generator", &generator) ? number_of(&generator, "cpu_us_per_op") : -1.0;
@@ -335,6 +358,49 @@ static void print_cpu_row(FILE *stream, const char *workload, const char *mode, 
     fprintf(stream, " %9.1f\n", total);
 }
 
+/* One proxied run's row of the proxies' table: each proxy's CPU per operation
+ * (of all the run's operations) and its share of them. */
+static void print_proxies_row(FILE *stream, const char *workload, const char *mode, const lab_run_t *run)
+{
+    if (!run->ok || run->proxy_count == 0) {
+        return;
+    }
+    fprintf(stream, "%-13s %-14s", workload, mode);
+    for (int index = 0; index < run->proxy_count; index++) {
+        double micros = run->proxy_cpu_us_per_operation[index];
+        int64_t operations = run->proxy_operations[index];
+        char share[16] = "-";
+        if (operations >= 0 && run->operations > 0) {
+            snprintf(share, sizeof share, "%.0f%%", 100.0 * (double)operations / (double)run->operations);
+        }
+        if (micros >= 0) {
+            fprintf(stream, " %9.1f %5s", micros, share);
+        } else {
+            fprintf(stream, " %9s %5s", "-", share);
+        }
+    }
+    fputc('\n', stream);
+}
+
+/* With several proxies: each one's CPU per operation (they add up to the proxy
+ * column above) and the share of bench's operations it carried. */
+static void print_proxies_table(FILE *stream, const lab_t *lab)
+{
+    fprintf(stream, "\neach proxy: CPU per operation in microseconds, and its share of the operations:\n");
+    fprintf(stream, "%-13s %-14s", "workload", "run");
+    for (int index = 0; index < lab->settings.proxy_count; index++) {
+        char name[24];
+        snprintf(name, sizeof name, "proxy %d", index + 1);
+        fprintf(stream, " %15s", name);
+    }
+    fputc('\n', stream);
+    for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
+        print_proxies_row(stream, lab->workloads[i], "tiered", &lab->tiered[i]);
+    }
+    print_proxies_row(stream, "store fixed", "tiered", &lab->fixed_tiered);
+    print_proxies_row(stream, "empty start", "tiered", &lab->empty_start);
+}
+
 /* Where each operation's CPU goes: on two shared cores a tiered run is bound by
  * the sum of its processes' CPU per operation, a direct one by the archive's disk. */
 static void print_cpu_table(FILE *stream, const lab_t *lab)
@@ -350,6 +416,9 @@ static void print_cpu_table(FILE *stream, const lab_t *lab)
         print_cpu_row(stream, "", "tiered", &lab->tiered[i]);
     }
     print_cpu_row(stream, "empty start", "tiered", &lab->empty_start);
+    if (lab->settings.proxy_count > 1) {
+        print_proxies_table(stream, lab);
+    }
 }
 
 void lab_report_table(FILE *stream, const lab_t *lab)
@@ -364,6 +433,11 @@ void lab_report_table(FILE *stream, const lab_t *lab)
             cache_mb > 0 ? data_mb / cache_mb : 0.0, cache_mb, lab_grouped((double)settings->read_iops, iops, sizeof iops),
             settings->thread_count, (double)settings->duration_ms / 1000.0, (double)settings->warmup_ms / 1000.0,
             (unsigned long long)settings->seed);
+    if (settings->proxy_count > 1) {
+        fprintf(stream, "tiered runs through %d proxies with one config, bench's clients spread over them "
+                        "(the leases run each worker in one of them); proxy CPU is their sum\n\n",
+                settings->proxy_count);
+    }
     const lab_warm_up_t *warm_up = &lab->warm_up;
     if (warm_up->ok && warm_up->complete) {
         char copied[32];
@@ -423,6 +497,31 @@ static void append_latency(bson_t *parent, const char *key, const lab_latency_t 
     bson_append_document_end(parent, &child);
 }
 
+/* proxies: [{port, operations, cpu_us_per_op}], one per proxy bench's clients
+ * were spread over, in order: the operations bench completed through each (they
+ * add up to the run's operations) and its CPU per operation of the run. */
+static void append_proxies(bson_t *parent, const lab_run_t *run)
+{
+    bson_t array, item;
+    BSON_APPEND_ARRAY_BEGIN(parent, "proxies", &array);
+    for (int index = 0; index < run->proxy_count; index++) {
+        char key[16];
+        const char *key_text;
+        bson_uint32_to_string((uint32_t)index, &key_text, key, sizeof key);
+        bson_append_document_begin(&array, key_text, -1, &item);
+        BSON_APPEND_INT32(&item, "port", run->proxy_ports[index]);
+        if (run->ok && run->proxy_operations[index] >= 0) {
+            BSON_APPEND_INT64(&item, "operations", run->proxy_operations[index]);
+        } else {
+            BSON_APPEND_NULL(&item, "operations");
+        }
+        append_number_or_null(&item, "cpu_us_per_op", run->proxy_cpu_us_per_operation[index],
+                              run->ok && run->proxy_cpu_us_per_operation[index] >= 0);
+        bson_append_document_end(&array, &item);
+    }
+    bson_append_array_end(parent, &array);
+}
+
 static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bool proxied)
 {
     bson_t child;
@@ -469,6 +568,7 @@ static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bo
         append_number_or_null(&child, "feeder_drain_seconds", run->feeder_drain_seconds,
                               run->feeder_drain_seconds >= 0);
         BSON_APPEND_DOCUMENT(&child, "proxy_status", &run->proxy_namespace_status);
+        append_proxies(&child, run);
     }
     if (run->ok) {
         lab_timeline_append_json(&child, "per_second", run);
@@ -512,6 +612,7 @@ static void append_settings(bson_t *report, const lab_t *lab)
     BSON_APPEND_INT64(&child, "read_iops", settings->read_iops);
     BSON_APPEND_INT32(&child, "archive_workers", settings->archive_workers);
     BSON_APPEND_INT32(&child, "threads", settings->thread_count);
+    BSON_APPEND_INT32(&child, "proxies", settings->proxy_count);
     BSON_APPEND_DOUBLE(&child, "warmup_seconds", (double)settings->warmup_ms / 1000.0);
     BSON_APPEND_DOUBLE(&child, "duration_seconds", (double)settings->duration_ms / 1000.0);
     BSON_APPEND_DOUBLE(&child, "empty_start_seconds", (double)settings->empty_start_ms / 1000.0);

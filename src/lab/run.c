@@ -55,15 +55,31 @@ static void reset_processes(lab_t *lab)
 {
     memset(&lab->archive, 0, sizeof lab->archive);
     memset(&lab->fast, 0, sizeof lab->fast);
-    memset(&lab->proxy, 0, sizeof lab->proxy);
+    memset(lab->proxies, 0, sizeof lab->proxies);
     memset(&lab->bench, 0, sizeof lab->bench);
+    lab->proxy_count = 0;
+}
+
+/* The servers of the run, proxies first (the newest), then the fast tier and the
+ * archive; returns how many. */
+static int run_servers(lab_t *lab, lab_process_t **out)
+{
+    int count = 0;
+    for (int index = lab->proxy_count - 1; index >= 0; index--) {
+        out[count++] = &lab->proxies[index];
+    }
+    out[count++] = &lab->fast;
+    out[count++] = &lab->archive;
+    return count;
 }
 
 void lab_stop_all(lab_t *lab)
 {
-    lab_process_t *newest_first[] = {&lab->bench, &lab->proxy, &lab->fast, &lab->archive};
-    for (size_t i = 0; i < sizeof newest_first / sizeof newest_first[0]; i++) {
-        lab_process_stop(newest_first[i], lab->settings.stop_wait_ms);
+    lab_process_t *servers[LAB_MAX_PROXIES + 2];
+    int count = run_servers(lab, servers);
+    lab_process_stop(&lab->bench, lab->settings.stop_wait_ms);
+    for (int i = 0; i < count; i++) {
+        lab_process_stop(servers[i], lab->settings.stop_wait_ms);
     }
 }
 
@@ -71,8 +87,9 @@ void lab_stop_all(lab_t *lab)
  * sanitizer report, a shutdown that needed SIGKILL). */
 static void note_unclean_exits(lab_t *lab, const char *run_name)
 {
-    lab_process_t *servers[] = {&lab->proxy, &lab->fast, &lab->archive};
-    for (size_t i = 0; i < sizeof servers / sizeof servers[0]; i++) {
+    lab_process_t *servers[LAB_MAX_PROXIES + 2];
+    int count = run_servers(lab, servers);
+    for (int i = 0; i < count; i++) {
         lab_process_t *process = servers[i];
         if (process->exited && !lab_process_succeeded(process)) {
             char how[128];
@@ -113,27 +130,41 @@ static bool start_store(lab_t *lab, lab_process_t *process, const char *name, co
     return ok;
 }
 
-static bool start_proxy(lab_t *lab, const char *run_dir, const char *run_name, int proxy_port, int archive_port,
-                        int fast_port, bson_error_t *error)
+/* Starts count proxies with one configuration but for its listen port (each its
+ * own log), every worker enabled in each: the leases choose one process per
+ * worker. One proxy keeps the names it always had (proxy.yaml, <run>-proxy.log). */
+static bool start_proxies(lab_t *lab, const char *run_dir, const char *run_name, int count, const int *proxy_ports,
+                          int archive_port, int fast_port, bson_error_t *error)
 {
-    char config_path[PATH_MAX], log_path[PATH_MAX];
-    char *config = bson_strdup_printf("# Written by thermocline lab for the run %s.\n"
-                                      "listen: 127.0.0.1:%d\n"
-                                      "archive: mongodb://127.0.0.1:%d/?replicaSet=rs0\n"
-                                      "fast: mongodb://127.0.0.1:%d/?replicaSet=rs1\n"
-                                      "namespaces:\n"
-                                      "  - ns: " LAB_NAMESPACE "\n"
-                                      "    timeField: " LAB_TIME_FIELD "\n"
-                                      "    maxAge: " LAB_MAX_AGE "\n",
-                                      run_name, proxy_port, archive_port, fast_port);
-    snprintf(config_path, sizeof config_path, "%s/proxy.yaml", run_dir);
-    snprintf(log_path, sizeof log_path, "%s/%s-proxy.log", lab->logs_dir, run_name);
-    bool ok = lab_write_file(config_path, config, error);
-    bson_free(config);
-    if (ok) {
-        char *arguments[] = {"thermocline", "proxy", "--config", config_path, NULL};
-        ok = lab_process_start(&lab->proxy, "proxy", arguments, log_path, false, error) &&
-             lab_wait_ready(&lab->proxy, proxy_port, LAB_START_TIMEOUT_MS, error);
+    bool ok = true;
+    for (int index = 0; index < count && ok; index++) {
+        char config_path[PATH_MAX], log_path[PATH_MAX], suffix[16] = "", name[32] = "proxy";
+        if (count > 1) {
+            snprintf(suffix, sizeof suffix, "-%d", index + 1);
+            snprintf(name, sizeof name, "proxy %d", index + 1);
+        }
+        char *config = bson_strdup_printf("# Written by thermocline lab for the run %s.\n"
+                                          "listen: 127.0.0.1:%d\n"
+                                          "archive: mongodb://127.0.0.1:%d/?replicaSet=rs0\n"
+                                          "fast: mongodb://127.0.0.1:%d/?replicaSet=rs1\n"
+                                          "namespaces:\n"
+                                          "  - ns: " LAB_NAMESPACE "\n"
+                                          "    timeField: " LAB_TIME_FIELD "\n"
+                                          "    maxAge: " LAB_MAX_AGE "\n",
+                                          run_name, proxy_ports[index], archive_port, fast_port);
+        snprintf(config_path, sizeof config_path, "%s/proxy%s.yaml", run_dir, suffix);
+        snprintf(log_path, sizeof log_path, "%s/%s-proxy%s.log", lab->logs_dir, run_name, suffix);
+        ok = lab_write_file(config_path, config, error);
+        bson_free(config);
+        if (ok) {
+            char *arguments[] = {"thermocline", "proxy", "--config", config_path, NULL};
+            ok = lab_process_start(&lab->proxies[index], name, arguments, log_path, false, error);
+            lab->proxy_count = ok ? index + 1 : index;
+        }
+    }
+    /* Started together, waited for after: they come up side by side. */
+    for (int index = 0; index < lab->proxy_count && ok; index++) {
+        ok = lab_wait_ready(&lab->proxies[index], proxy_ports[index], LAB_START_TIMEOUT_MS, error);
     }
     return ok;
 }
@@ -178,8 +209,9 @@ static bool start_bench(lab_t *lab, const char *workload, const char *uri, int64
 /* A server of this run that is no longer running. */
 static lab_process_t *dead_server(lab_t *lab)
 {
-    lab_process_t *servers[] = {&lab->archive, &lab->fast, &lab->proxy};
-    for (size_t i = 0; i < sizeof servers / sizeof servers[0]; i++) {
+    lab_process_t *servers[LAB_MAX_PROXIES + 2];
+    int count = run_servers(lab, servers);
+    for (int i = 0; i < count; i++) {
         if (servers[i]->name[0] != '\0' && !lab_process_running(servers[i])) {
             return servers[i];
         }
@@ -200,20 +232,50 @@ typedef struct sample_list {
     size_t count, capacity;
 } sample_list_t;
 
-/* proxy: NULL in a run without one. */
-static void sample_take(lab_t *lab, sample_list_t *samples, mongoc_client_t *archive, mongoc_client_t *proxy)
+/* The lab's clients of one run: the archive's and each proxy's (none in a direct
+ * run). */
+typedef struct run_clients {
+    mongoc_client_t *archive;
+    mongoc_client_t *proxies[LAB_MAX_PROXIES];
+    int proxy_count;
+} run_clients_t;
+
+static void run_clients_cleanup(run_clients_t *clients)
+{
+    mongoc_client_destroy(clients->archive);
+    for (int index = 0; index < clients->proxy_count; index++) {
+        mongoc_client_destroy(clients->proxies[index]);
+    }
+    memset(clients, 0, sizeof *clients);
+}
+
+/* The CPU seconds of each proxy, and their sum (-1 when one is not running or
+ * the run has none). */
+static void sample_proxies_cpu(const lab_t *lab, lab_counters_t *reading)
+{
+    double sum = lab->proxy_count > 0 ? 0 : -1;
+    for (int index = 0; index < LAB_MAX_PROXIES; index++) {
+        double seconds = index < lab->proxy_count ? lab_process_cpu_seconds(&lab->proxies[index]) : -1;
+        reading->values[LAB_COUNTER_CPU_EACH_PROXY + index] = seconds;
+        if (index < lab->proxy_count) {
+            sum = seconds >= 0 && sum >= 0 ? sum + seconds : -1;
+        }
+    }
+    reading->values[LAB_COUNTER_CPU_PROXY] = sum;
+}
+
+static void sample_take(lab_t *lab, sample_list_t *samples, const run_clients_t *clients)
 {
     lab_counters_t reading;
     bson_error_t error;
-    if (archive == NULL || !lab_read_counters(archive, &reading, &error)) {
+    if (clients->archive == NULL || !lab_read_counters(clients->archive, &reading, &error)) {
         return; /* a missed sample only widens the interpolation */
     }
-    lab_read_proxy_counters(proxy, &reading);
+    lab_read_proxy_counters(clients->proxies, clients->proxy_count, &reading);
     /* Read right after serverStatus returns, so close to its localTime. */
-    const lab_process_t *servers[] = {&lab->archive, &lab->fast, &lab->proxy}; /* lab_role_t order */
-    for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
-        reading.values[LAB_COUNTER_CPU_ARCHIVE + role] = lab_process_cpu_seconds(servers[role]);
-    }
+    reading.values[LAB_COUNTER_CPU_ARCHIVE] = lab_process_cpu_seconds(&lab->archive);
+    reading.values[LAB_COUNTER_CPU_FAST] = lab_process_cpu_seconds(&lab->fast);
+    sample_proxies_cpu(lab, &reading);
     if (samples->count == samples->capacity) {
         samples->capacity = samples->capacity == 0 ? 64 : samples->capacity * 2;
         samples->items = bson_realloc(samples->items, samples->capacity * sizeof *samples->items);
@@ -255,8 +317,7 @@ static void clear_progress(const lab_t *lab)
  * servers; fails if one dies or the lab is interrupted (bench is left to the
  * caller's stop). */
 static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int64_t expected_ms,
-                        mongoc_client_t *archive, mongoc_client_t *proxy, sample_list_t *samples,
-                        bson_error_t *error)
+                        const run_clients_t *clients, sample_list_t *samples, bson_error_t *error)
 {
     int64_t started = clock_monotonic_ms();
     int64_t next_sample = started + LAB_SAMPLE_INTERVAL_MS;
@@ -269,7 +330,7 @@ static bool watch_bench(lab_t *lab, const char *run_name, const char *label, int
         }
         int64_t now = clock_monotonic_ms();
         if (now >= next_sample) {
-            sample_take(lab, samples, archive, proxy);
+            sample_take(lab, samples, clients);
             next_sample += LAB_SAMPLE_INTERVAL_MS;
             show_progress(lab, label, now - started, expected_ms);
         }
@@ -366,24 +427,20 @@ typedef struct warm_state {
     double seconds;
 } warm_state_t;
 
-/* Polls thermoclineStatus until the warmer reports its first pass complete, the
- * proxy shows it runs no warmer, or timeout_ms passes (0: one look). False only
- * on a failed status command or an interruption. */
-static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, int64_t timeout_ms, warm_state_t *out,
+/* Polls the proxies' thermoclineStatus until the warmer reports its first pass
+ * complete (to every proxy), the proxies show they run no warmer, or timeout_ms
+ * passes (0: one look). False only on a failed status command or an interruption. */
+static bool wait_for_warmer(lab_t *lab, const run_clients_t *clients, int64_t timeout_ms, warm_state_t *out,
                             bson_error_t *error)
 {
     int64_t started = clock_monotonic_ms();
     for (;;) {
-        bson_t reply;
         lab_worker_view_t view;
-        if (!lab_proxy_status(proxy, &reply, error)) {
-            bson_destroy(&reply);
+        if (!lab_proxies_view(clients->proxies, clients->proxy_count, &view, error)) {
+            lab_worker_view_cleanup(&view);
             return false;
         }
-        lab_worker_view_init(&view, &reply);
-        bson_destroy(&reply);
-        out->complete = view.coverage_valid || strcmp(view.warmer_state, "complete") == 0 ||
-                        strcmp(view.warmer_state, "declared-complete") == 0;
+        out->complete = view.warm;
         out->reported = view.warmer_reported;
         out->copied = view.warmer_copied;
         snprintf(out->state, sizeof out->state, "%s", view.warmer_state[0] != '\0' ? view.warmer_state : "unknown");
@@ -410,21 +467,18 @@ static bool wait_for_warmer(lab_t *lab, mongoc_client_t *proxy, int64_t timeout_
 /* After bench through the proxy: how far behind the feeder was, how long it took
  * to catch up (the archive's share of the work that the run's figures may not
  * include), and the proxy's final word on the namespace. */
-static bool after_proxied_run(lab_t *lab, mongoc_client_t *proxy, const char *run_name, lab_run_t *run,
+static bool after_proxied_run(lab_t *lab, const run_clients_t *clients, const char *run_name, lab_run_t *run,
                               bson_error_t *error)
 {
     int64_t started = clock_monotonic_ms();
     bool first = true;
     run->feeder_drain_seconds = -1;
     for (;;) {
-        bson_t reply;
         lab_worker_view_t view;
-        if (!lab_proxy_status(proxy, &reply, error)) {
-            bson_destroy(&reply);
+        if (!lab_proxies_view(clients->proxies, clients->proxy_count, &view, error)) {
+            lab_worker_view_cleanup(&view);
             return false;
         }
-        lab_worker_view_init(&view, &reply);
-        bson_destroy(&reply);
         if (first) {
             run->feeder_reported = view.feeder_reported;
             run->feeder_lag_ms_at_end = view.feeder_lag_ms;
@@ -467,7 +521,7 @@ bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
     const lab_settings_t *settings = &lab->settings;
     lab_warm_up_t *warm_up = &lab->warm_up;
     char run_dir[LAB_DIRECTORY_SIZE + 128], archive_dir[PATH_MAX], log_path[PATH_MAX];
-    mongoc_client_t *proxy_client = NULL;
+    run_clients_t clients = {.proxy_count = 0};
     warm_state_t warm = {0};
     bool ok = false;
     int ports[3];
@@ -494,16 +548,17 @@ bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
     TC_CHECK(start_store(lab, &lab->archive, "archive", archive_dir, archive_port, true, log_path, error));
     snprintf(log_path, sizeof log_path, "%s/warm-up-fast.log", lab->logs_dir);
     TC_CHECK(start_store(lab, &lab->fast, "fast", lab->fast_snapshot_dir, fast_port, false, log_path, error));
-    TC_CHECK(start_proxy(lab, run_dir, "warm-up", proxy_port, archive_port, fast_port, error));
-    proxy_client = lab_client_new(proxy_port, error);
-    TC_CHECK(proxy_client != NULL);
-    TC_CHECK(wait_for_warmer(lab, proxy_client, settings->warm_wait_ms, &warm, error));
+    /* One proxy: the warm-up is the warmer's work, whichever process runs it. */
+    TC_CHECK(start_proxies(lab, run_dir, "warm-up", 1, &proxy_port, archive_port, fast_port, error));
+    clients.proxies[0] = lab_client_new(proxy_port, error);
+    TC_CHECK(clients.proxies[0] != NULL);
+    clients.proxy_count = 1;
+    TC_CHECK(wait_for_warmer(lab, &clients, settings->warm_wait_ms, &warm, error));
     warm_up->warmer_reported = warm.reported;
     warm_up->complete = warm.complete;
     warm_up->seconds = warm.seconds;
     warm_up->documents = warm.copied;
-    mongoc_client_destroy(proxy_client);
-    proxy_client = NULL;
+    run_clients_cleanup(&clients);
 
     /* A clean stop checkpoints the fast tier: its directory is then the
      * snapshot each tiered run copies. */
@@ -517,7 +572,7 @@ bool lab_warm_fast_tier(lab_t *lab, bson_error_t *error)
     }
     ok = true;
 done:
-    mongoc_client_destroy(proxy_client);
+    run_clients_cleanup(&clients);
     lab_stop_all(lab);
     if (!lab_interrupted()) {
         note_unclean_exits(lab, "warm-up");
@@ -579,23 +634,86 @@ static void measure_from_samples(lab_t *lab, const char *run_name, lab_run_t *ru
         run->cpu_us_per_operation[role] =
             cpu_seconds >= 0 && run->operations > 0 ? cpu_seconds * 1e6 / (double)run->operations : -1.0;
     }
+    for (int index = 0; index < run->proxy_count; index++) {
+        double cpu_seconds = counter_change(samples, LAB_COUNTER_CPU_EACH_PROXY + index, from, to);
+        run->proxy_cpu_us_per_operation[index] =
+            cpu_seconds >= 0 && run->operations > 0 ? cpu_seconds * 1e6 / (double)run->operations : -1.0;
+    }
 }
 
-bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_ops, lab_run_t *run)
+/* A proxied run's fast tier (from the warm-up's copy, or empty) and its proxies
+ * with a client each, the warmer waited for in a tiered run; uri is then bench's,
+ * every proxy's host in order. */
+static bool start_proxied_tiers(lab_t *lab, lab_mode_t mode, const char *run_name, const char *run_dir,
+                                const int *ports, lab_run_t *run, run_clients_t *clients, char *uri,
+                                size_t uri_size, bson_error_t *error)
 {
     const lab_settings_t *settings = &lab->settings;
-    bson_error_t error = {0};
-    char run_name[64], label[64], run_dir[LAB_DIRECTORY_SIZE + 128], archive_dir[PATH_MAX], fast_dir[PATH_MAX];
-    char log_path[PATH_MAX], json_path[PATH_MAX], uri[128];
-    mongoc_client_t *archive_client = NULL, *proxy_client = NULL;
-    sample_list_t samples = {0};
-    bool ok = false;
-    int ports[3];
-    bool have_ports = lab_free_ports(ports, 3);
-    int archive_port = ports[0], fast_port = ports[1], proxy_port = ports[2];
-    int64_t warmup_ms = mode == LAB_MODE_EMPTY_START ? 0 : settings->warmup_ms;
-    int64_t duration_ms = mode == LAB_MODE_EMPTY_START ? settings->empty_start_ms : settings->duration_ms;
+    char fast_dir[PATH_MAX], log_path[PATH_MAX];
+    int archive_port = ports[0], fast_port = ports[1];
+    const int *proxy_ports = ports + 2;
+    snprintf(fast_dir, sizeof fast_dir, "%s/fast", run_dir);
+    /* Tiered runs start from the fast tier the warm-up left (the same for each);
+     * the empty start, and tiered runs without one, from nothing. */
+    bool fast_dir_ready = mode == LAB_MODE_TIERED && lab->warm_up.ok
+                              ? lab_copy_tree(lab->fast_snapshot_dir, fast_dir, error)
+                              : lab_make_directory(fast_dir, error);
+    snprintf(log_path, sizeof log_path, "%s/%s-fast.log", lab->logs_dir, run_name);
+    if (!fast_dir_ready || !start_store(lab, &lab->fast, "fast", fast_dir, fast_port, false, log_path, error) ||
+        !start_proxies(lab, run_dir, run_name, settings->proxy_count, proxy_ports, archive_port, fast_port, error)) {
+        return false;
+    }
+    size_t used = (size_t)snprintf(uri, uri_size, "mongodb://");
+    for (int index = 0; index < settings->proxy_count; index++) {
+        clients->proxies[index] = lab_client_new(proxy_ports[index], error);
+        if (clients->proxies[index] == NULL) {
+            return false;
+        }
+        clients->proxy_count = index + 1;
+        run->proxy_ports[index] = proxy_ports[index];
+        used += (size_t)snprintf(uri + used, uri_size - used, "%s127.0.0.1:%d", index > 0 ? "," : "",
+                                 proxy_ports[index]);
+    }
+    run->proxy_count = settings->proxy_count;
+    snprintf(uri + used, uri_size - used, "/");
+    if (mode == LAB_MODE_TIERED) {
+        /* A warmer that finished in the warm-up finds its pass done on restart;
+         * one that did not is not waited for again. */
+        warm_state_t warm;
+        if (!wait_for_warmer(lab, clients, lab->warm_up.complete ? settings->warm_wait_ms : 0, &warm, error)) {
+            return false;
+        }
+        run->warmer_reported = warm.reported;
+        run->fast_tier_warm = warm.complete;
+        run->warm_wait_seconds = warm.seconds;
+        run->documents_warmed = warm.copied;
+        if (lab->warm_up.complete && !warm.complete) {
+            lab_note(lab, "%s: the warmer did not report the restored fast tier's first pass complete within "
+                          "%lld s (state %s): the run went on with what the fast tier held",
+                     run_name, (long long)(settings->warm_wait_ms / 1000), warm.state);
+        }
+    }
+    return true;
+}
 
+/* A run's names: its files' ("store-tiered") and its progress label's. */
+static void name_run(const char *workload, lab_mode_t mode, int64_t target_ops, char *run_name, size_t name_size,
+                     char *label, size_t label_size)
+{
+    if (mode == LAB_MODE_EMPTY_START) {
+        snprintf(run_name, name_size, "empty-start");
+        snprintf(label, label_size, "empty start");
+    } else if (target_ops > 0) {
+        snprintf(run_name, name_size, "%s-fixed-%s", workload, mode_name(mode));
+        snprintf(label, label_size, "%s at %" PRId64 " ops/s %s", workload, target_ops, mode_name(mode));
+    } else {
+        snprintf(run_name, name_size, "%s-%s", workload, mode_name(mode));
+        snprintf(label, label_size, "%s %s", workload, mode_name(mode));
+    }
+}
+
+static void run_init(lab_run_t *run)
+{
     memset(run, 0, sizeof *run);
     run->attempted = true;
     run->documents_warmed = -1;
@@ -604,25 +722,42 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     for (int role = 0; role < LAB_ROLE_COUNT; role++) {
         run->cpu_us_per_operation[role] = -1.0;
     }
-    bson_init(&run->proxy_namespace_status);
-    reset_processes(lab);
-    if (mode == LAB_MODE_EMPTY_START) {
-        snprintf(run_name, sizeof run_name, "empty-start");
-        snprintf(label, sizeof label, "empty start");
-    } else if (target_ops > 0) {
-        snprintf(run_name, sizeof run_name, "%s-fixed-%s", workload, mode_name(mode));
-        snprintf(label, sizeof label, "%s at %" PRId64 " ops/s %s", workload, target_ops, mode_name(mode));
-    } else {
-        snprintf(run_name, sizeof run_name, "%s-%s", workload, mode_name(mode));
-        snprintf(label, sizeof label, "%s %s", workload, mode_name(mode));
+    for (int index = 0; index < LAB_MAX_PROXIES; index++) {
+        run->proxy_cpu_us_per_operation[index] = -1.0;
+        run->proxy_operations[index] = -1;
     }
+    bson_init(&run->proxy_namespace_status);
+}
+
+bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_ops, lab_run_t *run)
+{
+    const lab_settings_t *settings = &lab->settings;
+    bson_error_t error = {0};
+    char run_name[64], label[64], run_dir[LAB_DIRECTORY_SIZE + 128], archive_dir[PATH_MAX];
+    char log_path[PATH_MAX], json_path[PATH_MAX], uri[64 + 24 * LAB_MAX_PROXIES];
+    run_clients_t clients = {.proxy_count = 0};
+    sample_list_t samples = {0};
+    bool ok = false;
+    int ports[2 + LAB_MAX_PROXIES]; /* archive, fast tier, proxies */
+    bool have_ports = lab_free_ports(ports, 2 + (size_t)settings->proxy_count);
+    int archive_port = ports[0];
+    int64_t warmup_ms = mode == LAB_MODE_EMPTY_START ? 0 : settings->warmup_ms;
+    int64_t duration_ms = mode == LAB_MODE_EMPTY_START ? settings->empty_start_ms : settings->duration_ms;
+
+    run_init(run);
+    reset_processes(lab);
+    name_run(workload, mode, target_ops, run_name, sizeof run_name, label, sizeof label);
     snprintf(run_dir, sizeof run_dir, "%s/%s", lab->work_dir, run_name);
     snprintf(archive_dir, sizeof archive_dir, "%s/archive", run_dir);
-    snprintf(fast_dir, sizeof fast_dir, "%s/fast", run_dir);
     snprintf(json_path, sizeof json_path, "%s/%s.json", lab->runs_dir, run_name);
-    fprintf(stderr, "%s: %s%s\n", label,
-            mode == LAB_MODE_DIRECT ? "bench against the archive" : "bench through the proxy",
-            mode == LAB_MODE_EMPTY_START ? ", fast tier empty at the start" : "");
+    if (mode == LAB_MODE_DIRECT || settings->proxy_count == 1) {
+        fprintf(stderr, "%s: %s%s\n", label,
+                mode == LAB_MODE_DIRECT ? "bench against the archive" : "bench through the proxy",
+                mode == LAB_MODE_EMPTY_START ? ", fast tier empty at the start" : "");
+    } else {
+        fprintf(stderr, "%s: bench through %d proxies%s\n", label, settings->proxy_count,
+                mode == LAB_MODE_EMPTY_START ? ", fast tier empty at the start" : "");
+    }
 
     if (!have_ports) {
         tc_error_set(&error, TC_ERR_OPERATION_FAILED, "no free loopback port");
@@ -638,45 +773,16 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     if (mode == LAB_MODE_DIRECT) {
         snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/?replicaSet=rs0", archive_port);
     } else {
-        /* Tiered runs start from the fast tier the warm-up left (the same for
-         * each); the empty start, and tiered runs without one, from nothing. */
-        if (mode == LAB_MODE_TIERED && lab->warm_up.ok) {
-            TC_CHECK(lab_copy_tree(lab->fast_snapshot_dir, fast_dir, &error));
-        } else {
-            TC_CHECK(lab_make_directory(fast_dir, &error));
-        }
-        snprintf(log_path, sizeof log_path, "%s/%s-fast.log", lab->logs_dir, run_name);
-        TC_CHECK(start_store(lab, &lab->fast, "fast", fast_dir, fast_port, false, log_path, &error));
-        TC_CHECK(start_proxy(lab, run_dir, run_name, proxy_port, archive_port, fast_port, &error));
-        proxy_client = lab_client_new(proxy_port, &error);
-        TC_CHECK(proxy_client != NULL);
-        if (mode == LAB_MODE_TIERED) {
-            /* A warmer that finished in the warm-up finds its pass done on
-             * restart; one that did not is not waited for again. */
-            warm_state_t warm;
-            TC_CHECK(wait_for_warmer(lab, proxy_client, lab->warm_up.complete ? settings->warm_wait_ms : 0, &warm,
-                                     &error));
-            run->warmer_reported = warm.reported;
-            run->fast_tier_warm = warm.complete;
-            run->warm_wait_seconds = warm.seconds;
-            run->documents_warmed = warm.copied;
-            if (lab->warm_up.complete && !warm.complete) {
-                lab_note(lab, "%s: the warmer did not report the restored fast tier's first pass complete within "
-                              "%lld s (state %s): the run went on with what the fast tier held",
-                         run_name, (long long)(settings->warm_wait_ms / 1000), warm.state);
-            }
-        }
-        snprintf(uri, sizeof uri, "mongodb://127.0.0.1:%d/", proxy_port);
+        TC_CHECK(start_proxied_tiers(lab, mode, run_name, run_dir, ports, run, &clients, uri, sizeof uri, &error));
     }
-    archive_client = lab_client_new(archive_port, &error);
-    TC_CHECK(archive_client != NULL);
+    clients.archive = lab_client_new(archive_port, &error);
+    TC_CHECK(clients.archive != NULL);
 
-    sample_take(lab, &samples, archive_client, proxy_client);
+    sample_take(lab, &samples, &clients);
     snprintf(log_path, sizeof log_path, "%s/%s-bench.log", lab->logs_dir, run_name);
     TC_CHECK(start_bench(lab, workload, uri, warmup_ms, duration_ms, target_ops, json_path, log_path, &error));
-    TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, archive_client, proxy_client, &samples,
-                         &error));
-    sample_take(lab, &samples, archive_client, proxy_client);
+    TC_CHECK(watch_bench(lab, run_name, label, warmup_ms + duration_ms, &clients, &samples, &error));
+    sample_take(lab, &samples, &clients);
     TC_CHECK(bench_finished_well(lab, &error));
     TC_CHECK(lab_read_bench_report(json_path, run, &error));
 
@@ -688,7 +794,7 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     }
     measure_from_samples(lab, run_name, run, &samples);
     if (mode != LAB_MODE_DIRECT) {
-        TC_CHECK(after_proxied_run(lab, proxy_client, run_name, run, &error));
+        TC_CHECK(after_proxied_run(lab, &clients, run_name, run, &error));
     }
     ok = true;
 done:
@@ -699,8 +805,7 @@ done:
             fprintf(stderr, "  %s failed: %s\n", label, error.message);
         }
     }
-    mongoc_client_destroy(archive_client);
-    mongoc_client_destroy(proxy_client);
+    run_clients_cleanup(&clients);
     lab_stop_all(lab);
     if (!lab_interrupted()) {
         note_unclean_exits(lab, run_name);

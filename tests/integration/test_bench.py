@@ -15,7 +15,7 @@ import pytest
 
 from conftest import find_free_port, thermocline_binary
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import client_for, start_proxy, wait_feeder
+from tier_support import client_for, start_proxy, status, wait_feeder
 
 BENCH_TIMEOUT_SECONDS = 40
 
@@ -95,6 +95,11 @@ def test_load_then_store_workload(store, client, tmp_path):
     assert 0.75 < operations["read"]["count"] / total["count"] < 0.95
     assert report["generator"]["cpu_seconds"] > 0
     assert report["generator"]["cpu_us_per_op"] > 0
+
+    # One host, the URI's: it carried every operation.
+    assert report["hosts"] == [{"address": "127.0.0.1:%d" % store.port, "clients": 4,
+                                "operations": total["count"], "errors": 0}]
+    assert "1 host: 127.0.0.1:%d" % store.port in result.stdout
 
     series = report["time_series"]
     assert [row["second"] for row in series] == [1, 2]
@@ -233,6 +238,36 @@ def test_insertunique_through_a_tiering_proxy(replicated_tiers, tmp_path):
             assert indexes["email_1"]["unique"] is True, (tier, indexes)
             assert dict(indexes["createdAt_1"]["key"]) == {"createdAt": 1}
             assert usertable.count_documents({}) == insert["count"]
+
+
+def test_clients_spread_over_the_hosts_of_the_uri(replicated_tiers, tmp_path):
+    """A URI naming two proxies (mongos, as drivers see them) and no replica set:
+    the load goes through libmongoc's handling of the seed list, and the timed
+    mix's clients are spread over both, each proxy carrying half of them; what
+    bench counts per host adds up to its total, and each proxy saw at least the
+    requests bench counts for it."""
+    archive, fast = replicated_tiers
+    proxies = [start_proxy(tmp_path / ("proxy%d" % index), archive, fast, ns="ycsb.usertable", max_age="400d",
+                           coverage="complete") for index in range(2)]
+    uri = "mongodb://%s/" % ",".join("127.0.0.1:%d" % proxy.port for proxy in proxies)
+    load = run_bench("--uri", uri, "--workload", "load", "--records", "300", "--threads", "2")
+    assert load.returncode == 0, load.stderr
+    requests_before = [status(proxy)["requests"] for proxy in proxies]
+
+    report_path = tmp_path / "spread.json"
+    result = run_bench("--uri", uri, "--workload", "store", "--threads", "4", "--duration", "1s",
+                       "--json", str(report_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(report_path.read_text())
+    hosts = report["hosts"]
+    assert [host["address"] for host in hosts] == ["127.0.0.1:%d" % proxy.port for proxy in proxies]
+    assert [host["clients"] for host in hosts] == [2, 2]
+    assert all(host["operations"] > 0 and host["errors"] == 0 for host in hosts), hosts
+    assert sum(host["operations"] for host in hosts) == report["total"]["count"]
+    assert report["total"]["errors"] == 0
+    for proxy, before, host in zip(proxies, requests_before, hosts):
+        assert status(proxy)["requests"] - before >= host["operations"], (proxy.port, host)
+    assert "2 hosts, the clients spread over them round-robin" in result.stdout
 
 
 @pytest.mark.parametrize("arguments", [

@@ -1,7 +1,8 @@
 """Integration tests for `thermocline lab`: a tiny lab end to end (exit 0, the
 comparison table, every figure in the JSON, valid SVG plots, no process and no
-data directory left behind), and Ctrl-C in the middle of a tiered run (SIGINT
-stops the lab and everything it started)."""
+data directory left behind), the same through two proxies (--proxies 2), and
+Ctrl-C in the middle of a tiered run through two proxies (SIGINT stops the lab
+and everything it started)."""
 
 import json
 import os
@@ -10,6 +11,8 @@ import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+
+import pytest
 
 from conftest import SANITIZER_MARKERS, thermocline_binary, wait_until
 
@@ -79,10 +82,10 @@ def assert_valid_svg(path):
     return root
 
 
-def test_tiny_lab_end_to_end(tmp_path):
-    output = tmp_path / "results"
-    json_path = tmp_path / "figures.json"
-    lab = start_lab(output, "--json", str(json_path))
+def run_lab_to_the_end(output, *extra):
+    """A tiny lab that must succeed, leave nothing behind and trip no sanitizer;
+    its stdout and stderr."""
+    lab = start_lab(output, *extra)
     try:
         stdout, stderr = lab.communicate(timeout=LAB_TIMEOUT_SECONDS)
     finally:
@@ -90,6 +93,13 @@ def test_tiny_lab_end_to_end(tmp_path):
     assert_no_sanitizer_report(output, stderr)
     assert lab.returncode == 0, "stdout:\n%s\nstderr:\n%s" % (stdout, stderr[-4000:])
     assert_nothing_left(output)
+    return stdout, stderr
+
+
+def test_tiny_lab_end_to_end(tmp_path):
+    output = tmp_path / "results"
+    json_path = tmp_path / "figures.json"
+    stdout, stderr = run_lab_to_the_end(output, "--json", str(json_path))
 
     # The progress shown on stderr: the load's bar and one line per run.
     assert "100%" in stderr
@@ -204,9 +214,45 @@ def test_tiny_lab_end_to_end(tmp_path):
         assert (output / "logs" / ("%s-tiered-proxy.log" % workload)).is_file()
 
 
+def test_tiny_lab_through_two_proxies(tmp_path):
+    """--proxies 2: every run through the proxy starts two with one config and
+    spreads bench's clients over them; the JSON says so, samples both proxies'
+    CPU, and bench's operations per proxy add up to the run's."""
+    output = tmp_path / "results"
+    stdout, stderr = run_lab_to_the_end(output, "--proxies", "2", "--empty-duration", "1s")
+    assert "store tiered: bench through 2 proxies" in stderr
+    assert "tiered runs through 2 proxies" in stdout and "each proxy: CPU per operation" in stdout
+
+    report = json.loads((output / "lab.json").read_text())
+    assert report["settings"]["proxies"] == 2
+    proxied = [report["workloads"][workload]["tiered"] for workload in WORKLOADS]
+    proxied += [report["fixed_load"]["tiered"], report["empty_start"]["run"]]
+    for run in proxied:
+        assert run["ok"] is True, run
+        proxies = run["proxies"]
+        assert len(proxies) == 2 and proxies[0]["port"] != proxies[1]["port"], proxies
+        # Every operation arrived through one proxy or the other, both carried some.
+        assert all(proxy["operations"] > 0 for proxy in proxies), proxies
+        assert sum(proxy["operations"] for proxy in proxies) == run["operations"], (proxies, run["operations"])
+        # Each proxy's CPU, sampled throughout; the proxy column is their sum.
+        assert all(proxy["cpu_us_per_op"] > 0 for proxy in proxies), proxies
+        total = sum(proxy["cpu_us_per_op"] for proxy in proxies)
+        assert abs(run["cpu_us_per_op"]["proxy"] - total) < 1e-6 * max(1.0, total), (run["cpu_us_per_op"], proxies)
+        each = run["per_second"]["cpu_percent"]["proxies"]
+        assert len(each) == 2 and all(len(series) == len(run["per_second"]["ops"]) for series in each), each
+        assert all(sum(series) > 0 for series in each), each
+        assert run["feeder_reported"] is True
+    for workload in WORKLOADS:
+        assert "proxies" not in report["workloads"][workload]["direct"]
+        for index in (1, 2):
+            assert (output / "logs" / ("%s-tiered-proxy-%d.log" % (workload, index))).is_file()
+    timeline = (output / "timeline-store-tiered.svg").read_text()
+    assert ">proxy 1</text>" in timeline and ">proxy 2</text>" in timeline
+
+
 def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
     output = tmp_path / "results"
-    lab = start_lab(output)
+    lab = start_lab(output, "--proxies", "2")
     try:
         # Wait until bench runs through the proxy: archive, fast tier, proxy and
         # bench are all up.
@@ -220,7 +266,7 @@ def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
         assert tiered_bench
         time.sleep(0.3)
         children = [(pid, line) for pid, line in processes_mentioning(str(output)) if pid != lab.pid]
-        assert len(children) >= 3, children  # archive, fast tier, proxy (and bench, unless it just ended)
+        assert len(children) >= 4, children  # archive, fast tier, two proxies (and bench, unless it just ended)
         lab.send_signal(signal.SIGINT)
         stdout, stderr = lab.communicate(timeout=20)
     finally:
@@ -230,3 +276,18 @@ def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
     assert "interrupted" in stderr
     assert "workload" not in stdout  # no table from a lab that did not finish
     assert_nothing_left(output)
+
+
+@pytest.mark.parametrize("proxies", ["0", "7", "two"])
+def test_bad_proxy_count_exits_2_with_one_line(tmp_path, proxies):
+    result = subprocess.run([str(thermocline_binary()), "lab", "--tiny", "--proxies", proxies,
+                             "--output", str(tmp_path / "never")], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("thermocline lab: ") and "--proxies" in lines[0], result.stderr
+    assert not (tmp_path / "never").exists()
+
+
+def test_help_names_the_proxies_flag():
+    result = subprocess.run([str(thermocline_binary()), "lab", "--help"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0 and "--proxies N" in result.stdout, result.stdout

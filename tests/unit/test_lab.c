@@ -183,6 +183,56 @@ static void test_timeline_is_computed_per_second(void **state)
     lab_run_cleanup(&run);
 }
 
+/* With two proxies: each one's CPU series beside their sum, and none for the
+ * proxies the run did not have. */
+static void test_timeline_shows_each_proxy(void **state)
+{
+    (void)state;
+    lab_counters_t samples[3];
+    memset(samples, 0, sizeof samples);
+    for (int i = 0; i < 3; i++) {
+        samples[i].at_ms = 10000 + i * 1000;
+        samples[i].values[LAB_COUNTER_CPU_EACH_PROXY] = 0.5 * i;      /* half a core */
+        samples[i].values[LAB_COUNTER_CPU_EACH_PROXY + 1] = 0.25 * i; /* a quarter */
+        samples[i].values[LAB_COUNTER_CPU_PROXY] = 0.75 * i;
+    }
+    lab_run_t run;
+    memset(&run, 0, sizeof run);
+    run.started_at_ms = 10000;
+    run.second_count = 2;
+    run.proxy_count = 2;
+    lab_timeline_compute(&run, samples, 3);
+    assert_float_equal(run.series[LAB_SERIES_CPU_PROXY][1], 75.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_CPU_EACH_PROXY][0], 50.0, 1e-9);
+    assert_float_equal(run.series[LAB_SERIES_CPU_EACH_PROXY + 1][1], 25.0, 1e-9);
+    assert_null(run.series[LAB_SERIES_CPU_EACH_PROXY + 2]);
+    lab_run_cleanup(&run);
+}
+
+/* bench's operations per host, in the URI's order: through the lab's proxies,
+ * each proxy's. */
+static void test_bench_report_hosts_are_read(void **state)
+{
+    (void)state;
+    char *path = write_temporary(
+        "{\"started_at\": \"2026-11-02T10:00:01.250Z\", \"measured_seconds\": 1.0,"
+        " \"operations\": {\"read\": {\"count\": 1000, \"ops_per_second\": 1000}},"
+        " \"total\": {\"count\": 1000, \"ops_per_second\": 1000},"
+        " \"hosts\": [{\"address\": \"127.0.0.1:1\", \"clients\": 2, \"operations\": 600, \"errors\": 0},"
+        "             {\"address\": \"127.0.0.1:2\", \"clients\": 2, \"operations\": 400, \"errors\": 0}]}");
+    lab_run_t run;
+    bson_error_t error;
+    memset(&run, 0, sizeof run);
+    run.proxy_operations[2] = -1;
+    assert_true(lab_read_bench_report(path, &run, &error));
+    assert_int_equal(run.proxy_operations[0], 600);
+    assert_int_equal(run.proxy_operations[1], 400);
+    assert_int_equal(run.proxy_operations[2], -1); /* no third host */
+    lab_run_cleanup(&run);
+    unlink(path);
+    bson_free(path);
+}
+
 static void test_bench_report_is_read(void **state)
 {
     (void)state;
@@ -333,6 +383,8 @@ int main(void)
         cmocka_unit_test(test_grouped_numbers),
         cmocka_unit_test(test_bench_report_is_read),
         cmocka_unit_test(test_timeline_is_computed_per_second),
+        cmocka_unit_test(test_timeline_shows_each_proxy),
+        cmocka_unit_test(test_bench_report_hosts_are_read),
         cmocka_unit_test(test_bench_report_without_a_window_is_refused),
         cmocka_unit_test(test_bars_skip_missing_values_and_escape_labels),
         cmocka_unit_test(test_lines_draw_one_polyline_per_series),
