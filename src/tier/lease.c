@@ -366,20 +366,11 @@ static void beat(tier_leases_t *leases, mongoc_client_t *fast, int64_t now)
 
 static void leave(tier_leases_t *leases, mongoc_client_t *fast)
 {
-    bson_t command = BSON_INITIALIZER, deletes, statement, query, reply;
+    bson_t query = BSON_INITIALIZER;
     bson_error_t error;
-    BSON_APPEND_UTF8(&command, "delete", TIER_PROXIES_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     BSON_APPEND_UTF8(&query, "_id", leases->me);
-    bson_append_document_end(&statement, &query);
-    BSON_APPEND_INT32(&statement, "limit", 1);
-    bson_append_document_end(&deletes, &statement);
-    bson_append_array_end(&command, &deletes);
-    tier_command(fast, TIER_DATABASE, &command, &reply, &error); /* a dead one stops counting anyway */
-    bson_destroy(&reply);
-    bson_destroy(&command);
+    tier_delete_state(fast, TIER_PROXIES_COLLECTION, &query, 1, &error); /* a dead one stops counting anyway */
+    bson_destroy(&query);
 }
 
 /* A clean stop hands the leases on at once. */
