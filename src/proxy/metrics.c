@@ -360,6 +360,8 @@ static const metrics_field_t namespace_fields[] = {
      "eviction candidates kept because they changed under the evictor"},
     {"thermocline_evictor_kept_refused_total", METRICS_COUNTER, "evictor.keptRefused", 1,
      "eviction candidates kept because a refused write of theirs stands"},
+    {"thermocline_evictor_kept_pinned_total", METRICS_COUNTER, "evictor.keptPinned", 1,
+     "eviction candidates kept because a write through another process pinned them"},
 };
 
 static const metrics_field_t pool_fields[] = {

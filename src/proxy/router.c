@@ -15,7 +15,8 @@
  * This file holds the lifecycle, the replies, the calls to a tier (once more after
  * a retryable failure), the cursor ids, the planning and the arrival. The steps of
  * the longer routes live beside it: router_wait.c (read-your-writes waits and
- * pins), router_fault_in.c, router_unique.c (unique keys a write computes),
+ * pins), router_pins.c (pins in the fast tier, for an evictor elsewhere),
+ * router_fault_in.c, router_unique.c (unique keys a write computes),
  * router_point_read.c (a find by _id: the fast tier, then the archive),
  * router_explain.c, router_transaction.c, router_catalog.c (commands both tiers
  * apply), router_kill_cursors.c, all sharing router_private.h.
@@ -51,7 +52,8 @@
      PHASE_BIT(PHASE_UNIQUE_READING_FAST) |                                                                           \
      PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) | PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
      PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
-     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST))
+     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST) |     \
+     PHASE_BIT(PHASE_PINNING_FAST) | PHASE_BIT(PHASE_READING_EVICTIONS))
 #define RETRYING (PHASE_BIT(PHASE_AWAITING_PRIMARY) | PHASE_BIT(PHASE_FINISHED))
 
 _Static_assert(PHASE_COUNT <= 32, "the transition table holds a phase set in 32 bits");
@@ -70,14 +72,24 @@ static const struct {
     [PHASE_LOADING_INDEXES] = {"loading unique indexes", PHASE_BIT(PHASE_CHOOSING_MEMBERS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_CHOOSING_MEMBERS] = {"choosing members",
                                 PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_RELOADING) | PHASE_BIT(PHASE_WAITING_FOR_PINS) |
-                                    PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
+                                    PHASE_BIT(PHASE_PINNING_FAST) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
+                                    PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
                                     PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FORWARDING) |
                                     PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_EXPLAINING_FAST) |
                                     PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_ABORTING_TRANSACTION) |
                                     PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) |
-                                                        PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) |
-                                                        PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_PINNING_FAST) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
+                                                        PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
+                                                        PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
+    [PHASE_PINNING_FAST] = {"pinning in the fast tier", PHASE_BIT(PHASE_PINNING_FAST) |
+                                                          PHASE_BIT(PHASE_READING_EVICTIONS) | RETRYING},
+    /* Then as after the in-memory pins: the fast tier's check, or straight on. */
+    [PHASE_READING_EVICTIONS] = {"reading the evictor's intents",
+                                 PHASE_BIT(PHASE_READING_EVICTIONS) | PHASE_BIT(PHASE_WAITING_FOR_EVICTIONS) |
+                                     PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) |
+                                     PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_FORWARDING) | RETRYING},
+    [PHASE_WAITING_FOR_EVICTIONS] = {"waiting for an eviction to end",
+                                     PHASE_BIT(PHASE_READING_EVICTIONS) | PHASE_BIT(PHASE_FINISHED)},
     [PHASE_FAULT_IN_CHECKING_FAST] = {"looking in the fast tier for the documents to fault in",
                                       PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
                                           PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
@@ -149,35 +161,6 @@ static void route_planned(proxy_request_t *request);
 static void route_decided(proxy_request_t *request);
 static void on_call_recovered(proxy_request_t *request, bool recovered);
 
-/* The next step of a request whose wait for the feeder ended: always on the archive
- * (what it waited for is what the archive must show). */
-static void start_after_wait(proxy_request_t *request)
-{
-    switch (request->after_wait) {
-    case PHASE_FORWARDING:
-        router_forward(request, PROXY_TIER_ARCHIVE);
-        return;
-    case PHASE_FAULT_IN_FINDING:
-        router_fault_in_find(request);
-        return;
-    case PHASE_POINT_READING_ARCHIVE:
-        router_point_read_send_archive(request);
-        return;
-    case PHASE_EXPLAINING_ARCHIVE:
-        router_explain_send_archive(request);
-        return;
-    case PHASE_BOTH_ON_ARCHIVE:
-        router_both_send_to_archive(request);
-        return;
-    case PHASE_STREAM_LOOKING_UP:
-        router_change_stream_look_up(request);
-        return;
-    default:
-        router_enter(request, request->after_wait); /* aborts: no such step after a wait */
-        return;
-    }
-}
-
 void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
 {
     switch (request->phase) {
@@ -215,8 +198,17 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
     case PHASE_WAITING_FOR_PINS:
         router_fault_in_pinned(request);
         return;
+    case PHASE_PINNING_FAST:
+        router_pins_on_written(request, outcome);
+        return;
+    case PHASE_READING_EVICTIONS:
+        router_pins_on_evictions(request, outcome);
+        return;
+    case PHASE_WAITING_FOR_EVICTIONS:
+        router_pins_after_wait(request);
+        return;
     case PHASE_WAITING_FOR_FEEDER:
-        start_after_wait(request);
+        router_after_feeder_wait(request);
         return;
     case PHASE_FORWARDING:
         router_on_tier_reply(request, outcome->reply, outcome->length, outcome->error);
@@ -299,6 +291,7 @@ void router_request_free(proxy_request_t *request)
         router_unpin_fault_in(request);
     }
     router_unique_destroy(request->unique);
+    router_pins_release(request);
     if (request->has_decision) {
         plan_decision_cleanup(&request->decision);
     }

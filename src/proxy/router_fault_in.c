@@ -5,16 +5,19 @@
  * (writes go there first; the warmer never overwrites a newer one), so the ids are
  * looked for in the fast tier first, and only those it lacks (and the filters)
  * cost the archive a read and a wait for the feeder's deletes.
- * Its steps: pinned (PHASE_WAITING_FOR_PINS while a document is being evicted),
+ * Its steps: pinned (PHASE_WAITING_FOR_PINS while a document is being evicted; in
+ * the fast tier too when the evictor may run elsewhere, router_pins.c),
  * PHASE_FAULT_IN_CHECKING_FAST, then (if the archive is needed) the archive's
  * deletes awaited, PHASE_FAULT_IN_FINDING, PHASE_FAULT_IN_INSERTING; then the
- * write forwarded, or first the unique keys its updates compute read
- * (router_unique.c), whose filters take the same steps from the find on. */
+ * write forwarded, while its pins are young enough (tier/pins.h), or first the
+ * unique keys its updates compute read (router_unique.c), whose filters take
+ * the same steps from the find on. */
 #include "proxy/router_private.h"
 
 #include "common/bson_view.h"
 #include "common/timestamp.h"
 #include "query/order.h"
+#include "tier/pins.h"
 #include "tier/tier.h"
 #include "tier/worker_writes.h"
 #include "wire/wire.h"
@@ -56,6 +59,33 @@ static void fault_in_state_init(proxy_request_t *request)
     bson_init(&request->route.fault_in.copied_ids);
 }
 
+/* The client's write, to the fast tier: only while its pins in the fast tier (if
+ * any) live on long enough for it to run, else an evictor elsewhere may already
+ * take its documents. */
+static void forward_write(proxy_request_t *request)
+{
+    if (!router_pins_fresh(request)) {
+        bson_error_t error;
+        tc_error_set(&error, TC_ERR_EXCEEDED_TIME_LIMIT,
+                     "this write's fault-in took over half of its pins' lifetime (%lld ms, from readYourWritesWait, "
+                     "failoverWait and leaseTimeout): the write was not sent; retry it",
+                     (long long)tier_pin_lifetime_ms(request->proxy->config));
+        router_finish_with_error(request, &error);
+        return;
+    }
+    router_forward(request, PROXY_TIER_FAST);
+}
+
+void router_append_state_write_options(bson_t *command)
+{
+    bson_t concern;
+    BSON_APPEND_BOOL(command, "ordered", false);
+    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(command, &concern);
+    BSON_APPEND_UTF8(command, "$db", TIER_DATABASE);
+}
+
 /* Fault marks (tier/worker_writes.h) of the copies: pending before the insert
  * (documents: the copies, whose digests they keep), or done after it (done: the
  * insert's time, to). A change stream through any proxy then leaves the copies
@@ -64,7 +94,7 @@ static void fault_in_state_init(proxy_request_t *request)
 static void mark_copies(proxy_request_t *request, const bson_t *documents, bool done, uint64_t to)
 {
     const char *ns = request->namespace_state->config->ns;
-    bson_t update = BSON_INITIALIZER, statements, concern;
+    bson_t update = BSON_INITIALIZER, statements;
     bson_iter_t iter, id;
     uint32_t count = 0;
     if (!done) {
@@ -112,11 +142,7 @@ static void mark_copies(proxy_request_t *request, const bson_t *documents, bool 
         bson_append_document_end(&statements, &statement);
     }
     bson_append_array_end(&update, &statements);
-    BSON_APPEND_BOOL(&update, "ordered", false);
-    BSON_APPEND_DOCUMENT_BEGIN(&update, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(&update, &concern);
-    BSON_APPEND_UTF8(&update, "$db", TIER_DATABASE);
+    router_append_state_write_options(&update);
     router_call_tier_command(request, done ? PHASE_FAULT_IN_MARKED : PHASE_FAULT_IN_MARKING, PROXY_TIER_FAST, &update);
 }
 
@@ -179,7 +205,7 @@ void router_fault_in_done(proxy_request_t *request)
         router_unique_start(request);
         return;
     }
-    router_forward(request, PROXY_TIER_FAST);
+    forward_write(request);
 }
 
 void router_fault_in_on_found(proxy_request_t *request, const router_outcome_t *outcome)
@@ -355,9 +381,18 @@ static void fault_in_from_archive(proxy_request_t *request)
     router_wait_for_feeder(request, true, PHASE_FAULT_IN_FINDING);
 }
 
+void router_fault_in_pinned(proxy_request_t *request)
+{
+    if (router_pins_needed(request)) {
+        router_pins_write(request);
+        return;
+    }
+    router_fault_in_check_fast(request);
+}
+
 /* Once the documents are pinned: the ids the write names, looked for in the fast
  * tier (their _id index only). */
-void router_fault_in_pinned(proxy_request_t *request)
+void router_fault_in_check_fast(proxy_request_t *request)
 {
     const plan_decision_t *decision = &request->decision;
     uint32_t id_count = decision->fault_in_id_count + decision->unique_id_check_count;

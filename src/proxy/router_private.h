@@ -21,6 +21,9 @@ typedef enum request_phase {
     PHASE_LOADING_INDEXES,      /* a write: until the namespace's unique indexes are read from the archive */
     PHASE_CHOOSING_MEMBERS,     /* planned; member_route.c picks each tier's member for $readPreference */
     PHASE_WAITING_FOR_PINS,     /* a write that faults in: until its documents are no longer being evicted */
+    PHASE_PINNING_FAST,         /* ... its pins written in the fast tier too (router_pins.c), */
+    PHASE_READING_EVICTIONS,    /* ... the evictor's intents that cover them read, */
+    PHASE_WAITING_FOR_EVICTIONS, /* ... and, while one does, read again after a pause */
     PHASE_WAITING_FOR_FEEDER,   /* until the feeder applied the writes (or deletes) the archive must show */
     PHASE_FORWARDING,           /* the client's command on a tier; the reply goes back (cursor ids patched) */
     PHASE_FAULT_IN_CHECKING_FAST, /* a write's ids looked for in the fast tier: the archive only for the rest */
@@ -116,6 +119,12 @@ typedef struct proxy_request {
     bool pinned; /* the documents it faults in are pinned against the evictor */
     tier_progress_t *pin_progress; /* ... in this progress (a reload may replace the proxy's), */
     size_t pin_slot;               /* ... under its namespace's slot there */
+    struct { /* its pins in the fast tier (router_pins.c), for an evictor in another process */
+        bson_t *keys;            /* the pin documents' _ids (owned; NULL: none written) */
+        int64_t sent_ms;         /* monotonic: when they were sent */
+        bson_t *evictions;       /* the evictor's intents seen covering them (owned; NULL: not read yet) */
+        int64_t waiting_since_ms; /* monotonic: the first read of the intents */
+    } fast_pins;
     bool change_stream; /* opens or continues a change stream on a tiered namespace (on the fast tier) */
     bool stream_update_lookup; /* ... with fullDocument: "updateLookup" */
     bson_t *stream_stages; /* ... the stages after $changeStream the proxy applies (owned; NULL: none) */
@@ -256,11 +265,38 @@ void router_wait_briefly(proxy_request_t *request, request_phase_t phase, int64_
 bool router_pin_fault_in(proxy_request_t *request);
 void router_unpin_fault_in(proxy_request_t *request);
 
+/* The step after PHASE_WAITING_FOR_FEEDER: the archive step in request->after_wait. */
+void router_after_feeder_wait(proxy_request_t *request);
+
+/* --- router_pins.c: a write's pins in the fast tier -------------------------------- */
+
+/* Whether the write's pins go to the fast tier too (tier/pins.h's rule). */
+bool router_pins_needed(proxy_request_t *request);
+/* PHASE_PINNING_FAST: the pin documents upserted. */
+void router_pins_write(proxy_request_t *request);
+/* Its step: the evictor's intents read (PHASE_READING_EVICTIONS). */
+void router_pins_on_written(proxy_request_t *request, const router_outcome_t *outcome);
+/* Their step: the fast-tier check once none covers the pins, else a pause
+ * (PHASE_WAITING_FOR_EVICTIONS) whose step, router_pins_after_wait, reads again. */
+void router_pins_on_evictions(proxy_request_t *request, const router_outcome_t *outcome);
+void router_pins_after_wait(proxy_request_t *request);
+/* Whether the pins (if any) are young enough for the write to be sent. */
+bool router_pins_fresh(const proxy_request_t *request);
+/* Removes the pins from the fast tier (without waiting) and frees their state. */
+void router_pins_release(proxy_request_t *request);
+
 /* --- router_fault_in.c: a write's archive documents copied in first ------------------ */
 
 void router_fault_in_start(proxy_request_t *request);
-/* PHASE_WAITING_FOR_PINS's step: pinned; the ids are looked for in the fast tier. */
+/* Ends a write the router sends to the fast tier's thermocline database (marks,
+ * pins): ordered: false, writeConcern {w: 1}, $db. */
+void router_append_state_write_options(bson_t *command);
+/* PHASE_WAITING_FOR_PINS's step: pinned in memory; then in the fast tier when
+ * router_pins_needed, else the fast-tier check at once. */
 void router_fault_in_pinned(proxy_request_t *request);
+/* The ids looked for in the fast tier (PHASE_FAULT_IN_CHECKING_FAST), or for a
+ * write by filter only, the feeder's deletes awaited. */
+void router_fault_in_check_fast(proxy_request_t *request);
 /* PHASE_FAULT_IN_CHECKING_FAST's step: the write goes on, or the archive gives what
  * the fast tier lacks (after the feeder's deletes). */
 void router_fault_in_on_fast_checked(proxy_request_t *request, const router_outcome_t *outcome);

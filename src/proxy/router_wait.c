@@ -383,6 +383,35 @@ void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request
     queue_wait(request, false, deletes_only, blocking, 0);
 }
 
+/* The next step of a request whose wait for the feeder ended: always on the archive
+ * (what it waited for is what the archive must show). */
+void router_after_feeder_wait(proxy_request_t *request)
+{
+    switch (request->after_wait) {
+    case PHASE_FORWARDING:
+        router_forward(request, PROXY_TIER_ARCHIVE);
+        return;
+    case PHASE_FAULT_IN_FINDING:
+        router_fault_in_find(request);
+        return;
+    case PHASE_POINT_READING_ARCHIVE:
+        router_point_read_send_archive(request);
+        return;
+    case PHASE_EXPLAINING_ARCHIVE:
+        router_explain_send_archive(request);
+        return;
+    case PHASE_BOTH_ON_ARCHIVE:
+        router_both_send_to_archive(request);
+        return;
+    case PHASE_STREAM_LOOKING_UP:
+        router_change_stream_look_up(request);
+        return;
+    default:
+        router_enter(request, request->after_wait); /* aborts: no such step after a wait */
+        return;
+    }
+}
+
 void router_wait_for_pins(proxy_request_t *request)
 {
     router_enter(request, PHASE_WAITING_FOR_PINS);

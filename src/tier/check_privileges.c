@@ -4,6 +4,8 @@
  * roles included), and each needed action is looked up with mongod's rules for
  * which resource pattern covers which namespace. */
 #include "tier/check_private.h"
+#include "tier/lease.h"
+#include "tier/pins.h"
 
 #include <string.h>
 
@@ -257,7 +259,9 @@ bool check_privileges(check_report_t *report, const config_t *config, check_tier
         const target_t state[] = {
             {TIER_DATABASE, TIER_FEEDER_COLLECTION}, {TIER_DATABASE, TIER_WARMER_COLLECTION},
             {TIER_DATABASE, TIER_MARKS_COLLECTION},  {TIER_DATABASE, TIER_REFUSALS_COLLECTION},
-            {TIER_DATABASE, TIER_INDEXES_COLLECTION},
+            {TIER_DATABASE, TIER_INDEXES_COLLECTION}, {TIER_DATABASE, TIER_LEASES_COLLECTION},
+            {TIER_DATABASE, TIER_PROXIES_COLLECTION}, {TIER_DATABASE, TIER_PINS_COLLECTION},
+            {TIER_DATABASE, TIER_EVICTIONS_COLLECTION},
         };
         const target_t every = {NULL, NULL};
         check_scope(report, tier, SCOPE_STATE, state, sizeof state / sizeof state[0],

@@ -16,6 +16,7 @@
  *
  * Only the fast tier is touched; a per-second cap keeps client traffic first. */
 #include "tier/index_sync.h"
+#include "tier/pins.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -29,6 +30,7 @@
 #define EVICT_MAX_PER_SECOND 2000
 #define APPLIED_WAIT_MS 5000
 #define BATCHES_PER_PASS 50
+#define EXPIRED_CLEANUP_MS 10000
 
 /* One per namespace of the config, in its order. */
 typedef struct evictor_namespace {
@@ -47,6 +49,9 @@ typedef struct evictor {
      * delete's outcome fail, as a fast tier lost at that moment would
      * (tests/integration/test_tier_faults.py). */
     long fail_mark_after;
+    bson_oid_t intent;                  /* the _id of the batch's intent (pins.h) */
+    char holder[TIER_PIN_HOLDER_SIZE];  /* this process, in its intents */
+    int64_t next_cleanup_ms;            /* monotonic: when expired pins and intents are next removed */
 } evictor_t;
 
 static bool write_command(evictor_t *evictor, const char *database, bson_t *command, bson_t *reply,
@@ -185,25 +190,172 @@ static void append_candidates_filter(bson_t *find, const bson_t *candidates, con
     bson_append_document_end(find, &filter);
 }
 
+/* What one batch did, for the progress record. */
+typedef struct batch_counts {
+    int64_t evicted, changed, held, pinned;
+} batch_counts_t;
+
+/* Records the batch's intent in thermocline.evictions, then reads the pins that
+ * cover its candidates (pins.h: each side writes, then reads the other's): sets
+ * pinned[i] for each. *out_sent_ms: when the intent was sent (monotonic). */
+static bool announce_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_value_t *ids, size_t count,
+                           bool *pinned, int64_t *out_sent_ms, bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, statements, reply, filter, pins;
+    BSON_APPEND_UTF8(&command, "update", TIER_EVICTIONS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
+    tier_eviction_append_upsert(&statements, "0", &evictor->intent, policy->ns, ids, count,
+                                evictor->context->lease_term, evictor->holder,
+                                tier_eviction_lifetime_ms(evictor->context->config));
+    bson_append_array_end(&command, &statements);
+    *out_sent_ms = clock_monotonic_ms();
+    bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    if (!ok) {
+        return false;
+    }
+    tier_pins_filter_for_batch(policy->ns, ids, count, &filter);
+    ok = tier_read_state(evictor->fast, TIER_PINS_COLLECTION, &filter, &pins, error);
+    if (ok && bson_count_keys(&pins) >= TIER_STATE_READ_LIMIT) {
+        for (size_t i = 0; i < count; i++) {
+            pinned[i] = true; /* more pins than one read shows: keep them all */
+        }
+    } else if (ok) {
+        tier_pins_covered(&pins, ids, count, pinned);
+    }
+    bson_destroy(&pins);
+    bson_destroy(&filter);
+    return ok;
+}
+
+/* The intent is over: writes wait for it no longer. One left behind expires. */
+static void withdraw_batch(evictor_t *evictor)
+{
+    bson_t query = BSON_INITIALIZER;
+    bson_error_t error;
+    BSON_APPEND_OID(&query, "_id", &evictor->intent);
+    if (!tier_delete_state(evictor->fast, TIER_EVICTIONS_COLLECTION, &query, 1, &error)) {
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "cannot remove an eviction intent ({error}): writes to its documents wait until it expires",
+                     TC_ATTR_STR("error", error.message));
+    }
+    bson_destroy(&query);
+}
+
+/* Deletes the candidates left (not refused, not pinned), each with its exact
+ * version, while the batch's intent is fresh; resolves each mark. False when a
+ * write failed (the marks left pending are settled before the next eviction). */
+static bool delete_candidates(evictor_t *evictor, const config_namespace_t *policy, const bson_t *documents,
+                              const bson_value_t *ids, size_t count, const bool *refused, const bool *pinned,
+                              uint64_t read_time, int64_t intent_sent_ms, batch_counts_t *counts, bson_error_t *error)
+{
+    tier_context_t *context = evictor->context;
+    bool ok = true;
+    for (size_t i = 0; ok && i < count; i++) {
+        bson_t version;
+        bool deleted = false;
+        uint64_t at = 0;
+        if (refused[i]) {
+            continue;
+        }
+        if (pinned[i] || !tier_version_filter(&documents[i], &version) ||
+            !tier_eviction_fresh(context->config, intent_sent_ms, clock_monotonic_ms())) {
+            /* A write elsewhere pinned it, it cannot be deleted by version, or the
+             * intent may lapse before the delete lands: kept this time. */
+            counts->pinned += pinned[i];
+            if (!pinned[i]) {
+                bson_destroy(&version);
+            }
+            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, error);
+            continue;
+        }
+        /* A write of this process that faulted the document in runs first. */
+        if (!tier_progress_begin_eviction(context->progress, policy->index, &ids[i])) {
+            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, error);
+            bson_destroy(&version);
+            counts->changed++;
+            continue;
+        }
+        ok = delete_version(evictor, policy->database, policy->collection, &version, &deleted, &at, error);
+        tier_progress_end_eviction(context->progress, policy->index);
+        bson_destroy(&version);
+        if (!ok) {
+            break; /* the mark stays pending: the feeder waits, and the next pass resolves it */
+        }
+        if (deleted && evictor->fail_mark_after > 0 && --evictor->fail_mark_after == 0) {
+            counts->evicted++;
+            return tc_error_set(error, TC_ERR_HOST_UNREACHABLE, "THERMOCLINE_TEST_FAIL_EVICT_MARK");
+        }
+        ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, read_time, at, error);
+        counts->evicted += deleted;
+        counts->changed += !deleted;
+    }
+    return ok;
+}
+
+/* The candidates of a batch (the find's documents, views into its reply) less those
+ * a refused write holds; *out_count of them in documents and ids (caller frees). */
+static bool keep_candidates(evictor_t *evictor, const char *ns, bson_iter_t *found, size_t count,
+                            bson_t **out_documents, bson_value_t **out_ids, size_t *out_count, int64_t *out_held,
+                            bson_error_t *error)
+{
+    bson_t *documents = bson_malloc0(count * sizeof *documents);
+    bson_value_t *ids = bson_malloc0(count * sizeof *ids);
+    bool *refused = bson_malloc0(count * sizeof *refused);
+    size_t kept = 0, out = 0;
+    bson_iter_t iter;
+    bson_iter_recurse(found, &iter);
+    while (bson_iter_next(&iter) && kept < count) {
+        bson_iter_t id_iter;
+        uint32_t length;
+        const uint8_t *data;
+        bson_iter_document(&iter, &length, &data);
+        bson_init_static(&documents[kept], data, length);
+        if (bson_iter_init_find(&id_iter, &documents[kept], "_id")) {
+            ids[kept] = *bson_iter_value(&id_iter);
+            kept++;
+        }
+    }
+    /* After the feeder's wait: every refusal of a write up to the read is recorded
+     * by now, so a document the archive lacks the version of is found here (I2, I8). */
+    bool ok = tier_refused_ids(evictor->fast, ns, ids, kept, refused, error);
+    for (size_t i = 0; ok && i < kept; i++) {
+        if (refused[i]) {
+            (*out_held)++;
+            continue;
+        }
+        if (out != i) {
+            /* A static bson_t points into itself: initialise it again, never copy it. */
+            bson_init_static(&documents[out], bson_get_data(&documents[i]), documents[i].len);
+            ids[out] = ids[i];
+        }
+        out++;
+    }
+    bson_free(refused);
+    *out_documents = documents;
+    *out_ids = ids;
+    *out_count = out;
+    return ok;
+}
+
 /* One batch: returns the number of candidates found (-1 on an error or a wait
  * that ran out: the pass ends). */
 static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_t *candidates,
                            const bson_t *held_ids)
 {
     tier_context_t *context = evictor->context;
-    const char *database = policy->database;
-    const char *collection = policy->collection;
     const size_t index = policy->index; /* its slot in the workers' progress */
     bson_error_t error;
 
-    bson_t find = BSON_INITIALIZER, reply, batch;
+    bson_t find = BSON_INITIALIZER, reply;
     bson_iter_t iter, found;
-    BSON_APPEND_UTF8(&find, "find", collection);
+    BSON_APPEND_UTF8(&find, "find", policy->collection);
     append_candidates_filter(&find, candidates, held_ids);
     BSON_APPEND_INT32(&find, "limit", EVICT_BATCH);
     BSON_APPEND_INT32(&find, "batchSize", EVICT_BATCH);
     BSON_APPEND_BOOL(&find, "singleBatch", true);
-    bool ok = tier_command(evictor->fast, database, &find, &reply, &error);
+    bool ok = tier_command(evictor->fast, policy->database, &find, &reply, &error);
     bson_destroy(&find);
     if (!ok || !bson_iter_init(&iter, &reply) || !bson_iter_find_descendant(&iter, "cursor.firstBatch", &found) ||
         !BSON_ITER_HOLDS_ARRAY(&found)) {
@@ -213,11 +365,13 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
         return -1;
     }
     uint64_t read_time = timestamp_find(&reply, "operationTime");
-    uint32_t length;
-    const uint8_t *data;
-    bson_iter_array(&found, &length, &data);
-    bson_init_static(&batch, data, length);
-    size_t count = bson_count_keys(&batch);
+    bson_iter_t items;
+    size_t count = 0;
+    if (bson_iter_recurse(&found, &items)) {
+        while (bson_iter_next(&items)) {
+            count++;
+        }
+    }
     if (count == 0) {
         bson_destroy(&reply);
         return 0;
@@ -240,76 +394,25 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
         return -1;
     }
 
-    bson_t *documents = bson_malloc0(count * sizeof *documents);
-    bson_value_t *ids = bson_malloc0(count * sizeof *ids);
-    bool *refused = bson_malloc0(count * sizeof *refused);
+    bson_t *documents = NULL;
+    bson_value_t *ids = NULL;
     size_t kept = 0;
-    bson_iter_recurse(&found, &iter);
-    while (bson_iter_next(&iter) && kept < count) {
-        bson_iter_t id_iter;
-        bson_iter_document(&iter, &length, &data);
-        bson_init_static(&documents[kept], data, length);
-        if (bson_iter_init_find(&id_iter, &documents[kept], "_id")) {
-            ids[kept] = *bson_iter_value(&id_iter);
-            kept++;
-        }
-    }
-    int64_t evicted = 0, changed = 0, held = 0;
-    /* After the feeder's wait: every refusal of a write up to read_time is recorded by
-     * now, so a document the archive lacks the version of is found here (I2, I8). */
-    ok = tier_refused_ids(evictor->fast, policy->ns, ids, kept, refused, &error);
-    size_t out = 0;
-    for (size_t i = 0; ok && i < kept; i++) {
-        if (refused[i]) {
-            refused[i] = false;
-            held++;
-            continue;
-        }
-        if (out != i) {
-            /* A static bson_t points into itself: initialise it again, never copy it. */
-            bson_init_static(&documents[out], bson_get_data(&documents[i]), documents[i].len);
-            ids[out] = ids[i];
-        }
-        out++;
-    }
-    if (ok) {
-        kept = out;
-    }
+    batch_counts_t counts = {0};
+    ok = keep_candidates(evictor, policy->ns, &found, count, &documents, &ids, &kept, &counts.held, &error);
+    bool *refused = bson_malloc0((kept + 1) * sizeof *refused);
+    bool *pinned = bson_malloc0((kept + 1) * sizeof *pinned);
+    int64_t intent_sent_ms = 0;
+    bool announced = false;
     ok = ok && insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
-    for (size_t i = 0; ok && i < kept; i++) {
-        bson_t version;
-        bool deleted = false;
-        uint64_t at = 0;
-        if (refused[i]) {
-            continue;
-        }
-        if (!tier_version_filter(&documents[i], &version)) {
-            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, &error);
-            bson_destroy(&version);
-            continue;
-        }
-        /* A write of this process that faulted the document in runs first. */
-        if (!tier_progress_begin_eviction(context->progress, index, &ids[i])) {
-            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, &error);
-            bson_destroy(&version);
-            changed++;
-            continue;
-        }
-        ok = delete_version(evictor, database, collection, &version, &deleted, &at, &error);
-        tier_progress_end_eviction(context->progress, index);
-        bson_destroy(&version);
-        if (!ok) {
-            /* The mark stays pending: the feeder waits, and the next pass resolves it. */
-            break;
-        }
-        if (deleted && evictor->fail_mark_after > 0 && --evictor->fail_mark_after == 0) {
-            ok = tc_error_set(&error, TC_ERR_HOST_UNREACHABLE, "THERMOCLINE_TEST_FAIL_EVICT_MARK");
-            evicted++;
-            break;
-        }
-        ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, read_time, at, &error);
-        evicted += deleted;
-        changed += !deleted;
+    if (ok && kept > 0) {
+        bson_oid_init(&evictor->intent, NULL);
+        announced = true; /* a lost reply may have written it */
+        ok = announce_batch(evictor, policy, ids, kept, pinned, &intent_sent_ms, &error);
+    }
+    ok = ok && delete_candidates(evictor, policy, documents, ids, kept, refused, pinned, read_time, intent_sent_ms,
+                                 &counts, &error);
+    if (announced) {
+        withdraw_batch(evictor);
     }
     if (!ok) {
         evictor->marks_unsettled = true;
@@ -318,14 +421,19 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
         tier_report_ok(context, TIER_WORKER_EVICTOR);
     }
     tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, index);
-    item->evicted += evicted;
-    item->evict_changed += changed;
-    item->evict_held += held;
+    item->evicted += counts.evicted;
+    item->evict_changed += counts.changed;
+    item->evict_held += counts.held;
+    item->evict_pinned += counts.pinned;
     tier_progress_unlock(context->progress, false);
+    bson_free(pinned);
     bson_free(refused);
     bson_free(ids);
     bson_free(documents);
     bson_destroy(&reply);
+    if (ok && kept > 0 && counts.pinned == (int64_t)kept) {
+        return 0; /* all pinned (a write by filter pins its namespace): the next batch would read them again */
+    }
     return ok ? (int64_t)count : -1;
 }
 
@@ -409,6 +517,23 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
 }
 
+/* Pins and intents whose holder died expire (pins.h) and stop counting; their
+ * documents are removed now and then, so the collections stay small. */
+static void remove_expired(evictor_t *evictor)
+{
+    const char *collections[] = {TIER_PINS_COLLECTION, TIER_EVICTIONS_COLLECTION};
+    for (size_t i = 0; i < sizeof collections / sizeof collections[0]; i++) {
+        bson_t query = BSON_INITIALIZER;
+        bson_error_t error;
+        tier_pins_append_alive(&query, false);
+        if (!tier_delete_state(evictor->fast, collections[i], &query, 0, &error)) {
+            TC_LOG_ATTRS(TC_LOG_DEBUG, LOG_COMPONENT, 0, "cannot remove expired documents of {collection}: {error}",
+                         TC_ATTR_STR("collection", collections[i]), TC_ATTR_STR("error", error.message));
+        }
+        bson_destroy(&query);
+    }
+}
+
 void evictor_run(tier_group_t *group, void *argument)
 {
     tier_context_t *context = argument;
@@ -425,6 +550,7 @@ void evictor_run(tier_group_t *group, void *argument)
 
     const char *fail_mark = getenv("THERMOCLINE_TEST_FAIL_EVICT_MARK");
     evictor.fail_mark_after = fail_mark != NULL ? strtol(fail_mark, NULL, 10) : 0;
+    tier_pins_holder(evictor.holder, sizeof evictor.holder);
 
     /* Evictions a crash or a failed batch interrupted: settled before any new one
      * starts (the feeder would otherwise wait EVICT_MARK_RECOVER_SECONDS for them). */
@@ -446,6 +572,10 @@ void evictor_run(tier_group_t *group, void *argument)
         }
         int64_t now = clock_monotonic_ms();
         int64_t next = now + 1000;
+        if (now >= evictor.next_cleanup_ms) {
+            remove_expired(&evictor);
+            evictor.next_cleanup_ms = now + EXPIRED_CLEANUP_MS;
+        }
         for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
             evictor_namespace_t *entry = &evictor.namespaces[i];
             if (now >= entry->next_due_ms) {

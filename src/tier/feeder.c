@@ -31,6 +31,10 @@
 #define STREAM_BATCH_SIZE 1000
 #define STREAM_AWAIT_MS 50 /* short: an idle stream reports its position this often (waiters need it) */
 #define IDLE_CHECKPOINT_MS 1000
+/* With other proxies alive, they learn the feeder's progress from its checkpoint,
+ * and their waits cover the fast tier's latest write, often a bookkeeping one (a
+ * pin, a mark, a lease, a checkpoint) that only an idle checkpoint passes. */
+#define IDLE_CHECKPOINT_SHARED_MS 100
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 5000
 #define WARM_MARK_WAIT_MS 2000
@@ -964,8 +968,10 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     /* The archive has it all now: reads may go (the checkpoint only saves a replay). */
     tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
     /* An idle stream still moves: checkpoint it now and then, not at every getMore. */
+    int64_t idle_checkpoint_ms =
+        tier_progress_peers(feeder->context->progress) > 0 ? IDLE_CHECKPOINT_SHARED_MS : IDLE_CHECKPOINT_MS;
     if (feeder->have_token && feeder->applied_time > feeder->checkpoint_time &&
-        (event_count > 0 || clock_monotonic_ms() - feeder->last_checkpoint_ms >= IDLE_CHECKPOINT_MS)) {
+        (event_count > 0 || clock_monotonic_ms() - feeder->last_checkpoint_ms >= idle_checkpoint_ms)) {
         if (!write_checkpoint(feeder)) {
             return false;
         }

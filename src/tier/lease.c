@@ -306,7 +306,8 @@ static void stand_by(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t
 /* --- proxies' heartbeats ------------------------------------------------------------
  * A proxy (a process with a claim) beats in thermocline.proxies every tick; the
  * others it sees beating within leaseTimeout are its peers (progress.h), which
- * make its archive reads wait for writes acknowledged through them. */
+ * make its archive reads wait for writes acknowledged through them, and its
+ * feeder checkpoint more often. A worker process only counts them. */
 
 static void count_peers(tier_leases_t *leases, const bson_t *documents, int64_t now)
 {
@@ -353,7 +354,10 @@ static void beat(tier_leases_t *leases, mongoc_client_t *fast, int64_t now)
     BSON_APPEND_DOCUMENT_BEGIN(&change, "$inc", &increment);
     BSON_APPEND_INT64(&increment, "beats", 1);
     bson_append_document_end(&change, &increment);
-    if (update_state(fast, TIER_PROXIES_COLLECTION, &where, &change, true, &matched, &error)) {
+    /* A worker process (no claim) does not beat, but counts the proxies too: its
+     * feeder checkpoints for them (feeder.c). */
+    if (leases->claim[0] == '\0' || update_state(fast, TIER_PROXIES_COLLECTION, &where, &change, true, &matched,
+                                                   &error)) {
         if (tier_read_state(fast, TIER_PROXIES_COLLECTION, &filter, &documents, &error)) {
             count_peers(leases, &documents, now);
         }
@@ -366,20 +370,11 @@ static void beat(tier_leases_t *leases, mongoc_client_t *fast, int64_t now)
 
 static void leave(tier_leases_t *leases, mongoc_client_t *fast)
 {
-    bson_t command = BSON_INITIALIZER, deletes, statement, query, reply;
+    bson_t query = BSON_INITIALIZER;
     bson_error_t error;
-    BSON_APPEND_UTF8(&command, "delete", TIER_PROXIES_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     BSON_APPEND_UTF8(&query, "_id", leases->me);
-    bson_append_document_end(&statement, &query);
-    BSON_APPEND_INT32(&statement, "limit", 1);
-    bson_append_document_end(&deletes, &statement);
-    bson_append_array_end(&command, &deletes);
-    tier_command(fast, TIER_DATABASE, &command, &reply, &error); /* a dead one stops counting anyway */
-    bson_destroy(&reply);
-    bson_destroy(&command);
+    tier_delete_state(fast, TIER_PROXIES_COLLECTION, &query, 1, &error); /* a dead one stops counting anyway */
+    bson_destroy(&query);
 }
 
 /* A clean stop hands the leases on at once. */
@@ -419,9 +414,7 @@ void tier_leases_run(tier_group_t *group, void *argument)
     tick = tick < TICK_MIN_MS ? TICK_MIN_MS : tick > TICK_MAX_MS ? TICK_MAX_MS : tick;
     while (!tier_group_stopping(group)) {
         int64_t started = clock_monotonic_ms();
-        if (leases->claim[0] != '\0') {
-            beat(leases, fast, started);
-        }
+        beat(leases, fast, started);
         for (int worker = 0; worker < TIER_WORKER_COUNT && !tier_group_stopping(group); worker++) {
             lease_slot_t *slot = &leases->slots[worker];
             if (!slot->wanted) {

@@ -51,6 +51,7 @@ typedef struct tier_namespace_progress {
     int64_t evicted;            /* documents deleted from the fast tier */
     int64_t evict_changed;      /* candidates that changed under the evictor: kept */
     int64_t evict_held;         /* candidates kept because a refused write of theirs stands */
+    int64_t evict_pinned;       /* candidates kept because a proxy's pin in the fast tier covered them (pins.h) */
     int64_t evict_last_pass_ms; /* wall clock of the last completed pass */
 } tier_namespace_progress_t;
 
@@ -130,7 +131,8 @@ void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms);
  * whole namespace) from before the fault-in until the write's reply; the evictor
  * deletes a document only between tier_progress_begin_eviction (refused while it
  * is pinned) and tier_progress_end_eviction, and a pin is refused during that.
- * An evictor of another process does not see these pins (see README.md). */
+ * An evictor of another process does not see these: a proxy that may not run the
+ * evictor itself also pins in the fast tier (tier/pins.h). */
 
 /* Pins id in namespace index (id NULL: the whole namespace). False, pinning
  * nothing, while an eviction of that document (of any, for NULL) is under way:

@@ -22,7 +22,12 @@
  *   indexes       {_id: <ns>, ttl: [{field, expireAfterSeconds, name}], updatedAt}: the
  *                 archive's TTL indexes, which the evictor applies to the fast tier
  *   leases        {_id: "feeder"|"evictor"|"warmer", holder, claim, term, renewals, ...}:
- *                 which process runs each worker (tier/lease.h) */
+ *                 which process runs each worker (tier/lease.h)
+ *   proxies       {_id: holder name, claim, beats, beatAt}: live proxies (tier/lease.h)
+ *   pins          {_id, ns, ids, whole, holder, lifetimeMillis, at}: documents a proxy's
+ *                 write needs kept in the fast tier (tier/pins.h)
+ *   evictions     {_id, ns, ids, term, holder, lifetimeMillis, at}: the evictor's batch
+ *                 under way (tier/pins.h) */
 #define TIER_DATABASE "thermocline"
 #define TIER_FEEDER_COLLECTION "feeder"
 #define TIER_WARMER_COLLECTION "warmer"

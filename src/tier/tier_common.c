@@ -61,7 +61,7 @@ bool tier_read_state(mongoc_client_t *client, const char *collection, const bson
     bson_init(out_array);
     BSON_APPEND_UTF8(&command, "find", collection);
     BSON_APPEND_DOCUMENT(&command, "filter", filter);
-    BSON_APPEND_INT32(&command, "batchSize", 10000);
+    BSON_APPEND_INT32(&command, "batchSize", TIER_STATE_READ_LIMIT);
     BSON_APPEND_BOOL(&command, "singleBatch", true);
     bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
     if (ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&
@@ -78,6 +78,26 @@ bool tier_read_state(mongoc_client_t *client, const char *collection, const bson
     }
     bson_destroy(&command);
     bson_destroy(&reply);
+    return ok;
+}
+
+bool tier_delete_state(mongoc_client_t *client, const char *collection, const bson_t *query, int32_t limit,
+                       bson_error_t *error)
+{
+    bson_t command = BSON_INITIALIZER, deletes, statement, concern, reply;
+    BSON_APPEND_UTF8(&command, "delete", collection);
+    BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
+    BSON_APPEND_DOCUMENT(&statement, "q", query);
+    BSON_APPEND_INT32(&statement, "limit", limit);
+    bson_append_document_end(&deletes, &statement);
+    bson_append_array_end(&command, &deletes);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(&command, &concern);
+    bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
+    bson_destroy(&reply);
+    bson_destroy(&command);
     return ok;
 }
 

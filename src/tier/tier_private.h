@@ -58,12 +58,19 @@ mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_
 bool tier_command(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *reply,
                   bson_error_t *error);
 
+#define TIER_STATE_READ_LIMIT 10000
+
 /* Every document of one of the workers' state collections in the thermocline
  * database (feeder, warmer, workerWrites: small) that matches filter, read in one
- * batch, as a BSON array. out_array is always initialised (caller destroys). False
+ * batch (at most TIER_STATE_READ_LIMIT), as a BSON array. out_array is always initialised (caller destroys). False
  * on an error, or a reply without cursor.firstBatch (OperationFailed). */
 bool tier_read_state(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
                      bson_error_t *error);
+
+/* Deletes the documents of one of the workers' state collections that match query
+ * (limit 1: one; 0: all), with w: 1. */
+bool tier_delete_state(mongoc_client_t *client, const char *collection, const bson_t *query, int32_t limit,
+                       bson_error_t *error);
 
 /* One entry of a write reply's writeErrors. */
 typedef struct tier_write_error {

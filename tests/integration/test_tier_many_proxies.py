@@ -4,15 +4,24 @@ take over within leaseTimeout when the holder is killed -9 or paused past it, an
 a paused holder that resumes stops its workers; a clean stop hands the leases on
 at once. A write acknowledged through one proxy is seen by a read any other sends
 to the archive, and a document deleted through one is never faulted back in by
-another. Real processes: two replica-set stores and two or three proxies."""
+another. A write through one proxy races an eviction in another without losing
+anything (fast-tier pins against eviction intents, tier/pins.h), and a killed
+process's pins and intents expire. Real processes: two replica-set stores and
+two or three proxies."""
 import os
+import random
 import signal
+import threading
 import time
+
+from bson import ObjectId
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
 
 from conftest import wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import client_for, start_proxy, status, wait_feeder
-from tier_support import utc_now
+from tier_support import client_for, documents_by_id, namespace_status, start_proxy, status, wait_feeder
+from tier_support import ago, utc_now
 
 WORKERS = ("feeder", "evictor", "warmer")
 LEASE_TIMEOUT_SECONDS = 2
@@ -140,3 +149,150 @@ def test_read_your_writes_and_deletes_hold_across_proxies(replicated_tiers, tmp_
             assert result.matched_count == 0, "document %d came back through the other proxy" % i
     wait_feeder(writer)
     assert archived_ids(archive) == {i for i in range(60) if i % 3}
+
+
+# --- fault-ins against an evictor in another proxy (tier/pins.h) -----------------
+
+PIN_TOP = {"leaseTimeout": "%ds" % LEASE_TIMEOUT_SECONDS}
+
+
+def start_evictor_then_writer(tmp_path, archive, fast, top, max_age):
+    """Proxy A, started first, holds every lease (the evictor runs there); proxy
+    B, started once A does, runs no worker: its writes race A's evictions."""
+    evicting = start_proxy(tmp_path / "evicting", archive, fast, max_age=max_age, slack="300ms",
+                           evictor_period="100ms", top=top)
+    assert wait_until(lambda: held_here(evicting) == set(WORKERS), 15, 0.1), held_here(evicting)
+    writing = start_proxy(tmp_path / "writing", archive, fast, max_age=max_age, slack="300ms",
+                          evictor_period="100ms", top=top)
+    assert wait_until(lambda: all(status(proxy)["proxiesAlive"] == 2 for proxy in (evicting, writing)), 15, 0.1)
+    assert held_here(writing) == set()
+    return evicting, writing
+
+
+def evictor_counts(proxy):
+    return namespace_status(proxy)["evictor"]
+
+
+def live_pins(fast):
+    with client_for(fast) as client:
+        return list(client.thermocline.pins.find({}))
+
+
+def test_writes_through_one_proxy_race_evictions_in_another_and_lose_nothing(replicated_tiers, tmp_path):
+    """Documents at the edge of a 3 s window, updated through B while A evicts
+    them (and B faults them back in): mostly updates that change nothing (a
+    status set to what it is: the document's version stays, so the evictor's
+    exact-version delete goes through while B's write is under way), and $inc's.
+    Every update matched its one document (the oracle: MongoDB alone, where the
+    document always exists), no upsert inserted a second one, every acknowledged
+    $inc is in the archive, and the archive refused nothing."""
+    archive, fast = replicated_tiers
+    evicting, writing = start_evictor_then_writer(tmp_path, archive, fast, PIN_TOP, "3s")
+    ids = list(range(16))
+    with client_for(writing) as client:
+        # Aged in 1 s; no update changes createdAt, so they stay candidates.
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(2), "n": 0, "status": "open"} for i in ids])
+    evicted_before = evictor_counts(evicting)["evicted"]
+    sent = {i: 0 for i in ids}
+    anomalies, errors = [], []
+
+    def hammer(own, seed):
+        chance = random.Random(seed)
+        with client_for(writing) as client:
+            orders = client.shop.orders
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                for i in own:
+                    increment = chance.random() < 0.2
+                    change = {"$inc": {"n": 1}} if increment else {"$set": {"status": "open"}}
+                    try:
+                        result = orders.update_one({"_id": i}, change, upsert=chance.random() < 0.3)
+                    except PyMongoError as error:  # counted, never expected
+                        errors.append("%d: %s" % (i, error))
+                        continue
+                    sent[i] += increment
+                    if result.matched_count != 1 or result.upserted_id is not None:
+                        anomalies.append((i, result.raw_result))
+
+    # One writer per document, back to back: its window between the fast-tier
+    # check and the write is then open most of the time.
+    threads = [threading.Thread(target=hammer, args=([i], i)) for i in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [], errors[:5]
+    evicted = evictor_counts(evicting)["evicted"] - evicted_before
+    assert evicted >= 20, "too few evictions raced the writes (%d): the test proves nothing" % evicted
+    wait_feeder(writing)
+    wait_feeder(evicting)
+    archived = documents_by_id(archive)
+    lost = {i: (sent[i], archived.get(i, {}).get("n")) for i in ids if archived.get(i, {}).get("n") != sent[i]}
+    assert anomalies == [] and lost == {}, "writes lost to %d evictions: %d replies matched no document or " \
+        "upserted, archive counts differ for %r (sent, archived)" % (evicted, len(anomalies), lost)
+    assert set(archived) == set(ids)
+    assert namespace_status(evicting)["feeder"]["refusals"]["count"] == 0
+    assert evictor_counts(evicting)["keptPinned"] > 0  # the evictor met B's pins
+    # Each write removed its pins once answered.
+    assert wait_until(lambda: live_pins(fast) == [], 5, 0.1), live_pins(fast)[:3]
+    for proxy in (writing, evicting):
+        proxy.stop()
+
+
+def plant_eviction_intent(fast, ids, lifetime_ms):
+    """An intent as an evictor killed -9 mid-batch leaves it (tier/pins.h)."""
+    with client_for(fast) as client:
+        client.thermocline.evictions.update_one(
+            {"_id": ObjectId()},
+            {"$set": {"ns": "shop.orders", "ids": ids, "term": 99, "holder": "a dead evictor",
+                      "lifetimeMillis": lifetime_ms},
+             "$currentDate": {"at": True}}, upsert=True)
+
+
+def test_pins_and_intents_of_killed_processes_expire(replicated_tiers, tmp_path):
+    """B, killed -9 while its write waits for an eviction intent (one a dead
+    evictor left), leaves its pin: A's evictor keeps the pinned document until the
+    pin expires (2 x (leaseTimeout + readYourWritesWait + failoverWait) + 5 s =
+    12 s here), then evicts it; a write through A waits for the dead intent only
+    until it expires (leaseTimeout)."""
+    archive, fast = replicated_tiers
+    top = dict(PIN_TOP, readYourWritesWait="1s", failoverWait="500ms")
+    evicting, writing = start_evictor_then_writer(tmp_path, archive, fast, top, "4s")
+    with client_for(evicting) as client:
+        client.shop.orders.insert_many([{"_id": "z", "createdAt": ago(0.5), "n": 0},
+                                        {"_id": "y", "createdAt": utc_now(), "n": 0}])
+    wait_feeder(evicting)
+    plant_eviction_intent(fast, ["z", "y"], 2500)
+    planted = time.monotonic()
+
+    def stuck_write():
+        try:
+            with MongoClient(writing.uri, retryWrites=False, serverSelectionTimeoutMS=2000) as client:
+                client.shop.orders.update_one({"_id": "z"}, {"$inc": {"n": 1}})
+        except PyMongoError:
+            pass  # its proxy is killed under it
+
+    thread = threading.Thread(target=stuck_write)
+    thread.start()
+    assert wait_until(lambda: any("z" in pin.get("ids", []) for pin in live_pins(fast)), 2, 0.02), live_pins(fast)
+    writing.kill9()
+    pinned_at = time.monotonic()
+
+    # A write through A waits for the dead evictor's intent, then runs.
+    with client_for(evicting) as client:
+        assert client.shop.orders.update_one({"_id": "y"}, {"$inc": {"n": 1}}).matched_count == 1
+    assert time.monotonic() - planted < 2.5 + 2
+    thread.join()
+
+    # z aged 3.5 s after its insert: A's evictor looks at it every 100 ms and keeps it.
+    time.sleep(max(0, pinned_at + 7 - time.monotonic()))
+    with client_for(fast) as client:
+        assert client.shop.orders.find_one({"_id": "z"}) is not None, "evicted under a live pin"
+    assert evictor_counts(evicting)["keptPinned"] >= 1
+    # Past the pin's lifetime it goes, and the archive holds it as written.
+    with client_for(fast) as client:
+        assert wait_until(lambda: client.shop.orders.find_one({"_id": "z"}) is None, 13, 0.1), \
+            "the pin of a killed proxy still holds eviction %.1f s later" % (time.monotonic() - pinned_at)
+    assert time.monotonic() - pinned_at > 12 - 3
+    assert documents_by_id(archive)["z"]["n"] == 0
+    evicting.stop()
