@@ -33,8 +33,13 @@
 #define IDLE_CHECKPOINT_MS 1000
 /* With other proxies alive, they learn the feeder's progress from its checkpoint,
  * and their waits cover the fast tier's latest write, often a bookkeeping one (a
- * pin, a mark, a lease, a checkpoint) that only an idle checkpoint passes. */
-#define IDLE_CHECKPOINT_SHARED_MS 100
+ * pin, a mark, a lease, a checkpoint) that only an idle checkpoint passes: the
+ * stream reports and the checkpoint follows every 10 ms then (a read through a
+ * proxy without the feeder waited 110 ms at 50/100 ms, see
+ * scripts/measure_cross_proxy_read_wait.py), some 200 small fast-tier operations
+ * a second while proxies share the workers. */
+#define STREAM_AWAIT_SHARED_MS 10
+#define IDLE_CHECKPOINT_SHARED_MS 10
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 5000
 #define WARM_MARK_WAIT_MS 2000
@@ -373,7 +378,8 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
     BSON_APPEND_INT64(&command, "getMore", feeder->cursor_id);
     BSON_APPEND_UTF8(&command, "collection", "$cmd.aggregate");
     BSON_APPEND_INT32(&command, "batchSize", STREAM_BATCH_SIZE);
-    BSON_APPEND_INT32(&command, "maxTimeMS", STREAM_AWAIT_MS);
+    BSON_APPEND_INT32(&command, "maxTimeMS",
+                      tier_progress_peers(feeder->context->progress) > 0 ? STREAM_AWAIT_SHARED_MS : STREAM_AWAIT_MS);
     bool ok = command_options(feeder, &opts, error);
     if (ok) {
         ok = mongoc_client_command_with_opts(feeder->fast, "admin", &command, NULL, &opts, reply, error);
