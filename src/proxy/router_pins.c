@@ -62,7 +62,7 @@ void router_pins_write(proxy_request_t *request)
     BSON_APPEND_UTF8(&update, "update", TIER_PINS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&update, "updates", &statements);
     tier_pins_append_upserts(&statements, &index, request->namespace_state->config->ns, &ids,
-                             request->decision.fault_in_filter_count > 0, holder, tier_pin_lifetime_ms(config),
+                             router_pins_whole_namespace(request), holder, tier_pin_lifetime_ms(config),
                              request->fast_pins.keys);
     bson_append_array_end(&update, &statements);
     router_append_state_write_options(&update);
@@ -83,7 +83,7 @@ static void read_evictions(proxy_request_t *request)
         bson_t ids;
         pinned_ids(request, &ids);
         tier_evictions_filter_for_pin(request->namespace_state->config->ns, &ids,
-                                      request->decision.fault_in_filter_count > 0, &filter);
+                                      router_pins_whole_namespace(request), &filter);
         bson_destroy(&ids);
     } else {
         tier_evictions_filter_for_keys(request->fast_pins.evictions, &filter);

@@ -272,6 +272,9 @@ void router_after_feeder_wait(proxy_request_t *request);
 
 /* Whether the write's pins go to the fast tier too (tier/pins.h's rule). */
 bool router_pins_needed(proxy_request_t *request);
+/* Whether a write pins its whole namespace (router_wait.c): a fault-in by filter,
+ * or unique keys its updates compute, whose holders are known only later. */
+bool router_pins_whole_namespace(const proxy_request_t *request);
 /* PHASE_PINNING_FAST: the pin documents upserted. */
 void router_pins_write(proxy_request_t *request);
 /* Its step: the evictor's intents read (PHASE_READING_EVICTIONS). */

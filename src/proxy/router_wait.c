@@ -36,6 +36,12 @@ typedef enum feed_state {
 
 /* barrier: the fast tier's time when the request arrived, with other proxies
  * (their writes to the namespace are not in its last_*_time); 0: none. */
+bool router_pins_whole_namespace(const proxy_request_t *request)
+{
+    /* Keys computed at write time: the documents holding them are known only later. */
+    return request->decision.fault_in_filter_count > 0 || request->decision.unique_computed_count > 0;
+}
+
 static feed_state_t namespace_feed_state(const namespace_state_t *state, bool deletes_only, uint64_t barrier)
 {
     uint64_t required = deletes_only ? state->last_delete_time : state->last_write_time;
@@ -203,9 +209,7 @@ static bool change_pins(proxy_request_t *request, bool pin, uint32_t limit, uint
     if (!failed) {
         pin_list(request, &decision->unique_id_checks, pin, &failed, out_done, limit);
     }
-    /* Keys computed at write time: the documents holding them are known only later. */
-    bool by_filter = decision->fault_in_filter_count > 0 || decision->unique_computed_count > 0;
-    if (!failed && by_filter && *out_done < limit) {
+    if (!failed && router_pins_whole_namespace(request) && *out_done < limit) {
         if (!pin) {
             tier_progress_unpin(request->pin_progress, request->pin_slot, NULL);
         } else if (!tier_progress_pin(request->pin_progress, request->pin_slot, NULL)) {
