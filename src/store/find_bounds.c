@@ -280,16 +280,6 @@ static void explain_append_point(bson_t *field_bounds, const char *key, const bs
     bson_string_free(text, true);
 }
 
-static int compare_keys(const keystring_t *left, const keystring_t *right)
-{
-    size_t common = left->length < right->length ? left->length : right->length;
-    int comparison = memcmp(left->data, right->data, common);
-    if (comparison == 0) {
-        comparison = left->length < right->length ? -1 : left->length > right->length;
-    }
-    return comparison;
-}
-
 /* A point's interval and its position in the filter, sorted by key (then by
  * position, so the first of equal points is the one kept). */
 typedef struct positioned_point {
@@ -300,7 +290,7 @@ typedef struct positioned_point {
 static int compare_positioned_points(const void *left, const void *right)
 {
     const positioned_point_t *a = left, *b = right;
-    int comparison = compare_keys(&a->interval.lower, &b->interval.lower);
+    int comparison = keystring_compare(&a->interval.lower, &b->interval.lower);
     if (comparison == 0) {
         comparison = a->position < b->position ? -1 : a->position > b->position;
     }
@@ -324,7 +314,7 @@ static void build_point_intervals(const field_range_t *range, bool descending, s
     qsort(points, range->point_count, sizeof *points, compare_positioned_points);
     *intervals = bson_malloc0(range->point_count * sizeof(scan_bounds_t));
     for (size_t i = 0; i < range->point_count; i++) {
-        if (*interval_count > 0 && compare_keys(&(*intervals)[*interval_count - 1].lower, &points[i].interval.lower) == 0) {
+        if (*interval_count > 0 && keystring_compare(&(*intervals)[*interval_count - 1].lower, &points[i].interval.lower) == 0) {
             scan_bounds_cleanup(&points[i].interval);
             continue;
         }
