@@ -22,7 +22,8 @@
 /* While reads wait for a feeder of another process, its progress is read again
  * every 5 ms (one read in flight at a time): the feeder writes its checkpoint
  * after each batch, and a 100 ms period held every such read 100 ms (measured:
- * scripts/measure_cross_proxy_read_wait.py). Else once a second. */
+ * scripts/measure_cross_proxy_read_wait.py). Else once a second, and the timer
+ * wakes the loop at that pace only. */
 #define POLL_WAITING_INTERVAL_MS 5
 #define POLL_IDLE_INTERVAL_MS 1000
 
@@ -246,6 +247,9 @@ static void on_poll_timer(uv_timer_t *timer)
     proxy_t *proxy = timer->data;
     int64_t now = clock_monotonic_ms();
     int64_t interval = proxy->wait_count > 0 ? POLL_WAITING_INTERVAL_MS : POLL_IDLE_INTERVAL_MS;
+    if (proxy->wait_count == 0) {
+        uv_timer_set_repeat(timer, POLL_IDLE_INTERVAL_MS); /* back to its idle pace once none waits */
+    }
     if (proxy->polls_in_flight > 0 || now - proxy->last_poll_ms < interval) {
         return;
     }
@@ -346,8 +350,15 @@ void proxy_start_polling(proxy_t *proxy)
     if (proxy->namespace_count > 0 && !proxy->poll_timer_started) { /* a worker whose lease another process holds runs there */
         uv_timer_init(proxy->loop, &proxy->poll_timer);
         proxy->poll_timer.data = proxy;
-        uv_timer_start(&proxy->poll_timer, on_poll_timer, 0, POLL_WAITING_INTERVAL_MS);
+        uv_timer_start(&proxy->poll_timer, on_poll_timer, 0, POLL_IDLE_INTERVAL_MS);
         proxy->poll_timer_started = true;
+    }
+}
+
+void proxy_poll_while_waiting(proxy_t *proxy)
+{
+    if (proxy->poll_timer_started && uv_timer_get_repeat(&proxy->poll_timer) != POLL_WAITING_INTERVAL_MS) {
+        uv_timer_start(&proxy->poll_timer, on_poll_timer, POLL_WAITING_INTERVAL_MS, POLL_WAITING_INTERVAL_MS);
     }
 }
 

@@ -322,6 +322,9 @@ void proxy_refresh_progress(proxy_t *proxy);
 void proxy_on_worker_progress(void *context);
 void proxy_start_polling(proxy_t *proxy);
 
+/* A read began to wait: the poll runs at its waiting pace until none waits. */
+void proxy_poll_while_waiting(proxy_t *proxy);
+
 /* state's slot in proxy->progress (by name while the workers still run on a
  * replaced config), or SIZE_MAX when they do not know its namespace yet. */
 size_t proxy_progress_slot(const proxy_t *proxy, const namespace_state_t *state);

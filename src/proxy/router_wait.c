@@ -275,6 +275,7 @@ static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only
     }
     proxy->waits_tail = wait;
     proxy->wait_count++;
+    proxy_poll_while_waiting(proxy);
     if (!for_pin && blocking != NULL) {
         blocking->reads_waited++;
     }

@@ -33,6 +33,8 @@ def start(tmp_path, archive_secondaries):
     # The feeder, of another process, has applied everything (read-your-writes waits on it).
     fast.primary.collections["feeder"] = [{"_id": "stream", "appliedTime": Timestamp(FAST_SECONDS + 100000, 0)}]
     fast.primary.collections["warmer"] = []
+    # No evictor holds an intent (a write through a proxy without the evictor reads them).
+    fast.primary.collections["evictions"] = []
     proxy = ProxyProcess(tmp_path / "proxy", proxy_config(
         archive, fast, [("shop.orders", "createdAt", "30d", True)], QUIET)).start()
     client = MongoClient(proxy.uri, retryReads=False)
