@@ -219,6 +219,68 @@ def seed_data(archive, oracle, now, application=False):
     return len(documents)
 
 
+def run_against_oracle(tiered, single, workload, operations, seed, describe, before_operation=None,
+                       run_tiered=run):
+    """Runs the workload's operations on the tiered collection and on the oracle's;
+    every reply must be identical (describe() tells the first difference's
+    documents). before_operation(index), when given, runs before each and
+    run_tiered runs the tiered side (the many-proxies test disturbs the proxies,
+    and reconnects). Returns the count of each kind of operation, and of
+    duplicate keys."""
+    mismatches = []
+    counts = {}
+    for index in range(operations):
+        if before_operation is not None:
+            before_operation(index)
+        kind, arguments = workload.next_operation(utc_now())
+        counts[kind] = counts.get(kind, 0) + 1
+        expected = run(single, kind, arguments)
+        actual = run_tiered(tiered, kind, arguments)
+        if expected == ("error", 11000):
+            counts["duplicate key"] = counts.get("duplicate key", 0) + 1
+        if actual != expected:
+            mismatches.append((index, kind, arguments, expected, actual))
+            if len(mismatches) == 1:
+                mismatches.append(("diagnosis", describe()))
+            if len(mismatches) >= 5:
+                break
+    assert not mismatches, "seed %d: replies differ from the oracle's:\n%s" % (
+        seed, "\n".join(repr(item) for item in mismatches))
+    return counts
+
+
+def assert_converged(proxy, archive, fast, oracle, seed):
+    """After quiescence (the feeder has applied everything, the warmer has
+    finished) the archive equals the oracle (I1) and the fast tier holds exactly
+    the window, newest versions only (I2, I6)."""
+    wait_feeder(proxy, timeout=30)
+    wait_warm(proxy, timeout=30)
+    with client_for(archive) as archive_client, client_for(oracle) as oracle_client:
+        archived = encode_all(archive_client.shop.orders.find().sort("_id", 1))
+        truth = encode_all(oracle_client.shop.orders.find().sort("_id", 1))
+    assert archived == truth, "seed %d: the archive differs from the oracle (I1): %d vs %d documents; %r" % (
+        seed, len(archived), len(truth), diagnose(archive, fast, oracle))
+
+    time.sleep(1.0)  # a few evictor periods
+    now = utc_now()
+    with client_for(fast) as fast_client, client_for(oracle) as oracle_client:
+        held = {document["_id"]: bson.encode(document) for document in fast_client.shop.orders.find()}
+        oracle_documents = list(oracle_client.shop.orders.find())
+    by_id = {document["_id"]: document for document in oracle_documents}
+    stale = [identifier for identifier, raw in held.items()
+             if identifier not in by_id or bson.encode(by_id[identifier]) != raw]
+    assert not stale, "seed %d: the fast tier holds deleted or old versions: %r" % (seed, stale[:10])
+    horizon = now - datetime.timedelta(seconds=MAX_AGE_SECONDS - SLACK_SECONDS)
+    # A document without a date in createdAt (an upsert makes some) is outside every
+    # window: the evictor removes it once the archive holds it, as an aged one.
+    missing = [document["_id"] for document in oracle_documents
+               if in_window(document.get("createdAt"), horizon) and document["_id"] not in held]
+    assert not missing, "seed %d: window documents missing from the fast tier: %r" % (seed, missing[:10])
+    too_old = now - datetime.timedelta(seconds=MAX_AGE_SECONDS + 1.5)
+    lingering = [identifier for identifier in held if by_id[identifier].get("createdAt", now) < too_old]
+    assert not lingering, "seed %d: documents older than the window not evicted: %r" % (seed, lingering[:10])
+
+
 @pytest.mark.parametrize("shape,seed", [("lab", seed) for seed in seeds()] +
                          [("application", seed) for seed in seeds("TIER_DIFF_APP_SEEDS", "13")])
 def test_random_operations_match_one_server(replicated_tiers, tmp_path, shape, seed):
@@ -233,57 +295,12 @@ def test_random_operations_match_one_server(replicated_tiers, tmp_path, shape, s
         proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="%ds" % MAX_AGE_SECONDS,
                             slack="%dms" % int(SLACK_SECONDS * 1000), top={"readYourWritesWait": "20s"})
         workload = Workload(seed, first_new_id, application)
-        mismatches = []
-        counts = {}
         with client_for(proxy) as proxy_client, client_for(oracle) as oracle_client:
-            tiered, single = proxy_client.shop.orders, oracle_client.shop.orders
-            for index in range(operations):
-                kind, arguments = workload.next_operation(utc_now())
-                counts[kind] = counts.get(kind, 0) + 1
-                expected = run(single, kind, arguments)
-                actual = run(tiered, kind, arguments)
-                if expected == ("error", 11000):
-                    counts["duplicate key"] = counts.get("duplicate key", 0) + 1
-                if actual != expected:
-                    mismatches.append((index, kind, arguments, expected, actual))
-                    if len(mismatches) == 1:
-                        mismatches.append(("diagnosis", diagnose(archive, fast, oracle)))
-                    if len(mismatches) >= 5:
-                        break
-        assert not mismatches, "seed %d: replies differ from the oracle's:\n%s" % (
-            seed, "\n".join(repr(item) for item in mismatches))
+            counts = run_against_oracle(proxy_client.shop.orders, oracle_client.shop.orders, workload,
+                                        operations, seed, lambda: diagnose(archive, fast, oracle))
         if application:  # the mix must have made unique keys collide, or it proves nothing
             assert counts.get("duplicate key", 0) >= 5, counts
-
-        # Quiescence: the feeder has applied everything, the warmer has finished.
-        wait_feeder(proxy, timeout=30)
-        wait_warm(proxy, timeout=30)
-        with client_for(archive) as archive_client, client_for(oracle) as oracle_client:
-            archived = encode_all(archive_client.shop.orders.find().sort("_id", 1))
-            truth = encode_all(oracle_client.shop.orders.find().sort("_id", 1))
-        assert archived == truth, "seed %d: the archive differs from the oracle (I1): %d vs %d documents" % (
-            seed, len(archived), len(truth))
-
-        # The fast tier holds exactly the window, newest versions only.
-        time.sleep(1.0)  # a few evictor periods
-        now = utc_now()
-        with client_for(fast) as fast_client, client_for(oracle) as oracle_client:
-            held = {document["_id"]: bson.encode(document) for document in fast_client.shop.orders.find()}
-            oracle_documents = list(oracle_client.shop.orders.find())
-        by_id = {document["_id"]: document for document in oracle_documents}
-        stale = [identifier for identifier, raw in held.items()
-                 if identifier not in by_id or bson.encode(by_id[identifier]) != raw]
-        assert not stale, "seed %d: the fast tier holds deleted or old versions: %r" % (seed, stale[:10])
-        horizon = now - datetime.timedelta(seconds=MAX_AGE_SECONDS - SLACK_SECONDS)
-        # A document without a date in createdAt (an upsert makes some) is outside every
-        # window: the evictor removes it once the archive holds it, as an aged one.
-        missing = [document["_id"] for document in oracle_documents
-                   if in_window(document.get("createdAt"), horizon) and document["_id"] not in held]
-        assert not missing, "seed %d: window documents missing from the fast tier: %r" % (seed, missing[:10])
-        too_old = now - datetime.timedelta(seconds=MAX_AGE_SECONDS + 1.5)
-        lingering = [identifier for identifier in held if by_id[identifier].get("createdAt", now) < too_old]
-        assert not lingering, "seed %d: documents older than the window not evicted: %r" % (seed, lingering[:10])
-
+        assert_converged(proxy, archive, fast, oracle, seed)
         item = namespace_status(proxy)
         print("seed %d: %d operations in %.1f s %r; evicted %d, warmed %d, feeder %r" % (
             seed, operations, time.monotonic() - started, counts, item["evictor"]["evicted"],

@@ -16,11 +16,13 @@ import time
 
 from bson import ObjectId
 from pymongo import MongoClient
-from pymongo.errors import PyMongoError
+from pymongo.errors import AutoReconnect, PyMongoError
 
-from conftest import wait_until
+from conftest import StoreProcess, wait_until
+from test_tier_differential import MAX_AGE_SECONDS, SLACK_SECONDS, Workload, assert_converged, diagnose, run, \
+    run_against_oracle, seed_data, seeds
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import client_for, documents_by_id, namespace_status, start_proxy, status, wait_feeder
+from tier_support import client_for, documents_by_id, namespace_status, start_proxy, status, track, wait_feeder
 from tier_support import ago, utc_now
 
 WORKERS = ("feeder", "evictor", "warmer")
@@ -296,3 +298,97 @@ def test_pins_and_intents_of_killed_processes_expire(replicated_tiers, tmp_path)
     assert time.monotonic() - pinned_at > 12 - 3
     assert documents_by_id(archive)["z"]["n"] == 0
     evicting.stop()
+
+
+# --- the differential test through three proxies, disturbed at seeded moments ----
+
+def feeder_holder(proxies):
+    """The one proxy among these (alive, not paused) that holds the feeder's
+    lease, once there is one."""
+    assert wait_until(lambda: len(holders(proxies)["feeder"]) == 1, 20, 0.1), holders(proxies)
+    return holders(proxies)["feeder"][0]
+
+
+def run_reconnecting(collection, kind, arguments):
+    """run(), once more after a connection error: the test kills a proxy only
+    between operations, so an operation that met its closed connection never ran
+    (the driver itself retries the retryable ones; update_many and delete_many are
+    not)."""
+    try:
+        return run(collection, kind, arguments)
+    except AutoReconnect:
+        return run(collection, kind, arguments)
+
+
+def wait_feeder_past(proxies, fast):
+    """The feeder (wherever it runs) has applied every write the fast tier had
+    acknowledged now, whichever proxy took it, a killed one's included."""
+    with client_for(fast) as client:
+        written = client.admin.command("ping")["operationTime"]
+    assert wait_until(lambda: any(namespace_status(proxy)["feeder"]["appliedTime"] >= written
+                                  for proxy in proxies), 30, 0.1), [namespace_status(proxy) for proxy in proxies]
+
+
+def test_random_operations_through_three_proxies_match_one_server(replicated_tiers, tmp_path):
+    """test_tier_differential's workload through one client whose URI lists three
+    proxies (the driver spreads the operations over them), every worker running in
+    the holder of its lease. At moments drawn from the seed the feeder's holder is
+    killed -9, then restarted, and the next holder is paused past leaseTimeout and
+    resumed. Every reply equals one MongoDB's, the resumed proxy runs no worker,
+    and the tiers converge to the oracle. TIER_PROXIES_SEEDS, TIER_PROXIES_OPS by
+    hand, as for the differential test."""
+    archive, fast = replicated_tiers
+    oracle = track(StoreProcess(tmp_path / "oracle")).start()
+    operations = int(os.environ.get("TIER_PROXIES_OPS", "400"))
+    first_new_id = seed_data(archive, oracle, utc_now())
+    top = {"leaseTimeout": "%ds" % LEASE_TIMEOUT_SECONDS, "readYourWritesWait": "20s"}
+    proxies = [start_proxy(tmp_path / ("proxy%d" % i), archive, fast, max_age="%ds" % MAX_AGE_SECONDS,
+                           slack="%dms" % int(SLACK_SECONDS * 1000), top=top) for i in range(3)]
+    assert wait_until(lambda: one_holder_each(proxies), 15, 0.2), holders(proxies)
+    for seed in seeds("TIER_PROXIES_SEEDS", "21"):
+        chance = random.Random(seed)
+        moments = sorted(chance.sample(range(operations // 5, operations * 4 // 5), 3))
+        disturbances = dict(zip(moments, ("kill", "restart", "pause")))
+        answering = list(proxies)  # neither killed nor paused
+        killed, paused, resumes = [], [], []
+
+        def disturb(index):
+            action = disturbances.get(index)
+            if action == "kill":
+                killed.append(feeder_holder(answering))
+                killed[-1].kill9()
+                answering.remove(killed[-1])
+            elif action == "restart":
+                killed[-1].restart()
+                answering.append(killed[-1])
+            elif action == "pause":
+                paused.append(feeder_holder(answering))
+                answering.remove(paused[-1])
+                os.kill(paused[-1].pid, signal.SIGSTOP)
+                resumes.append(threading.Timer(LEASE_TIMEOUT_SECONDS + 1.5, os.kill,
+                                               (paused[-1].pid, signal.SIGCONT)))
+                resumes[-1].start()
+
+        uri = "mongodb://%s/?localThresholdMS=1000&heartbeatFrequencyMS=500" % ",".join(
+            "127.0.0.1:%d" % proxy.port for proxy in proxies)
+        with MongoClient(uri, serverSelectionTimeoutMS=20000, socketTimeoutMS=30000) as tiered_client, \
+                client_for(oracle) as oracle_client:
+            counts = run_against_oracle(tiered_client.shop.orders, oracle_client.shop.orders,
+                                        Workload(seed, first_new_id), operations, seed,
+                                        lambda: diagnose(archive, fast, oracle), disturb, run_reconnecting)
+            first_new_id += operations  # the next seed's new ids stay new
+        for timer in resumes:
+            timer.join()
+        # Resumed past its lease, the paused holder found it taken: it runs no worker.
+        assert wait_until(lambda: held_here(paused[0]) == set(), 10, 0.1), held_here(paused[0])
+        assert "lost the feeder's lease" in paused[0].log_text(), paused[0].log_tail()
+        assert one_holder_each(proxies), holders(proxies)
+        # The driver spread the operations: each proxy routed some since its (re)start.
+        routed = [sum(namespace_status(proxy)["routes"].values()) for proxy in proxies]
+        assert all(count > 0 for count in routed), routed
+        wait_feeder_past(proxies, fast)
+        assert_converged(feeder_holder(proxies), archive, fast, oracle, seed)
+        print("seed %d: %r, disturbed at %r, routed by each proxy %r" % (seed, counts, disturbances, routed))
+    for proxy in proxies:
+        proxy.stop()
+    oracle.stop()
