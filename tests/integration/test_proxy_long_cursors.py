@@ -134,11 +134,11 @@ class Churn:
     """Writes CHURN while a client reads, so that every worker has work: documents a
     second older than maxAge (the feeder replays them, the evictor deletes them) and
     a second younger (they leave the window while the reads run), and, every
-    UPDATE_EVERY inserts, an update of everything older than now (it faults evicted
-    documents back in). The fast tier's cluster time so runs ahead of the
-    archive's, whose getMores get the archive's. An update of every document every
-    20 ms would leave the evictor none to take: it deletes a document only if it is
-    unchanged since the feeder replayed it, as it must."""
+    UPDATE_EVERY inserts, an update of an eighth of the documents older than now,
+    in turn (it faults evicted documents back in). The fast tier's cluster time so
+    runs ahead of the archive's, whose getMores get the archive's. An update of
+    every document every 20 ms would leave the evictor none to take: it deletes a
+    document only if it is unchanged since the feeder replayed it, as it must."""
 
     def __init__(self, proxy):
         self.proxy = proxy
@@ -157,7 +157,10 @@ class Churn:
                     churn.insert_one(order(self.writes, now - datetime.timedelta(seconds=age)))
                     self.writes += 1
                     if self.writes % UPDATE_EVERY == 0:
-                        churn.update_many({"createdAt": {"$lt": now}}, {"$inc": {"touched": 1}})
+                        # An eighth of the documents each time, in turn.
+                        turn = self.writes // UPDATE_EVERY % 8
+                        churn.update_many({"createdAt": {"$lt": now}, "_id": {"$mod": [8, turn]}},
+                                          {"$inc": {"touched": 1}})
                         self.writes += 1
                     time.sleep(0.02)
         except Exception as error:  # reported by the test, not lost in the thread
