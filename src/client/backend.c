@@ -95,6 +95,8 @@ struct backend_pool {
     uv_getaddrinfo_t resolve_request;
     bool resolving;
     int max_connections;
+    int in_flight_limit; /* requests sent at once at most (backend_pool_limit_in_flight) */
+    int busy;            /* connections carrying a request */
     int connect_timeout_ms;
     bool closing;
     backend_connection_t *connections;
@@ -183,7 +185,14 @@ static void backend_set_state(backend_connection_t *connection, backend_state_t 
                backend_state_names[connection->state], backend_state_names[next]);
         abort();
     }
+    connection->pool->busy += (next == BACKEND_BUSY) - (connection->state == BACKEND_BUSY);
     connection->state = next;
+}
+
+/* Whether another request may be sent now. */
+static bool below_in_flight_limit(const backend_pool_t *pool)
+{
+    return pool->busy < pool->in_flight_limit;
 }
 
 static void backend_connection_free(backend_connection_t *connection)
@@ -607,7 +616,7 @@ static void on_read(uv_stream_t *stream, ssize_t count, const uv_buf_t *buffer)
         connection->length -= message_length;
         if (connection->state == BACKEND_IDLE && connection->generation != connection->pool->generation) {
             backend_connection_close(connection); /* cleared while it was busy */
-        } else if (connection->state == BACKEND_IDLE) {
+        } else if (connection->state == BACKEND_IDLE && below_in_flight_limit(connection->pool)) {
             backend_request_t *next = dequeue(connection->pool);
             if (next != NULL) {
                 start_request(connection, next);
@@ -706,11 +715,11 @@ static void backend_pool_pump(backend_pool_t *pool)
     }
     for (backend_connection_t *connection = pool->connections; connection != NULL && pool->queue_head != NULL;
          connection = connection->next) {
-        if (connection->state == BACKEND_IDLE) {
+        if (connection->state == BACKEND_IDLE && below_in_flight_limit(pool)) {
             start_request(connection, dequeue(pool));
         }
     }
-    if (pool->queue_head == NULL) {
+    if (pool->queue_head == NULL || !below_in_flight_limit(pool)) {
         return;
     }
     if (!pool->address_known) {
@@ -733,7 +742,8 @@ static void backend_pool_pump(backend_pool_t *pool)
         opening += connection->state == BACKEND_CONNECTING || connection->state == BACKEND_HANDSHAKING ||
                    connection->state == BACKEND_AUTHENTICATING;
     }
-    while (opening < pool->queued && pool->connection_count < pool->max_connections) {
+    while (opening < pool->queued && opening < pool->in_flight_limit - pool->busy &&
+           pool->connection_count < pool->max_connections) {
         open_connection(pool);
         opening++;
     }
@@ -776,6 +786,7 @@ backend_pool_t *backend_pool_new(uv_loop_t *loop, const backend_pool_options_t *
     snprintf(pool->host, sizeof pool->host, "%s", hosts->host);
     pool->port = hosts->port;
     pool->max_connections = options->max_connections > 0 ? options->max_connections : 100;
+    pool->in_flight_limit = pool->max_connections;
     pool->connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 5000;
     pool->info.logical_session_timeout_minutes = -1;
     pool->direct_connection = mongoc_uri_get_option_as_bool(uri, MONGOC_URI_DIRECTCONNECTION, false);
@@ -832,6 +843,7 @@ backend_pool_t *backend_pool_new_member(backend_pool_t *tier, const char *addres
     pool->credentials = tier->credentials;
     pool->tls_context = tier->tls_context;
     pool->max_connections = tier->max_connections;
+    pool->in_flight_limit = pool->max_connections;
     pool->connect_timeout_ms = tier->connect_timeout_ms;
     pool->info.logical_session_timeout_minutes = -1;
     return pool;
@@ -974,9 +986,16 @@ void backend_pool_append_members(const backend_pool_t *pool, bson_t *out)
     }
 }
 
+void backend_pool_limit_in_flight(backend_pool_t *pool, int limit)
+{
+    pool->in_flight_limit = limit < 1 ? 1 : limit > pool->max_connections ? pool->max_connections : limit;
+    backend_pool_pump(pool);
+}
+
 backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)
 {
     backend_pool_stats_t stats = {.queued = pool->queued,
+                                  .in_flight_limit = pool->in_flight_limit,
                                   .sent = pool->sent,
                                   .failed = pool->failed,
                                   .waited = pool->waited,

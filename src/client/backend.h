@@ -77,6 +77,7 @@ typedef struct backend_pool_stats {
     int open;        /* connections open or opening */
     int busy;        /* carrying a request */
     int queued;      /* requests waiting for a connection */
+    int in_flight_limit; /* requests sent at once at most (backend_pool_limit_in_flight) */
     uint64_t sent;   /* requests sent since start */
     uint64_t failed; /* requests failed by a network error */
     uint64_t waited; /* requests that found no connection free and queued */
@@ -86,6 +87,11 @@ typedef struct backend_pool_stats {
 } backend_pool_stats_t;
 
 backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool);
+
+/* Sends at most limit requests at once (clamped to 1..max_connections; the pool's
+ * size until called): the others wait in the queue, in order. The proxy narrows
+ * its archive pool while the feeder falls behind (proxy/archive_share.h). */
+void backend_pool_limit_in_flight(backend_pool_t *pool, int limit);
 
 /* --- the tier's replica set members ------------------------------------------------
  * Reads with a $readPreference other than primary may go to a secondary, as a mongos

@@ -369,6 +369,8 @@ static const metrics_field_t pool_fields[] = {
      "connections open or opening to the tier's member"},
     {"thermocline_pool_busy_connections", METRICS_GAUGE, "busy", 1, "of them, carrying a request"},
     {"thermocline_pool_queued_requests", METRICS_GAUGE, "queued", 1, "requests waiting for a connection now"},
+    {"thermocline_pool_in_flight_limit", METRICS_GAUGE, "inFlightLimit", 1,
+     "requests sent to the member at once at most (the archive's narrows while the feeder lags)"},
     {"thermocline_pool_waits_total", METRICS_COUNTER, "waits", 1,
      "requests that had to wait for a connection"},
     {"thermocline_pool_requests_total", METRICS_COUNTER, "requests", 1, "requests sent"},

@@ -69,6 +69,7 @@ static void append_tier_status(proxy_t *proxy, bson_t *out)
         BSON_APPEND_INT32(&item, "connections", stats.open);
         BSON_APPEND_INT32(&item, "busy", stats.busy);
         BSON_APPEND_INT32(&item, "queued", stats.queued);
+        BSON_APPEND_INT32(&item, "inFlightLimit", stats.in_flight_limit);
         BSON_APPEND_INT64(&item, "waits", (int64_t)stats.waited);
         BSON_APPEND_INT64(&item, "requests", (int64_t)stats.sent);
         BSON_APPEND_INT64(&item, "networkErrors", (int64_t)stats.failed);
@@ -272,9 +273,34 @@ bool proxy_worker_runs_here(proxy_t *proxy, tier_worker_t worker)
 
 /* --- housekeeping and shutdown ---------------------------------------------------- */
 
+/* Leaves the feeder running here its share of the archive (archive_share.h). */
+static void share_the_archive(proxy_t *proxy)
+{
+    tier_worker_progress_t feeder;
+    tier_progress_worker(proxy->progress, TIER_WORKER_FEEDER, &feeder);
+    int before = proxy->archive_share.limit;
+    int limit = archive_share_next(&proxy->archive_share, feeder.running ? feeder.lag_ms : 0);
+    if (limit == before) {
+        return;
+    }
+    backend_pool_limit_in_flight(proxy->tiers[PROXY_TIER_ARCHIVE], limit);
+    if (before == proxy->archive_share.maximum) {
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                     "the feeder is {lagMillis} ms behind: at most {limit} requests to the archive at once "
+                     "(of {maximum}) until it catches up, so that its replay keeps a share of the archive",
+                     TC_ATTR_INT("lagMillis", feeder.lag_ms), TC_ATTR_INT("limit", limit),
+                     TC_ATTR_INT("maximum", proxy->archive_share.maximum));
+    } else if (limit == proxy->archive_share.maximum) {
+        TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
+                     "the feeder has caught up: up to {maximum} requests to the archive at once again",
+                     TC_ATTR_INT("maximum", proxy->archive_share.maximum));
+    }
+}
+
 static void on_housekeeping(uv_timer_t *timer)
 {
     proxy_t *proxy = timer->data;
+    share_the_archive(proxy);
     cursor_map_expire(proxy->cursors, clock_monotonic_ms());
     unique_indexes_refresh_due(proxy);
     proxy_reload_sweep(proxy); /* a replaced config whose last unique-index read came back */
@@ -431,6 +457,7 @@ bool proxy_run(const char *config_path, bson_error_t *error)
         proxy.tiers[tier] = backend_pool_new(proxy.loop, &tier_options[tier], error);
         TC_CHECK(proxy.tiers[tier] != NULL);
     }
+    archive_share_init(&proxy.archive_share, BACKEND_POOL_SIZE);
     proxy.users = user_cache_new(proxy.tiers[PROXY_TIER_ARCHIVE], PROXY_USER_CACHE_MS);
     TC_CHECK(proxy_metrics_start(&proxy, error));
     TC_CHECK(proxy_reload_start(&proxy, error));

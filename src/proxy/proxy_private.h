@@ -10,6 +10,7 @@
 #include "common/timestamp.h"
 #include "config/config.h"
 #include "net/server.h"
+#include "proxy/archive_share.h"
 #include "proxy/planner.h"
 #include "security/privileges.h"
 #include "security/scram.h"
@@ -248,6 +249,7 @@ typedef struct proxy {
     size_t namespace_count;
     uv_timer_t housekeeping_timer;
     bool housekeeping_started;
+    archive_share_t archive_share; /* the archive pool's in-flight limit while the feeder lags */
     bson_oid_t process_id;     /* topologyVersion.processId of our hello */
     uint64_t requests;         /* client requests handled */
     uint64_t requests_failed;  /* answered with a tier-unreachable error */

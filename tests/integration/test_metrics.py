@@ -140,7 +140,7 @@ PROXY_COUNTERS = [
 PROXY_GAUGES = [
     "thermocline_proxy_client_connections", "thermocline_feeder_lag_seconds", "thermocline_feeder_coalescing_ratio",
     "thermocline_coverage_valid", "thermocline_coverage_horizon_seconds", "thermocline_pool_connections",
-    "thermocline_pool_queued_requests", "thermocline_feeder_lag_events",
+    "thermocline_pool_queued_requests", "thermocline_pool_in_flight_limit", "thermocline_feeder_lag_events",
 ]
 
 
