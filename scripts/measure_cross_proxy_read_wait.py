@@ -10,13 +10,10 @@ read holds until that proxy learns the feeder (in the other proxy) applied the
 write (read-your-writes across proxies). Prints the read's median, p90 and max."""
 import argparse
 import datetime
-import os
 import statistics
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+from measure_support import holds_feeder, start_tiers
 
 
 def main():
@@ -24,16 +21,9 @@ def main():
     parser.add_argument("--binary", default="build/thermocline")
     parser.add_argument("--rounds", type=int, default=200)
     options = parser.parse_args()
-    os.environ["THERMOCLINE_BIN"] = os.path.abspath(options.binary)
-    from conftest import StoreProcess, wait_until
-    from tier_support import client_for, start_proxy, status
-
-    def holds_feeder(proxy):
-        return status(proxy)["workers"]["feeder"].get("lease", {}).get("heldHere", False)
-
-    base = tempfile.mkdtemp()
-    archive = StoreProcess(base + "/archive", replica_set="rs0").start()
-    fast = StoreProcess(base + "/fast", replica_set="rs1").start()
+    base, archive, fast = start_tiers(options.binary)
+    from conftest import wait_until
+    from tier_support import client_for, start_proxy
     old = datetime.datetime(2020, 1, 1)
     with client_for(archive) as client:
         client.shop.orders.create_index("createdAt")

@@ -8,12 +8,9 @@ for leaseTimeout 2s and then 10s (the default): the feeder's holder is killed -9
 (and restarted) --kills times, then stopped cleanly once; each time, the seconds
 until another proxy's thermoclineStatus says it holds the feeder's lease."""
 import argparse
-import os
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+from measure_support import holds_feeder, start_tiers
 
 
 def main():
@@ -21,15 +18,9 @@ def main():
     parser.add_argument("--binary", default="build/thermocline")
     parser.add_argument("--kills", type=int, default=3)
     options = parser.parse_args()
-    os.environ["THERMOCLINE_BIN"] = os.path.abspath(options.binary)
-    from conftest import StoreProcess, wait_until
-    from tier_support import start_proxy, status
-
-    def holds_feeder(proxy):
-        try:
-            return status(proxy)["workers"]["feeder"].get("lease", {}).get("heldHere", False)
-        except Exception:  # noqa: BLE001 - a dead proxy holds nothing
-            return False
+    base, archive, fast = start_tiers(options.binary)
+    from conftest import wait_until
+    from tier_support import start_proxy
 
     def takeover_seconds(proxies, leave):
         holder = next(proxy for proxy in proxies if holds_feeder(proxy))
@@ -39,9 +30,6 @@ def main():
         assert wait_until(lambda: any(holds_feeder(proxy) for proxy in others), 60, 0.05)
         return holder, time.monotonic() - started
 
-    base = tempfile.mkdtemp()
-    archive = StoreProcess(base + "/archive", replica_set="rs0").start()
-    fast = StoreProcess(base + "/fast", replica_set="rs1").start()
     for timeout in (2, 10):
         proxies = [start_proxy("%s/proxy-%d-%d" % (base, timeout, i), archive, fast, max_age="1h",
                                top={"leaseTimeout": "%ds" % timeout}) for i in range(3)]

@@ -17,11 +17,9 @@ import argparse
 import json
 import os
 import subprocess
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+from measure_support import start_tiers
 
 
 def main():
@@ -34,14 +32,10 @@ def main():
     options = parser.parse_args()
     binary = os.path.abspath(options.binary)
     baseline = os.path.abspath(options.baseline)
-    os.environ["THERMOCLINE_BIN"] = binary
-    from conftest import ProxyProcess, StoreProcess, wait_until
+    base, archive, fast = start_tiers(binary)
+    from conftest import ProxyProcess, wait_until
     from pymongo import MongoClient
     from tier_support import status, tier_config
-
-    base = tempfile.mkdtemp()
-    archive = StoreProcess(base + "/archive", replica_set="rs0").start()
-    fast = StoreProcess(base + "/fast", replica_set="rs1").start()
     subprocess.run([binary, "bench", "--uri", archive.uri, "--workload", "load", "--records",
                     str(options.records), "--threads", "8"], check=True, capture_output=True)
     with MongoClient(archive.uri) as client:

@@ -12,14 +12,11 @@ computed key: read in the fast tier, applied in the proxy, then checked against
 the archive). For each: updates per second, p50 and p99 latency, and archive
 queries per update (serverStatus opcounters)."""
 import argparse
-import os
 import random
 import statistics
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+from measure_support import start_tiers
 
 ORDERS = 1000
 
@@ -49,13 +46,8 @@ def main():
     parser.add_argument("--binary", default="build/thermocline")
     parser.add_argument("--updates", type=int, default=2000)
     options = parser.parse_args()
-    os.environ["THERMOCLINE_BIN"] = os.path.abspath(options.binary)
-    from conftest import StoreProcess
+    base, archive, fast = start_tiers(options.binary)
     from tier_support import client_for, start_proxy, utc_now, wait_feeder
-
-    base = tempfile.mkdtemp()
-    archive = StoreProcess(base + "/archive", replica_set="rs0").start()
-    fast = StoreProcess(base + "/fast", replica_set="rs1").start()
     proxy = start_proxy(base + "/proxy", archive, fast, max_age="1h", coverage="complete")
     cases = [
         ("$inc of n (no unique key)", lambda identifier, step: {"$inc": {"n": 1}}),

@@ -1000,10 +1000,8 @@ backend_pool_stats_t backend_pool_stats(const backend_pool_t *pool)
                                   .failed = pool->failed,
                                   .waited = pool->waited,
                                   .tls = pool->tls_context != NULL,
+                                  .open = pool->connection_count,
+                                  .busy = pool->busy,
                                   .last_error = pool->last_error[0] != '\0' ? pool->last_error : NULL};
-    for (const backend_connection_t *connection = pool->connections; connection != NULL; connection = connection->next) {
-        stats.open++;
-        stats.busy += connection->state == BACKEND_BUSY;
-    }
     return stats;
 }

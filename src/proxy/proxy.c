@@ -278,8 +278,9 @@ static void share_the_archive(proxy_t *proxy)
 {
     tier_worker_progress_t feeder;
     tier_progress_worker(proxy->progress, TIER_WORKER_FEEDER, &feeder);
+    int64_t lag_ms = feeder.running ? tier_progress_lag_ms(&feeder, clock_wall_ms()) : 0;
     int before = proxy->archive_share.limit;
-    int limit = archive_share_next(&proxy->archive_share, feeder.running ? feeder.lag_ms : 0);
+    int limit = archive_share_next(&proxy->archive_share, lag_ms);
     if (limit == before) {
         return;
     }
@@ -288,7 +289,7 @@ static void share_the_archive(proxy_t *proxy)
         TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,
                      "the feeder is {lagMillis} ms behind: at most {limit} requests to the archive at once "
                      "(of {maximum}) until it catches up, so that its replay keeps a share of the archive",
-                     TC_ATTR_INT("lagMillis", feeder.lag_ms), TC_ATTR_INT("limit", limit),
+                     TC_ATTR_INT("lagMillis", lag_ms), TC_ATTR_INT("limit", limit),
                      TC_ATTR_INT("maximum", proxy->archive_share.maximum));
     } else if (limit == proxy->archive_share.maximum) {
         TC_LOG_ATTRS(TC_LOG_INFO, LOG_COMPONENT, 0,

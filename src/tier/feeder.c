@@ -821,11 +821,12 @@ static int64_t event_wall_time(const bson_t *event)
                : 0;
 }
 
-/* reachable: 1 yes, 0 no, -1 not known (an attempt is under way). */
-static void set_lag(feeder_t *feeder, int64_t lag_ms, int reachable)
+/* unapplied_since_ms: the oldest unapplied event's wall clock (0: none known).
+ * reachable: 1 yes, 0 no, -1 not known (an attempt is under way). */
+static void set_unapplied(feeder_t *feeder, int64_t unapplied_since_ms, int reachable)
 {
     tier_worker_progress_t *item = tier_progress_lock_worker(feeder->context->progress, TIER_WORKER_FEEDER);
-    item->lag_ms = lag_ms < 0 ? 0 : lag_ms;
+    item->unapplied_since_ms = unapplied_since_ms;
     if (reachable >= 0) {
         item->archive_reachable = reachable == 1;
     }
@@ -924,11 +925,11 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
                 ok = false; /* another process may feed from here on: it replays this batch */
                 break;
             }
-            set_lag(feeder, first_wall > 0 ? clock_wall_ms() - first_wall : 0, -1);
+            set_unapplied(feeder, first_wall, -1);
             if (apply_batch(feeder, &writes) == APPLY_DONE) {
                 break;
             }
-            set_lag(feeder, first_wall > 0 ? clock_wall_ms() - first_wall : 0, 0);
+            set_unapplied(feeder, first_wall, 0);
             if (tier_group_stopping(feeder->context->group)) {
                 ok = false;
                 break;
@@ -992,7 +993,7 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     item->events_suppressed += (int64_t)suppressed;
     item->archive_writes += (int64_t)writes;
     item->batches += count > 0;
-    item->lag_ms = 0;
+    item->unapplied_since_ms = 0;
     item->archive_reachable = true;
     item->updated_ms = clock_wall_ms();
     tier_progress_unlock(feeder->context->progress, false);

@@ -167,6 +167,14 @@ void tier_progress_namespace(tier_progress_t *progress, size_t index, tier_names
     pthread_mutex_unlock(&progress->mutex);
 }
 
+int64_t tier_progress_lag_ms(const tier_worker_progress_t *feeder, int64_t now_wall_ms)
+{
+    if (feeder->unapplied_since_ms <= 0 || now_wall_ms <= feeder->unapplied_since_ms) {
+        return 0;
+    }
+    return now_wall_ms - feeder->unapplied_since_ms;
+}
+
 void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_worker_progress_t *out)
 {
     pthread_mutex_lock(&progress->mutex);
@@ -302,7 +310,7 @@ void tier_progress_append_workers(tier_progress_t *progress, const char *key, bs
         }
         if (worker == TIER_WORKER_FEEDER) {
             append_time(&document, "appliedTime", item->stream_time);
-            BSON_APPEND_INT64(&document, "lagMillis", item->lag_ms);
+            BSON_APPEND_INT64(&document, "lagMillis", tier_progress_lag_ms(item, clock_wall_ms()));
             BSON_APPEND_INT64(&document, "eventsApplied", item->events_applied);
             BSON_APPEND_INT64(&document, "eventsSuppressed", item->events_suppressed);
             BSON_APPEND_INT64(&document, "batches", item->batches);

@@ -66,7 +66,10 @@ typedef struct tier_worker_progress {
     char last_error[TIER_ERROR_TEXT_SIZE]; /* "" when the last attempt succeeded */
     /* Feeder only. */
     uint64_t stream_time;      /* the change stream's position (all healthy namespaces) */
-    int64_t lag_ms;            /* age of the oldest event not yet applied; 0: caught up */
+    /* Wall clock of the oldest event fetched and not yet applied (0: caught up),
+     * so that the lag read at any moment is live, not the age it had when the
+     * batch began (tier_progress_lag_ms). */
+    int64_t unapplied_since_ms;
     int64_t events_applied;    /* change events replayed in the archive */
     int64_t events_suppressed; /* the evictor's deletes and the warmer's copies, skipped */
     int64_t batches;
@@ -121,6 +124,8 @@ int tier_progress_peers(tier_progress_t *progress);
 /* Readers: copies, consistent at one instant. */
 void tier_progress_namespace(tier_progress_t *progress, size_t index, tier_namespace_progress_t *out);
 void tier_progress_worker(tier_progress_t *progress, tier_worker_t worker, tier_worker_progress_t *out);
+/* The feeder's lag at now_wall_ms: the age of its oldest event not yet applied. */
+int64_t tier_progress_lag_ms(const tier_worker_progress_t *feeder, int64_t now_wall_ms);
 
 /* Waits until a notifying unlock happens or timeout_ms passes. */
 void tier_progress_wait(tier_progress_t *progress, int64_t timeout_ms);

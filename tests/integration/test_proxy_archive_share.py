@@ -8,6 +8,7 @@ pool once the feeder is current, and every acknowledged update reaches the archi
 import datetime
 import random
 import threading
+import time
 
 from pymongo import MongoClient
 
@@ -17,6 +18,9 @@ from tier_support import client_for, start_proxy, status, track
 
 OLD, RECENT = 20000, 4000
 POOL_SIZE = 64
+# ~80 updates a second: far more than the feeder's 65th of the archive's reads, few
+# enough that the backlog left when the limit narrows is replayed in seconds.
+UPDATE_PAUSE = 0.05
 
 
 def fill(archive):
@@ -59,6 +63,7 @@ def test_a_lagging_feeder_narrows_the_archive_and_catches_up(tmp_path):
                 while not stopping.is_set():
                     client.shop.orders.update_one({"_id": OLD + chance.randrange(RECENT)}, {"$inc": {"n": 1}})
                     increments[slot] += 1
+                    time.sleep(UPDATE_PAUSE)
         except Exception as error:  # noqa: BLE001 - reported below
             failures.append(error)
 
@@ -82,7 +87,7 @@ def test_a_lagging_feeder_narrows_the_archive_and_catches_up(tmp_path):
     assert not failures, failures
     assert "so that its replay keeps a share of the archive" in proxy.log_text()
     # Caught up, the proxy has its whole pool again, and the archive every update.
-    assert wait_until(lambda: status(proxy)["backends"]["archive"]["inFlightLimit"] == POOL_SIZE, 40, 0.2), \
+    assert wait_until(lambda: status(proxy)["backends"]["archive"]["inFlightLimit"] == POOL_SIZE, 60, 0.2), \
         (status(proxy)["backends"]["archive"], status(proxy)["workers"]["feeder"])
     with client_for(archive) as client:
         applied = lambda: sum(document["n"] for document in client.shop.orders.find({"_id": {"$gte": OLD}}, {"n": 1}))  # noqa: E731

@@ -305,8 +305,13 @@ def test_pins_and_intents_of_killed_processes_expire(replicated_tiers, tmp_path)
 def feeder_holder(proxies):
     """The one proxy among these (alive, not paused) that holds the feeder's
     lease, once there is one."""
-    assert wait_until(lambda: len(holders(proxies)["feeder"]) == 1, 20, 0.1), holders(proxies)
-    return holders(proxies)["feeder"][0]
+    found = []
+
+    def one_holder():
+        found[:] = holders(proxies)["feeder"]
+        return len(found) == 1
+    assert wait_until(one_holder, 20, 0.1), found
+    return found[0]
 
 
 def run_reconnecting(collection, kind, arguments):

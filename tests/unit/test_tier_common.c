@@ -1,6 +1,6 @@
 /* The tier workers' pure helpers (src/tier/tier_common.c): resume-token times,
  * exact-version filters, document digests, time values, writeErrors, the pacer; and the progress module's pins
- * (src/tier/progress.c). */
+ * (src/tier/progress.c) and its feeder lag. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -204,6 +204,20 @@ static void test_applied_time_moves_forward_except_for_stopped_feeds(void **stat
     tier_progress_destroy(progress);
 }
 
+/* The feeder's lag is read live: it keeps growing while an event waits (a batch
+ * the archive is slow to take), not frozen at the age it had when the batch began. */
+static void test_feeder_lag_grows_while_an_event_waits(void **state)
+{
+    (void)state;
+    tier_worker_progress_t feeder = {0};
+    assert_int_equal(tier_progress_lag_ms(&feeder, 1000000), 0); /* caught up */
+    feeder.unapplied_since_ms = 1000000;
+    assert_int_equal(tier_progress_lag_ms(&feeder, 1000000), 0);
+    assert_int_equal(tier_progress_lag_ms(&feeder, 1002500), 2500);
+    assert_int_equal(tier_progress_lag_ms(&feeder, 1040000), 40000);
+    assert_int_equal(tier_progress_lag_ms(&feeder, 999000), 0); /* a clock stepped back: no negative lag */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_pacer_backs_off_when_the_tier_slows),
         cmocka_unit_test(test_pins_keep_documents_from_the_evictor),
         cmocka_unit_test(test_applied_time_moves_forward_except_for_stopped_feeds),
+        cmocka_unit_test(test_feeder_lag_grows_while_an_event_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
