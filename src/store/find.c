@@ -257,6 +257,29 @@ static void use_index(find_plan_t *plan, index_descriptor_t *index)
     plan->index_properties = index_properties(index);
 }
 
+static bool interval_is_point(const scan_bounds_t *interval)
+{
+    return interval->lower.length == interval->upper.length &&
+           memcmp(interval->lower.data, interval->upper.data, interval->lower.length) == 0;
+}
+
+/* Whether the plan's intervals are points on every field of a unique index: at
+ * most one document each, so no other index can read less (mongod's ranking
+ * finds the same at once: such a plan ends after its first documents). */
+static bool plan_pins_unique_keys(const find_plan_t *plan, const index_descriptor_t *index, bool multikey)
+{
+    if (!index->unique || multikey || plan->interval_count == 0 ||
+        plan->bounded_fields != bson_count_keys(&index->key_pattern)) {
+        return false;
+    }
+    for (size_t i = 0; i < plan->interval_count; i++) {
+        if (!interval_is_point(&plan->intervals[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Scores an index for filter: 0 unusable; higher is better. */
 static int score_index(find_plan_t *plan, const bson_t *filter, index_descriptor_t *index)
 {
@@ -265,12 +288,16 @@ static int score_index(find_plan_t *plan, const bson_t *filter, index_descriptor
     if (!build_intervals(plan, filter, &index->key_pattern, multikey)) {
         return 0;
     }
-    /* Each field the scan is bounded by counts most ({state: "done", to: {$lte: t}}
+    /* Points on every field of a unique index win outright ({_id: k, state: "done"}
+     * reads one document by _id, not every done mark by {state: 1, to: 1}); then
+     * each field the scan is bounded by counts most ({state: "done", to: {$lte: t}}
      * takes {state: 1, to: 1} over {state: 1, since: 1}); then point intervals beat
      * ranges; a provided sort order is worth a lot. */
     int score = 10 + 20 * (int)plan->bounded_fields;
-    if (plan->interval_count > 0 && plan->intervals[0].lower.length == plan->intervals[0].upper.length &&
-        memcmp(plan->intervals[0].lower.data, plan->intervals[0].upper.data, plan->intervals[0].lower.length) == 0) {
+    if (plan_pins_unique_keys(plan, index, multikey)) {
+        score += 1000;
+    }
+    if (plan->interval_count > 0 && interval_is_point(&plan->intervals[0])) {
         score += 10;
     }
     score += (int)bson_count_keys(&index->key_pattern);

@@ -768,6 +768,35 @@ def test_the_index_bounding_more_fields_wins(db):
         assert len(list(marks.find(query))) == len(list(marks.find(query).hint([("$natural", 1)])))
 
 
+def test_equality_on_a_unique_key_beats_a_wider_index(db):
+    """{_id: k, state: "done"} (the evictor's upsert of its mark) reads one document
+    through _id_, as mongod does, not every done mark through {state: 1, to: 1},
+    which also bounds the query by equality and has more fields; the same for a
+    unique secondary index and for an $in of _ids. Found through the faithful lab:
+    each of the evictor's 100-mark upserts scanned every done mark (3 s each)."""
+    marks = db.unique_wins
+    marks.insert_many([{"_id": {"ns": "a.b", "id": i, "op": "warm"}, "state": "done", "to": Timestamp(1000 + i, 1),
+                        "email": "e%d" % i} for i in range(2000)])
+    marks.create_index([("state", ASCENDING), ("to", ASCENDING)])
+    marks.create_index([("state", ASCENDING), ("email", ASCENDING), ("to", ASCENDING)])
+    marks.create_index([("email", ASCENDING)], unique=True)
+    cases = (({"_id": {"ns": "a.b", "id": 7, "op": "warm"}, "state": "done"}, "_id_", 1),
+             ({"_id": {"$in": [{"ns": "a.b", "id": 7, "op": "warm"}, {"ns": "a.b", "id": 9, "op": "warm"}]},
+               "state": "done"}, "_id_", 2),
+             ({"email": "e12", "state": "done"}, "email_1", 1))
+    for query, index, found in cases:
+        explained = marks.find(query).explain()
+        scan = winning_plan_stages(explained)[-1]
+        assert scan["stage"] == "IXSCAN" and scan["indexName"] == index, (query, scan)
+        stats = explained["executionStats"]
+        assert stats["nReturned"] == found and stats["totalDocsExamined"] == found, (query, stats)
+    updated = db.command("explain", {"update": "unique_wins", "updates": [
+        {"q": {"_id": {"ns": "a.b", "id": 7, "op": "evict"}, "state": "done"}, "u": {"$set": {"state": "pending"}},
+         "upsert": True}]}, verbosity="executionStats")
+    assert updated["executionStats"]["totalDocsExamined"] == 0, updated["executionStats"]
+    assert updated["executionStats"]["totalKeysExamined"] <= 1, updated["executionStats"]
+
+
 def test_explain_unindexed_find_uses_collscan(items):
     explained = items.find({"name": "item05"}).explain()
     stages = [s["stage"] for s in winning_plan_stages(explained)]
