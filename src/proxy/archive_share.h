@@ -2,8 +2,9 @@
  * saturated serves its connections in turn, so the feeder, one connection beside
  * the proxy's pool of 64, gets a 65th of it and falls behind without bound while
  * clients read old documents: eviction then waits, the fast tier grows, and a
- * run's throughput depends on how much replay it has paid. Once a second the
- * proxy whose process runs the feeder gives its lag to archive_share_next and
+ * run's throughput depends on how much replay it has paid. Once a second each
+ * proxy gives the feeder's lag (its own feeder's, or the lag the holder renews
+ * in the feeder's lease: tier/lease.h) to archive_share_next and
  * sends at most that many requests to the archive at once
  * (backend_pool_limit_in_flight): halved while the lag is past the bound and not
  * shrinking, kept while it shrinks, widened by an eighth of the pool once the

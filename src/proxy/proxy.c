@@ -273,12 +273,13 @@ bool proxy_worker_runs_here(proxy_t *proxy, tier_worker_t worker)
 
 /* --- housekeeping and shutdown ---------------------------------------------------- */
 
-/* Leaves the feeder running here its share of the archive (archive_share.h). */
+/* Leaves the feeder, here or elsewhere, its share of the archive (archive_share.h). */
 static void share_the_archive(proxy_t *proxy)
 {
     tier_worker_progress_t feeder;
     tier_progress_worker(proxy->progress, TIER_WORKER_FEEDER, &feeder);
-    int64_t lag_ms = feeder.running ? tier_progress_lag_ms(&feeder, clock_wall_ms()) : 0;
+    /* The feeder's lag, whether it runs here or in another process (its lease). */
+    int64_t lag_ms = tier_progress_lag_ms(&feeder, clock_wall_ms());
     int before = proxy->archive_share.limit;
     int limit = archive_share_next(&proxy->archive_share, lag_ms);
     if (limit == before) {

@@ -1056,6 +1056,7 @@ void feeder_run(tier_group_t *group, void *argument)
     feeder.kill_after_batches = kill_after != NULL ? strtol(kill_after, NULL, 10) : 0;
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_FEEDER);
     item->running = true;
+    item->unapplied_since_ms = 0; /* no longer the previous holder's, as followed (lease.c) */
     tier_progress_unlock(context->progress, false);
 
     while (!tier_group_stopping(group) && feeder.namespace_count > 0) {

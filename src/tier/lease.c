@@ -139,6 +139,9 @@ static bool read_lease(mongoc_client_t *fast, tier_worker_t worker, tier_lease_v
         }
         out->term = bson_iter_init_find(&field, &document, "term") ? bson_iter_as_int64(&field) : 0;
         out->renewals = bson_iter_init_find(&field, &document, "renewals") ? bson_iter_as_int64(&field) : 0;
+        if (bson_iter_init_find(&field, &document, "unappliedSince") && BSON_ITER_HOLDS_DATE_TIME(&field)) {
+            out->unapplied_since_ms = bson_iter_date_time(&field);
+        }
     }
     bson_destroy(&documents);
     bson_destroy(&filter);
@@ -250,6 +253,28 @@ static void lose_lease(tier_leases_t *leases, tier_worker_t worker, const char *
            tier_worker_name(worker), (long long)slot->term, why, tier_worker_name(worker));
 }
 
+/* A standby's view of the feeder's lag: its holder's, as renewed in the lease. */
+static void follow_feeder_lag(tier_leases_t *leases, const tier_lease_view_t *seen)
+{
+    tier_worker_progress_t *item = tier_progress_lock_worker(leases->context->progress, TIER_WORKER_FEEDER);
+    if (!item->running) {
+        item->unapplied_since_ms = seen->holder[0] != '\0' ? seen->unapplied_since_ms : 0;
+    }
+    tier_progress_unlock(leases->context->progress, false);
+}
+
+/* The feeder's holder publishes its lag with each renewal (lease.h). */
+static void append_feeder_lag(tier_leases_t *leases, bson_t *set)
+{
+    tier_worker_progress_t feeder;
+    tier_progress_worker(leases->context->progress, TIER_WORKER_FEEDER, &feeder);
+    if (feeder.unapplied_since_ms > 0) {
+        BSON_APPEND_DATE_TIME(set, "unappliedSince", feeder.unapplied_since_ms);
+    } else {
+        BSON_APPEND_NULL(set, "unappliedSince");
+    }
+}
+
 static void renew(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t worker, int64_t started)
 {
     lease_slot_t *slot = &leases->slots[worker];
@@ -262,6 +287,9 @@ static void renew(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t wo
     bson_append_document_end(&change, &increment);
     BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
     BSON_APPEND_DATE_TIME(&set, "renewedAt", clock_wall_ms());
+    if (worker == TIER_WORKER_FEEDER) {
+        append_feeder_lag(leases, &set);
+    }
     bson_append_document_end(&change, &set);
     bool ok = update_state(fast, TIER_LEASES_COLLECTION, &where, &change, false, &matched, &error);
     bson_destroy(&where);
@@ -295,6 +323,12 @@ static void stand_by(tier_leases_t *leases, mongoc_client_t *fast, tier_worker_t
         slot->first_seen_ms = now;
     }
     publish(leases, worker, &seen, false);
+    if (worker == TIER_WORKER_FEEDER) {
+        follow_feeder_lag(leases, &seen);
+    }
+    if (!slot->wanted) {
+        return; /* only watched: this process never runs it */
+    }
     tier_lease_decision_t decision =
         tier_lease_decide(&seen, leases->me, leases->claim, slot->first_seen_ms, now, leases->timeout_ms);
     if (decision != TIER_LEASE_WAIT && !take_lease(leases, fast, worker, decision, &seen, &error)) {
@@ -417,8 +451,8 @@ void tier_leases_run(tier_group_t *group, void *argument)
         beat(leases, fast, started);
         for (int worker = 0; worker < TIER_WORKER_COUNT && !tier_group_stopping(group); worker++) {
             lease_slot_t *slot = &leases->slots[worker];
-            if (!slot->wanted) {
-                continue;
+            if (!slot->wanted && worker != TIER_WORKER_FEEDER) {
+                continue; /* the feeder's is watched for its lag even here */
             }
             if (slot->held) {
                 renew(leases, fast, (tier_worker_t)worker, started);

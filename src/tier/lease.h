@@ -6,6 +6,10 @@
  * A lease is a document in the fast tier, thermocline.leases:
  *   {_id: "feeder", holder: "<host> pid <pid> #<instance>", claim: "<host> <listen>",
  *    term, renewals, renewedAt, timeoutMillis}
+ * and, on the feeder's, unappliedSince (the date of its oldest event not yet
+ * applied, null when caught up): every process reads the feeder's lag there, so a
+ * proxy that does not run the feeder still keeps the archive shared with it
+ * (proxy/archive_share.h).
  * The holder renews it every leaseTimeout/4 ($inc renewals, conditional on holder
  * and term). A standby takes it over (term + 1, conditional on the term and
  * renewals it read) once it has seen the document unchanged for leaseTimeout on
@@ -34,6 +38,7 @@ typedef struct tier_lease_view {
     char claim[TIER_LEASE_TEXT_SIZE];  /* "" for a process without a listen address */
     int64_t term;
     int64_t renewals;
+    int64_t unapplied_since_ms; /* the feeder's lease: as its holder last renewed it */
 } tier_lease_view_t;
 
 typedef enum tier_lease_decision {

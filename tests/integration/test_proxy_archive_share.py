@@ -1,16 +1,21 @@
 """The feeder keeps a share of a saturated archive (issue 20, proxy/archive_share.h).
 The archive's data-file reads are capped (--read-iops) under a cache far smaller
-than its documents; clients reading old documents through the proxy saturate it
-while others update recent ones, so the feeder, one connection beside the proxy's
-pool, falls behind. The proxy that runs it then sends fewer requests to the archive
+than its documents; clients reading old documents of an untiered collection
+(shop.history: no read of it waits for the feeder) through the proxy saturate it
+while others update recent orders, so the feeder, one connection beside the
+proxy's pool, falls behind. The proxy that runs it then sends fewer requests to the archive
 at once (backends.archive.inFlightLimit; its log says so), widens back to its whole
-pool once the feeder is current, and every acknowledged update reaches the archive."""
+pool once the feeder is current, and every acknowledged update reaches the archive.
+A second proxy over the same configuration, which does not run the feeder, does
+the same from the lag the feeder's holder renews in its lease, when the clients
+are its own."""
 import datetime
 import random
 import threading
 import time
 
 from pymongo import MongoClient
+import pytest
 
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
@@ -24,25 +29,36 @@ UPDATE_PAUSE = 0.05
 
 
 def fill(archive):
+    """OLD documents in shop.history, RECENT in the tiered shop.orders (ids from OLD)."""
     old = datetime.datetime(2020, 1, 1)
     now = datetime.datetime.utcnow()
     padding = "x" * 1000
     with client_for(archive) as client:
-        orders = client.shop.orders
-        orders.create_index("createdAt")
+        client.shop.orders.create_index("createdAt")
         for first in range(0, OLD + RECENT, 2000):
-            orders.insert_many([{"_id": i, "createdAt": old if i < OLD else now, "n": 0, "pad": padding}
-                                for i in range(first, first + 2000)])
+            collection = client.shop.history if first < OLD else client.shop.orders
+            collection.insert_many([{"_id": i, "createdAt": old if i < OLD else now, "n": 0, "pad": padding}
+                                    for i in range(first, first + 2000)])
 
 
-def test_a_lagging_feeder_narrows_the_archive_and_catches_up(tmp_path):
+def holds_feeder(proxy):
+    return status(proxy)["workers"]["feeder"].get("lease", {}).get("heldHere", False)
+
+
+@pytest.mark.parametrize("through", ["the feeder's proxy", "another proxy"])
+def test_a_lagging_feeder_narrows_the_archive_and_catches_up(tmp_path, through):
     archive = track(StoreProcess(tmp_path / "archive", replica_set="rs0",
                                  extra_args=["--read-iops", "150", "--cache-size", "2MB"])).start()
     fast = track(StoreProcess(tmp_path / "fast", replica_set="rs1")).start()
     fill(archive)
-    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="30d", coverage="complete")
+    count = 1 if through == "the feeder's proxy" else 2
+    proxies = [start_proxy(tmp_path / ("proxy%d" % i), archive, fast, max_age="30d", coverage="complete")
+               for i in range(count)]
+    assert wait_until(lambda: any(holds_feeder(proxy) for proxy in proxies), 20, 0.1)
+    # The clients' proxy: the feeder's own, or the one that only follows its lease.
+    proxy = next(proxy for proxy in proxies if holds_feeder(proxy) == (count == 1))
     with client_for(archive) as source, client_for(fast) as client:  # as the warmer leaves them
-        client.shop.orders.insert_many(source.shop.orders.find({"_id": {"$gte": OLD}}))
+        client.shop.orders.insert_many(source.shop.orders.find())
     stopping = threading.Event()
     increments = [0] * 4
     failures = []
@@ -52,7 +68,7 @@ def test_a_lagging_feeder_narrows_the_archive_and_catches_up(tmp_path):
         try:
             with MongoClient(proxy.uri) as client:
                 while not stopping.is_set():
-                    client.shop.orders.find_one({"_id": chance.randrange(OLD)})
+                    client.shop.history.find_one({"_id": chance.randrange(OLD)})
         except Exception as error:  # noqa: BLE001 - reported below
             failures.append(error)
 
@@ -92,4 +108,5 @@ def test_a_lagging_feeder_narrows_the_archive_and_catches_up(tmp_path):
     with client_for(archive) as client:
         applied = lambda: sum(document["n"] for document in client.shop.orders.find({"_id": {"$gte": OLD}}, {"n": 1}))  # noqa: E731
         assert wait_until(lambda: applied() == sum(increments), 30, 0.5), (applied(), sum(increments))
-    proxy.stop()
+    for each in proxies:
+        each.stop()

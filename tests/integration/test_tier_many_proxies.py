@@ -17,6 +17,7 @@ import time
 from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.errors import AutoReconnect, PyMongoError
+import pytest
 
 from conftest import StoreProcess, wait_until
 from test_tier_differential import MAX_AGE_SECONDS, SLACK_SECONDS, Workload, assert_converged, diagnose, run, \
@@ -334,23 +335,27 @@ def wait_feeder_past(proxies, fast):
                                   for proxy in proxies), 30, 0.1), [namespace_status(proxy) for proxy in proxies]
 
 
-def test_random_operations_through_three_proxies_match_one_server(replicated_tiers, tmp_path):
+@pytest.mark.parametrize("shape", ["lab", "application"])
+def test_random_operations_through_three_proxies_match_one_server(replicated_tiers, tmp_path, shape):
     """test_tier_differential's workload through one client whose URI lists three
     proxies (the driver spreads the operations over them), every worker running in
-    the holder of its lease. At moments drawn from the seed the feeder's holder is
-    killed -9, then restarted, and the next holder is paused past leaseTimeout and
-    resumed. Every reply equals one MongoDB's, the resumed proxy runs no worker,
-    and the tiers converge to the oracle. TIER_PROXIES_SEEDS, TIER_PROXIES_OPS by
-    hand, as for the differential test."""
+    the holder of its lease, on the lab's collection and on an application's
+    (secondary and unique indexes, documents without the time field). At moments
+    drawn from the seed the feeder's holder is killed -9, then restarted, and the
+    next holder is paused past leaseTimeout and resumed. Every reply equals one
+    MongoDB's, the resumed proxy runs no worker, and the tiers converge to the
+    oracle. TIER_PROXIES_SEEDS, TIER_PROXIES_APP_SEEDS and TIER_PROXIES_OPS by hand,
+    as for the differential test."""
     archive, fast = replicated_tiers
     oracle = track(StoreProcess(tmp_path / "oracle")).start()
     operations = int(os.environ.get("TIER_PROXIES_OPS", "400"))
-    first_new_id = seed_data(archive, oracle, utc_now())
+    application = shape == "application"
+    first_new_id = seed_data(archive, oracle, utc_now(), application)
     top = {"leaseTimeout": "%ds" % LEASE_TIMEOUT_SECONDS, "readYourWritesWait": "20s"}
     proxies = [start_proxy(tmp_path / ("proxy%d" % i), archive, fast, max_age="%ds" % MAX_AGE_SECONDS,
                            slack="%dms" % int(SLACK_SECONDS * 1000), top=top) for i in range(3)]
     assert wait_until(lambda: one_holder_each(proxies), 15, 0.2), holders(proxies)
-    for seed in seeds("TIER_PROXIES_SEEDS", "21"):
+    for seed in seeds("TIER_PROXIES_APP_SEEDS" if application else "TIER_PROXIES_SEEDS", "21"):
         chance = random.Random(seed)
         moments = sorted(chance.sample(range(operations // 5, operations * 4 // 5), 3))
         disturbances = dict(zip(moments, ("kill", "restart", "pause")))
@@ -379,7 +384,7 @@ def test_random_operations_through_three_proxies_match_one_server(replicated_tie
         with MongoClient(uri, serverSelectionTimeoutMS=20000, socketTimeoutMS=30000) as tiered_client, \
                 client_for(oracle) as oracle_client:
             counts = run_against_oracle(tiered_client.shop.orders, oracle_client.shop.orders,
-                                        Workload(seed, first_new_id), operations, seed,
+                                        Workload(seed, first_new_id, application), operations, seed,
                                         lambda: diagnose(archive, fast, oracle), disturb, run_reconnecting)
             first_new_id += operations  # the next seed's new ids stay new
         for timer in resumes:
@@ -393,7 +398,10 @@ def test_random_operations_through_three_proxies_match_one_server(replicated_tie
         assert all(count > 0 for count in routed), routed
         wait_feeder_past(proxies, fast)
         assert_converged(feeder_holder(proxies), archive, fast, oracle, seed)
-        print("seed %d: %r, disturbed at %r, routed by each proxy %r" % (seed, counts, disturbances, routed))
+        if application:  # the mix must have made unique keys collide, or it proves nothing
+            assert counts.get("duplicate key", 0) >= 3, counts
+        print("%s seed %d: %r, disturbed at %r, routed by each proxy %r" % (shape, seed, counts, disturbances,
+                                                                            routed))
     for proxy in proxies:
         proxy.stop()
     oracle.stop()
