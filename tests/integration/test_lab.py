@@ -217,9 +217,11 @@ def test_tiny_lab_end_to_end(tmp_path):
 def test_tiny_lab_through_two_proxies(tmp_path):
     """--proxies 2: every run through the proxy starts two with one config and
     spreads bench's clients over them; the JSON says so, samples both proxies'
-    CPU, and bench's operations per proxy add up to the run's."""
+    CPU, and bench's operations per proxy add up to the run's. Under --log-format
+    json the lab hands the flag to the stores, proxies and bench it starts: every
+    line of their logs is a record (bench's besides its report)."""
     output = tmp_path / "results"
-    stdout, stderr = run_lab_to_the_end(output, "--proxies", "2", "--empty-duration", "1s")
+    stdout, stderr = run_lab_to_the_end(output, "--proxies", "2", "--empty-duration", "1s", "--log-format", "json")
     assert "store tiered: bench through 2 proxies" in stderr
     assert "tiered runs through 2 proxies" in stdout and "each proxy: CPU per operation" in stdout
 
@@ -248,6 +250,11 @@ def test_tiny_lab_through_two_proxies(tmp_path):
             assert (output / "logs" / ("%s-tiered-proxy-%d.log" % (workload, index))).is_file()
     timeline = (output / "timeline-store-tiered.svg").read_text()
     assert ">proxy 1</text>" in timeline and ">proxy 2</text>" in timeline
+    from test_logs import LogLines, json_records
+    servers = [path for path in (output / "logs").iterdir() if not path.name.endswith("-bench.log")]
+    assert any(path.name.endswith("-proxy-2.log") for path in servers), servers
+    for path in servers:
+        json_records(LogLines(path.read_text()))  # every line a record, none missing a field
 
 
 def test_sigint_in_a_tiered_run_stops_everything(tmp_path):

@@ -144,21 +144,3 @@ def test_bench_progress_is_json(store):
         found[arguments[1]] = records
     loading = [record["attr"] for record in found["load"] if record["msg"].startswith("loading:")]
     assert loading and loading[-1]["documents"] == loading[-1]["total"] == 300, found["load"]
-
-
-def test_lab_children_log_json(tmp_path):
-    """`lab --log-format json` hands the flag to the stores, proxies and bench it
-    starts: every line of their logs is a record (bench's besides its report)."""
-    from test_lab import LAB_TIMEOUT_SECONDS, assert_nothing_left, start_lab, stop_if_running
-    output = tmp_path / "results"
-    lab = start_lab(output, "--log-format", "json")
-    try:
-        stdout, stderr = lab.communicate(timeout=LAB_TIMEOUT_SECONDS)
-    finally:
-        stop_if_running(lab)
-    assert lab.returncode == 0, stderr[-4000:]
-    assert_nothing_left(output)
-    servers = [path for path in (output / "logs").iterdir() if not path.name.endswith("-bench.log")]
-    assert any(path.name.endswith("-proxy.log") for path in servers), servers
-    for path in servers:
-        json_records(LogLines(path.read_text()))  # every line a record, none missing a field
