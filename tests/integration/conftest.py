@@ -351,6 +351,20 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "report_" + report.when, report)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Removes a passing test's tmp_path once its fixtures have stopped their
+    servers. A run starts over a thousand stores, each with a 16 MB journal
+    file: kept, they fill a small disk half-way through the suite (and every
+    later store then fails to start). A failed test keeps its files."""
+    work_dir = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
+    outcome = yield
+    passed = all(getattr(item, "report_" + phase, None) is not None
+                 and getattr(item, "report_" + phase).passed for phase in ("setup", "call"))
+    if work_dir is not None and passed and outcome.excinfo is None:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
 class TestTimeout(Exception):
     """A test ran past TEST_TIMEOUT_SECONDS."""
 
