@@ -354,6 +354,7 @@ static bool prepare_directories(lab_t *lab, bson_error_t *error)
         !lab_make_directory(lab->runs_dir, error)) {
         return false;
     }
+    lab->disk_free_bytes = lab_free_disk_bytes(output);
     snprintf(lab->work_dir, sizeof lab->work_dir, "%s/work.XXXXXX", output);
     if (mkdtemp(lab->work_dir) == NULL) {
         int saved = errno;
@@ -382,12 +383,13 @@ static void print_plan(const lab_t *lab)
             "%d workloads direct and tiered, and store at direct's rate, %lld s each after %lld s of warm-up,\n"
             "then a %lld s empty start: "
             "about %lld min\n"
-            "output: %s (logs in %s)\n\n",
+            "output: %s (logs in %s), %.1f GB free there\n\n",
             settings->preset, lab_grouped((double)settings->record_count, records, sizeof records),
             (unsigned long long)(settings->archive_cache_bytes / (1024 * 1024)), (long long)settings->read_iops,
             settings->thread_count, proxies, LAB_WORKLOAD_COUNT, (long long)(settings->duration_ms / 1000),
             (long long)(settings->warmup_ms / 1000), (long long)(settings->empty_start_ms / 1000),
-            (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir);
+            (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir,
+            (double)lab->disk_free_bytes / 1e9);
 }
 
 /* The load, the fast tier's warm-up, each workload direct and tiered, then the

@@ -88,6 +88,8 @@ typedef enum lab_series {
     LAB_SERIES_FEEDER_EVENTS,      /* change events applied to the archive */
     LAB_SERIES_READS_WAITED,       /* reads that waited on the read-your-writes barrier */
     LAB_SERIES_READS_WAITING,      /* reads waiting on it at the end of the second */
+    LAB_SERIES_JOURNAL_SYNC_ARCHIVE, /* ms the archive's journal spent in fsync (at most 1,000) */
+    LAB_SERIES_JOURNAL_SYNC_FAST,    /* the same for the fast tier */
     LAB_SERIES_CPU_EACH_PROXY,     /* LAB_MAX_PROXIES series from here: each proxy's CPU */
     LAB_SERIES_COUNT = LAB_SERIES_CPU_EACH_PROXY + LAB_MAX_PROXIES
 } lab_series_t;
@@ -163,6 +165,7 @@ typedef struct lab {
     int64_t documents;           /* in the archive after the load */
     int64_t data_bytes;          /* BSON size of the collection */
     int64_t storage_bytes;       /* on disk: collection plus indexes */
+    int64_t disk_free_bytes;     /* on the output's file system when the lab began, -1 unknown */
     const char *workloads[LAB_WORKLOAD_COUNT];
     lab_run_t direct[LAB_WORKLOAD_COUNT];
     lab_run_t tiered[LAB_WORKLOAD_COUNT];
@@ -230,6 +233,13 @@ bool lab_make_directory(const char *path, bson_error_t *error) TC_MUST_CHECK;
 /* Copies the directory tree from into to (created), regular files and directories. */
 bool lab_copy_tree(const char *from, const char *to, bson_error_t *error) TC_MUST_CHECK;
 
+/* Writes what the lab copied or removed on path's file system to disk (syncfs),
+ * so that the kernel does not flush it in the middle of the next measurement. */
+bool lab_flush_file_system(const char *path, bson_error_t *error) TC_MUST_CHECK;
+
+/* Free bytes on path's file system, -1 if unknown. */
+int64_t lab_free_disk_bytes(const char *path);
+
 /* rm -rf; quiet when path does not exist. */
 void lab_remove_tree(const char *path);
 
@@ -269,6 +279,12 @@ typedef enum lab_counter {
     LAB_COUNTER_FEEDER_EVENTS,
     LAB_COUNTER_READS_WAITED,
     LAB_COUNTER_READS_WAITING,
+    /* Microseconds each store's journal spent syncing (WiredTiger's "log sync
+     * time duration (usecs)"): every write waits for it (w: majority implies j),
+     * so a disk whose syncs stall holds up the writes, and then the clients
+     * waiting on them. -1 where the store is not sampled. */
+    LAB_COUNTER_JOURNAL_SYNC_US_ARCHIVE,
+    LAB_COUNTER_JOURNAL_SYNC_US_FAST,
     LAB_COUNTER_CPU_EACH_PROXY, /* LAB_MAX_PROXIES counters from here: each proxy's CPU seconds */
     LAB_COUNTER_COUNT = LAB_COUNTER_CPU_EACH_PROXY + LAB_MAX_PROXIES
 } lab_counter_t;
@@ -281,6 +297,9 @@ typedef struct lab_counters {
 
 /* Fills at_ms and the archive's counters; the CPU counters are the caller's. */
 bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_t *error) TC_MUST_CHECK;
+
+/* The fast tier's LAB_COUNTER_JOURNAL_SYNC_US_FAST, -1 if it cannot be read. */
+double lab_read_journal_sync_us(mongoc_client_t *client);
 
 /* Fills the proxies' counters from their thermoclineStatus (-1 each when one
  * does not answer, or count is 0). */

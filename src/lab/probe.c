@@ -91,6 +91,9 @@ static int64_t number_at(const bson_t *document, const char *const *path, size_t
     return BSON_ITER_HOLDS_NUMBER(&iter) ? bson_iter_as_int64(&iter) : -1;
 }
 
+/* WiredTiger's time in journal syncs, in either store's serverStatus. */
+static const char *const journal_sync_path[] = {"wiredTiger", "log", "log sync time duration (usecs)"};
+
 bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_t *error)
 {
     static const char *const pages_path[] = {"wiredTiger", "cache", "pages read into cache"};
@@ -113,6 +116,7 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
                          : before + (after - before) / 2;
         out->values[LAB_COUNTER_PAGES_READ] = (double)number_at(&reply, pages_path, 3);
         out->values[LAB_COUNTER_DISK_READS] = (double)number_at(&reply, reads_path, 3);
+        out->values[LAB_COUNTER_JOURNAL_SYNC_US_ARCHIVE] = (double)number_at(&reply, journal_sync_path, 3);
         if (out->values[LAB_COUNTER_PAGES_READ] < 0) {
             ok = tc_error_set(error, TC_ERR_OPERATION_FAILED,
                               "the archive's serverStatus has no wiredTiger.cache \"pages read into cache\"");
@@ -121,6 +125,17 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
+}
+
+double lab_read_journal_sync_us(mongoc_client_t *client)
+{
+    bson_t command = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&command, "serverStatus", 1);
+    bool ok = mongoc_client_command_simple(client, "admin", &command, NULL, &reply, NULL);
+    double microseconds = ok ? (double)number_at(&reply, journal_sync_path, 3) : -1.0;
+    bson_destroy(&reply);
+    bson_destroy(&command);
+    return microseconds;
 }
 
 bool lab_collection_sizes(mongoc_client_t *client, int64_t *out_count, int64_t *out_data_bytes,

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -435,6 +436,25 @@ bool lab_copy_tree(const char *from, const char *to, bson_error_t *error)
     }
     closedir(directory);
     return ok;
+}
+
+bool lab_flush_file_system(const char *path, bson_error_t *error)
+{
+    int descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    bool ok = descriptor >= 0 && syncfs(descriptor) == 0;
+    if (!ok) {
+        tc_error_set(error, TC_ERR_OPERATION_FAILED, "cannot write %s to disk: %s", path, strerror(errno));
+    }
+    if (descriptor >= 0) {
+        close(descriptor);
+    }
+    return ok;
+}
+
+int64_t lab_free_disk_bytes(const char *path)
+{
+    struct statvfs info;
+    return statvfs(path, &info) == 0 ? (int64_t)info.f_bavail * (int64_t)info.f_frsize : -1;
 }
 
 static int remove_entry(const char *path, const struct stat *info, int type, struct FTW *walk)

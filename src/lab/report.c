@@ -604,6 +604,7 @@ static void append_settings(bson_t *report, const lab_t *lab)
     BSON_APPEND_INT64(&child, "documents", lab->documents);
     BSON_APPEND_INT64(&child, "data_bytes", lab->data_bytes);
     BSON_APPEND_INT64(&child, "storage_bytes", lab->storage_bytes);
+    BSON_APPEND_INT64(&child, "disk_free_bytes", lab->disk_free_bytes);
     BSON_APPEND_INT64(&child, "archive_cache_bytes", (int64_t)settings->archive_cache_bytes);
     BSON_APPEND_DOUBLE(&child, "storage_to_cache_ratio",
                        settings->archive_cache_bytes > 0

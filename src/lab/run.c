@@ -236,6 +236,7 @@ typedef struct sample_list {
  * run). */
 typedef struct run_clients {
     mongoc_client_t *archive;
+    mongoc_client_t *fast; /* NULL in a direct run */
     mongoc_client_t *proxies[LAB_MAX_PROXIES];
     int proxy_count;
 } run_clients_t;
@@ -243,6 +244,7 @@ typedef struct run_clients {
 static void run_clients_cleanup(run_clients_t *clients)
 {
     mongoc_client_destroy(clients->archive);
+    mongoc_client_destroy(clients->fast);
     for (int index = 0; index < clients->proxy_count; index++) {
         mongoc_client_destroy(clients->proxies[index]);
     }
@@ -275,6 +277,8 @@ static void sample_take(lab_t *lab, sample_list_t *samples, const run_clients_t 
     /* Read right after serverStatus returns, so close to its localTime. */
     reading.values[LAB_COUNTER_CPU_ARCHIVE] = lab_process_cpu_seconds(&lab->archive);
     reading.values[LAB_COUNTER_CPU_FAST] = lab_process_cpu_seconds(&lab->fast);
+    reading.values[LAB_COUNTER_JOURNAL_SYNC_US_FAST] =
+        clients->fast != NULL ? lab_read_journal_sync_us(clients->fast) : -1.0;
     sample_proxies_cpu(lab, &reading);
     if (samples->count == samples->capacity) {
         samples->capacity = samples->capacity == 0 ? 64 : samples->capacity * 2;
@@ -656,11 +660,16 @@ static bool start_proxied_tiers(lab_t *lab, lab_mode_t mode, const char *run_nam
     /* Tiered runs start from the fast tier the warm-up left (the same for each);
      * the empty start, and tiered runs without one, from nothing. */
     bool fast_dir_ready = mode == LAB_MODE_TIERED && lab->warm_up.ok
-                              ? lab_copy_tree(lab->fast_snapshot_dir, fast_dir, error)
+                              ? lab_copy_tree(lab->fast_snapshot_dir, fast_dir, error) &&
+                                    lab_flush_file_system(fast_dir, error)
                               : lab_make_directory(fast_dir, error);
     snprintf(log_path, sizeof log_path, "%s/%s-fast.log", lab->logs_dir, run_name);
     if (!fast_dir_ready || !start_store(lab, &lab->fast, "fast", fast_dir, fast_port, false, log_path, error) ||
         !start_proxies(lab, run_dir, run_name, settings->proxy_count, proxy_ports, archive_port, fast_port, error)) {
+        return false;
+    }
+    clients->fast = lab_client_new(fast_port, error);
+    if (clients->fast == NULL) {
         return false;
     }
     size_t used = (size_t)snprintf(uri, uri_size, "mongodb://");
@@ -768,6 +777,9 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
      * equal on both sides, is what warms it). */
     lab_remove_tree(run_dir);
     TC_CHECK(lab_copy_tree(lab->snapshot_dir, archive_dir, &error));
+    /* Left to the kernel, the copy (and the last run's removal) would reach the
+     * disk about 30 s into this run, beside the stores' journal syncs. */
+    TC_CHECK(lab_flush_file_system(archive_dir, &error));
     snprintf(log_path, sizeof log_path, "%s/%s-archive.log", lab->logs_dir, run_name);
     TC_CHECK(start_store(lab, &lab->archive, "archive", archive_dir, archive_port, true, log_path, &error));
     if (mode == LAB_MODE_DIRECT) {

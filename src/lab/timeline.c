@@ -1,8 +1,8 @@
 /* Each second of a run beside bench's throughput: what the archive read, each
- * process's CPU, the feeder's lag and the reads held on the read-your-writes
- * barrier, from the samples the lab takes every second. A tail episode (a
- * stretch of high read p99) then shows what moved with it, in the lab's JSON
- * and in a plot. */
+ * process's CPU, the feeder's lag, the reads held on the read-your-writes
+ * barrier and the time each store's journal spent in fsync, from the samples
+ * the lab takes every second. A tail episode (a stretch of high read p99) then
+ * shows what moved with it, in the lab's JSON and in a plot. */
 #include "lab/lab_private.h"
 
 #include <math.h>
@@ -13,7 +13,7 @@
 typedef struct series_source {
     lab_counter_t counter;
     bool cumulative;
-    double scale; /* CPU seconds per second -> percent of one core */
+    double scale; /* CPU seconds per second -> percent of one core; microseconds -> ms */
 } series_source_t;
 
 static const series_source_t series_sources[LAB_SERIES_CPU_EACH_PROXY] = {
@@ -25,6 +25,8 @@ static const series_source_t series_sources[LAB_SERIES_CPU_EACH_PROXY] = {
     [LAB_SERIES_FEEDER_EVENTS] = {LAB_COUNTER_FEEDER_EVENTS, true, 1.0},
     [LAB_SERIES_READS_WAITED] = {LAB_COUNTER_READS_WAITED, true, 1.0},
     [LAB_SERIES_READS_WAITING] = {LAB_COUNTER_READS_WAITING, false, 1.0},
+    [LAB_SERIES_JOURNAL_SYNC_ARCHIVE] = {LAB_COUNTER_JOURNAL_SYNC_US_ARCHIVE, true, 0.001},
+    [LAB_SERIES_JOURNAL_SYNC_FAST] = {LAB_COUNTER_JOURNAL_SYNC_US_FAST, true, 0.001},
 };
 
 static series_source_t series_source(int series)
@@ -134,6 +136,11 @@ void lab_timeline_append_json(bson_t *parent, const char *key, const lab_run_t *
     append_series(&timeline, "feeder_events_applied", run->series[LAB_SERIES_FEEDER_EVENTS], run->second_count);
     append_series(&timeline, "reads_waited_for_feeder", run->series[LAB_SERIES_READS_WAITED], run->second_count);
     append_series(&timeline, "reads_waiting_for_feeder", run->series[LAB_SERIES_READS_WAITING], run->second_count);
+    bson_t journal;
+    BSON_APPEND_DOCUMENT_BEGIN(&timeline, "journal_sync_ms", &journal);
+    append_series(&journal, "archive", run->series[LAB_SERIES_JOURNAL_SYNC_ARCHIVE], run->second_count);
+    append_series(&journal, "fast", run->series[LAB_SERIES_JOURNAL_SYNC_FAST], run->second_count);
+    bson_append_document_end(&timeline, &journal);
     bson_append_document_end(parent, &timeline);
 }
 
@@ -151,6 +158,10 @@ bool lab_timeline_plot(const lab_run_t *run, const char *title, const char *path
     lab_plot_line_t feeder[] = {
         line_of("feeder lag (ms)", "#8e44ad", run->series[LAB_SERIES_FEEDER_LAG_MS], count),
         line_of("reads waiting on the barrier", "#d35400", run->series[LAB_SERIES_READS_WAITING], count),
+    };
+    lab_plot_line_t journal[] = {
+        line_of("archive", "#c0392b", run->series[LAB_SERIES_JOURNAL_SYNC_ARCHIVE], count),
+        line_of("fast tier", "#27ae60", run->series[LAB_SERIES_JOURNAL_SYNC_FAST], count),
     };
     lab_plot_line_t archive[] = {
         line_of("archive pages read per second", "#7f8c8d", run->series[LAB_SERIES_ARCHIVE_PAGES_READ], count),
@@ -178,6 +189,7 @@ bool lab_timeline_plot(const lab_run_t *run, const char *title, const char *path
         {"ops/s", throughput, 1},
         {"read p99 (ms)", tail, 1},
         {"feeder", feeder, 2},
+        {"journal fsync (ms per s)", journal, 2},
         {"per second", archive, 2},
         {"CPU (% of a core)", cpu, cpu_lines},
     };

@@ -125,6 +125,7 @@ def test_tiny_lab_end_to_end(tmp_path):
     assert settings["namespace"] == "ycsb.usertable" and settings["time_field"] == "createdAt"
     assert settings["documents"] == settings["records"] == 5000
     assert settings["read_iops"] == 3000
+    assert settings["disk_free_bytes"] > 0
     assert set(report["workloads"]) == set(WORKLOADS)
     for workload, modes in report["workloads"].items():
         for mode in ("direct", "tiered"):
@@ -168,6 +169,16 @@ def test_tiny_lab_end_to_end(tmp_path):
             assert all(value >= 0 for value in per_second[key]), (key, per_second)
         assert sum(per_second["cpu_percent"]["proxy"]) > 0, per_second
         assert "feeder_lag_ms" not in modes["direct"]["per_second"]
+        # Every write waits for a journal sync (w: majority), so the time each
+        # store spent in fsync is beside the tail: never more than the second.
+        # The fast tier's only where there is one.
+        for mode, stores in (("direct", ["archive"]), ("tiered", ["archive", "fast"])):
+            journal = modes[mode]["per_second"]["journal_sync_ms"]
+            assert sorted(journal) == stores, (mode, journal)
+            for store in stores:
+                assert len(journal[store]) == len(modes[mode]["per_second"]["ops"]), journal
+                assert all(0 <= value <= 1100 for value in journal[store]), journal
+        assert sum(tiered["per_second"]["journal_sync_ms"]["fast"]) > 0, tiered["per_second"]
         for key in ("warmer_reported", "fast_tier_warm_at_start", "feeder_reported"):
             assert isinstance(tiered[key], bool)
 
