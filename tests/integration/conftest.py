@@ -387,7 +387,8 @@ def time_limit():
 
 def checked_store(process, request):
     """Starts process for a fixture and yields it; after the test, prints its log
-    tail if the test failed, stops and checks it."""
+    tail if the test failed, stops and checks it (pytest_runtest_teardown then
+    removes a passing test's files)."""
     process.start()
     yield process
     call_report = getattr(request.node, "report_call", None)
@@ -395,10 +396,6 @@ def checked_store(process, request):
     if failed:
         print("---- store log tail (%s) ----\n%s" % (process.log_path, process.log_tail()))
     process.stop()
-    if not failed:
-        # Data files of a passing test are not worth the disk: a run starts
-        # over a hundred stores.
-        shutil.rmtree(process.dbpath, ignore_errors=True)
 
 
 @pytest.fixture
