@@ -8,9 +8,14 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
 
 
+def use_binary(binary):
+    """The test helpers start binary from here on."""
+    os.environ["THERMOCLINE_BIN"] = os.path.abspath(binary)
+
+
 def start_tiers(binary):
     """Runs binary from here on; returns (base directory, archive, fast tier)."""
-    os.environ["THERMOCLINE_BIN"] = os.path.abspath(binary)
+    use_binary(binary)
     from conftest import StoreProcess
     base = tempfile.mkdtemp()
     archive = StoreProcess(base + "/archive", replica_set="rs0").start()

@@ -280,6 +280,17 @@ static bool plan_pins_unique_keys(const find_plan_t *plan, const index_descripto
     return true;
 }
 
+/* Marks the plan's intervals as whole keys of index when each is one (an exact
+ * search then finds each, scan_bounds_t). */
+static void mark_whole_unique_keys(find_plan_t *plan, const index_descriptor_t *index, bool multikey)
+{
+    bool whole = plan_pins_unique_keys(plan, index, multikey);
+    for (size_t i = 0; i < plan->interval_count; i++) {
+        scan_bounds_t *interval = &plan->intervals[i];
+        interval->whole_unique_key = whole && interval->lower_inclusive && interval->upper_inclusive;
+    }
+}
+
 /* Scores an index for filter: 0 unusable; higher is better. */
 static int score_index(find_plan_t *plan, const bson_t *filter, index_descriptor_t *index)
 {
@@ -405,6 +416,7 @@ static bool plan_or_union(find_plan_t *plan, collection_t *collection)
         branch->multikey = atomic_load(&index->multikey);
         branch->properties = index_properties(index);
         build_intervals(plan, &clause, &index->key_pattern, branch->multikey);
+        mark_whole_unique_keys(plan, index, branch->multikey);
         branch->intervals = plan->intervals;
         branch->interval_count = plan->interval_count;
         plan->intervals = NULL;
@@ -530,6 +542,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
             !build_intervals(plan, &plan->filter, &hinted->key_pattern, plan->index_multikey)) {
             clear_intervals(plan); /* full index scan */
         }
+        mark_whole_unique_keys(plan, hinted, plan->index_multikey);
         return true;
     }
 
@@ -544,6 +557,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
         const collation_t *id_collation = collection->indexes[0]->collation;
         keystring_append_value_collated(&plan->intervals[0].lower, &id_value, false, id_collation);
         keystring_append_value_collated(&plan->intervals[0].upper, &id_value, false, id_collation);
+        plan->intervals[0].whole_unique_key = true;
         plan->interval_count = 1;
         bson_value_destroy(&id_value);
         return true;
@@ -553,6 +567,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     if (best != NULL) {
         use_index(plan, best);
         build_intervals(plan, &plan->filter, &best->key_pattern, plan->index_multikey);
+        mark_whole_unique_keys(plan, best, plan->index_multikey);
         return true;
     }
     if (plan_or_union(plan, collection)) {

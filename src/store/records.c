@@ -359,6 +359,7 @@ void scan_bounds_init(scan_bounds_t *bounds)
     keystring_init(&bounds->upper);
     bounds->lower_inclusive = true;
     bounds->upper_inclusive = true;
+    bounds->whole_unique_key = false;
 }
 
 void scan_bounds_cleanup(scan_bounds_t *bounds)
@@ -465,6 +466,14 @@ static int position_cursor(scan_t *scan)
     bool is_index = scan->index != NULL;
     int wt_code;
 
+    if (is_index && scan->bounds != NULL && scan->bounds->whole_unique_key) {
+        if (position->started) {
+            return WT_NOTFOUND; /* its one entry was returned */
+        }
+        WT_ITEM item = {.data = scan->bounds->lower.data, .size = scan->bounds->lower.length};
+        cursor->set_key(cursor, &item);
+        return cursor->search(cursor);
+    }
     if (position->started) {
         /* Resume strictly after the last entry returned. */
         wt_code = seek(cursor, is_index, &position->key, position->record_id, scan->descending);
@@ -580,5 +589,8 @@ bool scan_next(scan_t *scan, int64_t *out_record_id, bson_t *out_document, bson_
     keystring_append_bytes(&scan->position->key, key.data, key.size);
     scan->position->started = true;
     scan->position->record_id = *out_record_id;
+    /* No entry follows a whole unique key's: stop here, not after walking on to
+     * the next live key. */
+    scan->exhausted = bounds != NULL && bounds->whole_unique_key;
     return true;
 }

@@ -260,6 +260,10 @@ typedef struct scan_bounds {
     keystring_t upper;      /* empty: unbounded */
     bool lower_inclusive;
     bool upper_inclusive;
+    /* lower == upper, inclusive, is a whole key of a unique index: at most one
+     * entry, found by an exact search. A search for the nearest key would walk
+     * every deleted entry between a missing key and the next live one. */
+    bool whole_unique_key;
 } scan_bounds_t;
 
 typedef struct scan_position {
