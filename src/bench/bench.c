@@ -43,6 +43,8 @@ static void print_usage(FILE *stream)
             "  --collection NAME    collection (default usertable)\n"
             "  --json FILE          also write every figure, with a per-second series, as JSON\n"
             "  --seed N             random seed (default: from the clock; the report shows it)\n"
+            "  --reply-timeout D    how long a reply may take past the end, or a first one, or\n"
+            "                       any of the load's, before bench fails it and exits (default 30s)\n"
             "  --help               this text\n"
             "\n"
             "workloads:\n",
@@ -75,7 +77,7 @@ static void print_workload_names(FILE *stream)
 static int parse_options(int argc, char **argv, bench_options_t *options, FILE **out_json)
 {
     enum { OPT_URI = 256, OPT_WORKLOAD, OPT_THREADS, OPT_DURATION, OPT_WARMUP, OPT_TARGET, OPT_RECORDS,
-           OPT_DATABASE, OPT_COLLECTION, OPT_JSON, OPT_SEED, OPT_HELP };
+           OPT_DATABASE, OPT_COLLECTION, OPT_JSON, OPT_SEED, OPT_REPLY_TIMEOUT, OPT_HELP };
     static const struct option long_options[] = {
         {"uri", required_argument, NULL, OPT_URI},
         {"workload", required_argument, NULL, OPT_WORKLOAD},
@@ -88,6 +90,7 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
         {"collection", required_argument, NULL, OPT_COLLECTION},
         {"json", required_argument, NULL, OPT_JSON},
         {"seed", required_argument, NULL, OPT_SEED},
+        {"reply-timeout", required_argument, NULL, OPT_REPLY_TIMEOUT},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -100,6 +103,7 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
     options->collection = "usertable";
     options->thread_count = 64;
     options->duration_ms = 60000;
+    options->reply_timeout_ms = 30000;
     options->seed = (uint64_t)clock_wall_ms() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)clock_monotonic_ns();
     *out_json = NULL;
     opterr = 0;
@@ -160,6 +164,11 @@ static int parse_options(int argc, char **argv, bench_options_t *options, FILE *
                 return usage_error(&error);
             }
             options->seed = (uint64_t)number;
+            break;
+        case OPT_REPLY_TIMEOUT:
+            if (!units_parse_flag_duration(optarg, "--reply-timeout", 1, false, &options->reply_timeout_ms, &error)) {
+                return usage_error(&error);
+            }
             break;
         case OPT_HELP:
             print_usage(stdout);
@@ -366,9 +375,16 @@ static int run(bench_options_t *options, FILE *json, bool *out_json_written)
         status = 2;
         goto done;
     }
-    /* Fail in seconds, not libmongoc's 30, when nothing listens. */
+    /* Fail in seconds, not libmongoc's 30, when nothing listens; and wait for a
+     * reply --reply-timeout, not libmongoc's 300 s (the pool's closing
+     * endSessions to a server that stopped answering). */
     if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
         mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, BENCH_SERVER_SELECTION_TIMEOUT_MS);
+    }
+    if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS)) {
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS,
+                                       (int32_t)(options->reply_timeout_ms < INT32_MAX ? options->reply_timeout_ms
+                                                                                       : INT32_MAX));
     }
     pool = mongoc_client_pool_new_with_error(uri, &error);
     if (pool == NULL) {

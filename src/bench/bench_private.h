@@ -40,6 +40,7 @@ typedef struct bench_options {
     int64_t record_count; /* documents present (run) or to load; 0: discover / default */
     const char *json_path; /* NULL: no JSON */
     uint64_t seed;
+    int64_t reply_timeout_ms; /* a reply later than this past the end, or a first one, fails the run's clients */
 } bench_options_t;
 
 typedef struct bench_operation_result {

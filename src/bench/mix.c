@@ -29,10 +29,9 @@
 
 #define NANOSECONDS_PER_SECOND INT64_C(1000000000)
 #define MIX_CONNECT_TIMEOUT_MS 10000
-/* How long the clients' first pings, and after the end the operations still in
- * flight, may take before bench gives up on them (a server that stopped
- * answering); likewise the closing endSessions. */
-#define MIX_REPLY_TIMEOUT_MS 30000
+/* How long the closing endSessions may take. The clients' first pings, and
+ * after the end the operations still in flight, have --reply-timeout (a server
+ * that stopped answering). */
 #define MIX_END_SESSIONS_TIMEOUT_MS 2000
 /* Ring of "insert finished" flags: far more than the inserts a run can have in
  * flight (one per client). */
@@ -467,13 +466,15 @@ static void on_give_up(uv_timer_t *timer)
     mix_run_t *run = timer->data;
     if (run->phase == MIX_CONNECTING || run->phase == MIX_DRAINING) {
         int answered = run->phase == MIX_CONNECTING ? run->clients_ready : run->clients_done;
-        fprintf(stderr, "thermocline bench: %d of %d clients still wait for a reply after %d s; giving up\n",
-                run->options->thread_count - answered, run->options->thread_count, MIX_REPLY_TIMEOUT_MS / 1000);
+        fprintf(stderr, "thermocline bench: %d of %d clients still wait for a reply after %g s; giving up\n",
+                run->options->thread_count - answered, run->options->thread_count,
+                (double)run->options->reply_timeout_ms / 1000.0);
     }
     if (run->phase == MIX_CONNECTING) {
         run->failed = true;
         tc_error_set(&run->failure, TC_ERR_HOST_UNREACHABLE,
-                     "the server did not answer every client's first command within %d s", MIX_REPLY_TIMEOUT_MS / 1000);
+                     "the server did not answer every client's first command within %g s",
+                     (double)run->options->reply_timeout_ms / 1000.0);
     }
     close_handles(run); /* fails what is in flight: the clients stop */
 }
@@ -566,7 +567,7 @@ static void on_clock(uv_timer_t *timer)
     }
     if (now_ns >= run->end_ns) {
         end_measurement(run);
-        uv_timer_start(timer, on_give_up, MIX_REPLY_TIMEOUT_MS, 0);
+        uv_timer_start(timer, on_give_up, (uint64_t)run->options->reply_timeout_ms, 0);
         return;
     }
     int seconds = now_ns > run->measure_start_ns ? (int)((now_ns - run->measure_start_ns) / NANOSECONDS_PER_SECOND) : 0;
@@ -737,7 +738,7 @@ bool bench_run_mix(const bench_options_t *options, bench_results_t *results, bso
     }
     results->records_at_start = options->record_count;
     /* Each client opens its connection with a ping, so connection set-up is not timed. */
-    uv_timer_start(&run.clock_timer, on_give_up, MIX_REPLY_TIMEOUT_MS, 0);
+    uv_timer_start(&run.clock_timer, on_give_up, (uint64_t)options->reply_timeout_ms, 0);
     for (int index = 0; index < options->thread_count; index++) {
         bson_t ping = BSON_INITIALIZER;
         BSON_APPEND_INT32(&ping, "ping", 1);

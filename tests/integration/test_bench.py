@@ -147,21 +147,22 @@ def test_short_runs_end(store, client, tmp_path):
 
 
 def test_a_server_that_stops_answering_is_given_up_on(store, client, tmp_path):
-    """Operations a stopped server never answers are failed 30 s after the end, and
-    bench exits instead of waiting for ever (a server stopped before the clients'
-    first pings were answered fails the run the same way)."""
+    """Operations a stopped server never answers are failed --reply-timeout (30 s
+    unless told) after the end, and bench exits instead of waiting for ever (a
+    server stopped before the clients' first pings were answered fails the run the
+    same way)."""
     assert run_bench("--uri", store.uri, "--workload", "load", "--records", "500",
                      "--threads", "2").returncode == 0
     bench = subprocess.Popen([str(thermocline_binary()), "bench", "--uri", store.uri, "--workload", "pointread",
-                              "--threads", "8", "--duration", "3s"],
+                              "--threads", "8", "--duration", "3s", "--reply-timeout", "2500ms"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.5)
     os.kill(store.pid, signal.SIGSTOP)
     try:
-        stdout, stderr = bench.communicate(timeout=60)
+        stdout, stderr = bench.communicate(timeout=30)
     finally:
         os.kill(store.pid, signal.SIGCONT)
-    assert "clients still wait for a reply after 30 s; giving up" in stderr, stderr
+    assert "clients still wait for a reply after 2.5 s; giving up" in stderr, stderr
     assert bench.returncode in (0, 1)
 
 
@@ -284,6 +285,7 @@ def test_clients_spread_over_the_hosts_of_the_uri(replicated_tiers, tmp_path):
     ["--uri", "mongodb://127.0.0.1:1", "--workload", "load", "--records", "0"],
     ["--uri", "mongodb://127.0.0.1:1", "--workload", "load", "--target-ops", "100"],
     ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--seed", "x"],
+    ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--reply-timeout", "0s"],
     ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--nosuchflag"],
     ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "extra"],
     ["--uri", "mongodb://127.0.0.1:1", "--workload", "store", "--threads"],
