@@ -365,6 +365,15 @@ static bool prepare_directories(lab_t *lab, bson_error_t *error)
     return true;
 }
 
+/* Times the machine into speed; a failure is a note, not the end of the lab. */
+static void measure_machine(lab_t *lab, lab_machine_speed_t *speed, const char *when)
+{
+    bson_error_t error;
+    if (!lab_measure_machine(lab->work_dir, speed, &error)) {
+        lab_note(lab, "the machine's speed was not measured %s: %s", when, error.message);
+    }
+}
+
 static void print_plan(const lab_t *lab)
 {
     const lab_settings_t *settings = &lab->settings;
@@ -383,13 +392,19 @@ static void print_plan(const lab_t *lab)
             "%d workloads direct and tiered, and store at direct's rate, %lld s each after %lld s of warm-up,\n"
             "then a %lld s empty start: "
             "about %lld min\n"
-            "output: %s (logs in %s), %.1f GB free there\n\n",
+            "output: %s (logs in %s), %.1f GB free there\n",
             settings->preset, lab_grouped((double)settings->record_count, records, sizeof records),
             (unsigned long long)(settings->archive_cache_bytes / (1024 * 1024)), (long long)settings->read_iops,
             settings->thread_count, proxies, LAB_WORKLOAD_COUNT, (long long)(settings->duration_ms / 1000),
             (long long)(settings->warmup_ms / 1000), (long long)(settings->empty_start_ms / 1000),
             (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir,
             (double)lab->disk_free_bytes / 1e9);
+    const lab_machine_speed_t *machine = &lab->machine_before;
+    if (machine->measured) {
+        fprintf(stderr, "machine: a synced 4 KB write %.2f ms (median; p99 %.2f ms), a loopback round trip %.1f us\n",
+                machine->sync_median_ms, machine->sync_p99_ms, machine->round_trip_us);
+    }
+    fputc('\n', stderr);
 }
 
 /* The load, the fast tier's warm-up, each workload direct and tiered, then the
@@ -484,6 +499,7 @@ int lab_main(int argc, char **argv)
         fprintf(stderr, "thermocline lab: %s\n", error.message);
         goto done;
     }
+    measure_machine(lab, &lab->machine_before, "before the runs");
     print_plan(lab);
     if (!run_all(lab, &all_ok, &error)) {
         if (!lab_interrupted()) {
@@ -491,6 +507,7 @@ int lab_main(int argc, char **argv)
         }
         goto done;
     }
+    measure_machine(lab, &lab->machine_after, "after the runs");
     if (!write_results(lab, &error)) {
         fprintf(stderr, "thermocline lab: %s\n", error.message);
         goto done;

@@ -1,6 +1,6 @@
 /* Shared by the files of src/lab: the settings of one lab, the processes it
  * starts, the figures of one run, and each file's entry points (process.c,
- * probe.c, run.c, report.c, plot.c). Not for use outside src/lab. */
+ * machine.c, probe.c, run.c, report.c, plot.c). Not for use outside src/lab. */
 #ifndef TC_LAB_LAB_PRIVATE_H
 #define TC_LAB_LAB_PRIVATE_H
 
@@ -150,6 +150,15 @@ typedef struct lab_warm_up {
     int64_t documents;    /* copied; -1 if not reported */
 } lab_warm_up_t;
 
+/* How fast the machine was at one moment (machine.c): the CPU-bound runs and the
+ * fixed-load tail follow these, which vary between days on a shared VM. */
+typedef struct lab_machine_speed {
+    bool measured;
+    double sync_median_ms; /* a 4 KB write and fdatasync on the output's disk */
+    double sync_p99_ms;
+    double round_trip_us;  /* a 64-byte message there and back over TCP loopback, two threads */
+} lab_machine_speed_t;
+
 /* Everything one `thermocline lab` owns: settings, paths, children, results.
  * Passed to every function instead of globals. */
 typedef struct lab {
@@ -166,6 +175,7 @@ typedef struct lab {
     int64_t data_bytes;          /* BSON size of the collection */
     int64_t storage_bytes;       /* on disk: collection plus indexes */
     int64_t disk_free_bytes;     /* on the output's file system when the lab began, -1 unknown */
+    lab_machine_speed_t machine_before, machine_after; /* before the load, after the last run */
     const char *workloads[LAB_WORKLOAD_COUNT];
     lab_run_t direct[LAB_WORKLOAD_COUNT];
     lab_run_t tiered[LAB_WORKLOAD_COUNT];
@@ -248,6 +258,12 @@ bool lab_write_file(const char *path, const char *text, bson_error_t *error) TC_
 
 /* Reads the whole file; free with bson_free(). NULL with error. */
 char *lab_read_file(const char *path, size_t *out_length, bson_error_t *error) TC_MUST_CHECK;
+
+/* --- machine.c: how fast the machine is ---------------------------------------------- */
+
+/* Times 100 synced 4 KB writes in directory and 5,000 loopback round trips
+ * (about a second in all). */
+bool lab_measure_machine(const char *directory, lab_machine_speed_t *out, bson_error_t *error) TC_MUST_CHECK;
 
 /* --- probe.c: what the lab asks its servers over the wire -------------------------- */
 

@@ -433,6 +433,13 @@ void lab_report_table(FILE *stream, const lab_t *lab)
             cache_mb > 0 ? data_mb / cache_mb : 0.0, cache_mb, lab_grouped((double)settings->read_iops, iops, sizeof iops),
             settings->thread_count, (double)settings->duration_ms / 1000.0, (double)settings->warmup_ms / 1000.0,
             (unsigned long long)settings->seed);
+    if (lab->machine_before.measured && lab->machine_after.measured) {
+        fprintf(stream, "machine, before the runs / after: a synced 4 KB write %.2f / %.2f ms (median), a loopback "
+                        "round trip %.1f / %.1f us\n(the CPU-bound tiered runs and the fixed-load tail follow these; "
+                        "compare runs of different days with them)\n\n",
+                lab->machine_before.sync_median_ms, lab->machine_after.sync_median_ms,
+                lab->machine_before.round_trip_us, lab->machine_after.round_trip_us);
+    }
     if (settings->proxy_count > 1) {
         fprintf(stream, "tiered runs through %d proxies with one config, bench's clients spread over them "
                         "(the leases run each worker in one of them); proxy CPU is their sum\n\n",
@@ -595,6 +602,21 @@ static void append_ratios(bson_t *parent, const lab_run_t *direct, const lab_run
     bson_append_document_end(parent, &child);
 }
 
+/* {sync_median_ms, sync_p99_ms, round_trip_us}, or null when not measured. */
+static void append_machine_speed(bson_t *parent, const char *key, const lab_machine_speed_t *speed)
+{
+    if (!speed->measured) {
+        bson_append_null(parent, key, -1);
+        return;
+    }
+    bson_t child;
+    bson_append_document_begin(parent, key, -1, &child);
+    BSON_APPEND_DOUBLE(&child, "sync_median_ms", speed->sync_median_ms);
+    BSON_APPEND_DOUBLE(&child, "sync_p99_ms", speed->sync_p99_ms);
+    BSON_APPEND_DOUBLE(&child, "round_trip_us", speed->round_trip_us);
+    bson_append_document_end(parent, &child);
+}
+
 static void append_settings(bson_t *report, const lab_t *lab)
 {
     const lab_settings_t *settings = &lab->settings;
@@ -605,6 +627,11 @@ static void append_settings(bson_t *report, const lab_t *lab)
     BSON_APPEND_INT64(&child, "data_bytes", lab->data_bytes);
     BSON_APPEND_INT64(&child, "storage_bytes", lab->storage_bytes);
     BSON_APPEND_INT64(&child, "disk_free_bytes", lab->disk_free_bytes);
+    bson_t machine;
+    BSON_APPEND_DOCUMENT_BEGIN(&child, "machine", &machine);
+    append_machine_speed(&machine, "before", &lab->machine_before);
+    append_machine_speed(&machine, "after", &lab->machine_after);
+    bson_append_document_end(&child, &machine);
     BSON_APPEND_INT64(&child, "archive_cache_bytes", (int64_t)settings->archive_cache_bytes);
     BSON_APPEND_DOUBLE(&child, "storage_to_cache_ratio",
                        settings->archive_cache_bytes > 0

@@ -126,6 +126,16 @@ def test_tiny_lab_end_to_end(tmp_path):
     assert settings["documents"] == settings["records"] == 5000
     assert settings["read_iops"] == 3000
     assert settings["disk_free_bytes"] > 0
+    # The machine's speed before and after, the same in the plan and the table.
+    for when in ("before", "after"):
+        speed = settings["machine"][when]
+        assert 0 < speed["sync_median_ms"] <= speed["sync_p99_ms"] < 10000, speed
+        assert 0 < speed["round_trip_us"] < 100000, speed
+    before = settings["machine"]["before"]
+    assert "machine: a synced 4 KB write %.2f ms (median; p99 %.2f ms), a loopback round trip %.1f us" % (
+        before["sync_median_ms"], before["sync_p99_ms"], before["round_trip_us"]) in stderr
+    assert "a loopback round trip %.1f / %.1f us" % (
+        before["round_trip_us"], settings["machine"]["after"]["round_trip_us"]) in stdout
     assert set(report["workloads"]) == set(WORKLOADS)
     for workload, modes in report["workloads"].items():
         for mode in ("direct", "tiered"):
