@@ -130,8 +130,9 @@ static bool measure_round_trips(lab_machine_speed_t *out, bson_error_t *error)
      * children inherit this thread's affinity, so it is put back. */
     cpu_set_t saved, one_cpu;
     bool pinned = pthread_getaffinity_np(pthread_self(), sizeof saved, &saved) == 0;
+    int this_cpu = sched_getcpu();
     CPU_ZERO(&one_cpu);
-    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one_cpu);
+    CPU_SET(this_cpu >= 0 ? this_cpu : 0, &one_cpu);
     pinned = pinned && pthread_setaffinity_np(pthread_self(), sizeof one_cpu, &one_cpu) == 0;
     pthread_attr_t attributes;
     pthread_attr_init(&attributes);

@@ -149,12 +149,44 @@ static void copy_or_init(bson_t *destination, const bson_t *source)
 
 /* --- index bounds (find_bounds.c) ------------------------------------------- */
 
-/* The plan's intervals for index key_pattern from filter (the plan's, or one $or
- * clause); false if the first field is unbounded. */
-static bool build_intervals(find_plan_t *plan, const bson_t *filter, const bson_t *key_pattern, bool multikey)
+static bool interval_is_point(const scan_bounds_t *interval)
 {
-    return find_bounds_build(filter, key_pattern, multikey, plan->collation, &plan->intervals, &plan->interval_count,
-                             &plan->bounded_fields, &plan->index_bounds_explain);
+    return interval->lower.length == interval->upper.length &&
+           memcmp(interval->lower.data, interval->upper.data, interval->lower.length) == 0;
+}
+
+/* Whether the plan's intervals are points on every field of a unique index: at
+ * most one document each, so no other index can read less (mongod's ranking
+ * finds the same at once: such a plan ends after its first documents). */
+static bool plan_pins_unique_keys(const find_plan_t *plan, const index_descriptor_t *index, bool multikey)
+{
+    if (!index->unique || multikey || plan->interval_count == 0 ||
+        plan->bounded_fields != bson_count_keys(&index->key_pattern)) {
+        return false;
+    }
+    for (size_t i = 0; i < plan->interval_count; i++) {
+        if (!interval_is_point(&plan->intervals[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The plan's intervals for index from filter (the plan's, or one $or clause),
+ * each marked as a whole unique key when it is one (an exact search then finds
+ * it, scan_bounds_t); false if the first field is unbounded. */
+static bool build_intervals(find_plan_t *plan, const bson_t *filter, const index_descriptor_t *index, bool multikey)
+{
+    if (!find_bounds_build(filter, &index->key_pattern, multikey, plan->collation, &plan->intervals,
+                           &plan->interval_count, &plan->bounded_fields, &plan->index_bounds_explain)) {
+        return false;
+    }
+    bool whole = plan_pins_unique_keys(plan, index, multikey);
+    for (size_t i = 0; i < plan->interval_count; i++) {
+        scan_bounds_t *interval = &plan->intervals[i];
+        interval->whole_unique_key = whole && interval->lower_inclusive && interval->upper_inclusive;
+    }
+    return true;
 }
 
 static void clear_intervals(find_plan_t *plan)
@@ -257,46 +289,12 @@ static void use_index(find_plan_t *plan, index_descriptor_t *index)
     plan->index_properties = index_properties(index);
 }
 
-static bool interval_is_point(const scan_bounds_t *interval)
-{
-    return interval->lower.length == interval->upper.length &&
-           memcmp(interval->lower.data, interval->upper.data, interval->lower.length) == 0;
-}
-
-/* Whether the plan's intervals are points on every field of a unique index: at
- * most one document each, so no other index can read less (mongod's ranking
- * finds the same at once: such a plan ends after its first documents). */
-static bool plan_pins_unique_keys(const find_plan_t *plan, const index_descriptor_t *index, bool multikey)
-{
-    if (!index->unique || multikey || plan->interval_count == 0 ||
-        plan->bounded_fields != bson_count_keys(&index->key_pattern)) {
-        return false;
-    }
-    for (size_t i = 0; i < plan->interval_count; i++) {
-        if (!interval_is_point(&plan->intervals[i])) {
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Marks the plan's intervals as whole keys of index when each is one (an exact
- * search then finds each, scan_bounds_t). */
-static void mark_whole_unique_keys(find_plan_t *plan, const index_descriptor_t *index, bool multikey)
-{
-    bool whole = plan_pins_unique_keys(plan, index, multikey);
-    for (size_t i = 0; i < plan->interval_count; i++) {
-        scan_bounds_t *interval = &plan->intervals[i];
-        interval->whole_unique_key = whole && interval->lower_inclusive && interval->upper_inclusive;
-    }
-}
-
 /* Scores an index for filter: 0 unusable; higher is better. */
 static int score_index(find_plan_t *plan, const bson_t *filter, index_descriptor_t *index)
 {
     bool multikey = atomic_load(&index->multikey);
     clear_intervals(plan);
-    if (!build_intervals(plan, filter, &index->key_pattern, multikey)) {
+    if (!build_intervals(plan, filter, index, multikey)) {
         return 0;
     }
     /* Points on every field of a unique index win outright ({_id: k, state: "done"}
@@ -415,8 +413,7 @@ static bool plan_or_union(find_plan_t *plan, collection_t *collection)
         bson_copy_to(&index->key_pattern, &branch->key_pattern);
         branch->multikey = atomic_load(&index->multikey);
         branch->properties = index_properties(index);
-        build_intervals(plan, &clause, &index->key_pattern, branch->multikey);
-        mark_whole_unique_keys(plan, index, branch->multikey);
+        build_intervals(plan, &clause, index, branch->multikey);
         branch->intervals = plan->intervals;
         branch->interval_count = plan->interval_count;
         plan->intervals = NULL;
@@ -539,10 +536,9 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
         clear_intervals(plan);
         plan->index_collation_differs = !index_serves_collation(plan, hinted);
         if (plan->index_collation_differs ||
-            !build_intervals(plan, &plan->filter, &hinted->key_pattern, plan->index_multikey)) {
+            !build_intervals(plan, &plan->filter, hinted, plan->index_multikey)) {
             clear_intervals(plan); /* full index scan */
         }
-        mark_whole_unique_keys(plan, hinted, plan->index_multikey);
         return true;
     }
 
@@ -566,8 +562,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     index_descriptor_t *best = best_index(plan, collection, &plan->filter);
     if (best != NULL) {
         use_index(plan, best);
-        build_intervals(plan, &plan->filter, &best->key_pattern, plan->index_multikey);
-        mark_whole_unique_keys(plan, best, plan->index_multikey);
+        build_intervals(plan, &plan->filter, best, plan->index_multikey);
         return true;
     }
     if (plan_or_union(plan, collection)) {
