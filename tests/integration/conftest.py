@@ -370,14 +370,17 @@ class TestTimeout(Exception):
 
 
 @pytest.fixture(autouse=True)
-def time_limit():
-    """No test runs longer than TEST_TIMEOUT_SECONDS (pytest-timeout is not
-    installed; SIGALRM interrupts the main thread's blocking calls)."""
+def time_limit(request):
+    """No test runs longer than TEST_TIMEOUT_SECONDS, or its module's
+    TEST_TIME_LIMIT_SECONDS (pytest-timeout is not installed; SIGALRM interrupts
+    the main thread's blocking calls)."""
+    limit = getattr(request.module, "TEST_TIME_LIMIT_SECONDS", TEST_TIMEOUT_SECONDS)
+
     def on_alarm(signum, frame):
-        raise TestTimeout("test exceeded %d s" % TEST_TIMEOUT_SECONDS)
+        raise TestTimeout("test exceeded %d s" % limit)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_TIMEOUT_SECONDS)
+    signal.alarm(limit)
     try:
         yield
     finally:
