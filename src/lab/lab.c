@@ -45,6 +45,8 @@ static void print_usage(FILE *stream)
             "  --records N          documents loaded (faithful 600000, quick 200000)\n"
             "  --cache-size SIZE    the archive's WiredTiger cache (faithful 16MB, quick 6MB)\n"
             "  --read-iops N        the archive's read cap, 0 for none (default 3000)\n"
+            "  --sync-delay D       make each sync of both stores' disks take D longer (default\n"
+            "                       0): a day whose disk syncs slowly, on any machine\n"
             "  --threads N          bench clients (default 64)\n"
             "  --warmup D           unmeasured time before each run (faithful 30s, quick 3s)\n"
             "  --duration D         measured time of each run (faithful 180s, quick 10s)\n"
@@ -115,7 +117,7 @@ static int usage_error(const bson_error_t *error)
 
 /* Flags given on the command line, applied over the preset. */
 typedef struct lab_overrides {
-    int64_t records, read_iops, threads, seed, warmup_ms, duration_ms, empty_ms, proxies;
+    int64_t records, read_iops, threads, seed, warmup_ms, duration_ms, empty_ms, proxies, sync_delay_ms;
     uint64_t cache_bytes;
     bool has_records, has_read_iops, has_threads, has_seed, has_warmup, has_duration, has_empty, has_cache,
         has_proxies;
@@ -124,7 +126,7 @@ typedef struct lab_overrides {
 /* The flags of `thermocline lab`, for getopt_long. */
 enum lab_option {
     OPT_QUICK = 256, OPT_TINY, OPT_JSON, OPT_OUTPUT, OPT_KEEP, OPT_RECORDS, OPT_CACHE, OPT_IOPS, OPT_THREADS,
-    OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_PROXIES, OPT_HELP
+    OPT_WARMUP, OPT_DURATION, OPT_EMPTY, OPT_SEED, OPT_PROXIES, OPT_SYNC_DELAY, OPT_HELP
 };
 
 static const struct option lab_long_options[] = {
@@ -136,6 +138,7 @@ static const struct option lab_long_options[] = {
     {"records", required_argument, NULL, OPT_RECORDS},
     {"cache-size", required_argument, NULL, OPT_CACHE},
     {"read-iops", required_argument, NULL, OPT_IOPS},
+    {"sync-delay", required_argument, NULL, OPT_SYNC_DELAY},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"duration", required_argument, NULL, OPT_DURATION},
@@ -172,6 +175,7 @@ static void apply_sizes(lab_settings_t *settings, const char *size_preset, const
     if (overrides->has_read_iops) {
         settings->read_iops = overrides->read_iops;
     }
+    settings->sync_delay_ms = overrides->sync_delay_ms;
     if (overrides->has_threads) {
         settings->thread_count = (int)overrides->threads;
     }
@@ -260,6 +264,11 @@ static int parse_options(int argc, char **argv, lab_settings_t *settings)
                 return usage_error(&error);
             }
             overrides.has_read_iops = true;
+            break;
+        case OPT_SYNC_DELAY:
+            if (!units_parse_flag_duration(optarg, "--sync-delay", 1, true, &overrides.sync_delay_ms, &error)) {
+                return usage_error(&error);
+            }
             break;
         case OPT_THREADS:
             if (!units_parse_count(optarg, "--threads", 1, 256, &overrides.threads, &error)) {
@@ -383,18 +392,21 @@ static void print_plan(const lab_t *lab)
      * the fast tier's warm-up and the empty start. */
     int64_t estimate_s = ((LAB_WORKLOAD_COUNT + 1) * 2 * (per_run_ms + 8000) + settings->empty_start_ms + 8000 + 20000) /
                              1000 + settings->record_count / 12000;
-    char proxies[48] = "";
+    char proxies[48] = "", syncs[48] = "";
     if (settings->proxy_count > 1) {
         snprintf(proxies, sizeof proxies, ", tiered through %d proxies", settings->proxy_count);
     }
+    if (settings->sync_delay_ms > 0) {
+        snprintf(syncs, sizeof syncs, ", syncs %lld ms slower", (long long)settings->sync_delay_ms);
+    }
     fprintf(stderr,
-            "thermocline lab (%s): %s documents, archive cache %llu MB, reads capped at %lld/s, %d threads%s;\n"
+            "thermocline lab (%s): %s documents, archive cache %llu MB, reads capped at %lld/s%s, %d threads%s;\n"
             "%d workloads direct and tiered, and store at direct's rate, %lld s each after %lld s of warm-up,\n"
             "then a %lld s empty start: "
             "about %lld min\n"
             "output: %s (logs in %s), %.1f GB free there\n",
             settings->preset, lab_grouped((double)settings->record_count, records, sizeof records),
-            (unsigned long long)(settings->archive_cache_bytes / (1024 * 1024)), (long long)settings->read_iops,
+            (unsigned long long)(settings->archive_cache_bytes / (1024 * 1024)), (long long)settings->read_iops, syncs,
             settings->thread_count, proxies, LAB_WORKLOAD_COUNT, (long long)(settings->duration_ms / 1000),
             (long long)(settings->warmup_ms / 1000), (long long)(settings->empty_start_ms / 1000),
             (long long)((estimate_s + 59) / 60), settings->output_dir, lab->logs_dir,

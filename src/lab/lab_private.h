@@ -37,6 +37,7 @@ typedef struct lab_settings {
     uint64_t archive_cache_bytes; /* the archive's WiredTiger cache: data is ~40x this */
     uint64_t fast_cache_bytes;    /* the fast tier's: holds the window with room to spare */
     int64_t read_iops;            /* the archive's emulated read cap */
+    int64_t sync_delay_ms;        /* added to each sync of both stores (--sync-delay); 0: none */
     int64_t archive_oplog_mb;
     int64_t fast_oplog_mb;
     int archive_workers;          /* a thread per client connection, as mongod */

@@ -427,11 +427,15 @@ void lab_report_table(FILE *stream, const lab_t *lab)
     char documents[32], iops[32];
     double data_mb = (double)lab->storage_bytes / 1048576.0;
     double cache_mb = (double)settings->archive_cache_bytes / 1048576.0;
+    char syncs[48] = "";
+    if (settings->sync_delay_ms > 0) {
+        snprintf(syncs, sizeof syncs, ", every sync %lld ms slower", (long long)settings->sync_delay_ms);
+    }
     fprintf(stream, "\nthermocline lab (%s): archive of %s documents, %.0f MB on disk = %.0fx its %.0f MB cache, "
-                    "reads capped at %s/s;\n%d threads, %.0f s measured after %.0f s of warm-up per run, seed %llu\n\n",
+                    "reads capped at %s/s%s;\n%d threads, %.0f s measured after %.0f s of warm-up per run, seed %llu\n\n",
             settings->preset, lab_grouped((double)lab->documents, documents, sizeof documents), data_mb,
             cache_mb > 0 ? data_mb / cache_mb : 0.0, cache_mb, lab_grouped((double)settings->read_iops, iops, sizeof iops),
-            settings->thread_count, (double)settings->duration_ms / 1000.0, (double)settings->warmup_ms / 1000.0,
+            syncs, settings->thread_count, (double)settings->duration_ms / 1000.0, (double)settings->warmup_ms / 1000.0,
             (unsigned long long)settings->seed);
     if (lab->machine_before.measured && lab->machine_after.measured) {
         fprintf(stream, "machine, before the runs / after: a synced 4 KB write %.2f / %.2f ms (median), a loopback "
@@ -638,6 +642,7 @@ static void append_settings(bson_t *report, const lab_t *lab)
                            ? (double)lab->storage_bytes / (double)settings->archive_cache_bytes : 0.0);
     BSON_APPEND_INT64(&child, "fast_cache_bytes", (int64_t)settings->fast_cache_bytes);
     BSON_APPEND_INT64(&child, "read_iops", settings->read_iops);
+    BSON_APPEND_INT64(&child, "sync_delay_ms", settings->sync_delay_ms);
     BSON_APPEND_INT32(&child, "archive_workers", settings->archive_workers);
     BSON_APPEND_INT32(&child, "threads", settings->thread_count);
     BSON_APPEND_INT32(&child, "proxies", settings->proxy_count);

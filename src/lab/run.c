@@ -118,6 +118,10 @@ static bool start_store(lab_t *lab, lab_process_t *process, const char *name, co
     argument_add(&arguments, "%s", cache);
     argument_add(&arguments, "--oplog-size");
     argument_add(&arguments, "%" PRId64, is_archive ? settings->archive_oplog_mb : settings->fast_oplog_mb);
+    if (settings->sync_delay_ms > 0) {
+        argument_add(&arguments, "--sync-delay");
+        argument_add(&arguments, "%" PRId64 "ms", settings->sync_delay_ms);
+    }
     if (is_archive) {
         argument_add(&arguments, "--read-iops");
         argument_add(&arguments, "%" PRId64, settings->read_iops);

@@ -36,6 +36,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -714,6 +715,26 @@ void connection_complete_request(worker_job_t *job)
         return;
     }
     connection_write_reply(connection);
+}
+
+server_held_reply_t *server_hold_reply(server_reply_t *reply)
+{
+    worker_job_t *job = (worker_job_t *)((char *)reply - offsetof(worker_job_t, reply));
+    worker_pool_hold(job);
+    return (server_held_reply_t *)job;
+}
+
+void server_release_reply(server_held_reply_t *held, bool deliver)
+{
+    worker_job_t *job = (worker_job_t *)held;
+    connection_t *connection = job->owner;
+    if (!deliver) {
+        bson_free(job->reply.data);
+        job->reply.data = NULL;
+        job->reply.length = 0;
+        job->reply.close_after = true;
+    }
+    worker_pool_release_held(connection->server->workers, job);
 }
 
 void server_complete(server_pending_t *pending, const server_reply_t *reply)

@@ -41,7 +41,11 @@ typedef struct server_reply {
      * has passed, so a handler waiting for data (an awaitData getMore) polls
      * without holding a worker. data must be NULL. */
     bool run_again;
+    bool held;         /* the server's: set by server_hold_reply() */
 } server_reply_t;
+
+/* A reply held back until the application releases it (server_hold_reply). */
+typedef struct server_held_reply server_held_reply_t;
 
 /* One request in flight in loop mode (below); answered with server_complete(). */
 typedef struct server_pending server_pending_t;
@@ -116,6 +120,18 @@ server_t *server_new(const server_options_t *options, const server_callbacks_t *
 /* Serves until server_stop() or SIGINT/SIGTERM; then closes every connection,
  * drains the workers and returns. */
 bool server_run(server_t *server, bson_error_t *error) TC_MUST_CHECK;
+
+/* Worker mode, inside handle, once it has filled reply: the reply is not sent
+ * when handle returns but once server_release_reply() is called, from any
+ * thread, and the worker serves other requests meanwhile; the connection's next
+ * request waits, as its replies go out in order. For a reply that waits for
+ * something slow that many share (a durable write's journal sync) without
+ * holding a thread. Not with run_again or delay_ms. */
+server_held_reply_t *server_hold_reply(server_reply_t *reply);
+
+/* Any thread, once per held reply: sends it (deliver), or drops it and closes
+ * the connection (the client then knows nothing was acknowledged). */
+void server_release_reply(server_held_reply_t *held, bool deliver);
 
 /* Loop mode, loop thread only: answers pending's request. The server owns
  * reply->data afterwards. pending must not be used again. */

@@ -63,6 +63,24 @@ static worker_job_t *worker_job_queue_pop(worker_job_queue_t *queue)
     return job;
 }
 
+/* Hands a job whose handler has run back to the submitter: finish, else the
+ * completed queue. */
+static void complete_job(worker_pool_t *pool, worker_job_t *job)
+{
+    if (pool->finish != NULL && pool->finish(job)) {
+        return; /* the job may be gone already */
+    }
+    pthread_mutex_lock(&pool->completed_lock);
+    bool first = pool->completed.head == NULL;
+    worker_job_queue_push(&pool->completed, job);
+    if (first) {
+        /* Later completions join the batch the submitter has not taken yet:
+         * one wake-up of the loop serves them all. */
+        pool->notify(pool->notify_context);
+    }
+    pthread_mutex_unlock(&pool->completed_lock);
+}
+
 static void *worker_thread_main(void *argument)
 {
     worker_thread_t *self = argument;
@@ -87,19 +105,11 @@ static void *worker_thread_main(void *argument)
         }
 
         pool->callbacks.handle(pool->callbacks.application, state, &job->request, &job->reply);
-        if (pool->finish != NULL && pool->finish(job)) {
-            continue; /* the job may be gone already */
+        if (job->reply.held) {
+            worker_pool_release_held(pool, job); /* the worker's side */
+        } else {
+            complete_job(pool, job);
         }
-
-        pthread_mutex_lock(&pool->completed_lock);
-        bool first = pool->completed.head == NULL;
-        worker_job_queue_push(&pool->completed, job);
-        if (first) {
-            /* Later completions join the batch the submitter has not taken yet:
-             * one wake-up of the loop serves them all. */
-            pool->notify(pool->notify_context);
-        }
-        pthread_mutex_unlock(&pool->completed_lock);
     }
 
     if (pool->callbacks.worker_stop != NULL) {
@@ -154,6 +164,19 @@ void worker_pool_submit(worker_pool_t *pool, worker_job_t *job)
     if (wake) {
         /* After unlocking, so the woken worker does not block at once on the lock. */
         pthread_cond_signal(&pool->submitted_ready);
+    }
+}
+
+void worker_pool_hold(worker_job_t *job)
+{
+    atomic_store(&job->hold_count, 2);
+    job->reply.held = true;
+}
+
+void worker_pool_release_held(worker_pool_t *pool, worker_job_t *job)
+{
+    if (atomic_fetch_sub(&job->hold_count, 1) == 1) {
+        complete_job(pool, job);
     }
 }
 

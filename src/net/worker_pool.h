@@ -7,6 +7,8 @@
 
 #include "net/server.h"
 
+#include <stdatomic.h>
+
 typedef struct worker_pool worker_pool_t;
 
 /* One request on its way through the pool. The submitter owns the job memory and
@@ -16,6 +18,9 @@ typedef struct worker_job {
     void *owner;             /* the submitter's object, untouched by the pool */
     server_request_t request;
     server_reply_t reply;    /* zeroed by submit, filled by the handler */
+    /* A held reply (server_hold_reply): the worker and the releaser each give up
+     * one; the second completes the job, whichever thread it is. */
+    atomic_int hold_count;
 } worker_job_t;
 
 /* Called on a worker thread when a completed job is queued where none waited to
@@ -39,6 +44,13 @@ worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callb
 
 /* Queues job; a worker runs callbacks->handle on it, in submission order. */
 void worker_pool_submit(worker_pool_t *pool, worker_job_t *job);
+
+/* Marks job's reply held (server_hold_reply): handed back only once both the
+ * worker that ran it and worker_pool_release_held() are done with it. */
+void worker_pool_hold(worker_job_t *job);
+
+/* The releaser's side of a held job; any thread, once. */
+void worker_pool_release_held(worker_pool_t *pool, worker_job_t *job);
 
 /* Removes and returns the completed jobs, oldest first, linked through next;
  * NULL when none. */

@@ -440,13 +440,13 @@ static void append_memory(bson_t *reply)
     bson_append_document_end(reply, &memory);
 }
 
-/* Not a mongod section: the emulated volume under --read-iops (slow_disk.h) and
- * the network limits (server.h). */
+/* Not a mongod section: the emulated volume under --read-iops and --sync-delay
+ * (slow_disk.h) and the network limits (server.h). */
 static void append_thermocline(const store_t *store, bson_t *reply)
 {
     slow_disk_stats_t disk = slow_disk_stats();
     server_connection_stats_t connections = server_connection_stats(store->server);
-    bson_t thermocline, read_iops, network;
+    bson_t thermocline, read_iops, syncs, network;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "thermocline", &thermocline);
     BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "readIops", &read_iops);
     BSON_APPEND_INT64(&read_iops, "cap", (int64_t)disk.cap);
@@ -456,6 +456,10 @@ static void append_thermocline(const store_t *store, bson_t *reply)
     BSON_APPEND_INT64(&read_iops, "throttledReads", (int64_t)disk.throttled_reads);
     BSON_APPEND_INT64(&read_iops, "throttledWaitMicros", (int64_t)disk.throttled_wait_micros);
     bson_append_document_end(&thermocline, &read_iops);
+    BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "syncs", &syncs);
+    BSON_APPEND_INT64(&syncs, "delayMillis", (int64_t)disk.sync_delay_ms);
+    BSON_APPEND_INT64(&syncs, "count", (int64_t)disk.syncs);
+    bson_append_document_end(&thermocline, &syncs);
     /* The network layer's limits (server.h): what they refused, what waits. */
     BSON_APPEND_DOCUMENT_BEGIN(&thermocline, "network", &network);
     BSON_APPEND_INT64(&network, "tlsConnections", (int64_t)connections.tls);

@@ -240,7 +240,7 @@ static bool run_write_batch(command_context_t *context, const char *array_field,
     }
     storage_unlock(storage);
     bson_free(ns);
-    return ok && (!command_wants_durable_write(context) || oplog_sync_journal(context->session, error));
+    return ok && (!command_wants_durable_write(context) || command_sync_journal(context, context->session, error));
 }
 
 static bool run_insert_statement(command_context_t *context, const char *ns, bson_iter_t *statement, uint32_t index,
@@ -812,7 +812,7 @@ static bool handle_find_and_modify(command_context_t *context, bson_t *reply, bs
     storage_unlock(storage);
     locked = false;
     if (command_wants_durable_write(context)) {
-        TC_CHECK(oplog_sync_journal(context->session, error));
+        TC_CHECK(command_sync_journal(context, context->session, error));
     }
     ok = true;
 done:

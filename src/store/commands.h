@@ -74,6 +74,12 @@ typedef struct command_context {
      * (validation.h), which its writeError or the command's error carries;
      * NULL for a command run outside dispatch. */
     bson_t *error_info;
+    /* Where a durable write leaves its journal sync to the reply
+     * (command_sync_journal): the dispatcher's flag, for a client's request with
+     * a reply, which then waits for the journal thread without holding the
+     * worker; shared by the inner contexts a handler copies ($merge's writes).
+     * NULL: the handler syncs itself. */
+    bool *journal_sync_wanted;
 } command_context_t;
 
 /* A handler appends its reply fields (not "ok") to reply and returns true, or
@@ -238,5 +244,10 @@ void command_append_explain_server_info(const command_context_t *context, const 
  * False for the commands of a transaction, whose writes reach the journal with
  * its commitTransaction. */
 bool command_wants_durable_write(const command_context_t *context);
+
+/* Makes what session committed durable before the client hears of it: at once
+ * (oplog_sync_journal), or, when the context allows, by holding the reply until
+ * the journal thread's next sync (journal_sync_wanted). */
+bool command_sync_journal(command_context_t *context, storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
 
 #endif

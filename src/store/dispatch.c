@@ -180,6 +180,15 @@ bool command_wants_durable_write(const command_context_t *context)
     return context->store->options.replica_set != NULL;
 }
 
+bool command_sync_journal(command_context_t *context, storage_session_t *session, bson_error_t *error)
+{
+    if (context->journal_sync_wanted != NULL) {
+        *context->journal_sync_wanted = true;
+        return true;
+    }
+    return oplog_sync_journal(session, error);
+}
+
 /* --- batches ------------------------------------------------------------------ */
 
 /* Room left under the 16 MiB reply for the cursor envelope and other fields. */
@@ -408,6 +417,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         .attempt = control->attempt,
         .connection = connection_get(store, control->connection_data, connection_id, peer_address),
         .error_info = &error_info,
+        .journal_sync_wanted = control->journal_sync_deferrable ? &control->journal_sync_wanted : NULL,
     };
     current_op_entry_t local_entry = {0}; /* the table's entry of a command outside a connection */
     transaction_command_t transaction;
@@ -526,6 +536,16 @@ static bool is_never_compressed(const bson_t *command)
     return false;
 }
 
+/* A held reply's journal sync has ended: the reply goes out, or, when the sync
+ * failed, the connection closes with the write unacknowledged. */
+static void release_when_journaled(void *held, bool synced)
+{
+    if (!synced) {
+        TC_LOG(TC_LOG_WARNING, "STORAGE", 0, "closing a connection whose write the journal could not sync");
+    }
+    server_release_reply(held, synced);
+}
+
 void dispatch_message(store_t *store, storage_session_t *session, const server_request_t *request,
                       server_reply_t *out_reply)
 {
@@ -598,6 +618,7 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
         legacy = true;
         goto error_reply;
     }
+    control.journal_sync_deferrable = !more_to_come;
     dispatch_command(store, session, &command, request->connection_id, request->peer_address, &reply, &control);
     if (control.run_again) {
         out_reply->run_again = true;
@@ -642,6 +663,9 @@ compress:
     out_reply->length = encoded_length;
     out_reply->delay_ms = control.delay_ms;
     encoded = NULL;
+    if (control.journal_sync_wanted) {
+        oplog_after_journal_sync(store->storage, release_when_journaled, server_hold_reply(out_reply));
+    }
     goto done;
 
 refuse:

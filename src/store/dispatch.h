@@ -20,6 +20,8 @@ typedef struct dispatch_control {
                              * (server_request_t.connection_data), or NULL */
     int64_t submitted_us;   /* in: when it was queued for a worker (server_request_t), 0: now */
     bool internal;          /* in: the store's own work (the TTL monitor): no access check */
+    bool journal_sync_deferrable; /* in: a durable write's sync may be left to the reply */
+    bool journal_sync_wanted;     /* out: the reply must wait for the journal's next sync */
 } dispatch_control_t;
 
 /* A connection is gone (the server's connection_close): frees its state

@@ -197,6 +197,33 @@ bool oplog_sync_journal(storage_session_t *session, bson_error_t *error)
     return true;
 }
 
+/* One oplog_after_journal_sync() call, until its sync has ended. */
+typedef struct journal_wait {
+    oplog_t *oplog; /* NULL: no oplog */
+    uint64_t committed;
+    storage_journal_done_fn done;
+    void *argument;
+} journal_wait_t;
+
+static void on_journal_synced(void *argument, bool synced)
+{
+    journal_wait_t *wait = argument;
+    if (synced && wait->oplog != NULL) {
+        atomic_raise(&wait->oplog->majority_time, wait->committed);
+    }
+    wait->done(wait->argument, synced);
+    bson_free(wait);
+}
+
+void oplog_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument)
+{
+    journal_wait_t *wait = bson_malloc(sizeof *wait);
+    oplog_t *oplog = storage->oplog;
+    *wait = (journal_wait_t){
+        .oplog = oplog, .committed = oplog != NULL ? oplog_committed_time(oplog) : 0, .done = done, .argument = argument};
+    storage_after_journal_sync(storage, on_journal_synced, wait);
+}
+
 void oplog_session_begin_command(storage_session_t *session)
 {
     session->oplog_last_committed = 0;

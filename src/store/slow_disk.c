@@ -1,7 +1,8 @@
 /* The emulated slow disk: this file defines pread(), which WiredTiger's POSIX
  * layer calls for every block it reads, so each read of a data file first waits
  * for a slot of a token bucket of N reads per second and drops its range from
- * the OS page cache, then reads from the device.
+ * the OS page cache, then reads from the device; and fdatasync(), WiredTiger's
+ * one way to sync a file, which can be made to take longer.
  *
  * Why at the libc boundary: WiredTiger 3.2.1 accepts a custom WT_FILE_SYSTEM
  * only from an early-loaded extension whose entry point it finds with dlsym(),
@@ -28,10 +29,11 @@
 #define DESCRIPTOR_SLOTS 4096
 
 static _Atomic uint64_t cap_reads_per_second;
+static _Atomic uint64_t sync_delay_ms;
 static slow_disk_bucket_t bucket;
 
 static struct {
-    _Atomic uint64_t reads, io_units, bytes_read, throttled_reads, throttled_wait_micros;
+    _Atomic uint64_t reads, io_units, bytes_read, throttled_reads, throttled_wait_micros, syncs;
 } counters;
 
 /* Per descriptor: the identity of the file it was last seen on, with the low
@@ -126,6 +128,15 @@ done:
 
 /* --- the read path ------------------------------------------------------------ */
 
+/* Sleeps until until_ns on CLOCK_MONOTONIC, through signals. */
+static void sleep_until_ns(int64_t until_ns)
+{
+    struct timespec deadline = {.tv_sec = until_ns / NANOSECONDS_PER_SECOND,
+                                .tv_nsec = until_ns % NANOSECONDS_PER_SECOND};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR) {
+    }
+}
+
 /* The calling thread's reads: a command's own, for its slow-operation log line. */
 static _Thread_local slow_disk_thread_reads_t thread_reads;
 
@@ -137,10 +148,7 @@ static void wait_for_slot(uint64_t io_units)
         return;
     }
     thread_reads.throttled_wait_micros += (uint64_t)(start - now) / 1000;
-    struct timespec deadline = {.tv_sec = start / NANOSECONDS_PER_SECOND,
-                                .tv_nsec = start % NANOSECONDS_PER_SECOND};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR) {
-    }
+    sleep_until_ns(start);
     atomic_fetch_add_explicit(&counters.throttled_reads, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&counters.throttled_wait_micros, (uint64_t)(start - now) / 1000,
                               memory_order_relaxed);
@@ -173,6 +181,20 @@ ssize_t slow_disk_pread(int descriptor, void *buffer, size_t count, off_t offset
     return (ssize_t)syscall(SYS_pread64, descriptor, buffer, count, offset);
 }
 
+/* --- the sync path ------------------------------------------------------------ */
+
+int slow_disk_fdatasync(int descriptor) __asm__("fdatasync");
+
+int slow_disk_fdatasync(int descriptor)
+{
+    atomic_fetch_add_explicit(&counters.syncs, 1, memory_order_relaxed);
+    int64_t delay_ns = (int64_t)atomic_load_explicit(&sync_delay_ms, memory_order_acquire) * 1000000;
+    if (delay_ns > 0) {
+        sleep_until_ns(clock_monotonic_ns() + delay_ns);
+    }
+    return (int)syscall(SYS_fdatasync, descriptor);
+}
+
 slow_disk_thread_reads_t slow_disk_thread_reads(void)
 {
     return thread_reads;
@@ -188,6 +210,11 @@ void slow_disk_set_cap(uint64_t reads_per_second)
     atomic_store_explicit(&cap_reads_per_second, reads_per_second, memory_order_release);
 }
 
+void slow_disk_set_sync_delay(uint64_t delay_ms)
+{
+    atomic_store_explicit(&sync_delay_ms, delay_ms, memory_order_release);
+}
+
 slow_disk_stats_t slow_disk_stats(void)
 {
     slow_disk_stats_t stats = {
@@ -197,6 +224,8 @@ slow_disk_stats_t slow_disk_stats(void)
         .bytes_read = atomic_load(&counters.bytes_read),
         .throttled_reads = atomic_load(&counters.throttled_reads),
         .throttled_wait_micros = atomic_load(&counters.throttled_wait_micros),
+        .sync_delay_ms = atomic_load(&sync_delay_ms),
+        .syncs = atomic_load(&counters.syncs),
     };
     return stats;
 }

@@ -1,6 +1,7 @@
-/* The emulated slow disk under WiredTiger (--read-iops N): caps reads of the
- * store's data files at N per second, shared by all threads, keeps the OS page
- * cache from serving them, and counts them for serverStatus. */
+/* The emulated slow disk under WiredTiger: --read-iops N caps reads of the
+ * store's data files at N per second, shared by all threads, and keeps the OS
+ * page cache from serving them; --sync-delay D makes each sync (fdatasync, the
+ * journal's and the checkpoints') take D longer. Both counted for serverStatus. */
 #ifndef TC_STORE_SLOW_DISK_H
 #define TC_STORE_SLOW_DISK_H
 
@@ -18,6 +19,8 @@ typedef struct slow_disk_stats {
     uint64_t bytes_read;
     uint64_t throttled_reads;       /* reads that had to wait for a slot */
     uint64_t throttled_wait_micros; /* total time those reads waited */
+    uint64_t sync_delay_ms;         /* added to each sync; 0: none */
+    uint64_t syncs;                 /* fdatasync calls */
 } slow_disk_stats_t;
 
 /* The calling thread's data-file reads since it started: a command's own are
@@ -36,6 +39,10 @@ slow_disk_thread_reads_t slow_disk_thread_reads(void);
  * the storage opens: the emulation is process-wide, as a volume is, one store
  * per process. */
 void slow_disk_set_cap(uint64_t reads_per_second);
+
+/* Makes every fdatasync of the process wait delay_ms first, as a volume whose
+ * syncs are slow (a cloud disk on a busy day); 0 lifts it. */
+void slow_disk_set_sync_delay(uint64_t delay_ms);
 
 /* A snapshot of the counters since the process started. */
 slow_disk_stats_t slow_disk_stats(void);

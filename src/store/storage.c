@@ -36,31 +36,74 @@ bool storage_open_cursor(storage_session_t *session, const char *uri, const char
     return true;
 }
 
+/* A reply waiting for the journal (storage_after_journal_sync). */
+typedef struct journal_waiter {
+    struct journal_waiter *next;
+    storage_journal_done_fn done;
+    void *argument;
+} journal_waiter_t;
+
+/* The journal thread: syncs the journal for the waiters, all those that arrived
+ * before each sync, as soon as the previous sync ends (group commit); with none,
+ * every JOURNAL_COMMIT_INTERVAL_MS, which bounds how long a write without j stays
+ * only in memory. It also drops the tables a busy drop left. */
 static void *journal_flusher_main(void *argument)
 {
     storage_t *storage = argument;
-    WT_SESSION *wt = NULL;
-    if (storage->connection->open_session(storage->connection, NULL, NULL, &wt) != 0) {
-        return NULL;
-    }
-    pthread_mutex_lock(&storage->journal_mutex);
-    while (!storage->journal_stop) {
-        struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, JOURNAL_COMMIT_INTERVAL_MS);
-        pthread_cond_timedwait(&storage->journal_wakeup, &storage->journal_mutex, &deadline);
-        pthread_mutex_unlock(&storage->journal_mutex);
-        wt->log_flush(wt, "sync=on");
-        storage_session_t flusher_session = {.storage = storage, .wt = wt};
-        pthread_mutex_lock(&storage->pending_drops_mutex);
-        size_t pending = storage->pending_drop_count;
-        pthread_mutex_unlock(&storage->pending_drops_mutex);
-        if (pending > 0) {
-            storage_drop_table(&flusher_session, NULL);
-        }
+    storage_session_t flusher_session = {.storage = storage, .wt = storage->journal_session};
+    int64_t drops_tried_ms = 0;
+    bool stopping = false;
+    while (!stopping) {
         pthread_mutex_lock(&storage->journal_mutex);
+        if (storage->journal_waiters == NULL && !storage->journal_stop) {
+            struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, JOURNAL_COMMIT_INTERVAL_MS);
+            pthread_cond_timedwait(&storage->journal_wakeup, &storage->journal_mutex, &deadline);
+        }
+        journal_waiter_t *waiters = storage->journal_waiters;
+        storage->journal_waiters = NULL;
+        storage->journal_waiters_tail = NULL;
+        stopping = storage->journal_stop;
+        pthread_mutex_unlock(&storage->journal_mutex);
+
+        bson_error_t error;
+        bool synced = storage_sync_journal(&flusher_session, &error);
+        if (!synced) {
+            TC_LOG(TC_LOG_ERROR, "STORAGE", 0, "journal sync failed: %s", error.message);
+        }
+        while (waiters != NULL) {
+            journal_waiter_t *next = waiters->next;
+            waiters->done(waiters->argument, synced);
+            bson_free(waiters);
+            waiters = next;
+        }
+        /* Not after every sync of a busy journal: a drop may take a while, and
+         * the next replies wait meanwhile. */
+        if (clock_monotonic_ms() - drops_tried_ms >= JOURNAL_COMMIT_INTERVAL_MS) {
+            drops_tried_ms = clock_monotonic_ms();
+            pthread_mutex_lock(&storage->pending_drops_mutex);
+            size_t pending = storage->pending_drop_count;
+            pthread_mutex_unlock(&storage->pending_drops_mutex);
+            if (pending > 0) {
+                storage_drop_table(&flusher_session, NULL);
+            }
+        }
     }
-    pthread_mutex_unlock(&storage->journal_mutex);
-    wt->close(wt, NULL);
     return NULL;
+}
+
+void storage_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument)
+{
+    journal_waiter_t *waiter = bson_malloc(sizeof *waiter);
+    *waiter = (journal_waiter_t){.done = done, .argument = argument};
+    pthread_mutex_lock(&storage->journal_mutex);
+    if (storage->journal_waiters_tail != NULL) {
+        storage->journal_waiters_tail->next = waiter;
+    } else {
+        storage->journal_waiters = waiter;
+    }
+    storage->journal_waiters_tail = waiter;
+    pthread_cond_signal(&storage->journal_wakeup);
+    pthread_mutex_unlock(&storage->journal_mutex);
 }
 
 /* WiredTiger's own messages go through the log, so they take its format (one json
@@ -104,10 +147,13 @@ storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
     pthread_mutex_init(&storage->pending_drops_mutex, NULL);
     pthread_mutex_init(&storage->journal_mutex, NULL);
     pthread_cond_init(&storage->journal_wakeup, NULL);
+    pthread_mutex_init(&storage->sync_mutex, NULL);
+    pthread_cond_init(&storage->sync_finished, NULL);
 
     /* Under --read-iops every block must come through pread(), where the
      * emulated volume sits (slow_disk.c), never through a memory mapping. */
     slow_disk_set_cap(options->read_iops);
+    slow_disk_set_sync_delay(options->sync_delay_ms);
     snprintf(config, sizeof config,
              "create,cache_size=%llu,session_max=1000,"
              /* Small journal files, not preallocated: a store is cheap to start many
@@ -132,6 +178,11 @@ storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
         goto done;
     }
     TC_CHECK(catalog_load(storage, session, error));
+    wt_code = storage->connection->open_session(storage->connection, NULL, NULL, &storage->journal_session);
+    if (wt_code != 0) {
+        storage_error_from_wt(error, wt_code, "opening the journal thread's session");
+        goto done;
+    }
     if (pthread_create(&storage->journal_thread, NULL, journal_flusher_main, storage) != 0) {
         tc_error_set(error, TC_ERR_INTERNAL, "cannot start the journal flusher thread");
         goto done;
@@ -176,6 +227,8 @@ void storage_close(storage_t *storage)
     pthread_mutex_destroy(&storage->pending_drops_mutex);
     pthread_mutex_destroy(&storage->journal_mutex);
     pthread_cond_destroy(&storage->journal_wakeup);
+    pthread_mutex_destroy(&storage->sync_mutex);
+    pthread_cond_destroy(&storage->sync_finished);
     bson_free(storage);
 }
 
@@ -289,9 +342,33 @@ void storage_rollback(storage_session_t *session)
     }
 }
 
+/* Group commit, as mongod's journal flusher: a waiter arrives after its commit,
+ * and the first sync to begin after that covers it. While one sync runs, every
+ * waiter arriving queues; the next sync covers them all. WiredTiger alone syncs
+ * only up to each caller's own log position, so concurrent durable writes would
+ * each pay a sync in turn (on a slow disk, one per write, the workers all held). */
 bool storage_sync_journal(storage_session_t *session, bson_error_t *error)
 {
-    int wt_code = session->wt->log_flush(session->wt, "sync=on");
+    storage_t *storage = session->storage;
+    pthread_mutex_lock(&storage->sync_mutex);
+    uint64_t ticket = ++storage->sync_waiters_arrived;
+    while (storage->sync_waiters_covered < ticket) {
+        if (storage->sync_running) {
+            pthread_cond_wait(&storage->sync_finished, &storage->sync_mutex);
+            continue;
+        }
+        uint64_t covering = storage->sync_waiters_arrived;
+        storage->sync_running = true;
+        pthread_mutex_unlock(&storage->sync_mutex);
+        int flushed = session->wt->log_flush(session->wt, "sync=on");
+        pthread_mutex_lock(&storage->sync_mutex);
+        storage->sync_running = false;
+        storage->sync_waiters_covered = covering;
+        storage->sync_result = flushed;
+        pthread_cond_broadcast(&storage->sync_finished);
+    }
+    int wt_code = storage->sync_result;
+    pthread_mutex_unlock(&storage->sync_mutex);
     if (wt_code != 0) {
         return storage_error_from_wt(error, wt_code, "journal sync");
     }

@@ -22,6 +22,7 @@ typedef struct storage_options {
     uint64_t cache_bytes;   /* WiredTiger cache size */
     const char *compressor; /* "snappy", "zlib" or "none": default for new collections */
     uint64_t read_iops;     /* cap on data-file reads per second (slow_disk.h); 0: none */
+    uint64_t sync_delay_ms; /* added to each sync (slow_disk.h); 0: none */
 } storage_options_t;
 
 typedef struct index_descriptor {
@@ -202,6 +203,14 @@ void storage_rollback(storage_session_t *session);
 /* Waits until every transaction committed so far is in the journal on disk:
  * one sync for a whole batch of writes that asked for j: true. */
 bool storage_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
+
+/* Calls done(argument, synced) on the journal thread once a journal sync that
+ * began after this call has ended: every transaction committed before the call
+ * is then on disk, unless synced is false (the sync failed). The asynchronous
+ * storage_sync_journal(), for a reply that waits for the journal without
+ * holding a worker. Until storage_close(). */
+typedef void (*storage_journal_done_fn)(void *argument, bool synced);
+void storage_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument);
 bool storage_in_transaction(storage_session_t *session);
 
 /* --- multi-document transactions --------------------------------------------

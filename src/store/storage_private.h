@@ -23,9 +23,20 @@ struct storage {
     pthread_mutex_t pending_drops_mutex;
     pthread_t journal_thread;
     bool journal_started;
+    WT_SESSION *journal_session;  /* the journal thread's */
     pthread_mutex_t journal_mutex;
     pthread_cond_t journal_wakeup;
     bool journal_stop;
+    struct journal_waiter *journal_waiters; /* storage_after_journal_sync(), oldest first */
+    struct journal_waiter *journal_waiters_tail;
+    /* Group commit (storage_sync_journal): one sync at a time, covering every
+     * waiter that had arrived when it began. Counts of waiters, under sync_mutex. */
+    pthread_mutex_t sync_mutex;
+    pthread_cond_t sync_finished;
+    uint64_t sync_waiters_arrived;
+    uint64_t sync_waiters_covered; /* by the syncs finished so far */
+    bool sync_running;
+    int sync_result;               /* the last finished sync's WiredTiger code */
     struct oplog *oplog;        /* oplog.c, attached by oplog_open(); NULL: none */
     storage_ddl_hook_fn ddl_hook; /* storage_set_ddl_hook(); NULL: none */
     void *ddl_hook_context;

@@ -119,6 +119,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         .cache_bytes = options->cache_bytes,
         .compressor = options->compressor,
         .read_iops = (uint64_t)options->read_iops,
+        .sync_delay_ms = (uint64_t)options->sync_delay_ms,
     };
     store.storage = storage_open(&storage_options, error);
     TC_CHECK(store.storage != NULL);
@@ -130,6 +131,10 @@ bool store_run(const store_options_t *options, bson_error_t *error)
                      TC_ATTR_INT("ioUnitKB", SLOW_DISK_IO_UNIT_BYTES / 1024));
     } else {
         TC_LOG(TC_LOG_INFO, "STORAGE", 0, "data-file reads uncapped (no --read-iops)");
+    }
+    if (options->sync_delay_ms > 0) {
+        TC_LOG_ATTRS(TC_LOG_INFO, "STORAGE", 0, "emulated slow disk: each sync takes {syncDelayMillis} ms longer",
+                     TC_ATTR_INT("syncDelayMillis", options->sync_delay_ms));
     }
     store.cursors = cursor_table_new();
     store.operations = current_op_table_new();
@@ -240,6 +245,8 @@ static void print_usage(FILE *stream)
             "  --cache-size SIZE      WiredTiger cache, e.g. 256MB (default), 16MB, 1GB\n"
             "  --compressor NAME      snappy (default), zlib or none, for new collections\n"
             "  --read-iops N          cap data-file reads at N per second (emulated slow disk)\n"
+            "  --sync-delay D         make each sync (the journal's, a checkpoint's) take D longer,\n"
+            "                         e.g. 8ms (emulated slow disk; default 0)\n"
             "  --oplog-size MB        with --replSet: oplog size in megabytes (default: 5%% of the\n"
             "                         free disk, 990MB to 50GB, as mongod's --oplogSize)\n"
             "  --max-conns N          refuse connections past N (default 65536)\n"
@@ -286,7 +293,7 @@ enum store_option {
     OPT_PORT = 256, OPT_DBPATH, OPT_BIND, OPT_REPLSET, OPT_CACHE, OPT_COMPRESSOR, OPT_IOPS, OPT_MAXCONNS, OPT_WORKERS,
     OPT_VERBOSE, OPT_HELP, OPT_OPLOG_SIZE, OPT_AUTH, OPT_TLS_MODE, OPT_TLS_CERTIFICATE_KEY_FILE, OPT_TLS_CA_FILE,
     OPT_TLS_ALLOW_WITHOUT_CERTIFICATES, OPT_IDLE_TIMEOUT, OPT_RECEIVE_TIMEOUT, OPT_SEND_TIMEOUT,
-    OPT_MAX_QUEUED_REPLIES, OPT_SLOW_MS, OPT_METRICS_LISTEN
+    OPT_MAX_QUEUED_REPLIES, OPT_SLOW_MS, OPT_METRICS_LISTEN, OPT_SYNC_DELAY
 };
 
 static const struct option store_long_options[] = {
@@ -298,6 +305,7 @@ static const struct option store_long_options[] = {
     {"cache-size", required_argument, NULL, OPT_CACHE},
     {"compressor", required_argument, NULL, OPT_COMPRESSOR},
     {"read-iops", required_argument, NULL, OPT_IOPS},
+    {"sync-delay", required_argument, NULL, OPT_SYNC_DELAY},
     {"oplog-size", required_argument, NULL, OPT_OPLOG_SIZE},
     {"oplogSize", required_argument, NULL, OPT_OPLOG_SIZE},
     {"max-conns", required_argument, NULL, OPT_MAXCONNS},
@@ -483,6 +491,12 @@ int store_main(int argc, char **argv)
             break;
         case OPT_TLS_ALLOW_WITHOUT_CERTIFICATES:
             options.tls_allow_connections_without_certificates = true;
+            break;
+        case OPT_SYNC_DELAY:
+            if (!units_parse_flag_duration(optarg, "--sync-delay", 1, true, &options.sync_delay_ms, &error)) {
+                fprintf(stderr, "thermocline store: %s\n", error.message);
+                return 2;
+            }
             break;
         case OPT_IDLE_TIMEOUT:
         case OPT_RECEIVE_TIMEOUT:

@@ -16,6 +16,7 @@ typedef struct store_options {
     uint64_t cache_bytes;      /* default 256MB */
     const char *compressor;    /* snappy (default), zlib, none */
     int64_t read_iops;         /* 0: unthrottled */
+    int64_t sync_delay_ms;     /* --sync-delay: added to each sync (slow_disk.h); 0: none */
     uint64_t oplog_bytes;      /* --oplog-size (MB), with --replSet; 0: mongod's default */
     int max_connections;       /* --max-conns, default 65536 */
     int worker_count;          /* default: 2 x cores, at least 4 */

@@ -741,7 +741,7 @@ bool transaction_commit(command_context_t *context, bson_error_t *error)
     bool durable = command_wants_durable_write(context);
     if (session->state == TRANSACTION_COMMITTED) {
         /* A retry: the commit is done; wait for its write concern again. */
-        return !durable || oplog_sync_journal(context->session, error);
+        return !durable || command_sync_journal(context, context->session, error);
     }
     storage_session_t *storage = session->storage;
     bool logged = oplog_log_transaction(storage, &session->lsid, session->active_number, error);
@@ -762,7 +762,7 @@ bool transaction_commit(command_context_t *context, bson_error_t *error)
     pthread_mutex_unlock(&table->mutex);
     /* Majority means journaled on this one-node set; the sync also lets change
      * streams see the entry at once. */
-    return ok && (!durable || oplog_sync_journal(storage, error));
+    return ok && (!durable || command_sync_journal(context, storage, error));
 }
 
 bool transaction_abort(command_context_t *context, bson_error_t *error)

@@ -127,7 +127,7 @@ def test_tiny_lab_end_to_end(tmp_path):
     settings = report["settings"]
     assert settings["namespace"] == "ycsb.usertable" and settings["time_field"] == "createdAt"
     assert settings["documents"] == settings["records"] == 5000
-    assert settings["read_iops"] == 3000
+    assert settings["read_iops"] == 3000 and settings["sync_delay_ms"] == 0
     assert settings["disk_free_bytes"] > 0
     # The machine's speed before and after, the same in the plan and the table.
     for when in ("before", "after"):
@@ -282,8 +282,10 @@ def test_tiny_lab_through_two_proxies(tmp_path):
 
 
 def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
+    """Also: --sync-delay reaches both stores of every run (a slow disk's day,
+    emulated), and the plan says so."""
     output = tmp_path / "results"
-    lab = start_lab(output, "--proxies", "2")
+    lab = start_lab(output, "--proxies", "2", "--sync-delay", "1ms")
     try:
         # Wait until bench runs through the proxy: archive, fast tier, proxy and
         # bench are all up.
@@ -298,6 +300,8 @@ def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
         time.sleep(0.3)
         children = [(pid, line) for pid, line in processes_mentioning(str(output)) if pid != lab.pid]
         assert len(children) >= 4, children  # archive, fast tier, two proxies (and bench, unless it just ended)
+        stores = [line for _, line in children if line.split()[1:2] == ["store"]]
+        assert len(stores) == 2 and all("--sync-delay 1ms" in line for line in stores), stores
         lab.send_signal(signal.SIGINT)
         stdout, stderr = lab.communicate(timeout=20)
     finally:
@@ -306,6 +310,10 @@ def test_sigint_in_a_tiered_run_stops_everything(tmp_path):
     assert_no_sanitizer_report(output, stderr)
     assert "interrupted" in stderr
     assert "workload" not in stdout  # no table from a lab that did not finish
+    assert "syncs 1 ms slower" in stderr
+    for tier in ("archive", "fast"):
+        store_log = (output / "logs" / ("store-tiered-%s.log" % tier)).read_text()
+        assert "each sync takes 1 ms longer" in store_log, tier
     assert_nothing_left(output)
 
 

@@ -1,6 +1,7 @@
 """Durability: a write acknowledged with {j: true} survives kill -9. Several
 threads insert while the server is killed mid-stream; after a restart on the
-same dbpath every acknowledged _id is there, and the indexes still work."""
+same dbpath every acknowledged _id is there, and the indexes still work. Writers
+asking for j: true at once share their journal syncs (group commit)."""
 
 import threading
 import time
@@ -9,9 +10,14 @@ import pytest
 from pymongo import ASCENDING, MongoClient, WriteConcern
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from conftest import StoreProcess, checked_store
+
 THREADS = 4
 MIN_ACKNOWLEDGED_BEFORE_KILL = 2000
 MAX_SECONDS_BEFORE_KILL = 15
+SYNC_DELAY_MS = 20
+GROUP_WRITERS = 16  # against one worker thread
+GROUP_WRITES_EACH = 8
 
 
 def open_client(store):
@@ -175,5 +181,68 @@ def test_kill9_twice_in_a_row(store):
     client = open_client(store)
     try:
         assert sorted(d["_id"] for d in client["twice"]["c"].find()) == list(range(200))
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def slow_sync_store(tmp_path, request):
+    """Each sync 20 ms longer (an emulated slow disk), and one worker thread."""
+    process = StoreProcess(tmp_path, extra_args=["--sync-delay", "%dms" % SYNC_DELAY_MS, "--workers", "1"])
+    yield from checked_store(process, request)
+
+
+def journal_syncs(client):
+    return client.admin.command("serverStatus")["wiredTiger"]["log"]["log sync operations"]
+
+
+def test_concurrent_journaled_writes_share_their_syncs(slow_sync_store):
+    """Writers that ask for j: true at once wait for one sync together, as on
+    mongod (its journal flusher), and none holds the worker while it waits: the
+    one worker runs the other writers' inserts during a sync, and the next sync
+    covers them all. Before, each write synced in turn on its worker (128 syncs
+    for 128 writes, 73 with four workers). The count is WiredTiger's own; the
+    journal thread's periodic syncs are in it too."""
+    store = slow_sync_store
+    client = open_client(store)
+    status = client.admin.command("serverStatus")["thermocline"]["syncs"]
+    assert status["delayMillis"] == SYNC_DELAY_MS
+    client["grouped"]["events"].insert_one({"_id": "first"})
+    syncs_before = journal_syncs(client)
+    start = threading.Barrier(GROUP_WRITERS)
+    acknowledged, errors = [], []
+
+    def write(writer):
+        own = open_client(store)
+        try:
+            events = own["grouped"].get_collection("events", write_concern=WriteConcern(j=True))
+            start.wait()
+            for sequence in range(GROUP_WRITES_EACH):
+                document = {"_id": "w%d-%d" % (writer, sequence), "writer": writer}
+                events.insert_one(document)
+                acknowledged.append(document["_id"])
+        except PyMongoError as error:
+            errors.append(error)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(GROUP_WRITERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors and len(acknowledged) == GROUP_WRITERS * GROUP_WRITES_EACH
+    syncs = journal_syncs(client) - syncs_before
+    assert 1 <= syncs <= len(acknowledged) // 4, (
+        "%d journal syncs for %d concurrent journaled writes" % (syncs, len(acknowledged)))
+    assert client.admin.command("serverStatus")["thermocline"]["syncs"]["count"] >= syncs
+    client.close()
+
+    store.kill9()
+    store.restart()
+    client = open_client(store)
+    try:
+        present = {d["_id"] for d in client["grouped"]["events"].find({}, {"_id": 1})}
+        assert set(acknowledged) <= present
     finally:
         client.close()

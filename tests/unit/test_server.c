@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -33,6 +34,8 @@ enum {
     OP_SILENT = 4,      /* no reply */
     OP_CLOSE_AFTER = 5, /* echo, then the server closes */
     OP_RUN_AGAIN = 6,   /* ask to be run again (20 ms later) until attempt == argument, then echo */
+    OP_HELD = 7,        /* echo, held by the application and released argument ms later */
+    OP_HELD_DROPPED = 8, /* the same, but dropped when released: the server closes */
 };
 
 #define RUN_AGAIN_DELAY_MS 20
@@ -120,6 +123,31 @@ static void test_worker_stop(void *application, void *worker_state)
     free(worker_state);
 }
 
+/* A held reply's release, from a thread of its own as the store's journal thread. */
+typedef struct held_release {
+    server_held_reply_t *held;
+    int after_ms;
+    bool deliver;
+} held_release_t;
+
+static void *release_later(void *argument)
+{
+    held_release_t *release = argument;
+    sleep_ms(release->after_ms);
+    server_release_reply(release->held, release->deliver);
+    free(release);
+    return NULL;
+}
+
+static void hold_and_release_later(server_reply_t *reply, int after_ms, bool deliver)
+{
+    held_release_t *release = malloc(sizeof *release);
+    *release = (held_release_t){.held = server_hold_reply(reply), .after_ms = after_ms, .deliver = deliver};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, release_later, release), 0);
+    pthread_detach(thread);
+}
+
 static void test_handle(void *application, void *worker_state, const server_request_t *request,
                         server_reply_t *reply)
 {
@@ -164,6 +192,9 @@ static void test_handle(void *application, void *worker_state, const server_requ
         put_int32(reply->data + 8, get_int32(request->message + 4));
         reply->delay_ms = opcode == OP_DELAY ? (uint32_t)argument : 0;
         reply->close_after = opcode == OP_CLOSE_AFTER;
+        if (opcode == OP_HELD || opcode == OP_HELD_DROPPED) {
+            hold_and_release_later(reply, argument, opcode == OP_HELD);
+        }
     }
 
     atomic_fetch_sub(&app->active_total, 1);
@@ -601,6 +632,36 @@ static void test_run_again_reruns_the_same_request_later(void **state)
     test_server_stop(fixture);
 }
 
+/* A held reply holds no worker: with one worker, another connection is served
+ * while it waits; its own connection's next request runs only after it. */
+static void test_held_reply_frees_the_worker_and_keeps_the_order(void **state)
+{
+    test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
+    int held = client_connect(fixture->port);
+    int other = client_connect(fixture->port);
+    long long started = now_ms();
+    client_send_message(held, 1, OP_HELD, 1000, "held");
+    client_send_message(held, 2, OP_ECHO, 0, "next");
+    sleep_ms(50);
+    client_send_message(other, 3, OP_ECHO, 0, "meanwhile");
+    client_expect_echo(other, 3, "meanwhile");
+    struct pollfd readable = {.fd = held, .events = POLLIN};
+    assert_int_equal(poll(&readable, 1, 0), 0); /* still held */
+    client_expect_echo(held, 1, "held");
+    assert_true(now_ms() - started >= 990);
+    client_expect_echo(held, 2, "next");
+    assert_true(atomic_load(&fixture->application.last_echo_started_ms) - started >= 990);
+    assert_false(atomic_load(&fixture->application.overlap_in_one_connection));
+    close(other);
+
+    /* Dropped on release: nothing is sent, and the connection closes. */
+    client_send_message(held, 4, OP_HELD_DROPPED, 20, "never sent");
+    client_expect_closed(held);
+    close(held);
+    wait_for_current_connections(fixture->server, 0);
+    test_server_stop(fixture);
+}
+
 static void test_null_reply_sends_nothing(void **state)
 {
     test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
@@ -1008,6 +1069,7 @@ int main(void)
         cmocka_unit_test(test_max_connections_refuses_the_next_one),
         cmocka_unit_test(test_delay_holds_the_reply_and_the_next_request),
         cmocka_unit_test(test_run_again_reruns_the_same_request_later),
+        cmocka_unit_test(test_held_reply_frees_the_worker_and_keeps_the_order),
         cmocka_unit_test(test_null_reply_sends_nothing),
         cmocka_unit_test(test_close_after_writes_then_closes),
         cmocka_unit_test(test_flooding_client_is_paused),
