@@ -719,6 +719,7 @@ void connection_complete_request(worker_job_t *job)
 
 server_held_reply_t *server_hold_reply(server_reply_t *reply)
 {
+    BSON_ASSERT(!reply->run_again);
     worker_job_t *job = (worker_job_t *)((char *)reply - offsetof(worker_job_t, reply));
     worker_pool_hold(job);
     return (server_held_reply_t *)job;

@@ -126,7 +126,7 @@ bool server_run(server_t *server, bson_error_t *error) TC_MUST_CHECK;
  * thread, and the worker serves other requests meanwhile; the connection's next
  * request waits, as its replies go out in order. For a reply that waits for
  * something slow that many share (a durable write's journal sync) without
- * holding a thread. Not with run_again or delay_ms. */
+ * holding a thread. Not with run_again. */
 server_held_reply_t *server_hold_reply(server_reply_t *reply);
 
 /* Any thread, once per held reply: sends it (deliver), or drops it and closes

@@ -46,12 +46,11 @@ typedef struct journal_waiter {
 /* The journal thread: syncs the journal for the waiters, all those that arrived
  * before each sync, as soon as the previous sync ends (group commit); with none,
  * every JOURNAL_COMMIT_INTERVAL_MS, which bounds how long a write without j stays
- * only in memory. It also drops the tables a busy drop left. */
+ * only in memory. Nothing else: every durable write's reply waits for it. */
 static void *journal_flusher_main(void *argument)
 {
     storage_t *storage = argument;
     storage_session_t flusher_session = {.storage = storage, .wt = storage->journal_session};
-    int64_t drops_tried_ms = 0;
     bool stopping = false;
     while (!stopping) {
         pthread_mutex_lock(&storage->journal_mutex);
@@ -76,26 +75,21 @@ static void *journal_flusher_main(void *argument)
             bson_free(waiters);
             waiters = next;
         }
-        /* Not after every sync of a busy journal: a drop may take a while, and
-         * the next replies wait meanwhile. */
-        if (clock_monotonic_ms() - drops_tried_ms >= JOURNAL_COMMIT_INTERVAL_MS) {
-            drops_tried_ms = clock_monotonic_ms();
-            pthread_mutex_lock(&storage->pending_drops_mutex);
-            size_t pending = storage->pending_drop_count;
-            pthread_mutex_unlock(&storage->pending_drops_mutex);
-            if (pending > 0) {
-                storage_drop_table(&flusher_session, NULL);
-            }
-        }
     }
     return NULL;
 }
 
 void storage_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument)
 {
+    pthread_mutex_lock(&storage->journal_mutex);
+    if (storage->journal_stop) {
+        /* Too late: no sync will come. The caller's reply is not acknowledged. */
+        pthread_mutex_unlock(&storage->journal_mutex);
+        done(argument, false);
+        return;
+    }
     journal_waiter_t *waiter = bson_malloc(sizeof *waiter);
     *waiter = (journal_waiter_t){.done = done, .argument = argument};
-    pthread_mutex_lock(&storage->journal_mutex);
     if (storage->journal_waiters_tail != NULL) {
         storage->journal_waiters_tail->next = waiter;
     } else {
@@ -343,10 +337,11 @@ void storage_rollback(storage_session_t *session)
 }
 
 /* Group commit, as mongod's journal flusher: a waiter arrives after its commit,
- * and the first sync to begin after that covers it. While one sync runs, every
- * waiter arriving queues; the next sync covers them all. WiredTiger alone syncs
- * only up to each caller's own log position, so concurrent durable writes would
- * each pay a sync in turn (on a slow disk, one per write, the workers all held). */
+ * and the first sync to begin after that covers it (a log_flush syncs the whole
+ * log written so far, whichever session asks). While one sync runs, every waiter
+ * arriving queues; the next sync covers them all. Without this, concurrent
+ * callers each paid a sync of their own in turn while the log kept growing (on
+ * a slow disk, one sync per durable write). */
 bool storage_sync_journal(storage_session_t *session, bson_error_t *error)
 {
     storage_t *storage = session->storage;
@@ -364,12 +359,18 @@ bool storage_sync_journal(storage_session_t *session, bson_error_t *error)
         pthread_mutex_lock(&storage->sync_mutex);
         storage->sync_running = false;
         storage->sync_waiters_covered = covering;
-        storage->sync_result = flushed;
+        if (flushed == 0) {
+            storage->sync_waiters_synced = covering;
+        } else {
+            storage->sync_failure = flushed;
+        }
         pthread_cond_broadcast(&storage->sync_finished);
     }
-    int wt_code = storage->sync_result;
+    /* A later sync may have failed after the one that covered this waiter. */
+    bool synced = storage->sync_waiters_synced >= ticket;
+    int wt_code = storage->sync_failure;
     pthread_mutex_unlock(&storage->sync_mutex);
-    if (wt_code != 0) {
+    if (!synced) {
         return storage_error_from_wt(error, wt_code, "journal sync");
     }
     return true;
@@ -442,7 +443,7 @@ void storage_drop_table(storage_session_t *session, const char *table_uri)
         storage->pending_drops[storage->pending_drop_count++] = bson_strdup(table_uri);
     }
     /* A drop fails with EBUSY while any session has the table open; what stays
-     * busy is retried by the journal flusher on its next tick. */
+     * busy is retried later (storage_retry_pending_drops). */
     size_t kept = 0;
     for (size_t i = 0; i < storage->pending_drop_count; i++) {
         int wt_code = session->wt->drop(session->wt, storage->pending_drops[i], "force=true");
@@ -454,6 +455,24 @@ void storage_drop_table(storage_session_t *session, const char *table_uri)
     }
     storage->pending_drop_count = kept;
     pthread_mutex_unlock(&storage->pending_drops_mutex);
+}
+
+void storage_retry_pending_drops(storage_t *storage)
+{
+    pthread_mutex_lock(&storage->pending_drops_mutex);
+    size_t pending = storage->pending_drop_count;
+    pthread_mutex_unlock(&storage->pending_drops_mutex);
+    if (pending == 0) {
+        return;
+    }
+    bson_error_t error;
+    storage_session_t *session = storage_session_new(storage, &error);
+    if (session == NULL) {
+        TC_LOG(TC_LOG_WARNING, "STORAGE", 0, "cannot retry the pending drops: %s", error.message);
+        return;
+    }
+    storage_drop_table(session, NULL);
+    storage_session_destroy(session);
 }
 
 int64_t storage_table_size(storage_session_t *session, const char *table_uri)

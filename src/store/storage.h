@@ -189,6 +189,10 @@ bool storage_index_covers_document(const index_descriptor_t *index, const bson_t
 typedef void (*storage_visit_collection_fn)(collection_t *collection, void *context);
 void storage_visit_collections(storage_t *storage, storage_visit_collection_fn visit, void *context);
 
+/* Drops the tables a drop found busy (another session had them open) and left
+ * for later; the store's janitor calls it every second. */
+void storage_retry_pending_drops(storage_t *storage);
+
 /* On-disk bytes of a table (its file size), for collStats and dbStats. */
 int64_t storage_table_size(storage_session_t *session, const char *table_uri);
 
@@ -208,7 +212,8 @@ bool storage_sync_journal(storage_session_t *session, bson_error_t *error) TC_MU
  * began after this call has ended: every transaction committed before the call
  * is then on disk, unless synced is false (the sync failed). The asynchronous
  * storage_sync_journal(), for a reply that waits for the journal without
- * holding a worker. Until storage_close(). */
+ * holding a worker. Once storage_close() has begun, done is called at once
+ * with synced false. */
 typedef void (*storage_journal_done_fn)(void *argument, bool synced);
 void storage_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument);
 bool storage_in_transaction(storage_session_t *session);

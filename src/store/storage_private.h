@@ -35,8 +35,9 @@ struct storage {
     pthread_cond_t sync_finished;
     uint64_t sync_waiters_arrived;
     uint64_t sync_waiters_covered; /* by the syncs finished so far */
+    uint64_t sync_waiters_synced;  /* by those that succeeded */
     bool sync_running;
-    int sync_result;               /* the last finished sync's WiredTiger code */
+    int sync_failure;              /* the last failed sync's WiredTiger code */
     struct oplog *oplog;        /* oplog.c, attached by oplog_open(); NULL: none */
     storage_ddl_hook_fn ddl_hook; /* storage_set_ddl_hook(); NULL: none */
     void *ddl_hook_context;

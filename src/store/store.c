@@ -95,6 +95,7 @@ static void *janitor_main(void *argument)
         cursor_table_reap(janitor->store->cursors, clock_monotonic_ms());
         session_cache_reap(janitor->store->sessions, clock_wall_ms());
         transaction_table_reap(janitor->store->transactions);
+        storage_retry_pending_drops(janitor->store->storage);
     }
     pthread_mutex_unlock(&janitor->mutex);
     return NULL;
