@@ -17,6 +17,7 @@
 #include "store/validation.h"
 #include "query/value_format.h"
 #include "common/log.h"
+#include "store/transactions.h"
 
 #include <string.h>
 
@@ -359,7 +360,7 @@ static bool write_out(command_context_t *context, const aggregate_output_t *outp
     bson_oid_init(&oid, NULL);
     bson_oid_to_string(&oid, oid_text);
     char *temporary_ns = bson_strdup_printf("%s.tmp.agg_out.%s", output->database, oid_text);
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, output->ns, NULL);
     TC_CHECK(views_refuse(storage, output->ns, error));
     collection_t *target = storage_find_collection(storage, output->ns);
     TC_CHECK(storage_create_collection(context->session, temporary_ns, target != NULL ? &target->options : NULL,
@@ -385,7 +386,7 @@ done:
                    output->ns, temporary_ns, undo_error.message);
         }
     }
-    storage_unlock(storage);
+    transaction_unlock_ddl(context, output->ns, NULL);
     bson_free(temporary_ns);
     return ok;
 }

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "query/match.h"
 #include "query/order.h"
+#include "store/transactions.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -591,13 +592,13 @@ static bool handle_drop(command_context_t *context, bson_t *reply, bson_error_t 
     if (!command_namespace(context, &ns, error)) {
         return false;
     }
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, ns, NULL);
     collection_t *collection = storage_find_collection(storage, ns);
     int32_t index_count = collection ? (int32_t)collection->index_count : 0;
     bool is_view = storage_find_view(storage, ns) != NULL;
     bool ok = is_view ? storage_drop_view(context->session, ns, error)
                       : storage_drop_collection(context->session, ns, error);
-    storage_unlock(storage);
+    transaction_unlock_ddl(context, ns, NULL);
     if (ok) {
         if (!is_view) { /* a view had no indexes: mongod leaves nIndexesWas out */
             BSON_APPEND_INT32(reply, "nIndexesWas", index_count);
@@ -619,7 +620,7 @@ static bool handle_drop_database(command_context_t *context, bson_t *reply, bson
     }
     bool ok = true;
     size_t count;
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, context->database, NULL);
     char **names = database_namespaces(storage, context->database, true, &count);
     for (size_t i = 0; i < count && ok; i++) {
         ok = storage_find_view(storage, names[i]) != NULL ? storage_drop_view(context->session, names[i], error)
@@ -632,7 +633,7 @@ static bool handle_drop_database(command_context_t *context, bson_t *reply, bson
         ok = oplog_log_command(context->session, context->database, NULL, &object, NULL, error);
         bson_destroy(&object);
     }
-    storage_unlock(storage);
+    transaction_unlock_ddl(context, context->database, NULL);
     bson_strfreev(names);
     if (ok) {
         BSON_APPEND_UTF8(reply, "dropped", context->database);
@@ -718,7 +719,7 @@ static bool handle_create_indexes(command_context_t *context, bson_t *reply, bso
         bson_free(ns);
         return false;
     }
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, ns, NULL);
     collection_t *collection = storage_find_collection(storage, ns);
     if (storage_find_view(storage, ns) != NULL) {
         tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED_ON_VIEW, "Cannot create indexes on a view: %s", ns);
@@ -770,7 +771,7 @@ done:
                    "undo its partial work: %s", ns, undo_error.message);
         }
     }
-    storage_unlock(storage);
+    transaction_unlock_ddl(context, ns, NULL);
     for (size_t i = 0; i < created_count; i++) {
         bson_free(created_names[i]);
     }
@@ -928,7 +929,7 @@ static bool handle_drop_indexes(command_context_t *context, bson_t *reply, bson_
         return tc_error_set(error, TC_ERR_MISSING_REQUIRED_FIELD,
                             "BSON field '%s.index' is missing but a required field", context->name);
     }
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, ns, NULL);
     collection_t *collection = storage_find_collection(storage, ns);
     TC_CHECK(views_refuse(storage, ns, error));
     if (collection == NULL) {
@@ -964,7 +965,7 @@ static bool handle_drop_indexes(command_context_t *context, bson_t *reply, bson_
     }
     ok = true;
 done:
-    storage_unlock(storage);
+    transaction_unlock_ddl(context, ns, NULL);
     bson_free(ns);
     return ok;
 }

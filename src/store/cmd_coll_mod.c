@@ -19,6 +19,7 @@
 #include "store/commands.h"
 #include "store/validation.h"
 #include "query/value_format.h"
+#include "store/transactions.h"
 
 #include <string.h>
 
@@ -318,7 +319,7 @@ static bool handle_coll_mod(command_context_t *context, bson_t *reply, bson_erro
     bson_init(&request.recorded);
     TC_CHECK(command_namespace(context, &ns, error));
     request.ns = ns;
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, ns, NULL);
     locked = true;
     view_t *view = storage_find_view(storage, ns);
     if (view != NULL) {
@@ -349,7 +350,7 @@ static bool handle_coll_mod(command_context_t *context, bson_t *reply, bson_erro
     ok = true;
 done:
     if (locked) {
-        storage_unlock(storage);
+        transaction_unlock_ddl(context, ns, NULL);
     }
     bson_destroy(&request.recorded);
     bson_destroy(&options);

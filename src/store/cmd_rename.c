@@ -4,6 +4,7 @@
  * storage_rename_collection, the catalog rename that $out uses.) */
 #include "store/commands.h"
 #include "common/log.h"
+#include "store/transactions.h"
 
 #include <string.h>
 
@@ -107,7 +108,7 @@ static bool handle_rename_collection(command_context_t *context, bson_t *reply, 
         return tc_error_set(error, TC_ERR_ILLEGAL_OPERATION, "Can't rename a collection to itself");
     }
     bool ok = false;
-    storage_lock_exclusive(storage);
+    transaction_lock_ddl(context, from, to);
     TC_CHECK(views_refuse(storage, from, error));
     if (storage_find_collection(storage, from) == NULL) {
         tc_error_set(error, TC_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", from);
@@ -122,7 +123,7 @@ static bool handle_rename_collection(command_context_t *context, bson_t *reply, 
     }
     ok = rename_by_copy(context->session, storage, from, to, error);
 done:
-    storage_unlock(storage);
+    transaction_unlock_ddl(context, from, to);
     return ok;
 }
 

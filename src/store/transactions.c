@@ -7,10 +7,11 @@
  *                  (a higher txnNumber starts the next one from any state)
  *
  * Locking: a command of a transaction holds the catalog lock shared from before
- * it checks its session out until after it gives it back, so a DDL (which holds
- * the lock exclusive) only ever meets idle transactions, and can abort the ones
- * it would undercut from its own thread (the WiredTiger session of an idle
- * transaction is used by no one). Handlers take the shared lock again inside:
+ * it checks its session out until after it gives it back. A DDL first waits,
+ * as behind mongod's exclusive collection lock, until the transactions that
+ * used its collection have ended (transaction_lock_ddl), then takes the catalog
+ * lock exclusive; the catalog's hook still aborts any transaction it would
+ * undercut (none, when every DDL waited). Handlers take the shared lock again inside:
  * the catalog's rwlock prefers readers, so that never waits behind a writer.
  * table->mutex guards the table and every session's state; the one thread that
  * has a session checked out (in_use) alone uses its storage session. */
@@ -64,6 +65,8 @@ struct transaction_table {
     uint64_t last_transaction_id;
     _Atomic int64_t lifetime_seconds;
     uint64_t total_started, total_committed, total_aborted;
+    char **ddl_names;             /* what running DDLs lock: "db.coll", or "db" for all of it */
+    size_t ddl_count;
 };
 
 /* The commands mongod runs inside a transaction (create and createIndexes,
@@ -113,16 +116,6 @@ static void note_namespace(transaction_session_t *session, const char *ns)
     }
     session->namespaces = bson_realloc(session->namespaces, (session->namespace_count + 1) * sizeof(char *));
     session->namespaces[session->namespace_count++] = bson_strdup(ns);
-}
-
-static bool used_namespace(const transaction_session_t *session, const char *ns)
-{
-    for (size_t i = 0; i < session->namespace_count; i++) {
-        if (strcmp(session->namespaces[i], ns) == 0) {
-            return true;
-        }
-    }
-    return false;
 }
 
 /* A storage session for a new transaction: an idle one, or a new one. */
@@ -202,6 +195,140 @@ static void remove_session(transaction_table_t *table, size_t slot)
     session_destroy(table, session);
 }
 
+/* --- DDL against transactions: mongod's collection lock, as transactions meet it ---------
+ * A transaction holds its collections' intent locks until it ends, so on mongod a
+ * DDL on one of them waits for it, and meanwhile a transaction's first use of
+ * that collection waits maxTransactionLockRequestTimeoutMillis and fails with
+ * LockTimeout (TransientTransactionError): the DDL never undercuts a running
+ * transaction, and new ones do not starve it. */
+
+#define DDL_LOCK_REQUEST_TIMEOUT_MS 5 /* maxTransactionLockRequestTimeoutMillis */
+#define DDL_RECHECK_MS 100            /* the reaper ends transactions without a signal */
+
+/* Whether a DDL's lock name ("db.coll", or "db" for the whole database) covers ns. */
+static bool ddl_name_covers(const char *name, const char *ns)
+{
+    if (strchr(name, '.') != NULL) {
+        return strcmp(name, ns) == 0;
+    }
+    size_t length = strlen(name);
+    return strncmp(name, ns, length) == 0 && ns[length] == '.';
+}
+
+static bool ddl_is_waiting_for(const transaction_table_t *table, const char *ns)
+{
+    for (size_t i = 0; i < table->ddl_count; i++) {
+        if (ddl_name_covers(table->ddl_names[i], ns)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether session's transaction is in progress and used what name covers. */
+static bool transaction_uses(const transaction_session_t *session, const char *name)
+{
+    if (session->state != TRANSACTION_IN_PROGRESS) {
+        return false;
+    }
+    for (size_t i = 0; i < session->namespace_count; i++) {
+        if (ddl_name_covers(name, session->namespaces[i])) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool some_transaction_uses(const transaction_table_t *table, const char *name)
+{
+    for (size_t i = 0; i < table->session_count; i++) {
+        if (transaction_uses(table->sessions[i], name)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void wait_for_released(transaction_table_t *table, int64_t milliseconds)
+{
+    struct timespec deadline = clock_deadline_after_ms(CLOCK_REALTIME, milliseconds);
+    pthread_cond_timedwait(&table->released, &table->mutex, &deadline);
+}
+
+static void ddl_lock_one(transaction_table_t *table, const char *name)
+{
+    table->ddl_names = bson_realloc(table->ddl_names, (table->ddl_count + 1) * sizeof(char *));
+    table->ddl_names[table->ddl_count++] = bson_strdup(name);
+    while (some_transaction_uses(table, name)) {
+        wait_for_released(table, DDL_RECHECK_MS);
+    }
+}
+
+static void ddl_unlock_one(transaction_table_t *table, const char *name)
+{
+    for (size_t i = 0; i < table->ddl_count; i++) {
+        if (strcmp(table->ddl_names[i], name) == 0) {
+            bson_free(table->ddl_names[i]);
+            table->ddl_names[i] = table->ddl_names[--table->ddl_count];
+            return;
+        }
+    }
+}
+
+void transaction_lock_ddl(command_context_t *context, const char *name, const char *second_name)
+{
+    transaction_table_t *table = context->store->transactions;
+    pthread_mutex_lock(&table->mutex);
+    ddl_lock_one(table, name);
+    if (second_name != NULL) {
+        ddl_lock_one(table, second_name);
+    }
+    pthread_mutex_unlock(&table->mutex);
+    storage_lock_exclusive(context->store->storage);
+}
+
+void transaction_unlock_ddl(command_context_t *context, const char *name, const char *second_name)
+{
+    transaction_table_t *table = context->store->transactions;
+    /* Names first, so a transaction that gets the catalog lock next finds no DDL waiting. */
+    pthread_mutex_lock(&table->mutex);
+    ddl_unlock_one(table, name);
+    if (second_name != NULL) {
+        ddl_unlock_one(table, second_name);
+    }
+    pthread_cond_broadcast(&table->released);
+    pthread_mutex_unlock(&table->mutex);
+    storage_unlock(context->store->storage);
+}
+
+/* A transaction's first use of ns while a DDL waits to lock it: waits for that
+ * DDL at most DDL_LOCK_REQUEST_TIMEOUT_MS. Called and returns with table->mutex
+ * and the catalog lock (shared) held, the session checked out; lets the catalog
+ * lock go while it waits, so that the DDL can take it and finish. */
+static bool wait_for_ddl(transaction_table_t *table, storage_t *storage, const char *ns, bson_error_t *error)
+{
+    int64_t deadline = clock_monotonic_ms() + DDL_LOCK_REQUEST_TIMEOUT_MS;
+    while (ddl_is_waiting_for(table, ns)) {
+        int64_t left = deadline - clock_monotonic_ms();
+        if (left <= 0) {
+            return tc_error_set(error, TC_ERR_LOCK_TIMEOUT,
+                                "Unable to acquire IX lock on '%s' within %dms: a DDL operation on it is queued or "
+                                "running",
+                                ns, DDL_LOCK_REQUEST_TIMEOUT_MS);
+        }
+        pthread_mutex_unlock(&table->mutex);
+        storage_unlock(storage);
+        pthread_mutex_lock(&table->mutex);
+        if (ddl_is_waiting_for(table, ns)) {
+            wait_for_released(table, left);
+        }
+        pthread_mutex_unlock(&table->mutex);
+        storage_lock_shared(storage); /* the catalog lock before the table's mutex, as everywhere */
+        pthread_mutex_lock(&table->mutex);
+    }
+    return true;
+}
+
 /* --- the table ---------------------------------------------------------------------- */
 
 /* The catalog's DDL hook (storage_set_ddl_hook), run with the catalog lock
@@ -212,7 +339,7 @@ static void abort_users_of_namespace(void *context, const char *ns)
     pthread_mutex_lock(&table->mutex);
     for (size_t i = 0; i < table->session_count; i++) {
         transaction_session_t *session = table->sessions[i];
-        if (session->state != TRANSACTION_IN_PROGRESS || !used_namespace(session, ns)) {
+        if (!transaction_uses(session, ns)) {
             continue;
         }
         if (session->in_use) {
@@ -253,6 +380,7 @@ void transaction_table_destroy(transaction_table_t *table)
     }
     pthread_mutex_unlock(&table->mutex);
     bson_free(table->sessions);
+    bson_free(table->ddl_names); /* empty: no DDL runs once the server has stopped */
     pthread_mutex_destroy(&table->mutex);
     pthread_cond_destroy(&table->released);
     bson_free(table);
@@ -663,6 +791,14 @@ bool transaction_begin_command(command_context_t *context, transaction_command_t
         goto done;
     }
     session->in_use = true;
+    if (ns != NULL && session->state == TRANSACTION_IN_PROGRESS && !transaction_uses(session, ns) &&
+        !wait_for_ddl(table, context->store->storage, ns, error)) {
+        session->in_use = false;
+        abort_locked(table, session); /* a failed statement ends its transaction, as on mongod */
+        pthread_cond_broadcast(&table->released);
+        pthread_mutex_unlock(&table->mutex);
+        goto done;
+    }
     session->last_used_ms = clock_monotonic_ms();
     if (ns != NULL && session->state == TRANSACTION_IN_PROGRESS) {
         note_namespace(session, ns);

@@ -13,7 +13,8 @@
 #define TRANSACTION_DEFAULT_LIFETIME_SECONDS 60
 
 /* Opens the table for store (its storage, cursors and options); registers the
- * catalog hook that aborts the transactions a DDL would undercut. */
+ * catalog hook that aborts the transactions a DDL would undercut (none when the
+ * DDL took transaction_lock_ddl). */
 transaction_table_t *transaction_table_new(store_t *store);
 
 /* Rolls back every open transaction. After the server has stopped. */
@@ -26,6 +27,16 @@ typedef struct transaction_command {
     bool locked;                           /* holds the catalog lock shared */
 } transaction_command_t;
 
+/* A DDL's exclusive lock on name ("db.coll", or "db" for the whole database)
+ * and on second_name (NULL: none), as mongod's collection lock meets
+ * transactions: first waits until every in-progress transaction that used it
+ * has ended (committed, aborted, or reaped after transactionLifetimeLimitSeconds),
+ * while a transaction's first use of it fails after 5 ms with LockTimeout 24;
+ * then takes the catalog lock exclusive. transaction_unlock_ddl, with the same
+ * names, gives both back. Not from a command inside a transaction. */
+void transaction_lock_ddl(command_context_t *context, const char *name, const char *second_name);
+void transaction_unlock_ddl(command_context_t *context, const char *name, const char *second_name);
+
 /* Reads the command's session fields (lsid, txnNumber, autocommit,
  * startTransaction) and, for a command of a multi-document transaction, checks
  * it may run there, checks the transaction out and points context->session at
@@ -33,7 +44,7 @@ typedef struct transaction_command {
  * as mongod's: IllegalOperation 20 for a transaction on a standalone store,
  * InvalidOptions 72, OperationNotSupportedInTransaction 263, TransactionTooOld
  * 225, NoSuchTransaction 251, TransactionCommitted 256, ConflictingOperation-
- * InProgress 117. On failure nothing is left checked out. */
+ * InProgress 117, LockTimeout 24 (transaction_lock_ddl). On failure nothing is left checked out. */
 bool transaction_begin_command(command_context_t *context, transaction_command_t *state,
                                bson_error_t *error) TC_MUST_CHECK;
 

@@ -10,6 +10,7 @@ import datetime
 import pytest
 from pymongo.errors import OperationFailure
 
+from conftest import wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import client_for, start_proxy, wait_feeder
 from tier_support import utc_now
@@ -18,6 +19,11 @@ from tier_support import utc_now
 def recent():
     """A filter the planner proves inside the one-hour window."""
     return {"createdAt": {"$gte": utc_now() - datetime.timedelta(minutes=5)}}
+
+
+def has_time_index(store):
+    with client_for(store) as client:
+        return any(next(iter(spec["key"])) == "createdAt" for spec in client.shop.orders.list_indexes())
 
 
 def transactions_of(store):
@@ -38,6 +44,11 @@ def test_transaction_on_the_fast_tier_commits_and_reaches_the_archive(proxy, rep
     with client_for(proxy) as client, client_for(proxy) as other:
         orders = client.shop.orders
         orders.insert_one({"_id": 0, "createdAt": utc_now(), "n": 0})
+        # The index sync gives the fast tier's new collection its time-field index:
+        # a DDL, which an open transaction would hold back and a transaction's
+        # first write could meet (LockTimeout, retried), so the callback below
+        # runs exactly once only after it.
+        assert wait_until(lambda: has_time_index(fast), timeout=30)
         seen_by_other = []
 
         def work(session):

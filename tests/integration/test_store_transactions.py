@@ -4,7 +4,8 @@ exact reply matters: commit and abort, snapshot isolation, write conflicts with
 their TransientTransactionError label, retried commits, mongod's error codes
 (NoSuchTransaction, TransactionCommitted, TransactionTooOld,
 OperationNotSupportedInTransaction, IllegalOperation on a standalone store), the
-lifetime limit, the Node.js driver's withTransaction (tests/node/transaction.mjs),
+lifetime limit, DDL waiting for the transactions that use its collection (and
+LockTimeout for new ones meanwhile), the Node.js driver's withTransaction (tests/node/transaction.mjs),
 change streams showing a transaction's operations with its lsid
 and txnNumber, cursors bound to their transaction, and durability across
 kill -9 (all of a committed transaction, nothing of an open one)."""
@@ -336,17 +337,95 @@ def test_empty_insert_in_a_transaction_creates_no_collection(replica_store, rs_c
     assert "never" not in rs_client.txn_empty.list_collection_names()
 
 
-def test_dropping_a_collection_aborts_the_transactions_using_it(rs_client):
-    db = rs_client.txn_ddl
-    db.c.insert_one({"_id": 1})
-    with rs_client.start_session() as session:
-        session.start_transaction()
-        db.c.insert_one({"_id": 2}, session=session)
-        db.c.drop()
-        with pytest.raises(OperationFailure) as raised:
-            session.commit_transaction()
-        assert raised.value.code == 251
-    assert db.c.count_documents({}) == 0
+def wait_for_ddl_to_queue(replica_store, database, collection):
+    """Polls with new transactions until one's first use of the collection fails:
+    a DDL is then waiting for the collection (mongod's queued exclusive lock).
+    Returns that failed reply."""
+    replies = []
+
+    def probe():
+        raw = RawSession(replica_store.port)
+        reply = raw.run(database, {"find": collection, "filter": {}}, 1, start=True)
+        replies.append(reply)
+        if reply["ok"] == 1:
+            raw.abort(1)
+        return reply["ok"] == 0
+
+    assert wait_until(probe, timeout=20), replies[-1]
+    return replies[-1]
+
+
+def start_thread(function):
+    """Runs function on a thread; returns it and the list its result lands in."""
+    results = []
+    thread = threading.Thread(target=lambda: results.append(function()), daemon=True)
+    thread.start()
+    return thread, results
+
+
+def test_index_build_waits_for_the_transaction_writing_its_collection(replica_store, rs_client):
+    """As behind mongod's collection lock: createIndexes on a collection an open
+    transaction has written waits until the transaction commits, and then indexes
+    the transaction's document too; meanwhile a new transaction's first use of the
+    collection fails with LockTimeout, a TransientTransactionError. (The store
+    aborted the open transaction instead, which made a proxy's index sync abort
+    its clients' transactions.)"""
+    rs_client.txn_index.c.insert_one({"_id": 1, "x": 1})
+    raw = RawSession(replica_store.port)
+    assert raw.run("txn_index", {"insert": "c", "documents": [{"_id": 2, "x": 2}]}, 1, start=True)["ok"] == 1
+
+    def build():
+        with open_client(replica_store) as client:
+            return client.txn_index.command("createIndexes", "c", indexes=[{"key": {"x": 1}, "name": "x_1"}])
+
+    builder, built = start_thread(build)
+    refused = wait_for_ddl_to_queue(replica_store, "txn_index", "c")
+    assert_error(refused, 24, "LockTimeout", ["TransientTransactionError"])
+    assert "txn_index.c" in refused["errmsg"]
+    assert builder.is_alive()  # behind the open transaction, which it must not undercut
+
+    assert raw.commit(1)["ok"] == 1
+    builder.join(timeout=30)
+    assert built and built[0]["ok"] == 1
+    found = list(rs_client.txn_index.c.find({"x": 2}).hint("x_1"))
+    assert found == [{"_id": 2, "x": 2}]
+
+
+@pytest.mark.parametrize("command", ["drop", "dropDatabase"])
+def test_dropping_waits_for_the_transaction_using_the_collection(replica_store, rs_client, command):
+    database = rs_client["txn_" + command]
+    database.c.insert_one({"_id": 1})
+    raw = RawSession(replica_store.port)
+    assert raw.run(database.name, {"find": "c", "filter": {}}, 1, start=True)["ok"] == 1
+
+    def drop():
+        with open_client(replica_store) as client:
+            return client[database.name].command(command, "c") if command == "drop" \
+                else client[database.name].command("dropDatabase")
+
+    dropper, dropped = start_thread(drop)
+    assert_error(wait_for_ddl_to_queue(replica_store, database.name, "c"), 24, "LockTimeout",
+                 ["TransientTransactionError"])
+    assert dropper.is_alive()
+    assert raw.commit(1)["ok"] == 1
+    dropper.join(timeout=30)
+    assert dropped and dropped[0]["ok"] == 1
+    assert "c" not in database.list_collection_names()
+
+
+def test_ddl_behind_a_transaction_that_never_ends_waits_for_its_lifetime(replica_store, rs_client):
+    """A transaction left open holds the DDL until the reaper aborts it at
+    transactionLifetimeLimitSeconds, as on mongod; its commit then fails."""
+    rs_client.txn_lifetime_ddl.c.insert_one({"_id": 1})
+    rs_client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    try:
+        raw = RawSession(replica_store.port)
+        assert raw.run("txn_lifetime_ddl", {"insert": "c", "documents": [{"_id": 2}]}, 1, start=True)["ok"] == 1
+        rs_client.txn_lifetime_ddl.c.drop()
+        assert_error(raw.commit(1), 251, "NoSuchTransaction", ["TransientTransactionError"])
+    finally:
+        rs_client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+    assert "c" not in rs_client.txn_lifetime_ddl.list_collection_names()
 
 
 def test_transaction_past_its_lifetime_is_aborted(rs_client):
