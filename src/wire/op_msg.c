@@ -128,6 +128,10 @@ static bool parse_sequence(wire_reader_t *reader, wire_op_msg_t *out_message, bs
                              TC_ERR_OVERFLOW, &identifier, error)) {
         return false;
     }
+    /* It becomes a field name of the command (wire_op_msg_command), and those are UTF-8. */
+    if (!bson_utf8_validate(identifier, strlen(identifier), false)) {
+        return tc_error_set(error, TC_ERR_INVALID_BSON, "OP_MSG document sequence identifier is not valid UTF-8");
+    }
     for (size_t i = 0; i < out_message->sequence_count; i++) {
         if (strcmp(out_message->sequences[i].identifier, identifier) == 0) {
             return tc_error_set(error, TC_ERR_LOCATION_DUPLICATE_DOCUMENT_SEQUENCE,

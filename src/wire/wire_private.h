@@ -76,7 +76,8 @@ bool wire_bson_check(const uint8_t *data, size_t available, size_t *out_length,
                      bson_error_t *error) TC_MUST_CHECK;
 
 /* wire_bson_check, then mongod's 16 MB + 16 KB object bound (BSONObjectTooLarge),
- * then bson_init_static and bson_validate. out_document borrows data. */
+ * then bson_init_static (the check covered all that libbson's iterator checks).
+ * out_document borrows data. */
 bool wire_document_load(const uint8_t *data, size_t available, bson_t *out_document,
                         size_t *out_length, bson_error_t *error) TC_MUST_CHECK;
 

@@ -144,6 +144,9 @@ static bool parse_any(const uint8_t *message, size_t length, bson_error_t *error
             assert_true(found);
             bson_t command;
             assert_true(wire_op_msg_command(&parsed, &command, error));
+            /* What the walk accepts, libbson's own full validation accepts too. */
+            assert_true(bson_validate(&parsed.body, BSON_VALIDATE_NONE, NULL));
+            assert_true(bson_validate(&command, BSON_VALIDATE_NONE, NULL));
             bson_destroy(&command);
         }
         return ok;
@@ -767,6 +770,15 @@ static void write_sequence_identifier_unterminated(raw_t *raw, const bson_t *bod
     raw_bytes(raw, "abc", 3);
 }
 
+static void write_sequence_identifier_not_utf8(raw_t *raw, const bson_t *body)
+{
+    raw_byte(raw, 0);
+    raw_document(raw, body);
+    size_t at = raw_begin_sequence(raw, "\x80pdates");
+    raw_document(raw, body);
+    raw_end_sequence(raw, at);
+}
+
 static void write_sequence_document_overruns_section(raw_t *raw, const bson_t *body)
 {
     size_t at = raw_begin_sequence(raw, "documents");
@@ -864,6 +876,33 @@ static void write_body_nested_length_small(raw_t *raw, const bson_t *body)
     raw_bytes(raw, bad, sizeof bad);
 }
 
+static void write_body_name_not_utf8(raw_t *raw, const bson_t *body)
+{
+    (void)body;
+    /* {"\xff": 1}: libbson's visitors stop at such a name. */
+    static const uint8_t bad[] = {12, 0, 0, 0, 0x10, 0xff, 0, 1, 0, 0, 0, 0};
+    raw_byte(raw, 0);
+    raw_bytes(raw, bad, sizeof bad);
+}
+
+static void write_body_old_binary_length_lies(raw_t *raw, const bson_t *body)
+{
+    (void)body;
+    /* {"b": BinData(2, "abcd")} whose inner length says 5 where 4 follows. */
+    static const uint8_t bad[] = {21, 0, 0, 0, 0x05, 'b', 0, 8, 0, 0, 0, 2, 5, 0, 0, 0, 'a', 'b', 'c', 'd', 0};
+    raw_byte(raw, 0);
+    raw_bytes(raw, bad, sizeof bad);
+}
+
+static void write_body_old_binary_too_short(raw_t *raw, const bson_t *body)
+{
+    (void)body;
+    /* {"b": BinData(2, ...)} of 3 bytes: no room for the inner length. */
+    static const uint8_t bad[] = {16, 0, 0, 0, 0x05, 'b', 0, 3, 0, 0, 0, 2, 'a', 'b', 'c', 0};
+    raw_byte(raw, 0);
+    raw_bytes(raw, bad, sizeof bad);
+}
+
 static void write_trailing_byte_after_body(raw_t *raw, const bson_t *body)
 {
     raw_byte(raw, 0);
@@ -910,6 +949,10 @@ static void test_op_msg_malformed(void **state)
     assert_op_msg_fails(write_body_nested_length_lies, 22, "incorrect BSON length");
     assert_op_msg_fails(write_body_nested_length_small, 22,
                         "Nested BSON object has to be at least 5 bytes");
+    assert_op_msg_fails(write_body_name_not_utf8, 22, "Field name is not valid UTF-8");
+    assert_op_msg_fails(write_sequence_identifier_not_utf8, 22, "identifier is not valid UTF-8");
+    assert_op_msg_fails(write_body_old_binary_length_lies, 22, "deprecated subtype 2");
+    assert_op_msg_fails(write_body_old_binary_too_short, 22, "deprecated subtype 2");
     assert_op_msg_fails(write_trailing_byte_after_body, 40430, NULL);
 }
 
@@ -1054,6 +1097,7 @@ static void test_op_msg_every_bson_type(void **state)
     BSON_APPEND_UTF8(&body, "string", "héllo");
     BSON_APPEND_DOCUMENT(&body, "document", inner);
     BSON_APPEND_BINARY(&body, "binary", BSON_SUBTYPE_UUID, binary, 3);
+    BSON_APPEND_BINARY(&body, "old binary", BSON_SUBTYPE_BINARY_DEPRECATED, binary, 3);
     BSON_APPEND_UNDEFINED(&body, "undefined");
     BSON_APPEND_OID(&body, "oid", &oid);
     BSON_APPEND_BOOL(&body, "true", true);
