@@ -183,24 +183,35 @@ uint64_t oplog_cluster_time(oplog_t *oplog)
     return time;
 }
 
+/* The majority time a journal sync that begins now will have made true: what
+ * had committed before it began is in the journal once it ends. */
+static uint64_t majority_time_after_sync(oplog_t *oplog)
+{
+    return oplog != NULL ? oplog_committed_time(oplog) : 0;
+}
+
+static void raise_majority_time(oplog_t *oplog, uint64_t synced)
+{
+    if (oplog != NULL) {
+        atomic_raise(&oplog->majority_time, synced);
+    }
+}
+
 bool oplog_sync_journal(storage_session_t *session, bson_error_t *error)
 {
     oplog_t *oplog = session->storage->oplog;
-    /* What had committed before the sync began is in the journal once it ends. */
-    uint64_t committed = oplog != NULL ? oplog_committed_time(oplog) : 0;
+    uint64_t synced = majority_time_after_sync(oplog);
     if (!storage_sync_journal(session, error)) {
         return false;
     }
-    if (oplog != NULL) {
-        atomic_raise(&oplog->majority_time, committed);
-    }
+    raise_majority_time(oplog, synced);
     return true;
 }
 
 /* One oplog_after_journal_sync() call, until its sync has ended. */
 typedef struct journal_wait {
     oplog_t *oplog; /* NULL: no oplog */
-    uint64_t committed;
+    uint64_t synced;
     storage_journal_done_fn done;
     void *argument;
 } journal_wait_t;
@@ -208,8 +219,8 @@ typedef struct journal_wait {
 static void on_journal_synced(void *argument, bool synced)
 {
     journal_wait_t *wait = argument;
-    if (synced && wait->oplog != NULL) {
-        atomic_raise(&wait->oplog->majority_time, wait->committed);
+    if (synced) {
+        raise_majority_time(wait->oplog, wait->synced);
     }
     wait->done(wait->argument, synced);
     bson_free(wait);
@@ -218,9 +229,10 @@ static void on_journal_synced(void *argument, bool synced)
 void oplog_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument)
 {
     journal_wait_t *wait = bson_malloc(sizeof *wait);
-    oplog_t *oplog = storage->oplog;
-    *wait = (journal_wait_t){
-        .oplog = oplog, .committed = oplog != NULL ? oplog_committed_time(oplog) : 0, .done = done, .argument = argument};
+    *wait = (journal_wait_t){.oplog = storage->oplog,
+                             .synced = majority_time_after_sync(storage->oplog),
+                             .done = done,
+                             .argument = argument};
     storage_after_journal_sync(storage, on_journal_synced, wait);
 }
 
