@@ -155,6 +155,11 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
     }
     bson_append_document_end(reply, &namespaces);
     BSON_APPEND_INT64(reply, "readsWaitingForFeeder", (int64_t)proxy->wait_count);
+    bson_t pins;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "fastTierPins", &pins);
+    BSON_APPEND_INT64(&pins, "writes", (int64_t)proxy->pinned_writes);
+    BSON_APPEND_INT64(&pins, "rounds", (int64_t)proxy->pin_rounds);
+    bson_append_document_end(reply, &pins);
     /* This proxy and the others of its config seen beating (tier/lease.h). */
     BSON_APPEND_INT32(reply, "proxiesAlive", 1 + tier_progress_peers(proxy->progress));
     tier_progress_append_workers(proxy->progress, "workers", reply);
@@ -523,6 +528,7 @@ done:
         backend_pool_destroy(proxy.tiers[tier]);
     }
     cursor_map_destroy(proxy.cursors);
+    bson_destroy(proxy.unpin_keys); /* none once the fast tier's pool has answered every call */
     cluster_time_cleanup(&proxy);
     tier_workers_stop(proxy.workers);
     tier_progress_destroy(proxy.progress);

@@ -41,6 +41,7 @@ typedef struct namespace_state {
      * loop thread by proxy_refresh_progress). */
     uint64_t last_write_time;
     uint64_t last_delete_time;  /* the same for deletes only (see router_wait.c) */
+    uint64_t peers_delete_time; /* the latest delete through any proxy, as the last barrier probe read it */
     tier_namespace_progress_t progress;
     uint64_t reads_waited;      /* reads held until the feeder caught up */
     uint64_t reads_wait_failed; /* ... that failed after readYourWritesWait */
@@ -270,6 +271,16 @@ typedef struct proxy {
      * (router_wait.c): their writes must be fed too. */
     bool barrier_probe_in_flight;
     uint64_t barrier_probes_sent; /* generations */
+    /* Writes' pins in the fast tier (router_pins.c): the round the next writes
+     * join, the rounds whose upsert is in flight, and the pins of freed writes
+     * (an array being built) removed once the delete in flight is answered. */
+    struct pin_round *pin_round_collecting;
+    int pin_rounds_writing;
+    bson_t *unpin_keys;
+    uint32_t unpin_key_count;
+    bool unpin_in_flight;
+    uint64_t pin_rounds;    /* upserts of pins sent (thermoclineStatus.fastTierPins) */
+    uint64_t pinned_writes; /* writes whose pins they carried */
     /* Reads waiting for the feeder (router_wait.c), oldest first. */
     struct read_wait *waits_head;
     struct read_wait *waits_tail;

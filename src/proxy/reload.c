@@ -105,6 +105,7 @@ proxy_generation_t *proxy_generation_new(config_t *config, const proxy_generatio
             state->fault_ins = kept->fault_ins;
             state->last_write_time = kept->last_write_time;
             state->last_delete_time = kept->last_delete_time;
+            state->peers_delete_time = kept->peers_delete_time;
             state->progress = kept->progress;
             state->reads_waited = kept->reads_waited;
             state->reads_wait_failed = kept->reads_wait_failed;

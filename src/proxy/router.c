@@ -44,7 +44,7 @@
 
 /* --- the lifecycle -------------------------------------------------------------- */
 
-#define PHASE_BIT(phase) (1u << (phase))
+#define PHASE_BIT(phase) (UINT64_C(1) << (phase))
 /* A call's reply may send the same call again (another member, a rebuilt find). */
 #define CALL_PHASES                                                                                          \
     (PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) | PHASE_BIT(PHASE_FAULT_IN_FINDING) |      \
@@ -53,14 +53,14 @@
      PHASE_BIT(PHASE_STREAM_READING_MARKS) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) | PHASE_BIT(PHASE_POINT_READING_FAST) | PHASE_BIT(PHASE_POINT_READING_ARCHIVE) |                          \
      PHASE_BIT(PHASE_EXPLAINING_FAST) | PHASE_BIT(PHASE_EXPLAINING_ARCHIVE) |                                \
      PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_BOTH_CREATING_ON_FAST) | PHASE_BIT(PHASE_BOTH_ON_FAST) |     \
-     PHASE_BIT(PHASE_PINNING_FAST) | PHASE_BIT(PHASE_READING_EVICTIONS))
+     PHASE_BIT(PHASE_READING_EVICTIONS) | PHASE_BIT(PHASE_PUBLISHING_DELETES))
 #define RETRYING (PHASE_BIT(PHASE_AWAITING_PRIMARY) | PHASE_BIT(PHASE_FINISHED))
 
-_Static_assert(PHASE_COUNT <= 32, "the transition table holds a phase set in 32 bits");
+_Static_assert(PHASE_COUNT <= 64, "the transition table holds a phase set in 64 bits");
 
 static const struct {
     const char *name;
-    uint32_t next; /* the phases it may move to */
+    uint64_t next; /* the phases it may move to */
 } phase_table[PHASE_COUNT] = {
     [PHASE_DECODED] = {"decoded", PHASE_BIT(PHASE_AUTHENTICATING) | PHASE_BIT(PHASE_ADMITTING) |
                                       PHASE_BIT(PHASE_ANSWERING_HELLO) | PHASE_BIT(PHASE_FINISHED)},
@@ -81,8 +81,8 @@ static const struct {
     [PHASE_WAITING_FOR_PINS] = {"waiting for pins", PHASE_BIT(PHASE_PINNING_FAST) | PHASE_BIT(PHASE_FAULT_IN_CHECKING_FAST) |
                                                         PHASE_BIT(PHASE_UNIQUE_READING_FAST) | PHASE_BIT(PHASE_FORWARDING) |
                                                         PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_FINISHED)},
-    [PHASE_PINNING_FAST] = {"pinning in the fast tier", PHASE_BIT(PHASE_PINNING_FAST) |
-                                                          PHASE_BIT(PHASE_READING_EVICTIONS) | RETRYING},
+    /* With the other writes of its round (router_pins.c), whose calls are not its own. */
+    [PHASE_PINNING_FAST] = {"pinning in the fast tier", PHASE_BIT(PHASE_READING_EVICTIONS) | PHASE_BIT(PHASE_FINISHED)},
     /* Then as after the in-memory pins: the fast tier's check, or straight on. */
     [PHASE_READING_EVICTIONS] = {"reading the evictor's intents",
                                  PHASE_BIT(PHASE_READING_EVICTIONS) | PHASE_BIT(PHASE_WAITING_FOR_EVICTIONS) |
@@ -99,7 +99,9 @@ static const struct {
                                       PHASE_BIT(PHASE_BOTH_ON_ARCHIVE) | PHASE_BIT(PHASE_STREAM_LOOKING_UP) |
                                       PHASE_BIT(PHASE_FINISHED)},
     [PHASE_FORWARDING] = {"forwarding", PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_STREAM_READING_MARKS) |
-                                            PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | RETRYING},
+                                            PHASE_BIT(PHASE_WAITING_FOR_FEEDER) | PHASE_BIT(PHASE_PUBLISHING_DELETES) |
+                                            RETRYING},
+    [PHASE_PUBLISHING_DELETES] = {"publishing a delete for other proxies", PHASE_BIT(PHASE_PUBLISHING_DELETES) | RETRYING},
     [PHASE_FAULT_IN_FINDING] = {"finding the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_FINDING) |
                                     PHASE_BIT(PHASE_FAULT_IN_MARKING) | PHASE_BIT(PHASE_FORWARDING) | PHASE_BIT(PHASE_UNIQUE_READING_FAST) | RETRYING},
     [PHASE_FAULT_IN_MARKING] = {"marking the documents to fault in", PHASE_BIT(PHASE_FAULT_IN_MARKING) |
@@ -198,9 +200,6 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
     case PHASE_WAITING_FOR_PINS:
         router_fault_in_pinned(request);
         return;
-    case PHASE_PINNING_FAST:
-        router_pins_on_written(request, outcome);
-        return;
     case PHASE_READING_EVICTIONS:
         router_pins_on_evictions(request, outcome);
         return;
@@ -212,6 +211,9 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
         return;
     case PHASE_FORWARDING:
         router_on_tier_reply(request, outcome->reply, outcome->length, outcome->error);
+        return;
+    case PHASE_PUBLISHING_DELETES:
+        router_deletes_on_published(request, outcome);
         return;
     case PHASE_FAULT_IN_CHECKING_FAST:
         router_fault_in_on_fast_checked(request, outcome);
@@ -268,6 +270,7 @@ void router_advance(proxy_request_t *request, const router_outcome_t *outcome)
         on_call_recovered(request, outcome->recovered);
         return;
     case PHASE_DECODED:
+    case PHASE_PINNING_FAST: /* its round's calls answer the round */
     case PHASE_FINISHED:
     case PHASE_COUNT:
         break;
@@ -292,6 +295,7 @@ void router_request_free(proxy_request_t *request)
     }
     router_unique_destroy(request->unique);
     router_pins_release(request);
+    bson_free(request->published_reply);
     if (request->has_decision) {
         plan_decision_cleanup(&request->decision);
     }
@@ -517,19 +521,21 @@ static void count_route(proxy_request_t *request, plan_route_t route)
  * write's operationTime: an ordered insert may have written a part. Deletes are
  * also kept apart: they are all that a fault-in or the archive half of a point
  * read must wait for (see router_wait_for_feeder). */
-static void note_fast_write(proxy_request_t *request, const bson_t *body)
+/* Notes the write's time for the read-your-writes waits; returns the time of the
+ * delete it acknowledges (a committed transaction's: it may have deleted), which
+ * other proxies must learn before the client does (router_publish_deletes), or 0. */
+static uint64_t note_fast_write(proxy_request_t *request, const bson_t *body)
 {
     if (strcmp(request->command_name, "commitTransaction") == 0) {
-        router_note_transaction_commit(request, body);
-        return;
+        return router_note_transaction_commit(request, body);
     }
     if (request->namespace_state == NULL || !request->has_decision || request->decision.kind != PLAN_KIND_WRITE ||
         request->decision.is_explain) {
-        return;
+        return 0;
     }
     uint64_t time = timestamp_find(body, "operationTime");
     if (time == 0) {
-        return;
+        return 0;
     }
     if (time > request->namespace_state->last_write_time) {
         request->namespace_state->last_write_time = time;
@@ -540,9 +546,13 @@ static void note_fast_write(proxy_request_t *request, const bson_t *body)
                      ((strcmp(request->command_name, "findAndModify") == 0 ||
                        strcmp(request->command_name, "findandmodify") == 0) &&
                       bson_iter_init_find(&remove, &request->command, "remove") && bson_iter_as_bool(&remove));
-    if (is_delete && time > request->namespace_state->last_delete_time) {
+    if (!is_delete) {
+        return 0;
+    }
+    if (time > request->namespace_state->last_delete_time) {
         request->namespace_state->last_delete_time = time;
     }
+    return time;
 }
 
 /* --- sending to a tier, once more after a retryable failure ---------------------- */
@@ -757,8 +767,10 @@ void router_finish_cursor_reply(proxy_request_t *request, uint8_t *copy, size_t 
     bson_t body;
     bson_error_t parse_error;
     if (wire_message_opcode(copy) == WIRE_OP_MSG && wire_op_msg_peek_body(copy, length, &body, &parse_error)) {
-        if (request->tier == PROXY_TIER_FAST) {
-            note_fast_write(request, &body);
+        uint64_t delete_time = request->tier == PROXY_TIER_FAST ? note_fast_write(request, &body) : 0;
+        if (delete_time != 0 && request->phase == PHASE_FORWARDING) {
+            router_publish_deletes(request, delete_time, copy, length);
+            return;
         }
         if (router_request_is_explain(request) && router_reply_is_ok(&body)) {
             router_finish_explain(request, &body, NULL);

@@ -26,6 +26,7 @@ typedef enum request_phase {
     PHASE_WAITING_FOR_EVICTIONS, /* ... and, while one does, read again after a pause */
     PHASE_WAITING_FOR_FEEDER,   /* until the feeder applied the writes (or deletes) the archive must show */
     PHASE_FORWARDING,           /* the client's command on a tier; the reply goes back (cursor ids patched) */
+    PHASE_PUBLISHING_DELETES,   /* a delete's time recorded for other proxies before its reply goes back */
     PHASE_FAULT_IN_CHECKING_FAST, /* a write's ids looked for in the fast tier: the archive only for the rest */
     PHASE_FAULT_IN_FINDING,     /* the archive's documents the write may touch */
     PHASE_FAULT_IN_MARKING,     /* ... their fault marks written pending (thermocline.workerWrites), */
@@ -143,6 +144,9 @@ typedef struct proxy_request {
      * generation barrier_probe has answered; both 0: not needed. */
     uint64_t barrier_time;
     uint64_t barrier_probe;
+    /* PHASE_PUBLISHING_DELETES: the delete's reply, sent once published (owned). */
+    uint8_t *published_reply;
+    size_t published_reply_length;
     /* The state of the route it takes, by route_kind. */
     route_state_kind_t route_kind;
     union {
@@ -254,6 +258,13 @@ void router_answer_hello(proxy_request_t *request, const bson_t *fields);
  * tolerates_stopped_feed) or after readYourWritesWait. */
 void router_wait_for_feeder(proxy_request_t *request, bool deletes_only, request_phase_t next);
 
+/* A delete (or a commit) the fast tier acknowledged at delete_time: records it
+ * in thermocline.deletes, where other proxies' deletes-only waits read it, then
+ * finishes with reply (taken; PHASE_PUBLISHING_DELETES). */
+void router_publish_deletes(proxy_request_t *request, uint64_t delete_time, uint8_t *reply, size_t length);
+/* PHASE_PUBLISHING_DELETES's step. */
+void router_deletes_on_published(proxy_request_t *request, const router_outcome_t *outcome);
+
 /* Enters PHASE_WAITING_FOR_PINS until router_pin_fault_in succeeds. */
 void router_wait_for_pins(proxy_request_t *request);
 
@@ -275,12 +286,12 @@ bool router_pins_needed(proxy_request_t *request);
 /* Whether a write pins its whole namespace (router_wait.c): a fault-in by filter,
  * or unique keys its updates compute, whose holders are known only later. */
 bool router_pins_whole_namespace(const proxy_request_t *request);
-/* PHASE_PINNING_FAST: the pin documents upserted. */
+/* PHASE_PINNING_FAST: the pin documents upserted with the other writes of its
+ * round, then (PHASE_READING_EVICTIONS) the evictor's intents read; the fast-tier
+ * check once none covers the pins, else a pause (PHASE_WAITING_FOR_EVICTIONS)
+ * whose step, router_pins_after_wait, reads again alone. */
 void router_pins_write(proxy_request_t *request);
-/* Its step: the evictor's intents read (PHASE_READING_EVICTIONS). */
-void router_pins_on_written(proxy_request_t *request, const router_outcome_t *outcome);
-/* Their step: the fast-tier check once none covers the pins, else a pause
- * (PHASE_WAITING_FOR_EVICTIONS) whose step, router_pins_after_wait, reads again. */
+/* The step of a read of its own: the intents it waits for, still alive. */
 void router_pins_on_evictions(proxy_request_t *request, const router_outcome_t *outcome);
 void router_pins_after_wait(proxy_request_t *request);
 /* Whether the pins (if any) are young enough for the write to be sent. */
@@ -380,8 +391,9 @@ bool router_transaction_may_run(const proxy_request_t *request, char *reason, si
  * has aborted the transaction (PHASE_ABORTING_TRANSACTION). */
 void router_refuse_in_transaction(proxy_request_t *request, const char *reason);
 void router_transaction_on_aborted(proxy_request_t *request);
-/* A commit the fast tier acknowledged: reads of the archive wait for the feeder. */
-void router_note_transaction_commit(proxy_request_t *request, const bson_t *body);
+/* A commit the fast tier acknowledged: reads of the archive wait for the feeder.
+ * Returns its time (it may have deleted in any tiered namespace), or 0. */
+uint64_t router_note_transaction_commit(proxy_request_t *request, const bson_t *body);
 
 /* --- router_catalog.c ------------------------------------------------------------ */
 

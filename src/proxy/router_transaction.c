@@ -92,16 +92,18 @@ void router_refuse_in_transaction(proxy_request_t *request, const char *reason)
 
 /* A committed transaction may have written any tiered namespace: reads sent to
  * the archive wait until the feeder has applied it, as after a plain write. */
-void router_note_transaction_commit(proxy_request_t *request, const bson_t *body)
+uint64_t router_note_transaction_commit(proxy_request_t *request, const bson_t *body)
 {
     bson_iter_t iter;
     uint64_t time = timestamp_find(body, "operationTime");
-    if (!bson_iter_init_find(&iter, body, "ok") || bson_iter_as_double(&iter) != 1.0 || time == 0) {
-        return;
+    if (!bson_iter_init_find(&iter, body, "ok") || bson_iter_as_double(&iter) != 1.0 || time == 0 ||
+        request->proxy->namespace_count == 0) {
+        return 0;
     }
     for (size_t i = 0; i < request->proxy->namespace_count; i++) {
         namespace_state_t *state = &request->proxy->namespaces[i];
         state->last_write_time = time > state->last_write_time ? time : state->last_write_time;
         state->last_delete_time = time > state->last_delete_time ? time : state->last_delete_time;
     }
+    return time;
 }

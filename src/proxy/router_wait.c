@@ -3,13 +3,17 @@
  * writes until the documents they fault in can be pinned against the evictor,
  * and short pauses (a change stream's batch waiting for a worker's mark). */
 #include "proxy/router_private.h"
+#include "common/bson_view.h"
 #include "common/clock.h"
+#include "common/timestamp.h"
+#include "tier/tier.h"
 #include "wire/wire.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #define WAIT_RECHECK_MS 250
+#define DELETES_BATCH 100000 /* one document per tiered namespace */
 
 /* --- read-your-writes across tiers ----------------------------------------------------
  * A read the archive answers waits here until the feeder has applied every write to
@@ -34,18 +38,21 @@ typedef enum feed_state {
     FEED_STOPPED, /* the namespace's feed stopped with writes not in the archive */
 } feed_state_t;
 
-/* barrier: the fast tier's time when the request arrived, with other proxies
- * (their writes to the namespace are not in its last_*_time); 0: none. */
 bool router_pins_whole_namespace(const proxy_request_t *request)
 {
     /* Keys computed at write time: the documents holding them are known only later. */
     return request->decision.fault_in_filter_count > 0 || request->decision.unique_computed_count > 0;
 }
 
+/* barrier: with other proxies, the fast tier's time when the request arrived
+ * (their writes to the namespace are not in its last_*_time), and then the deletes
+ * acknowledged through them, as a probe sent after it arrived read them; 0: no
+ * other proxy. */
 static feed_state_t namespace_feed_state(const namespace_state_t *state, bool deletes_only, uint64_t barrier)
 {
     uint64_t required = deletes_only ? state->last_delete_time : state->last_write_time;
-    required = barrier > required ? barrier : required;
+    uint64_t peers = deletes_only ? (barrier != 0 ? state->peers_delete_time : 0) : barrier;
+    required = peers > required ? peers : required;
     if (required == 0 || state->progress.applied_time >= required) {
         return FEED_CAUGHT_UP;
     }
@@ -285,10 +292,41 @@ static void queue_wait(proxy_request_t *request, bool for_pin, bool deletes_only
 /* --- writes acknowledged through other proxies ---------------------------------------
  * This proxy knows its own writes' times; another proxy's writes it learns from
  * the fast tier: the operation time of a read there (the latest write it applied)
- * after the request arrived. One probe answers every wait queued before it was
- * sent; a wait queued while one is in flight needs the next. */
+ * after the request arrived. A wait for the deletes only needs less: every proxy
+ * records its client deletes' times in thermocline.deletes before it acknowledges
+ * them (one document per namespace, raised with $max), and the same read returns
+ * them. So a point read or a fault-in that looks in the archive for what the fast
+ * tier lacks waits for the feeder only after a delete, as with one proxy, not
+ * behind every write. One probe answers every wait queued before it was sent; a
+ * wait queued while one is in flight needs the next. */
 
 static void send_barrier_probe(proxy_t *proxy);
+
+/* The probe's batch: each namespace's latest delete through any proxy. */
+static void note_peers_deletes(proxy_t *proxy, const bson_t *body)
+{
+    bson_iter_t batch, entry;
+    if (!bson_iter_init(&batch, body) || !bson_iter_find_descendant(&batch, "cursor.firstBatch", &batch) ||
+        !BSON_ITER_HOLDS_ARRAY(&batch) || !bson_iter_recurse(&batch, &entry)) {
+        return;
+    }
+    while (bson_iter_next(&entry)) {
+        bson_t document;
+        bson_iter_t field;
+        if (!bson_view_of(&entry, &document) || !bson_iter_init_find(&field, &document, "_id") ||
+            !BSON_ITER_HOLDS_UTF8(&field)) {
+            continue;
+        }
+        const char *ns = bson_iter_utf8(&field, NULL);
+        uint64_t time = timestamp_find(&document, "time");
+        for (size_t i = 0; i < proxy->namespace_count; i++) {
+            namespace_state_t *state = &proxy->namespaces[i];
+            if (strcmp(state->config->ns, ns) == 0 && time > state->peers_delete_time) {
+                state->peers_delete_time = time;
+            }
+        }
+    }
+}
 
 static void on_barrier_probe_reply(void *context, const uint8_t *reply, size_t length, const bson_error_t *error)
 {
@@ -299,11 +337,12 @@ static void on_barrier_probe_reply(void *context, const uint8_t *reply, size_t l
     uint64_t generation = proxy->barrier_probes_sent;
     uint64_t time = 0;
     proxy->barrier_probe_in_flight = false;
-    if (error == NULL && wire_op_msg_find_body(reply, length, &body, &parse_error) &&
+    if (error == NULL && wire_op_msg_find_body(reply, length, &body, &parse_error) && router_reply_is_ok(&body) &&
         bson_iter_init_find(&iter, &body, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&iter)) {
         uint32_t seconds, increment;
         bson_iter_timestamp(&iter, &seconds, &increment);
         time = (uint64_t)seconds << 32 | increment;
+        note_peers_deletes(proxy, &body);
     }
     bool more = false;
     for (read_wait_t *wait = proxy->waits_head; wait != NULL; wait = wait->next) {
@@ -329,9 +368,9 @@ static void send_barrier_probe(proxy_t *proxy)
     uint8_t *message;
     size_t length;
     bson_error_t error;
-    BSON_APPEND_UTF8(&find, "find", TIER_FEEDER_COLLECTION);
-    BSON_APPEND_UTF8(&filter, "_id", "none"); /* only the reply's operationTime matters */
+    BSON_APPEND_UTF8(&find, "find", TIER_DELETES_COLLECTION);
     BSON_APPEND_DOCUMENT(&find, "filter", &filter);
+    BSON_APPEND_INT32(&find, "batchSize", DELETES_BATCH);
     BSON_APPEND_BOOL(&find, "singleBatch", true);
     BSON_APPEND_UTF8(&find, "$db", TIER_DATABASE);
     if (wire_op_msg_build(0, 0, 0, &find, NULL, 0, &message, &length, &error)) {
@@ -548,4 +587,58 @@ void router_expire_waits(proxy_t *proxy)
 void router_cancel_waits(proxy_t *proxy)
 {
     sweep_waits(proxy, keep_none, cancel);
+}
+
+/* --- deletes recorded for other proxies ---------------------------------------------- */
+
+void router_publish_deletes(proxy_request_t *request, uint64_t delete_time, uint8_t *reply, size_t length)
+{
+    proxy_t *proxy = request->proxy;
+    bson_t update = BSON_INITIALIZER, statements;
+    bool commit = strcmp(request->command_name, "commitTransaction") == 0;
+    uint32_t index = 0;
+    request->published_reply = reply;
+    request->published_reply_length = length;
+    BSON_APPEND_UTF8(&update, "update", TIER_DELETES_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&update, "updates", &statements);
+    for (size_t i = 0; i < proxy->namespace_count; i++) {
+        const namespace_state_t *state = &proxy->namespaces[i];
+        if (!commit && strcmp(state->config->ns, request->namespace_state->config->ns) != 0) {
+            continue;
+        }
+        bson_t statement, query, change, fields;
+        char key[16];
+        const char *key_string;
+        bson_uint32_to_string(index++, &key_string, key, sizeof key);
+        bson_append_document_begin(&statements, key_string, -1, &statement);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+        BSON_APPEND_UTF8(&query, "_id", state->config->ns);
+        bson_append_document_end(&statement, &query);
+        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &change);
+        BSON_APPEND_DOCUMENT_BEGIN(&change, "$max", &fields);
+        BSON_APPEND_TIMESTAMP(&fields, "time", (uint32_t)(delete_time >> 32), (uint32_t)delete_time);
+        bson_append_document_end(&change, &fields);
+        bson_append_document_end(&statement, &change);
+        BSON_APPEND_BOOL(&statement, "upsert", true);
+        bson_append_document_end(&statements, &statement);
+    }
+    bson_append_array_end(&update, &statements);
+    router_append_state_write_options(&update);
+    router_call_tier_command(request, PHASE_PUBLISHING_DELETES, PROXY_TIER_FAST, &update);
+}
+
+void router_deletes_on_published(proxy_request_t *request, const router_outcome_t *outcome)
+{
+    bson_t body;
+    bson_iter_t iter;
+    if (!router_take_ok_reply(request, outcome->reply, outcome->length, outcome->error, &body)) {
+        return; /* the delete is done but another proxy could miss it: the client sees the error */
+    }
+    if (bson_iter_init_find(&iter, &body, "writeErrors")) {
+        router_relay_reply(request, outcome->reply, outcome->length);
+        return;
+    }
+    uint8_t *reply = request->published_reply;
+    request->published_reply = NULL;
+    router_finish_with_message(request, reply, request->published_reply_length);
 }

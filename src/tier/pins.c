@@ -5,6 +5,7 @@
 #include "query/order.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #define PIN_CALLS_MARGIN_MS 5000
@@ -234,6 +235,31 @@ void tier_evictions_filter_for_pin(const char *ns, const bson_t *ids, bool whole
         bson_append_document_end(out, &condition);
     }
     tier_pins_append_alive(out, true);
+}
+
+bool tier_eviction_covers(const bson_t *intent, const char *ns, const bson_t *ids, bool whole)
+{
+    bson_iter_t field, named, id;
+    if (!bson_iter_init_find(&field, intent, "ns") || !BSON_ITER_HOLDS_UTF8(&field) ||
+        strcmp(bson_iter_utf8(&field, NULL), ns) != 0) {
+        return false;
+    }
+    if (whole) {
+        return true;
+    }
+    if (!bson_iter_init_find(&field, intent, "ids") || !BSON_ITER_HOLDS_ARRAY(&field)) {
+        return false;
+    }
+    bson_iter_recurse(&field, &named);
+    while (bson_iter_next(&named)) {
+        bson_iter_init(&id, ids);
+        while (bson_iter_next(&id)) {
+            if (order_compare_values(bson_iter_value(&named), bson_iter_value(&id)) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 void tier_evictions_filter_for_keys(const bson_t *keys, bson_t *out)

@@ -86,6 +86,11 @@ size_t tier_pins_covered(const bson_t *pins, const bson_value_t *ids, size_t cou
  * one of ids (an array), or any when whole. out initialised here. */
 void tier_evictions_filter_for_pin(const char *ns, const bson_t *ids, bool whole, bson_t *out);
 
+/* Whether an intent, as read (with ns and ids), is one that filter would find
+ * (alive aside): in ns, naming one of ids (an array), or any when whole. So one
+ * read of the intents covering several writes' pins tells each write its own. */
+bool tier_eviction_covers(const bson_t *intent, const char *ns, const bson_t *ids, bool whole);
+
 /* Its next reads: the intents it saw (keys, an array of their _ids) still alive. */
 void tier_evictions_filter_for_keys(const bson_t *keys, bson_t *out);
 

@@ -27,13 +27,16 @@
  *   pins          {_id, ns, ids, whole, holder, lifetimeMillis, at}: documents a proxy's
  *                 write needs kept in the fast tier (tier/pins.h)
  *   evictions     {_id, ns, ids, term, holder, lifetimeMillis, at}: the evictor's batch
- *                 under way (tier/pins.h) */
+ *                 under way (tier/pins.h)
+ *   deletes       {_id: <ns>, time}: the fast tier's time of the latest client delete
+ *                 acknowledged through any proxy ($max; src/proxy/router_wait.c) */
 #define TIER_DATABASE "thermocline"
 #define TIER_FEEDER_COLLECTION "feeder"
 #define TIER_WARMER_COLLECTION "warmer"
 #define TIER_MARKS_COLLECTION "workerWrites"
 #define TIER_REFUSALS_COLLECTION "refusals"
 #define TIER_INDEXES_COLLECTION "indexes"
+#define TIER_DELETES_COLLECTION "deletes"
 
 typedef struct tier_workers tier_workers_t;
 

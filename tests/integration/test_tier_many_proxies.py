@@ -154,6 +154,37 @@ def test_read_your_writes_and_deletes_hold_across_proxies(replicated_tiers, tmp_
     assert archived_ids(archive) == {i for i in range(60) if i % 3}
 
 
+def test_a_delete_through_one_proxy_holds_while_the_feeder_is_paused(replicated_tiers, tmp_path):
+    """A point read or a write by _id through another proxy looks in the archive
+    for what the fast tier lacks only once the feeder applied the deletes acknowledged
+    through any proxy (thermocline.deletes): with the feeder's holder paused, the
+    archive still holds the deleted documents, and neither may come back."""
+    archive, fast = replicated_tiers
+    proxies = start_three(tmp_path, archive, fast)
+    assert wait_until(lambda: one_holder_each(proxies), 15, 0.2), holders(proxies)
+    assert wait_until(lambda: all(status(proxy)["proxiesAlive"] == 3 for proxy in proxies), 15, 0.2)
+    insert_through(proxies[0], range(20))
+    wait_feeder(proxies[0])
+    assert archived_ids(archive) == set(range(20))
+    paused = holders(proxies)["feeder"][0]
+    writer, reader = [proxy for proxy in proxies if proxy is not paused]
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        with client_for(writer) as writing, client_for(reader) as reading:
+            for i in range(0, 20, 2):
+                assert writing.shop.orders.delete_one({"_id": i}).deleted_count == 1
+                assert reading.shop.orders.find_one({"_id": i}) is None, "document %d read back" % i
+                result = reading.shop.orders.update_one({"_id": i + 1 if i % 4 else i}, {"$set": {"back": True}})
+                assert result.matched_count == (1 if i % 4 else 0), "document %d came back" % i
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    wait_feeder(writer)
+    assert archived_ids(archive) == {i for i in range(20) if i % 2}
+    with client_for(fast) as client:
+        published = client.thermocline.deletes.find_one({"_id": "shop.orders"})
+    assert published is not None and published["time"].time > 0, published
+
+
 # --- fault-ins against an evictor in another proxy (tier/pins.h) -----------------
 
 PIN_TOP = {"leaseTimeout": "%ds" % LEASE_TIMEOUT_SECONDS}
@@ -250,6 +281,38 @@ def plant_eviction_intent(fast, ids, lifetime_ms):
             {"$set": {"ns": "shop.orders", "ids": ids, "term": 99, "holder": "a dead evictor",
                       "lifetimeMillis": lifetime_ms},
              "$currentDate": {"at": True}}, upsert=True)
+
+
+def test_concurrent_writes_share_their_pin_rounds_and_leave_no_pin(replicated_tiers, tmp_path):
+    """With the evictor elsewhere, every write that faults in pins its documents in
+    the fast tier; the writes that ask while an upsert of pins is in flight go in
+    the next one together, and the pins of finished writes are all removed."""
+    archive, fast = replicated_tiers
+    evicting, writing = start_evictor_then_writer(tmp_path, archive, fast, PIN_TOP, "1h")
+    threads, failures = 8, []
+
+    def insert_some(first):
+        try:
+            with client_for(writing) as client:
+                for i in range(first, first + 40):
+                    client.shop.orders.insert_one({"_id": i, "createdAt": utc_now(), "n": i})
+        except PyMongoError as error:  # pragma: no cover - reported below
+            failures.append(error)
+
+    workers = [threading.Thread(target=insert_some, args=(1000 * t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert failures == []
+    pins = status(writing)["fastTierPins"]
+    assert pins["writes"] == threads * 40, pins  # an insert checks its _id: it faults in
+    assert 0 < pins["rounds"] < pins["writes"], pins
+    assert wait_until(lambda: live_pins(fast) == [], 10, 0.1), live_pins(fast)
+    with client_for(writing) as client:
+        assert client.shop.orders.count_documents({}) == threads * 40
+    for proxy in (evicting, writing):
+        proxy.stop()
 
 
 def test_pins_and_intents_of_killed_processes_expire(replicated_tiers, tmp_path):

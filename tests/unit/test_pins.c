@@ -233,6 +233,34 @@ static void test_pins_cover_the_candidates_they_name_or_all(void **state)
     bson_destroy(pins);
 }
 
+/* A round of writes reads the intents covering any of them at once; each write
+ * then picks its own (tier_eviction_covers), which must be exactly what its own
+ * filter would have found. */
+static void test_each_write_of_a_round_finds_the_intents_its_own_filter_would(void **state)
+{
+    (void)state;
+    int64_t now = clock_wall_ms();
+    const char *intents[] = {"{'0': 3, '1': 7}", "{'0': 3}", "{'0': 7.0}", "{'0': 'x', '1': 9}", "{}"};
+    const char *namespaces[] = {"shop.orders", "shop.other"};
+    bson_t *ids = support_json("{'0': 7, '1': 'x'}");
+    for (size_t n = 0; n < sizeof namespaces / sizeof namespaces[0]; n++) {
+        for (size_t i = 0; i < sizeof intents / sizeof intents[0]; i++) {
+            bson_t *intent = written(namespaces[n], intents[i], false, now, 2000);
+            for (int whole = 0; whole <= 1; whole++) {
+                bson_t filter;
+                tier_evictions_filter_for_pin("shop.orders", ids, whole, &filter);
+                assert_int_equal(tier_eviction_covers(intent, "shop.orders", ids, whole), matches(&filter, intent));
+                bson_destroy(&filter);
+            }
+            bson_destroy(intent);
+        }
+    }
+    bson_t *covering = written("shop.orders", "{'0': 3, '1': 7}", false, now, 2000);
+    assert_true(tier_eviction_covers(covering, "shop.orders", ids, false)); /* the oracle is not vacuous */
+    bson_destroy(covering);
+    bson_destroy(ids);
+}
+
 static void test_a_proxy_reads_the_intents_covering_its_pin_then_only_those(void **state)
 {
     (void)state;
@@ -277,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_pin_documents_split_ids_and_pin_a_namespace_last),
         cmocka_unit_test(test_the_evictor_reads_the_live_pins_of_its_batch),
         cmocka_unit_test(test_pins_cover_the_candidates_they_name_or_all),
+        cmocka_unit_test(test_each_write_of_a_round_finds_the_intents_its_own_filter_would),
         cmocka_unit_test(test_a_proxy_reads_the_intents_covering_its_pin_then_only_those),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
