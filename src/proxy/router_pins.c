@@ -199,7 +199,7 @@ static void pin_round_send(pin_round_t *round, pin_round_state_t state, bson_t *
     send_round_message(round);
 }
 
-static void start_next_round(proxy_t *proxy);
+static void start_next_round(proxy_t *proxy, bool full);
 
 /* The members go on, or fail with the round's failure (error, else the tier's
  * reply relayed as it is). */
