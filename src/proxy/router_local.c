@@ -34,9 +34,7 @@ static void append_hello_fields(proxy_request_t *request, bool legacy_name, cons
     BSON_APPEND_OID(&topology, "processId", &proxy->process_id);
     BSON_APPEND_INT64(&topology, "counter", 0);
     bson_append_document_end(body, &topology);
-    BSON_APPEND_INT32(body, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
-    BSON_APPEND_INT32(body, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
-    BSON_APPEND_INT32(body, "maxWriteBatchSize", WIRE_MAX_WRITE_BATCH_SIZE);
+    wire_append_hello_limits(body);
     BSON_APPEND_DATE_TIME(body, "localTime", clock_wall_ms());
     BSON_APPEND_INT32(body, "logicalSessionTimeoutMinutes", session_minutes);
     BSON_APPEND_INT64(body, "connectionId", (int64_t)request->connection_id);

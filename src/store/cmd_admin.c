@@ -123,9 +123,7 @@ static bool handle_hello(command_context_t *context, bson_t *reply, bson_error_t
         BSON_APPEND_OID(reply, "electionId", &election_id);
         append_last_write(store, reply);
     }
-    BSON_APPEND_INT32(reply, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
-    BSON_APPEND_INT32(reply, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
-    BSON_APPEND_INT32(reply, "maxWriteBatchSize", WIRE_MAX_WRITE_BATCH_SIZE);
+    wire_append_hello_limits(reply);
     BSON_APPEND_DATE_TIME(reply, "localTime", clock_wall_ms());
     BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", LOGICAL_SESSION_TIMEOUT_MINUTES);
     BSON_APPEND_INT64(reply, "connectionId", (int64_t)context->connection_id);

@@ -88,6 +88,13 @@ int32_t wire_message_opcode(const uint8_t *message)
     return wire_load_int32(message + 12);
 }
 
+void wire_append_hello_limits(bson_t *reply)
+{
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", WIRE_MAX_BSON_OBJECT_SIZE);
+    BSON_APPEND_INT32(reply, "maxMessageSizeBytes", WIRE_MAX_MESSAGE_SIZE);
+    BSON_APPEND_INT32(reply, "maxWriteBatchSize", WIRE_MAX_WRITE_BATCH_SIZE);
+}
+
 int64_t wire_cursor_id_random(int64_t now_ms)
 {
     int64_t cursor_id;

@@ -294,6 +294,10 @@ bool wire_decompress(const uint8_t *message, size_t length, uint8_t **out_messag
  * Appends nothing when the client offered none. */
 void wire_negotiate_compression(const bson_t *hello, bson_t *reply);
 
+/* Appends the size limits hello advertises (maxBsonObjectSize,
+ * maxMessageSizeBytes, maxWriteBatchSize): the store and the proxy answer alike. */
+void wire_append_hello_limits(bson_t *reply);
+
 /* Wraps one complete message in OP_COMPRESSED with compressor_id (noop, snappy or
  * zlib). As mongod does, if the compressed form could exceed WIRE_MAX_MESSAGE_SIZE
  * an uncompressed copy is returned instead. Deciding which commands must never be
