@@ -371,6 +371,12 @@ void aggregation_value_append(bson_t *document, const char *key, int key_length,
     bson_append_value(document, key, key_length, value);
 }
 
+bool aggregation_value_is_field_name(const bson_value_t *string)
+{
+    return string->value_type == BSON_TYPE_UTF8 &&
+           bson_utf8_validate(string->value.v_utf8.str, string->value.v_utf8.len, false);
+}
+
 bool aggregation_value_view_document(const bson_value_t *value, bson_t *out_view)
 {
     if (value->value_type != BSON_TYPE_DOCUMENT && value->value_type != BSON_TYPE_ARRAY) {

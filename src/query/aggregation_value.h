@@ -71,6 +71,12 @@ void aggregation_value_take_document(bson_value_t *out, bson_t *document, bson_t
 void aggregation_value_append(bson_t *document, const char *key, int key_length,
                               const bson_value_t *value);
 
+/* Whether a string value may become a field name of a document the server builds
+ * ($count, includeArrayIndex, $setField, $rename): valid UTF-8 without an embedded
+ * NUL. Every document the server accepts has such names (wire_bson_check), and
+ * libbson's iterator stops at a name that is not UTF-8, so none is made here either. */
+bool aggregation_value_is_field_name(const bson_value_t *string);
+
 /* A document or array value seen as a read-only bson_t (no copy). False for other types. */
 bool aggregation_value_view_document(const bson_value_t *value, bson_t *out_view);
 

@@ -41,6 +41,10 @@ static bool check_constant_field(const expression_t *field, const char *operator
         return tc_error_set(error, not_string, "%s requires 'field' to evaluate to type String, but got %s",
                             operator_name, value_type_name(field->constant.value_type));
     }
+    if (!aggregation_value_is_field_name(&field->constant)) {
+        return tc_error_set(error, not_string, "%s requires 'field' to be UTF-8 without a null byte",
+                            operator_name);
+    }
     return true;
 }
 

@@ -600,6 +600,10 @@ bool pipeline_count_compile(const bson_value_t *argument, const pipeline_scope_t
         return tc_error_set(error, COUNT_ERROR_NOT_STRING,
                             "the count field must be a non-empty string");
     }
+    if (!aggregation_value_is_field_name(argument)) {
+        return tc_error_set(error, COUNT_ERROR_NOT_STRING,
+                            "the count field must be UTF-8 without a null byte");
+    }
     const char *name = argument->value.v_utf8.str;
     if (name[0] == '\0') {
         return tc_error_set(error, COUNT_ERROR_EMPTY, "the count field must be a non-empty string");

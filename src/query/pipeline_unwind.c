@@ -282,6 +282,12 @@ bool pipeline_unwind_compile(const bson_value_t *argument, const pipeline_scope_
                                  value_type_name(value->value_type));
                     goto done;
                 }
+                if (!aggregation_value_is_field_name(value)) {
+                    tc_error_set(error, PIPELINE_ERROR_UNWIND_INDEX_STRING,
+                                 "the includeArrayIndex option to $unwind stage must be UTF-8 "
+                                 "without a null byte");
+                    goto done;
+                }
                 if (value->value.v_utf8.str[0] == '$') {
                     tc_error_set(error, PIPELINE_ERROR_UNWIND_INDEX_DOLLAR,
                                  "includeArrayIndex option to $unwind stage should not be prefixed "

@@ -1,6 +1,7 @@
 /* Compiling an update: checks every operator's argument as mongod does and merges
  * the paths into one tree (mongod's UpdateObjectNode::parseAndMerge), children in
  * the order fields are visited; arrayFilters are compiled with the matcher. */
+#include "query/aggregation_value.h"
 #include "query/value_format.h"
 #include "query/update_private.h"
 
@@ -744,6 +745,9 @@ static bool compile_modifier(update_spec_t *spec, bson_iter_t *modifier, bson_er
         if (memchr(argument->value.v_utf8.str, '\0', argument->value.v_utf8.len) != NULL) {
             return tc_error_set(error, TC_ERR_BAD_VALUE,
                                 "The 'to' field for $rename cannot contain an embedded null byte");
+        }
+        if (!aggregation_value_is_field_name(argument)) {
+            return tc_error_set(error, TC_ERR_BAD_VALUE, "The 'to' field for $rename must be UTF-8");
         }
         if (!merge_path(spec, UPDATE_OPERATOR_RENAME, argument->value.v_utf8.str, argument, field,
                         error)) {

@@ -52,10 +52,10 @@ static inline bool fuzz_reader_document(fuzz_reader_t *reader, bson_t *out_docum
     return true;
 }
 
-/* Every document the code under test builds must be well-formed BSON by the rules the
- * server applies to what it receives (mongod's validateBSON). Not libbson's
- * bson_validate: that one also wants UTF-8 field names, which mongod never checks, and
- * a field name can come from a string value ($rename) or an OP_MSG sequence identifier. */
+/* Every document the code under test builds must pass the check the server applies
+ * to what it receives (wire_bson_check: mongod's validateBSON, and UTF-8 field names,
+ * which libbson's iterator needs): a field name made from a string value ($count,
+ * includeArrayIndex, $setField, $rename) must be one the server would accept. */
 static inline void fuzz_require_valid(const bson_t *document, const char *what)
 {
     size_t length = 0;

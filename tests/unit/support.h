@@ -31,21 +31,48 @@ static inline void support_dollar_keys(const uint8_t *data, uint32_t length)
     }
 }
 
-/* The document of a single-quoted JSON text, '%' keys turned into '$' keys; fails
- * the test on a typo. Free with bson_destroy(). */
-static inline bson_t *support_json(const char *text)
+/* The document of a JSON text as written; fails the test on a typo. Free with
+ * bson_destroy(). */
+static inline bson_t *support_json_as_written(const char *text)
 {
-    char buffer[4096];
-    size_t length = strlen(text);
-    assert_true(length < sizeof buffer);
-    for (size_t i = 0; i <= length; i++) {
-        buffer[i] = text[i] == '\'' ? '"' : text[i];
-    }
     bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)buffer, -1, &error);
+    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
     if (document == NULL) {
         fail_msg("bad test JSON %s: %s", text, error.message);
     }
+    return document;
+}
+
+/* The document of a JSON text written with single quotes for double quotes, to
+ * keep the C strings readable. Free with bson_destroy(). */
+static inline bson_t *support_json_single_quoted(const char *text)
+{
+    char *copy = bson_strdup(text);
+    for (char *c = copy; *c != '\0'; c++) {
+        if (*c == '\'') {
+            *c = '"';
+        }
+    }
+    bson_t *document = support_json_as_written(copy);
+    bson_free(copy);
+    return document;
+}
+
+/* The document {v: <value_json>}, its one value written as JSON: for tests of
+ * values rather than documents. Free with bson_destroy(). */
+static inline bson_t *support_json_wrapped(const char *value_json)
+{
+    char *text = bson_strdup_printf("{\"v\": %s}", value_json);
+    bson_t *document = support_json_as_written(text);
+    bson_free(text);
+    return document;
+}
+
+/* The document of a single-quoted JSON text, '%' keys turned into '$' keys. Free
+ * with bson_destroy(). */
+static inline bson_t *support_json(const char *text)
+{
+    bson_t *document = support_json_single_quoted(text);
     support_dollar_keys(bson_get_data(document), document->len);
     return document;
 }

@@ -9,19 +9,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #define TIME(seconds, increment) (((uint64_t)(seconds) << 32) | (uint32_t)(increment))
 
 /* --- helpers -------------------------------------------------------------------- */
-
-static bson_t *json(const char *text)
-{
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", text, error.message);
-    }
-    return document;
-}
 
 static char *token_hex(const change_token_t *token)
 {
@@ -43,7 +35,7 @@ static bson_t *entry(const char *op, const char *ns, const char *object, const c
              "{\"ts\": {\"$timestamp\": {\"t\": 100, \"i\": 7}}, \"t\": 1, \"v\": 2, \"op\": \"%s\", \"ns\": \"%s\", "
              "\"o\": %s%s%s%s%s, \"wall\": {\"$date\": 1000}}",
              op, ns, object, object2 ? ", \"o2\": " : "", object2 ? object2 : "", extra[0] ? ", " : "", extra);
-    return json(text);
+    return support_json_as_written(text);
 }
 
 static change_spec_t collection_spec(const char *database, const char *collection)
@@ -63,7 +55,7 @@ static void assert_field_json(const bson_t *document, const char *path, const ch
     char *actual = bson_as_relaxed_extended_json(&wrapper, NULL);
     char expected[1024];
     snprintf(expected, sizeof expected, "{ \"v\" : %s }", expected_json);
-    bson_t *expected_document = json(expected);
+    bson_t *expected_document = support_json_as_written(expected);
     char *expected_text = bson_as_relaxed_extended_json(expected_document, NULL);
     if (strcmp(actual, expected_text) != 0) {
         fail_msg("%s: expected %s, got %s", path, expected_text, actual);
@@ -169,29 +161,29 @@ static void test_token_parse_errors(void **state)
 {
     change_token_t token;
     bson_error_t error;
-    bson_t *missing = json("{\"x\": 1}");
+    bson_t *missing = support_json_as_written("{\"x\": 1}");
     assert_false(change_token_parse(missing, &token, &error));
     assert_int_equal(error.code, 40647);
-    bson_t *number = json("{\"_data\": 5}");
+    bson_t *number = support_json_as_written("{\"_data\": 5}");
     assert_false(change_token_parse(number, &token, &error));
     assert_int_equal(error.code, 40647);
-    bson_t *not_hex = json("{\"_data\": \"82zz\"}");
+    bson_t *not_hex = support_json_as_written("{\"_data\": \"82zz\"}");
     assert_false(change_token_parse(not_hex, &token, &error));
     assert_int_equal(error.code, TC_ERR_FAILED_TO_PARSE);
     assert_string_equal(error.message, "resume token string was not a valid hex string");
     /* A real mongod token: longer KeyString, not ours. */
-    bson_t *foreign = json("{\"_data\": \"8263A1B2C3000000012B022C0100296E5A1004\"}");
+    bson_t *foreign = support_json_as_written("{\"_data\": \"8263A1B2C3000000012B022C0100296E5A1004\"}");
     assert_false(change_token_parse(foreign, &token, &error));
     assert_int_equal(error.code, TC_ERR_FAILED_TO_PARSE);
-    bson_t *bad_kind = json("{\"_data\": \"826B0CB6210000000207\"}");
+    bson_t *bad_kind = support_json_as_written("{\"_data\": \"826B0CB6210000000207\"}");
     assert_false(change_token_parse(bad_kind, &token, &error));
-    bson_t *bad_marker = json("{\"_data\": \"836B0CB6210000000201\"}");
+    bson_t *bad_marker = support_json_as_written("{\"_data\": \"836B0CB6210000000201\"}");
     assert_false(change_token_parse(bad_marker, &token, &error));
     /* Only an event has an index, and never a written-out 0. */
-    bson_t *indexed_invalidate = json("{\"_data\": \"826B0CB621000000020200000001\"}");
+    bson_t *indexed_invalidate = support_json_as_written("{\"_data\": \"826B0CB621000000020200000001\"}");
     assert_false(change_token_parse(indexed_invalidate, &token, &error));
     assert_int_equal(error.code, TC_ERR_FAILED_TO_PARSE);
-    bson_t *index_zero = json("{\"_data\": \"826B0CB621000000020100000000\"}");
+    bson_t *index_zero = support_json_as_written("{\"_data\": \"826B0CB621000000020100000000\"}");
     assert_false(change_token_parse(index_zero, &token, &error));
     bson_destroy(indexed_invalidate);
     bson_destroy(index_zero);

@@ -11,30 +11,9 @@
 
 #include <cmocka.h>
 
+#include "support.h"
+
 #include "query/expression.h"
-
-/* Parses `{"v": <json>}` and returns the document; the value is its first element. */
-static bson_t *parse_wrapped(const char *json)
-{
-    char *text = bson_strdup_printf("{\"v\": %s}", json);
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", text, error.message);
-    }
-    bson_free(text);
-    return document;
-}
-
-static bson_t *parse_document(const char *json)
-{
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)json, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", json, error.message);
-    }
-    return document;
-}
 
 static void first_value(const bson_t *wrapper, bson_value_t *out_value)
 {
@@ -48,8 +27,8 @@ static void first_value(const bson_t *wrapper, bson_value_t *out_value)
 static bool run(const char *expression_json, const char *document_json, bson_value_t *out_value,
                 bson_error_t *error)
 {
-    bson_t *wrapper = parse_wrapped(expression_json);
-    bson_t *document = parse_document(document_json);
+    bson_t *wrapper = support_json_wrapped(expression_json);
+    bson_t *document = support_json_as_written(document_json);
     bson_value_t spec;
     first_value(wrapper, &spec);
     expression_context_t context = {.now_milliseconds = 1600000000000};
@@ -78,7 +57,7 @@ static void check(const char *expression_json, const char *document_json, const 
     if (result.value_type != BSON_TYPE_EOD) {
         bson_append_value(&actual, "v", 1, &result);
     }
-    bson_t *expected = expected_json == NULL ? bson_new() : parse_wrapped(expected_json);
+    bson_t *expected = expected_json == NULL ? bson_new() : support_json_wrapped(expected_json);
     if (!bson_equal(&actual, expected)) {
         char *actual_text = bson_as_canonical_extended_json(&actual, NULL);
         char *expected_text = bson_as_canonical_extended_json(expected, NULL);
@@ -391,6 +370,22 @@ static void test_fields_by_name(void **state)
                 "$setField requires 'value' to be specified");
     check_error("{\"$setField\": {\"field\": \"a\", \"value\": 1}}", "{}", 4161105, NULL);
     check_error("{\"$setField\": 1}", "{}", 4161101, NULL);
+    /* A field that is not UTF-8 would make a name no reader can walk. */
+    bson_t wrapper = BSON_INITIALIZER, set_field, arguments;
+    BSON_APPEND_DOCUMENT_BEGIN(&wrapper, "v", &set_field);
+    BSON_APPEND_DOCUMENT_BEGIN(&set_field, "$setField", &arguments);
+    bson_append_utf8(&arguments, "field", -1, "a\xff", 2);
+    BSON_APPEND_UTF8(&arguments, "input", "$$ROOT");
+    BSON_APPEND_INT32(&arguments, "value", 1);
+    bson_append_document_end(&set_field, &arguments);
+    bson_append_document_end(&wrapper, &set_field);
+    bson_value_t spec;
+    first_value(&wrapper, &spec);
+    bson_error_t error;
+    assert_null(expression_compile(&spec, &error));
+    assert_int_equal(error.code, 4161107);
+    bson_value_destroy(&spec);
+    bson_destroy(&wrapper);
     check_error("{\"$setField\": {\"field\": \"a\", \"input\": 2, \"value\": 1}}", "{}", 4161109, NULL);
 }
 
@@ -398,7 +393,8 @@ static void test_fields_by_name(void **state)
 static void test_let_variables(void **state)
 {
     (void)state;
-    bson_t *let = parse_wrapped("{\"limit\": 10, \"twice\": {\"$multiply\": [\"$$limit\", 2]}, \"gone\": \"$$REMOVE\"}");
+    bson_t *let = support_json_wrapped(
+        "{\"limit\": 10, \"twice\": {\"$multiply\": [\"$$limit\", 2]}, \"gone\": \"$$REMOVE\"}");
     bson_value_t let_value, result;
     bson_t values;
     bson_error_t error;
@@ -406,7 +402,7 @@ static void test_let_variables(void **state)
     expression_context_t context = {.now_milliseconds = 1600000000000};
     assert_true(expression_evaluate_let(&let_value, &context, &values, &error));
     assert_ptr_equal(context.variables, &values);
-    bson_t *spec_wrapper = parse_wrapped("[\"$$limit\", \"$$twice\", \"$$gone\", \"$$limit.x\"]");
+    bson_t *spec_wrapper = support_json_wrapped("[\"$$limit\", \"$$twice\", \"$$gone\", \"$$limit.x\"]");
     bson_value_t spec;
     first_value(spec_wrapper, &spec);
     assert_null(expression_compile(&spec, &error)); /* no let: undefined */
@@ -417,7 +413,7 @@ static void test_let_variables(void **state)
     assert_true(expression_evaluate(expression, &empty, &context, &result, &error));
     bson_t actual = BSON_INITIALIZER;
     bson_append_value(&actual, "v", 1, &result);
-    bson_t *expected = parse_wrapped("[10, 20, null, null]");
+    bson_t *expected = support_json_wrapped("[10, 20, null, null]");
     assert_true(bson_equal(&actual, expected));
     bson_destroy(expected);
     bson_destroy(&actual);
@@ -432,7 +428,7 @@ static void test_let_variables(void **state)
     const char *bad[][2] = {{"{\"Upper\": 1}", "16870"}, {"{\"a-b\": 1}", "16871"}, {"{\"\": 1}", "16869"},
                             {"5", "14"}, {"{\"x\": \"$$y\"}", "17276"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        bson_t *wrapper = parse_wrapped(bad[i][0]);
+        bson_t *wrapper = support_json_wrapped(bad[i][0]);
         first_value(wrapper, &let_value);
         expression_context_t scope = {.now_milliseconds = 0};
         if (expression_evaluate_let(&let_value, &scope, &values, &error)) {
@@ -476,7 +472,7 @@ static void test_arrays(void **state)
 /* Evaluates {$type: <operand_json>} and expects the type name. */
 static void check_type(const char *operand_json, const char *document_json, const char *expected)
 {
-    bson_t *operand = parse_wrapped(operand_json);
+    bson_t *operand = support_json_wrapped(operand_json);
     bson_value_t operand_value;
     first_value(operand, &operand_value);
     bson_t spec_document = BSON_INITIALIZER;
@@ -484,7 +480,7 @@ static void check_type(const char *operand_json, const char *document_json, cons
     bson_value_t spec = {.value_type = BSON_TYPE_DOCUMENT};
     spec.value.v_doc.data = (uint8_t *)bson_get_data(&spec_document);
     spec.value.v_doc.data_len = spec_document.len;
-    bson_t *document = parse_document(document_json);
+    bson_t *document = support_json_as_written(document_json);
     bson_error_t error;
     expression_t *expression = expression_compile(&spec, &error);
     assert_non_null(expression);

@@ -10,19 +10,9 @@
 
 #include <cmocka.h>
 
-#include "query/pipeline.h"
+#include "support.h"
 
-static bson_t *parse_wrapped(const char *json)
-{
-    char *text = bson_strdup_printf("{\"v\": %s}", json);
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", text, error.message);
-    }
-    bson_free(text);
-    return document;
-}
+#include "query/pipeline.h"
 
 /* Feeds the documents of a JSON array, then the end (or an error when asked). */
 typedef struct test_source {
@@ -55,7 +45,7 @@ static bool test_source_next(void *context, const bson_t **out_document, bson_er
 
 static void test_source_init(test_source_t *source, const char *documents_json)
 {
-    source->wrapper = parse_wrapped(documents_json);
+    source->wrapper = support_json_wrapped(documents_json);
     bson_iter_t iter;
     assert_true(bson_iter_init_find(&iter, source->wrapper, "v"));
     assert_true(bson_iter_recurse(&iter, &source->documents));
@@ -70,7 +60,7 @@ static bool run_pipeline(const char *documents_json, const char *pipeline_json,
 {
     test_source_t source;
     test_source_init(&source, documents_json);
-    bson_t *stages_wrapper = parse_wrapped(pipeline_json);
+    bson_t *stages_wrapper = support_json_wrapped(pipeline_json);
     bson_iter_t iter;
     assert_true(bson_iter_init_find(&iter, stages_wrapper, "v"));
     uint32_t length;
@@ -122,7 +112,7 @@ static void check_with(const char *documents_json, const char *pipeline_json,
     if (!run_pipeline(documents_json, pipeline_json, options, &results, &error)) {
         fail_msg("%s failed: %s (%u)", pipeline_json, error.message, error.code);
     }
-    bson_t *expected = parse_wrapped(expected_json);
+    bson_t *expected = support_json_wrapped(expected_json);
     if (!bson_equal(&results, expected)) {
         char *actual_text = bson_as_canonical_extended_json(&results, NULL);
         char *expected_text = bson_as_canonical_extended_json(expected, NULL);
@@ -587,7 +577,7 @@ static void test_replace_root(void **state)
 /* Compiles pipeline_json and returns it (fails the test when it does not compile). */
 static pipeline_t *compile(const char *pipeline_json, bson_t **out_wrapper)
 {
-    *out_wrapper = parse_wrapped(pipeline_json);
+    *out_wrapper = support_json_wrapped(pipeline_json);
     bson_iter_t iter;
     assert_true(bson_iter_init_find(&iter, *out_wrapper, "v"));
     uint32_t length;
@@ -634,6 +624,46 @@ static void test_leading_stages(void **state)
     assert_int_equal(pipeline_leading_limit(pipeline), -1);
     pipeline_destroy(pipeline);
     bson_destroy(wrapper);
+}
+
+/* Compiles the one stage {stage_name: {option: text}} (or {stage_name: text} when
+ * option is NULL), text given as raw bytes, and expects code. */
+static void expect_raw_string_refused(const char *stage_name, const char *option, const char *text,
+                                      uint32_t code)
+{
+    bson_t stages = BSON_INITIALIZER, stage, argument;
+    BSON_APPEND_DOCUMENT_BEGIN(&stages, "0", &stage);
+    if (option == NULL) {
+        bson_append_utf8(&stage, stage_name, -1, text, (int)strlen(text));
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&stage, stage_name, &argument);
+        if (strcmp(stage_name, "$unwind") == 0) {
+            BSON_APPEND_UTF8(&argument, "path", "$a");
+        }
+        bson_append_utf8(&argument, option, -1, text, (int)strlen(text));
+        bson_append_document_end(&stage, &argument);
+    }
+    bson_append_document_end(&stages, &stage);
+    bson_error_t error;
+    pipeline_t *pipeline = pipeline_compile(&stages, NULL, &error);
+    if (pipeline != NULL) {
+        pipeline_destroy(pipeline);
+        fail_msg("%s with a name that is not UTF-8 compiled", stage_name);
+    }
+    assert_int_equal(error.code, code);
+    bson_destroy(&stages);
+}
+
+/* A field name made from a string must be one the server would accept in a
+ * document (UTF-8): the fuzzer's $count of "\xff" built a result no reader could
+ * walk. */
+static void test_field_names_made_from_strings_are_utf8(void **state)
+{
+    (void)state;
+    expect_raw_string_refused("$count", NULL, "n\xff", 40156);
+    expect_raw_string_refused("$unwind", "includeArrayIndex", "i\xc3", 28810);
+    check_error(people, "[{\"$count\": \"a\\u0000b\"}]", 40156, NULL);
+    check(people, "[{\"$count\": \"n\xc3\xa9\"}]", "[{\"n\xc3\xa9\": 4}]");
 }
 
 static void test_source_errors_and_reuse(void **state)
@@ -696,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_replace_root),
         cmocka_unit_test(test_leading_stages),
         cmocka_unit_test(test_source_errors_and_reuse),
+        cmocka_unit_test(test_field_names_made_from_strings_are_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,34 +6,18 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <string.h>
 
 #include "query/projection.h"
 
-/* JSON written with single quotes, to keep the C strings readable. */
-static bson_t *json(const char *single_quoted)
-{
-    char *text = bson_strdup(single_quoted);
-    bson_error_t error;
-    for (char *c = text; *c; c++) {
-        if (*c == '\'') {
-            *c = '"';
-        }
-    }
-    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", single_quoted, error.message);
-    }
-    bson_free(text);
-    return document;
-}
-
 static void expect_projection(const char *spec_json, const char *document_json,
                               const char *expected_json)
 {
-    bson_t *spec = json(spec_json);
-    bson_t *document = json(document_json);
-    bson_t *expected = json(expected_json);
+    bson_t *spec = support_json_single_quoted(spec_json);
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *expected = support_json_single_quoted(expected_json);
     bson_error_t error;
     bson_t out;
     projection_t *projection = projection_compile(spec, &error);
@@ -57,7 +41,7 @@ static void expect_projection(const char *spec_json, const char *document_json,
 
 static void expect_error(const char *spec_json, int code, const char *message)
 {
-    bson_t *spec = json(spec_json);
+    bson_t *spec = support_json_single_quoted(spec_json);
     bson_error_t error;
     projection_t *projection = projection_compile(spec, &error);
     if (projection != NULL) {
@@ -78,7 +62,7 @@ static void test_empty(void **state)
 {
     (void)state;
     expect_projection("{}", person, person);
-    bson_t *document = json(person);
+    bson_t *document = support_json_single_quoted(person);
     bson_t out;
     bson_error_t error;
     projection_t *projection = projection_compile(NULL, &error);
@@ -236,10 +220,10 @@ static void test_parse_errors(void **state)
 static void expect_positional(const char *spec_json, const char *query_json,
                               const char *document_json, const char *expected_json)
 {
-    bson_t *spec = json(spec_json);
-    bson_t *query = json(query_json);
-    bson_t *document = json(document_json);
-    bson_t *expected = json(expected_json);
+    bson_t *spec = support_json_single_quoted(spec_json);
+    bson_t *query = support_json_single_quoted(query_json);
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *expected = support_json_single_quoted(expected_json);
     bson_error_t error;
     bson_t out;
     projection_t *projection = projection_compile_with_query(spec, query, &error);
@@ -269,9 +253,9 @@ static void expect_positional_apply_error(const char *spec_json, const char *que
                                           const char *document_json, int code,
                                           const char *message)
 {
-    bson_t *spec = json(spec_json);
-    bson_t *query = json(query_json);
-    bson_t *document = json(document_json);
+    bson_t *spec = support_json_single_quoted(spec_json);
+    bson_t *query = support_json_single_quoted(query_json);
+    bson_t *document = support_json_single_quoted(document_json);
     bson_error_t error;
     bson_t out;
     projection_t *projection = projection_compile_with_query(spec, query, &error);
@@ -290,8 +274,8 @@ static void expect_positional_apply_error(const char *spec_json, const char *que
 static void expect_positional_error(const char *spec_json, const char *query_json, int code,
                                     const char *message)
 {
-    bson_t *spec = json(spec_json);
-    bson_t *query = json(query_json);
+    bson_t *spec = support_json_single_quoted(spec_json);
+    bson_t *query = support_json_single_quoted(query_json);
     bson_error_t error;
     projection_t *projection = projection_compile_with_query(spec, query, &error);
     if (projection != NULL) {
@@ -367,8 +351,8 @@ static void test_positional(void **state)
     expect_positional_error("{'a.$': 1}", "{'$foo': 1}", 2, NULL);
 
     bson_error_t error;
-    bson_t *spec = json("{'a.$': 1}");
-    bson_t *query = json("{'a': 1}");
+    bson_t *spec = support_json_single_quoted("{'a.$': 1}");
+    bson_t *query = support_json_single_quoted("{'a': 1}");
     projection_t *projection = projection_compile_with_query(spec, query, &error);
     assert_true(projection_is_inclusion(projection));
     assert_true(projection_includes_id(projection));
@@ -384,7 +368,7 @@ static void test_covered_query_facts(void **state)
 {
     (void)state;
     bson_error_t error;
-    bson_t *spec = json("{'b.c': 1, 'a': 1}");
+    bson_t *spec = support_json_single_quoted("{'b.c': 1, 'a': 1}");
     projection_t *projection = projection_compile(spec, &error);
     assert_true(projection_is_inclusion(projection));
     assert_true(projection_includes_id(projection));
@@ -396,7 +380,7 @@ static void test_covered_query_facts(void **state)
     projection_destroy(projection);
     bson_destroy(spec);
 
-    spec = json("{'a': 1, '_id': 0}");
+    spec = support_json_single_quoted("{'a': 1, '_id': 0}");
     projection = projection_compile(spec, &error);
     assert_true(projection_is_inclusion(projection));
     assert_false(projection_includes_id(projection));
@@ -404,7 +388,7 @@ static void test_covered_query_facts(void **state)
     projection_destroy(projection);
     bson_destroy(spec);
 
-    spec = json("{'a': 0}");
+    spec = support_json_single_quoted("{'a': 0}");
     projection = projection_compile(spec, &error);
     assert_false(projection_is_inclusion(projection));
     assert_true(projection_includes_id(projection));
@@ -412,14 +396,14 @@ static void test_covered_query_facts(void **state)
     projection_destroy(projection);
     bson_destroy(spec);
 
-    spec = json("{'_id': 0}");
+    spec = support_json_single_quoted("{'_id': 0}");
     projection = projection_compile(spec, &error);
     assert_false(projection_is_inclusion(projection));
     assert_false(projection_includes_id(projection));
     projection_destroy(projection);
     bson_destroy(spec);
 
-    spec = json("{'_id': 1}");
+    spec = support_json_single_quoted("{'_id': 1}");
     projection = projection_compile(spec, &error);
     assert_true(projection_is_inclusion(projection));
     assert_true(projection_includes_id(projection));
@@ -428,7 +412,7 @@ static void test_covered_query_facts(void **state)
     bson_destroy(spec);
 
     /* A covering index would need t too. */
-    spec = json("{'a': 1, 't': {'$slice': 2}}");
+    spec = support_json_single_quoted("{'a': 1, 't': {'$slice': 2}}");
     projection = projection_compile(spec, &error);
     assert_true(projection_is_inclusion(projection));
     assert_true(projection_has_computed_fields(projection));
@@ -438,7 +422,7 @@ static void test_covered_query_facts(void **state)
     bson_destroy(spec);
 
     /* {_id: 1, t: {$slice}} is an inclusion; {_id: 0, t: {$slice}} an exclusion. */
-    spec = json("{'_id': 0, 't': {'$slice': 2}}");
+    spec = support_json_single_quoted("{'_id': 0, 't': {'$slice': 2}}");
     projection = projection_compile(spec, &error);
     assert_false(projection_is_inclusion(projection));
     assert_false(projection_includes_id(projection));

@@ -8,27 +8,11 @@
 
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <string.h>
 
 #include "client/read_preference.h"
-
-/* JSON with single quotes for double quotes. */
-static bson_t *document(const char *json)
-{
-    char *text = bson_strdup(json);
-    for (char *c = text; *c != '\0'; c++) {
-        if (*c == '\'') {
-            *c = '"';
-        }
-    }
-    bson_error_t error;
-    bson_t *parsed = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (parsed == NULL) {
-        fail_msg("bad JSON %s: %s", json, error.message);
-    }
-    bson_free(text);
-    return parsed;
-}
 
 typedef struct parse_case {
     const char *command;
@@ -78,7 +62,7 @@ static void test_parse_errors_are_mongos_errors(void **state)
          "BSON field 'hedge.delay' is an unknown field."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        bson_t *command = document(cases[i].command);
+        bson_t *command = support_json_single_quoted(cases[i].command);
         read_preference_t preference;
         bson_error_t error;
         bool parsed = read_preference_parse(command, &preference, &error);
@@ -96,7 +80,7 @@ static void test_parse_errors_are_mongos_errors(void **state)
 
 static void expect_description(const char *command_json, const char *expected)
 {
-    bson_t *command = document(command_json);
+    bson_t *command = support_json_single_quoted(command_json);
     read_preference_t preference;
     bson_error_t error;
     assert_true(read_preference_parse(command, &preference, &error));
@@ -135,20 +119,20 @@ static void build_set(read_preference_topology_t *topology, bool with_primary)
     bson_t *tags;
     read_preference_member_t *member;
     if (with_primary) {
-        tags = document("{'dc': 'ny'}");
+        tags = support_json_single_quoted("{'dc': 'ny'}");
         member = read_preference_topology_add(topology, "p:1", READ_PREFERENCE_MEMBER_PRIMARY, tags);
         member->last_write_ms = NOW_MS;
         member->last_update_ms = NOW_MS;
         member->round_trip_ms = 8;
         bson_destroy(tags);
     }
-    tags = document("{'dc': 'ny', 'rack': 'a'}");
+    tags = support_json_single_quoted("{'dc': 'ny', 'rack': 'a'}");
     member = read_preference_topology_add(topology, "s1:1", READ_PREFERENCE_MEMBER_SECONDARY, tags);
     member->last_write_ms = NOW_MS - 1000;
     member->last_update_ms = NOW_MS;
     member->round_trip_ms = 5;
     bson_destroy(tags);
-    tags = document("{'dc': 'sf'}");
+    tags = support_json_single_quoted("{'dc': 'sf'}");
     member = read_preference_topology_add(topology, "s2:1", READ_PREFERENCE_MEMBER_SECONDARY, tags);
     member->last_write_ms = NOW_MS - 200000;
     member->last_update_ms = NOW_MS;
@@ -167,7 +151,7 @@ static void run_selection(const read_preference_topology_t *topology, const sele
     for (size_t i = 0; i < count; i++) {
         char json[512];
         snprintf(json, sizeof json, "{'find': 'c', '$readPreference': %s}", cases[i].preference);
-        bson_t *command = document(json);
+        bson_t *command = support_json_single_quoted(json);
         read_preference_t preference;
         bson_error_t error;
         size_t index;
@@ -241,8 +225,9 @@ static void test_topologies_from_hello(void **state)
     read_preference_topology_t topology;
 
     /* A one-member set, as a tier's store: every mode but secondary reads the primary. */
-    bson_t *hello = document("{'isWritablePrimary': true, 'setName': 'rs1', 'hosts': ['127.0.0.1:5'], "
-                             "'me': '127.0.0.1:5', 'primary': '127.0.0.1:5', 'ok': 1}");
+    bson_t *hello = support_json_single_quoted(
+        "{'isWritablePrimary': true, 'setName': 'rs1', 'hosts': ['127.0.0.1:5'], "
+        "'me': '127.0.0.1:5', 'primary': '127.0.0.1:5', 'ok': 1}");
     read_preference_topology_from_hello(hello, NOW_MS, &topology);
     assert_int_equal(topology.member_count, 1);
     assert_false(topology.standalone);
@@ -258,10 +243,11 @@ static void test_topologies_from_hello(void **state)
     bson_destroy(hello);
 
     /* Three members: the others are listed but unheard of, so not chosen. */
-    hello = document("{'isWritablePrimary': true, 'setName': 'rs0', 'hosts': ['a:1', 'b:1'], 'passives': ['c:1'], "
-                     "'arbiters': ['d:1'], 'me': 'a:1', 'tags': {'dc': 'ny'}, "
-                     "'lastWrite': {'lastWriteDate': {'$date': 1700000000000}, "
-                     "'opTime': {'ts': {'$timestamp': {'t': 1700000000, 'i': 7}}, 't': 1}}, 'ok': 1}");
+    hello = support_json_single_quoted(
+        "{'isWritablePrimary': true, 'setName': 'rs0', 'hosts': ['a:1', 'b:1'], 'passives': ['c:1'], "
+        "'arbiters': ['d:1'], 'me': 'a:1', 'tags': {'dc': 'ny'}, "
+        "'lastWrite': {'lastWriteDate': {'$date': 1700000000000}, "
+        "'opTime': {'ts': {'$timestamp': {'t': 1700000000, 'i': 7}}, 't': 1}}, 'ok': 1}");
     read_preference_topology_from_hello(hello, NOW_MS, &topology);
     assert_int_equal(topology.member_count, 4);
     assert_int_equal(topology.members[0].type, READ_PREFERENCE_MEMBER_PRIMARY);
@@ -279,7 +265,7 @@ static void test_topologies_from_hello(void **state)
     bson_destroy(hello);
 
     /* A standalone ignores read preferences, as a driver's Single topology does. */
-    hello = document("{'isWritablePrimary': true, 'maxWireVersion': 17, 'ok': 1}");
+    hello = support_json_single_quoted("{'isWritablePrimary': true, 'maxWireVersion': 17, 'ok': 1}");
     read_preference_topology_from_hello(hello, NOW_MS, &topology);
     assert_true(topology.standalone);
     static const select_case_t standalone[] = {{"{'mode': 'secondary', 'tags': [{'dc': 'x'}]}", ""}};
@@ -319,7 +305,7 @@ static void test_latency_window_and_random_choice(void **state)
     for (size_t mode = 0; mode < sizeof modes / sizeof modes[0]; mode++) {
         char json[128];
         snprintf(json, sizeof json, "{'find': 'c', '$readPreference': %s}", modes[mode]);
-        bson_t *command = document(json);
+        bson_t *command = support_json_single_quoted(json);
         read_preference_t preference;
         bson_error_t error;
         assert_true(read_preference_parse(command, &preference, &error));
@@ -334,7 +320,7 @@ static void test_latency_window_and_random_choice(void **state)
     /* Equal round trips: the primary first, then as listed. */
     topology.members[0].round_trip_ms = 2;
     topology.members[4].round_trip_ms = 2;
-    bson_t *command = document("{'find': 'c', '$readPreference': {'mode': 'nearest'}}");
+    bson_t *command = support_json_single_quoted("{'find': 'c', '$readPreference': {'mode': 'nearest'}}");
     read_preference_t preference;
     bson_error_t error;
     size_t index;
@@ -353,9 +339,9 @@ static void test_hello_hosts_are_the_other_data_bearing_members(void **state)
 {
     (void)state;
     char addresses[4][READ_PREFERENCE_ADDRESS_SIZE];
-    bson_t *hello = document("{'isWritablePrimary': true, 'setName': 'rs0', 'me': 'a:1', "
-                             "'hosts': ['a:1', 'b:1', 'b:1', 7, 'c:1'], 'passives': ['d:1', 'c:1'], "
-                             "'arbiters': ['e:1'], 'ok': 1}");
+    bson_t *hello = support_json_single_quoted("{'isWritablePrimary': true, 'setName': 'rs0', 'me': 'a:1', "
+                                               "'hosts': ['a:1', 'b:1', 'b:1', 7, 'c:1'], 'passives': ['d:1', 'c:1'], "
+                                               "'arbiters': ['e:1'], 'ok': 1}");
     size_t count = read_preference_hello_hosts(hello, addresses, 4);
     assert_int_equal(count, 3); /* not me, not twice, not a number, not the arbiter */
     assert_string_equal(addresses[0], "b:1");
@@ -365,11 +351,12 @@ static void test_hello_hosts_are_the_other_data_bearing_members(void **state)
     bson_destroy(hello);
 
     /* A secondary's hello lists the primary too; a standalone's lists nobody. */
-    hello = document("{'secondary': true, 'setName': 'rs0', 'me': 'b:1', 'hosts': ['a:1', 'b:1'], 'ok': 1}");
+    hello = support_json_single_quoted(
+        "{'secondary': true, 'setName': 'rs0', 'me': 'b:1', 'hosts': ['a:1', 'b:1'], 'ok': 1}");
     assert_int_equal(read_preference_hello_hosts(hello, addresses, 4), 1);
     assert_string_equal(addresses[0], "a:1");
     bson_destroy(hello);
-    hello = document("{'isWritablePrimary': true, 'ok': 1}");
+    hello = support_json_single_quoted("{'isWritablePrimary': true, 'ok': 1}");
     assert_int_equal(read_preference_hello_hosts(hello, addresses, 4), 0);
     bson_destroy(hello);
 }

@@ -8,24 +8,10 @@
 
 #include <cmocka.h>
 
+#include "support.h"
+
 #include "common/error.h"
 #include "proxy/retry.h"
-
-/* JSON with single quotes for double quotes. */
-static bson_t *document(const char *json)
-{
-    char *text = bson_strdup(json);
-    for (char *c = text; *c != '\0'; c++) {
-        if (*c == '\'') {
-            *c = '"';
-        }
-    }
-    bson_error_t error;
-    bson_t *parsed = bson_new_from_json((const uint8_t *)text, -1, &error);
-    bson_free(text);
-    assert_non_null(parsed);
-    return parsed;
-}
 
 typedef struct kind_case {
     const char *command;
@@ -71,7 +57,7 @@ static void test_command_kinds(void **state)
         {"{}", RETRY_NEVER},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        bson_t *command = document(cases[i].command);
+        bson_t *command = support_json_single_quoted(cases[i].command);
         if (retry_command_kind(command) != cases[i].kind) {
             fail_msg("%s: expected kind %d, got %d", cases[i].command, cases[i].kind, retry_command_kind(command));
         }
@@ -126,7 +112,7 @@ static void test_replies(void **state)
         {"{'ok': 1, 'writeErrors': [{'index': 0, 'code': 11000}]}", RETRY_WRITE, false, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        bson_t *reply = document(cases[i].reply);
+        bson_t *reply = support_json_single_quoted(cases[i].reply);
         int32_t code = -1;
         bool retryable = retry_reply_is_retryable(reply, cases[i].kind, &code);
         if (retryable != cases[i].retryable || code != cases[i].code) {

@@ -8,32 +8,24 @@
 
 #include <cmocka.h>
 
-#include "tier/tier_private.h"
+#include "support.h"
 
-static bson_t *json(const char *text)
-{
-    bson_error_t error;
-    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", text, error.message);
-    }
-    return document;
-}
+#include "tier/tier_private.h"
 
 static void test_token_time_reads_the_keystring_timestamp(void **state)
 {
     (void)state;
     /* mongod's and the store's tokens: 0x82, then the Timestamp big-endian. */
-    bson_t *token = json("{\"_data\": \"826B0CBC0B0000000401\"}");
+    bson_t *token = support_json_as_written("{\"_data\": \"826B0CBC0B0000000401\"}");
     assert_int_equal(tier_token_time(token), ((uint64_t)0x6B0CBC0B << 32) | 4);
     bson_destroy(token);
-    token = json("{\"_data\": \"826b0cbc0b00000004ff\"}"); /* lowercase hex, a high-water mark */
+    token = support_json_as_written("{\"_data\": \"826b0cbc0b00000004ff\"}"); /* lowercase hex, a high-water mark */
     assert_int_equal(tier_token_time(token), ((uint64_t)0x6B0CBC0B << 32) | 4);
     bson_destroy(token);
     const char *unknown[] = {"{\"_data\": \"8100\"}", "{\"_data\": \"826B0C\"}", "{\"_data\": 5}", "{}",
                              "{\"_data\": \"82XX0CBC0B0000000401\"}"};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
-        token = json(unknown[i]);
+        token = support_json_as_written(unknown[i]);
         assert_int_equal(tier_token_time(token), 0);
         bson_destroy(token);
     }
@@ -42,11 +34,11 @@ static void test_token_time_reads_the_keystring_timestamp(void **state)
 static void test_write_errors_walk_index_code_and_message(void **state)
 {
     (void)state;
-    bson_t *reply = json("{\"ok\": 1, \"n\": 1, \"writeErrors\": ["
-                         "{\"index\": 2, \"code\": 11000, \"errmsg\": \"E11000 duplicate key\"},"
-                         " 5,"
-                         " {\"code\": {\"$numberLong\": \"121\"}},"
-                         " {\"index\": 0, \"code\": 2.0, \"errmsg\": 7}]}");
+    bson_t *reply = support_json_as_written("{\"ok\": 1, \"n\": 1, \"writeErrors\": ["
+                                            "{\"index\": 2, \"code\": 11000, \"errmsg\": \"E11000 duplicate key\"},"
+                                            " 5,"
+                                            " {\"code\": {\"$numberLong\": \"121\"}},"
+                                            " {\"index\": 0, \"code\": 2.0, \"errmsg\": 7}]}");
     bson_iter_t errors;
     tier_write_error_t write_error;
     assert_true(tier_write_errors_init(&errors, reply));
@@ -68,11 +60,11 @@ static void test_write_errors_walk_index_code_and_message(void **state)
 
     const char *without[] = {"{\"ok\": 1, \"n\": 3}", "{\"writeErrors\": {\"index\": 0}}"};
     for (size_t i = 0; i < sizeof without / sizeof without[0]; i++) {
-        reply = json(without[i]);
+        reply = support_json_as_written(without[i]);
         assert_false(tier_write_errors_init(&errors, reply));
         bson_destroy(reply);
     }
-    reply = json("{\"writeErrors\": []}");
+    reply = support_json_as_written("{\"writeErrors\": []}");
     assert_true(tier_write_errors_init(&errors, reply));
     assert_false(tier_write_errors_next(&errors, &write_error));
     bson_destroy(reply);
@@ -81,11 +73,13 @@ static void test_write_errors_walk_index_code_and_message(void **state)
 static void test_version_filter_pins_every_field(void **state)
 {
     (void)state;
-    bson_t *document = json("{\"_id\": 7, \"createdAt\": {\"$date\": 1000}, \"tags\": [1, 2], \"sub\": {\"a\": null}}");
+    bson_t *document = support_json_as_written(
+        "{\"_id\": 7, \"createdAt\": {\"$date\": 1000}, \"tags\": [1, 2], \"sub\": {\"a\": null}}");
     bson_t filter;
     assert_true(tier_version_filter(document, &filter));
-    bson_t *expected = json("{\"_id\": 7, \"createdAt\": {\"$eq\": {\"$date\": 1000}}, \"tags\": {\"$eq\": [1, 2]},"
-                            " \"sub\": {\"$eq\": {\"a\": null}}}");
+    bson_t *expected = support_json_as_written(
+        "{\"_id\": 7, \"createdAt\": {\"$eq\": {\"$date\": 1000}}, \"tags\": {\"$eq\": [1, 2]},"
+        " \"sub\": {\"$eq\": {\"a\": null}}}");
     assert_true(bson_equal(&filter, expected));
     bson_destroy(expected);
     bson_destroy(&filter);
@@ -93,7 +87,7 @@ static void test_version_filter_pins_every_field(void **state)
     /* A field a filter would read as a path or an operator: no exact filter. */
     const char *refused[] = {"{\"_id\": 1, \"a.b\": 1}", "{\"_id\": 1, \"$x\": 1}"};
     for (size_t i = 0; i < 2; i++) {
-        document = json(refused[i]);
+        document = support_json_as_written(refused[i]);
         assert_false(tier_version_filter(document, &filter));
         assert_true(bson_empty(&filter));
         bson_destroy(&filter);
@@ -104,10 +98,10 @@ static void test_version_filter_pins_every_field(void **state)
 static void test_document_digest_follows_the_exact_bytes(void **state)
 {
     (void)state;
-    bson_t *copy = json("{\"_id\": 1, \"a\": 1, \"b\": \"x\"}");
-    bson_t *same = json("{\"_id\": 1, \"a\": 1, \"b\": \"x\"}");
-    bson_t *reordered = json("{\"_id\": 1, \"b\": \"x\", \"a\": 1}");
-    bson_t *changed = json("{\"_id\": 1, \"a\": 2, \"b\": \"x\"}");
+    bson_t *copy = support_json_as_written("{\"_id\": 1, \"a\": 1, \"b\": \"x\"}");
+    bson_t *same = support_json_as_written("{\"_id\": 1, \"a\": 1, \"b\": \"x\"}");
+    bson_t *reordered = support_json_as_written("{\"_id\": 1, \"b\": \"x\", \"a\": 1}");
+    bson_t *changed = support_json_as_written("{\"_id\": 1, \"a\": 2, \"b\": \"x\"}");
     assert_true(worker_writes_digest(copy) == worker_writes_digest(same));
     assert_true(worker_writes_digest(copy) != worker_writes_digest(reordered));
     assert_true(worker_writes_digest(copy) != worker_writes_digest(changed));
@@ -121,9 +115,9 @@ static void test_time_value_of_dates_arrays_and_paths(void **state)
 {
     (void)state;
     int64_t value = 0;
-    bson_t *document = json("{\"t\": {\"$date\": 5}, \"meta\": {\"ts\": {\"$date\": 9}},"
-                            " \"many\": [{\"$date\": 3}, \"x\", {\"$date\": 8}, {\"$date\": 1}], \"none\": [1, 2],"
-                            " \"text\": \"2024\"}");
+    bson_t *document = support_json_as_written("{\"t\": {\"$date\": 5}, \"meta\": {\"ts\": {\"$date\": 9}},"
+                                               " \"many\": [{\"$date\": 3}, \"x\", {\"$date\": 8}, {\"$date\": 1}], \"none\": [1, 2],"
+                                               " \"text\": \"2024\"}");
     assert_true(tier_time_value(document, "t", &value));
     assert_int_equal(value, 5);
     assert_true(tier_time_value(document, "meta.ts", &value));

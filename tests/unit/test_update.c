@@ -6,33 +6,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "query/update.h"
 
-/* JSON written with single quotes, to keep the C strings readable. */
-static bson_t *json(const char *single_quoted)
-{
-    char *text = bson_strdup(single_quoted);
-    bson_error_t error;
-    for (char *c = text; *c; c++) {
-        if (*c == '\'') {
-            *c = '"';
-        }
-    }
-    bson_t *document = bson_new_from_json((const uint8_t *)text, -1, &error);
-    if (document == NULL) {
-        fail_msg("bad test JSON %s: %s", single_quoted, error.message);
-    }
-    bson_free(text);
-    return document;
-}
-
 static void assert_documents_equal(const bson_t *actual, const char *expected_json)
 {
-    bson_t *expected = json(expected_json);
+    bson_t *expected = support_json_single_quoted(expected_json);
     if (!bson_equal(actual, expected)) {
         char *actual_text = bson_as_canonical_extended_json(actual, NULL);
         char *expected_text = bson_as_canonical_extended_json(expected, NULL);
@@ -50,9 +34,9 @@ static void expect_full(const char *document_json, const char *update_json,
                         const char *filters_json, bool upsert, const char *expected_json,
                         int changed)
 {
-    bson_t *document = json(document_json);
-    bson_t *update = json(update_json);
-    bson_t *filters = filters_json ? json(filters_json) : NULL;
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *update = support_json_single_quoted(update_json);
+    bson_t *filters = filters_json ? support_json_single_quoted(filters_json) : NULL;
     bson_error_t error;
     bson_t out;
     bool out_changed = false;
@@ -83,8 +67,8 @@ static void expect_update(const char *document_json, const char *update_json,
 static void expect_compile_error(const char *update_json, const char *filters_json, int code,
                                  const char *message)
 {
-    bson_t *update = json(update_json);
-    bson_t *filters = filters_json ? json(filters_json) : NULL;
+    bson_t *update = support_json_single_quoted(update_json);
+    bson_t *filters = filters_json ? support_json_single_quoted(filters_json) : NULL;
     bson_error_t error;
     update_spec_t *spec = update_compile(update, filters, &error);
     if (spec != NULL) {
@@ -101,9 +85,9 @@ static void expect_compile_error(const char *update_json, const char *filters_js
 static void expect_apply_error(const char *document_json, const char *update_json,
                                const char *filters_json, int code, const char *message)
 {
-    bson_t *document = json(document_json);
-    bson_t *update = json(update_json);
-    bson_t *filters = filters_json ? json(filters_json) : NULL;
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *update = support_json_single_quoted(update_json);
+    bson_t *filters = filters_json ? support_json_single_quoted(filters_json) : NULL;
     bson_error_t error;
     bson_t out;
     update_spec_t *spec = update_compile(update, filters, &error);
@@ -131,9 +115,9 @@ static void expect_apply_error(const char *document_json, const char *update_jso
 static void expect_description(const char *document_json, const char *update_json,
                                const char *filters_json, const char *expected_json)
 {
-    bson_t *document = json(document_json);
-    bson_t *update = json(update_json);
-    bson_t *filters = filters_json ? json(filters_json) : NULL;
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *update = support_json_single_quoted(update_json);
+    bson_t *filters = filters_json ? support_json_single_quoted(filters_json) : NULL;
     bson_error_t error;
     bson_t out, description;
     update_spec_t *spec = update_compile(update, filters, &error);
@@ -306,7 +290,7 @@ static void test_parse_errors(void **state)
 static void test_pipeline_and_value_forms(void **state)
 {
     (void)state;
-    bson_t *pipeline = json("{'u': [{'$set': {'a': 1}}], 'n': 5}");
+    bson_t *pipeline = support_json_single_quoted("{'u': [{'$set': {'a': 1}}], 'n': 5}");
     bson_iter_t iter;
     bson_error_t error;
     assert_true(bson_iter_init_find(&iter, pipeline, "u"));
@@ -321,7 +305,7 @@ static void test_pipeline_and_value_forms(void **state)
     assert_int_equal(error.code, 9);
     bson_destroy(pipeline);
 
-    bson_t *wrapped = json("{'u': {'$set': {'a': 1}}}");
+    bson_t *wrapped = support_json_single_quoted("{'u': {'$set': {'a': 1}}}");
     assert_true(bson_iter_init_find(&iter, wrapped, "u"));
     update_spec_t *spec = update_compile_value(bson_iter_value(&iter), NULL, &error);
     assert_non_null(spec);
@@ -451,6 +435,16 @@ static void test_rename(void **state)
     expect_full("{'_id': 1, 'b': 1}", "{'$rename': {'a': 'c'}}", NULL, false, "{'_id': 1, 'b': 1}",
                 0);
     expect_update("{'_id': 1, 'a': [1, 2]}", "{'$rename': {'a': 'b'}}", "{'_id': 1, 'b': [1, 2]}");
+    /* A destination that is not UTF-8 would make a name no reader can walk. */
+    bson_t update = BSON_INITIALIZER, rename;
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$rename", &rename);
+    bson_append_utf8(&rename, "a", 1, "b\xff", 2);
+    bson_append_document_end(&update, &rename);
+    bson_error_t error;
+    assert_null(update_compile(&update, NULL, &error));
+    assert_int_equal(error.code, 2);
+    assert_string_equal(error.message, "The 'to' field for $rename must be UTF-8");
+    bson_destroy(&update);
     expect_apply_error("{'_id': 1, 'a': [{'b': 1}]}", "{'$rename': {'a.0.b': 'c'}}", NULL, 2,
                        "The source field cannot be an array element, 'a.0.b' in doc with _id: 1 "
                        "has an array field called 'a'");
@@ -585,7 +579,7 @@ static void test_pop(void **state)
 static void test_current_date(void **state)
 {
     (void)state;
-    bson_t *document = json("{'_id': 1, 'a': 1}");
+    bson_t *document = support_json_single_quoted("{'_id': 1, 'a': 1}");
     /* Built with BCON: {$type: ...} reads as extended JSON. */
     bson_t *update =
         BCON_NEW("$currentDate", "{", "a", BCON_BOOL(true), "b", "{", "$type",
@@ -695,7 +689,7 @@ static void test_replacement(void **state)
     expect_apply_error("{'_id': 1, 'a': 1}", "{'_id': 2, 'a': 1}", NULL, 66,
                        "After applying the update, the (immutable) field '_id' was found to have "
                        "been altered to _id: 2");
-    bson_t *update = json("{'a': 1}");
+    bson_t *update = support_json_single_quoted("{'a': 1}");
     bson_error_t error;
     update_spec_t *spec = update_compile(update, NULL, &error);
     assert_true(update_is_replacement(spec));
@@ -705,8 +699,8 @@ static void test_replacement(void **state)
 
 static void expect_seed(const char *filter_json, const char *update_json, const char *expected)
 {
-    bson_t *filter = json(filter_json);
-    bson_t *update = update_json ? json(update_json) : NULL;
+    bson_t *filter = support_json_single_quoted(filter_json);
+    bson_t *update = update_json ? support_json_single_quoted(update_json) : NULL;
     bson_error_t error;
     bson_t out;
     update_spec_t *spec = update ? update_compile(update, NULL, &error) : NULL;
@@ -735,7 +729,7 @@ static void test_upsert_seed(void **state)
     expect_seed("{'_id': 5, 'a': 1}", "{'z': 1}", "{'_id': 5}");
     expect_seed("{'a': null}", NULL, "{'a': null}");
 
-    bson_t *filter = json("{'a': 1, '$and': [{'a': 2}]}");
+    bson_t *filter = support_json_single_quoted("{'a': 1, '$and': [{'a': 2}]}");
     bson_error_t error;
     bson_t out;
     assert_false(update_build_upsert_seed(NULL, filter, &out, &error));
@@ -744,7 +738,7 @@ static void test_upsert_seed(void **state)
                         "cannot infer query fields to set, path 'a' is matched twice");
     bson_destroy(&out);
     bson_destroy(filter);
-    filter = json("{'a': 1, 'a.b': 2}");
+    filter = support_json_single_quoted("{'a': 1, 'a.b': 2}");
     assert_false(update_build_upsert_seed(NULL, filter, &out, &error));
     assert_int_equal(error.code, 54);
     assert_string_equal(error.message,
@@ -762,8 +756,8 @@ static void test_upsert_apply(void **state)
     expect_full("{}", "{'b': 1, '_id': 3}", NULL, true, "{'_id': 3, 'b': 1}", 1);
 
     /* Without an _id anywhere an ObjectId is generated, first. */
-    bson_t *seed = json("{'a': 1}");
-    bson_t *update = json("{'$inc': {'n': 1}}");
+    bson_t *seed = support_json_single_quoted("{'a': 1}");
+    bson_t *update = support_json_single_quoted("{'$inc': {'n': 1}}");
     bson_error_t error;
     bson_t out;
     bson_iter_t iter;
@@ -778,19 +772,19 @@ static void test_upsert_apply(void **state)
     bson_destroy(update);
 
     /* The _id taken from the query is immutable; setting a missing one is fine. */
-    update = json("{'$set': {'_id': 6}}");
+    update = support_json_single_quoted("{'$set': {'_id': 6}}");
     spec = update_compile(update, NULL, &error);
     assert_true(update_apply(spec, seed, true, &out, NULL, NULL, &error));
     assert_documents_equal(&out, "{'_id': 6, 'a': 1}");
     bson_destroy(&out);
-    bson_t *with_id = json("{'_id': 5}");
+    bson_t *with_id = support_json_single_quoted("{'_id': 5}");
     assert_false(update_apply(spec, with_id, true, &out, NULL, NULL, &error));
     assert_int_equal(error.code, 66);
     bson_destroy(&out);
     update_destroy(spec);
     bson_destroy(update);
 
-    update = json("{'$set': {'_id': [1]}}");
+    update = support_json_single_quoted("{'$set': {'_id': [1]}}");
     spec = update_compile(update, NULL, &error);
     assert_false(update_apply(spec, seed, true, &out, NULL, NULL, &error));
     assert_int_equal(error.code, 54);
@@ -839,8 +833,8 @@ static void test_description(void **state)
 static void expect_positional(const char *document_json, const char *update_json,
                               const char *matched, const char *expected_json, int changed)
 {
-    bson_t *document = json(document_json);
-    bson_t *update = json(update_json);
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *update = support_json_single_quoted(update_json);
     bson_error_t error;
     bson_t out;
     bool out_changed = false;
@@ -867,8 +861,8 @@ static void expect_positional_error(const char *document_json, const char *updat
                                     const char *matched, bool upsert, int code,
                                     const char *message)
 {
-    bson_t *document = json(document_json);
-    bson_t *update = json(update_json);
+    bson_t *document = support_json_single_quoted(document_json);
+    bson_t *update = support_json_single_quoted(update_json);
     bson_error_t error;
     bson_t out;
     update_spec_t *spec = update_compile(update, NULL, &error);
@@ -939,8 +933,8 @@ static void test_positional(void **state)
                             "field '_id'");
 
     /* The change description names the element updated. */
-    bson_t *document = json("{'_id': 1, 'grades': [80, 85, 90]}");
-    bson_t *update = json("{'$set': {'grades.$': 86}}");
+    bson_t *document = support_json_single_quoted("{'_id': 1, 'grades': [80, 85, 90]}");
+    bson_t *update = support_json_single_quoted("{'$set': {'grades.$': 86}}");
     bson_error_t error;
     bson_t out, description;
     update_spec_t *spec = update_compile(update, NULL, &error);
@@ -953,7 +947,7 @@ static void test_positional(void **state)
     bson_destroy(&out);
     update_destroy(spec);
     bson_destroy(update);
-    update = json("{'$set': {'grades.0': 1}}");
+    update = support_json_single_quoted("{'$set': {'grades.0': 1}}");
     spec = update_compile(update, NULL, &error);
     assert_false(update_uses_positional(spec));
     /* options may be NULL, and an unused matched index changes nothing. */
@@ -975,8 +969,8 @@ static update_spec_t *compile_pipeline_update(const char *stages_json, const cha
                                               bson_error_t *error)
 {
     char *wrapped_json = bson_strdup_printf("{'u': %s}", stages_json);
-    bson_t *wrapped = json(wrapped_json);
-    bson_t *filters = filters_json ? json(filters_json) : NULL;
+    bson_t *wrapped = support_json_single_quoted(wrapped_json);
+    bson_t *filters = filters_json ? support_json_single_quoted(filters_json) : NULL;
     bson_iter_t iter;
     assert_true(bson_iter_init_find(&iter, wrapped, "u"));
     update_spec_t *spec = update_compile_value(bson_iter_value(&iter), filters, error);
@@ -989,7 +983,7 @@ static update_spec_t *compile_pipeline_update(const char *stages_json, const cha
 static void expect_pipeline(const char *document_json, const char *stages_json,
                             const char *expected_json, int changed)
 {
-    bson_t *document = json(document_json);
+    bson_t *document = support_json_single_quoted(document_json);
     bson_error_t error;
     bson_t out;
     bool out_changed = false;
@@ -1028,7 +1022,7 @@ static void expect_pipeline_compile_error(const char *stages_json, const char *f
 static void expect_pipeline_apply_error(const char *document_json, const char *stages_json,
                                         bool upsert, int code, const char *message)
 {
-    bson_t *document = json(document_json);
+    bson_t *document = support_json_single_quoted(document_json);
     bson_error_t error;
     bson_t out, description;
     update_spec_t *spec = compile_pipeline_update(stages_json, NULL, &error);
@@ -1080,7 +1074,7 @@ static void test_pipeline(void **state)
     expect_pipeline("{'_id': 1, 'a': 2}", "[{'$set': {'a': 2.0}}]", "{'_id': 1, 'a': 2.0}", 1);
 
     /* $$NOW is a date. */
-    bson_t *document = json("{'_id': 1}");
+    bson_t *document = support_json_single_quoted("{'_id': 1}");
     bson_error_t error;
     bson_t out;
     bson_iter_t iter;
@@ -1094,7 +1088,7 @@ static void test_pipeline(void **state)
     bson_destroy(document);
 
     /* An upsert runs the pipeline on the query's equalities; the _id is generated first. */
-    bson_t *filter = json("{'k': 'new', 'n': {'$gt': 1}}");
+    bson_t *filter = support_json_single_quoted("{'k': 'new', 'n': {'$gt': 1}}");
     spec = compile_pipeline_update("[{'$set': {'v': {'$concat': ['$k', '!']}}}]", NULL, &error);
     bson_t seed;
     assert_true(update_build_upsert_seed(spec, filter, &seed, &error));
@@ -1145,7 +1139,7 @@ static void test_pipeline(void **state)
 static void test_pipeline_description(void **state)
 {
     (void)state;
-    bson_t *document = json("{'_id': 1, 'a': {'x': 1, 'y': 2}, 'b': [1, 2], 'c': 3, 'd': 4}");
+    bson_t *document = support_json_single_quoted("{'_id': 1, 'a': {'x': 1, 'y': 2}, 'b': [1, 2], 'c': 3, 'd': 4}");
     bson_error_t error;
     bson_t out, description;
     update_spec_t *spec = compile_pipeline_update(
@@ -1167,7 +1161,7 @@ static void test_pipeline_description(void **state)
 static void expect_pipeline_description(const char *document_json, const char *stages_json,
                                         const char *expected_json)
 {
-    bson_t *document = json(document_json);
+    bson_t *document = support_json_single_quoted(document_json);
     bson_error_t error;
     bson_t out, description;
     update_spec_t *spec = compile_pipeline_update(stages_json, NULL, &error);
