@@ -621,6 +621,21 @@ void router_call_tier_command(proxy_request_t *request, request_phase_t phase, p
     router_call_tier(request, phase, tier, encoded, length, encoded);
 }
 
+bool router_retries_failure(const proxy_t *proxy, bool retried, retry_kind_t kind, const bson_t *body,
+                            const bson_error_t *error, int32_t *code)
+{
+    *code = 0;
+    if (retried || kind == RETRY_NEVER || proxy->config->failover_wait_ms <= 0 || proxy->recovery_stopped) {
+        return false;
+    }
+    return error != NULL || (body != NULL && retry_reply_is_retryable(body, kind, code));
+}
+
+const char *router_failure_text(const bson_error_t *error, int32_t code)
+{
+    return error != NULL ? error->message : tc_error_code_name(code);
+}
+
 /* recovery_fn: the wait for the tier's primary ended. */
 static void on_primary_found(void *context, bool recovered)
 {
@@ -657,15 +672,15 @@ static void retry_on_another_member(proxy_request_t *request, const uint8_t *rep
     tier_call_t *call = &request->call;
     bson_error_t select_error;
     uint64_t failed = request->members[call->tier];
-    if (!member_route_choose_again(request->proxy, &request->command, call->tier, failed,
-                                   error != NULL ? error->message : tc_error_code_name(code),
+    const char *failure = router_failure_text(error, code);
+    if (!member_route_choose_again(request->proxy, &request->command, call->tier, failed, failure,
                                    &request->members[call->tier], &select_error)) {
         finish_call(request, reply, length, error);
         return;
     }
     request->proxy->requests_retried++;
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id, "%s failed on a member of the %s tier (%s); sent again",
-           request->command_name, proxy_tier_name(call->tier), error != NULL ? error->message : tc_error_code_name(code));
+           request->command_name, proxy_tier_name(call->tier), failure);
     send_call(request);
 }
 
@@ -684,11 +699,7 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
         uint64_t time = timestamp_find(&body, "operationTime");
         request->operation_time = time > request->operation_time ? time : request->operation_time;
     }
-    bool retry = !call->retried && request->retry_kind != RETRY_NEVER && proxy->config->failover_wait_ms > 0;
-    if (retry) {
-        retry = error != NULL || (parsed && retry_reply_is_retryable(&body, request->retry_kind, &code));
-    }
-    if (!retry) {
+    if (!router_retries_failure(proxy, call->retried, request->retry_kind, parsed ? &body : NULL, error, &code)) {
         finish_call(request, reply, length, error);
         return;
     }
@@ -700,7 +711,7 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
     /* primaryPreferred (or any preference a secondary may answer) does not wait for
      * a primary that is gone (a network error, or "not primary" and the like, after
      * which a driver marks it unknown): it runs once more at once on a secondary. */
-    const char *failure = error != NULL ? error->message : tc_error_code_name(code);
+    const char *failure = router_failure_text(error, code);
     if (request->has_decision && (error != NULL || retry_code_changes_primary(code)) &&
         member_route_leave_failed_primary(proxy, &request->command, &request->decision, request->namespace_state,
                                           call->tier, failure, &request->members[call->tier])) {
@@ -725,7 +736,7 @@ static void on_call_reply(void *context, const uint8_t *reply, size_t length, co
     proxy->requests_retried++;
     TC_LOG(TC_LOG_INFO, LOG_COMPONENT, request->connection_id,
            "%s failed on the %s tier (%s); it runs once more when the tier's primary is found", request->command_name,
-           proxy_tier_name(call->tier), error != NULL ? error->message : tc_error_code_name(code));
+           proxy_tier_name(call->tier), failure);
     router_enter(request, PHASE_AWAITING_PRIMARY);
     recovery_wait(proxy, call->tier, clock_monotonic_ms() + proxy->config->failover_wait_ms, on_primary_found, request);
 }

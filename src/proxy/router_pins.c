@@ -262,15 +262,14 @@ static void on_pin_round_reply(void *context, const uint8_t *reply, size_t lengt
         error = &parse_error;
     }
     /* Both calls are idempotent (upserts, a read): once more, as a retryable write. */
-    bool retryable = error != NULL || retry_reply_is_retryable(&body, RETRY_WRITE, &code);
-    if (retryable && !round->retried && proxy->config->failover_wait_ms > 0 && !proxy->recovery_stopped) {
+    if (router_retries_failure(proxy, round->retried, RETRY_WRITE, parsed ? &body : NULL, error, &code)) {
         round->retried = true;
         round->retry_state = round->state;
         /* Each member's request runs a step once more: counted as the router counts its retries. */
         proxy->requests_retried += round->member_count;
         TC_LOG(TC_LOG_INFO, LOG_COMPONENT, 0,
                "the fast tier's pins of %zu writes failed (%s); sent again when its primary is found",
-               round->member_count, error != NULL ? error->message : tc_error_code_name(code));
+               round->member_count, router_failure_text(error, code));
         backend_pool_clear(proxy->tiers[PROXY_TIER_FAST]);
         pin_round_enter(round, PIN_ROUND_AWAITING_PRIMARY);
         recovery_wait(proxy, PROXY_TIER_FAST, clock_monotonic_ms() + proxy->config->failover_wait_ms,

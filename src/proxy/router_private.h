@@ -193,6 +193,15 @@ const char *router_phase_name(request_phase_t phase);
 
 /* --- router.c: replies, sends, the main path ------------------------------------- */
 
+/* Whether a failed call to a tier runs once more (retry.h's rules): not retried
+ * yet, failoverWait set, the proxy not stopping, and a network error or a reply
+ * body (NULL: unparsed) retryable for kind, whose code goes to *code. The router's
+ * calls and router_pins.c's rounds share it. */
+bool router_retries_failure(const proxy_t *proxy, bool retried, retry_kind_t kind, const bson_t *body,
+                            const bson_error_t *error, int32_t *code);
+/* What a retry's log line names as the failure: the error's message, or the code's name. */
+const char *router_failure_text(const bson_error_t *error, int32_t code);
+
 /* Frees the request (its reply sent, or its connection closing). */
 void router_request_free(proxy_request_t *request);
 /* Closes the client's connection instead of answering, and frees the request. */
