@@ -118,6 +118,7 @@ typedef struct lab_run {
     /* From the archive's serverStatus over the measured window. */
     double archive_pages_read_per_second;
     double archive_disk_reads_per_second;
+    double archive_read_mean_ms; /* its reads' mean latency (opLatencies.reads); -1: not known */
     /* CPU microseconds each child spent per operation over the measured window
      * (lab_role_t order): where a CPU-bound run's time goes. -1: not running. */
     double cpu_us_per_operation[LAB_ROLE_COUNT];
@@ -280,6 +281,10 @@ bool lab_wait_ready(lab_process_t *process, int port, int64_t timeout_ms, bson_e
 typedef enum lab_counter {
     LAB_COUNTER_PAGES_READ,  /* the archive's wiredTiger.cache."pages read into cache" */
     LAB_COUNTER_DISK_READS,  /* the archive's thermocline.readIops.reads: data-file reads */
+    /* The archive's opLatencies.reads: the microseconds its reads took, and how
+     * many there were (the proxy's, bench's and the workers'). */
+    LAB_COUNTER_READ_LATENCY_US,
+    LAB_COUNTER_READ_OPS,
     /* CPU seconds (user + system, every thread) of each server, from /proc; -1
      * when it is not running. In the order of lab_role_t (bench measures its
      * own, over its measured window exactly). */

@@ -98,6 +98,8 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
 {
     static const char *const pages_path[] = {"wiredTiger", "cache", "pages read into cache"};
     static const char *const reads_path[] = {"thermocline", "readIops", "reads"};
+    static const char *const read_latency_path[] = {"opLatencies", "reads", "latency"};
+    static const char *const read_ops_path[] = {"opLatencies", "reads", "ops"};
     bson_t command = BSON_INITIALIZER, reply;
     bson_error_t command_error;
     BSON_APPEND_INT32(&command, "serverStatus", 1);
@@ -116,6 +118,8 @@ bool lab_read_counters(mongoc_client_t *client, lab_counters_t *out, bson_error_
                          : before + (after - before) / 2;
         out->values[LAB_COUNTER_PAGES_READ] = (double)number_at(&reply, pages_path, 3);
         out->values[LAB_COUNTER_DISK_READS] = (double)number_at(&reply, reads_path, 3);
+        out->values[LAB_COUNTER_READ_LATENCY_US] = (double)number_at(&reply, read_latency_path, 3);
+        out->values[LAB_COUNTER_READ_OPS] = (double)number_at(&reply, read_ops_path, 3);
         out->values[LAB_COUNTER_JOURNAL_SYNC_US_ARCHIVE] = (double)number_at(&reply, journal_sync_path, 3);
         if (out->values[LAB_COUNTER_PAGES_READ] < 0) {
             ok = tc_error_set(error, TC_ERR_OPERATION_FAILED,

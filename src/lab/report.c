@@ -337,6 +337,41 @@ static void print_empty_start(FILE *stream, const lab_t *lab)
     }
 }
 
+/* The share of a tiered run's finds by _id that the fast tier could not answer
+ * alone (pointReadsFromArchive over the fast-then-archive route, the first
+ * proxy's, warm-up included): those reads pay the archive's latency. */
+static void print_archive_point_read_share(FILE *stream, const char *name, const lab_run_t *run, bool *first)
+{
+    bson_t routes;
+    if (!run->ok || !find_child(&run->proxy_namespace_status, "routes", &routes)) {
+        return;
+    }
+    double point_reads = number_of(&routes, "fast-then-archive");
+    if (point_reads <= 0) {
+        return;
+    }
+    double from_archive = number_of(&run->proxy_namespace_status, "pointReadsFromArchive");
+    if (*first) {
+        fprintf(stream, "\nfinds by _id the fast tier lacked an id of, sent on to the archive, and the archive's "
+                        "mean read latency (every read it served) in each tiered run:\n");
+    }
+    fprintf(stream, "  %-13s %5.1f%% of finds by _id", name, 100.0 * from_archive / point_reads);
+    if (run->archive_read_mean_ms >= 0) {
+        fprintf(stream, ", archive reads %.1f ms", run->archive_read_mean_ms);
+    }
+    fprintf(stream, "\n");
+    *first = false;
+}
+
+static void print_archive_point_reads(FILE *stream, const lab_t *lab)
+{
+    bool first = true;
+    for (int i = 0; i < LAB_WORKLOAD_COUNT; i++) {
+        print_archive_point_read_share(stream, lab->workloads[i], &lab->tiered[i], &first);
+    }
+    print_archive_point_read_share(stream, "store fixed", &lab->fixed_tiered, &first);
+}
+
 static const char *const role_names[LAB_ROLE_COUNT] = {"archive", "fast", "proxy", "bench"};
 
 static void print_cpu_row(FILE *stream, const char *workload, const char *mode, const lab_run_t *run)
@@ -475,6 +510,7 @@ void lab_report_table(FILE *stream, const lab_t *lab)
         print_row(stream, "", "tiered", &lab->fixed_tiered);
         print_ratio_row(stream, &lab->fixed_direct, &lab->fixed_tiered);
     }
+    print_archive_point_reads(stream, lab);
     print_empty_start(stream, lab);
     print_cpu_table(stream, lab);
     if (lab->note_count > 0) {
@@ -547,6 +583,8 @@ static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bo
     append_number_or_null(&child, "update_p99_ms", run->update.p99_ms, run->ok);
     append_number_or_null(&child, "archive_pages_read_per_second", run->archive_pages_read_per_second, run->ok);
     append_number_or_null(&child, "archive_disk_reads_per_second", run->archive_disk_reads_per_second, run->ok);
+    append_number_or_null(&child, "archive_read_mean_ms", run->archive_read_mean_ms,
+                          run->ok && run->archive_read_mean_ms >= 0);
     if (run->ok) {
         BSON_APPEND_DOUBLE(&child, "read_ops_per_second", run->read_ops_per_second);
         BSON_APPEND_DOUBLE(&child, "update_ops_per_second", run->update_ops_per_second);

@@ -637,6 +637,9 @@ static void measure_from_samples(lab_t *lab, const char *run_name, lab_run_t *ru
     }
     run->archive_pages_read_per_second = counter_change(samples, LAB_COUNTER_PAGES_READ, from, to) / seconds;
     run->archive_disk_reads_per_second = counter_change(samples, LAB_COUNTER_DISK_READS, from, to) / seconds;
+    double read_ops = counter_change(samples, LAB_COUNTER_READ_OPS, from, to);
+    double read_latency_us = counter_change(samples, LAB_COUNTER_READ_LATENCY_US, from, to);
+    run->archive_read_mean_ms = read_ops > 0 && read_latency_us >= 0 ? read_latency_us / read_ops / 1000.0 : -1.0;
     for (int role = LAB_ROLE_ARCHIVE; role <= LAB_ROLE_PROXY; role++) {
         double cpu_seconds = counter_change(samples, LAB_COUNTER_CPU_ARCHIVE + role, from, to);
         run->cpu_us_per_operation[role] =
@@ -731,6 +734,7 @@ static void run_init(lab_run_t *run)
     run->attempted = true;
     run->documents_warmed = -1;
     run->feeder_lag_ms_at_end = -1;
+    run->archive_read_mean_ms = -1.0;
     run->feeder_drain_seconds = -1;
     for (int role = 0; role < LAB_ROLE_COUNT; role++) {
         run->cpu_us_per_operation[role] = -1.0;

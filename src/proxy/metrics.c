@@ -340,6 +340,8 @@ static const metrics_field_t proxy_fields[] = {
 static const metrics_field_t namespace_fields[] = {
     {"thermocline_fault_ins_total", METRICS_COUNTER, "faultedIn", 1,
      "archive documents copied into the fast tier before a write that touches them"},
+    {"thermocline_point_reads_from_archive_total", METRICS_COUNTER, "pointReadsFromArchive", 1,
+     "finds by _id sent on to the archive for ids the fast tier lacked (of the fast-then-archive route's)"},
     {"thermocline_reads_waited_for_feeder_total", METRICS_COUNTER, "readsWaitedForFeeder", 1,
      "archive reads held until the feeder applied the writes before them"},
     {"thermocline_reads_failed_waiting_for_feeder_total", METRICS_COUNTER, "readsFailedWaitingForFeeder", 1,

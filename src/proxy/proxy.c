@@ -143,6 +143,7 @@ void proxy_append_status(proxy_t *proxy, bson_t *reply)
         }
         bson_append_document_end(&item, &reasons);
         BSON_APPEND_INT64(&item, "faultedIn", (int64_t)state->fault_ins);
+        BSON_APPEND_INT64(&item, "pointReadsFromArchive", (int64_t)state->point_reads_from_archive);
         bson_append_timestamp(&item, "lastFastWriteTime", -1, (uint32_t)(state->last_write_time >> 32),
                               (uint32_t)state->last_write_time);
         BSON_APPEND_INT64(&item, "readsWaitedForFeeder", (int64_t)state->reads_waited);

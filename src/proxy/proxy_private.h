@@ -36,6 +36,7 @@ typedef struct namespace_state {
     uint64_t route_counts[PLAN_ROUTE_PROXY + 1];
     uint64_t reason_counts[PLAN_REASON_MALFORMED + 1];
     uint64_t fault_ins;         /* documents copied from the archive before a write */
+    uint64_t point_reads_from_archive; /* finds by _id the fast tier lacked an id of */
     /* Read-your-writes: the latest operationTime of an acknowledged fast-tier write
      * to the namespace, and what the tier workers last reported (copied on the
      * loop thread by proxy_refresh_progress). */

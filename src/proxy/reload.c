@@ -103,6 +103,7 @@ proxy_generation_t *proxy_generation_new(config_t *config, const proxy_generatio
             memcpy(state->route_counts, kept->route_counts, sizeof state->route_counts);
             memcpy(state->reason_counts, kept->reason_counts, sizeof state->reason_counts);
             state->fault_ins = kept->fault_ins;
+            state->point_reads_from_archive = kept->point_reads_from_archive;
             state->last_write_time = kept->last_write_time;
             state->last_delete_time = kept->last_delete_time;
             state->peers_delete_time = kept->peers_delete_time;

@@ -250,6 +250,7 @@ void router_point_read_on_fast_reply(proxy_request_t *request, const router_outc
         finish_point_read(request, NULL);
         return;
     }
+    request->namespace_state->point_reads_from_archive++;
     router_wait_for_feeder(request, true, PHASE_POINT_READING_ARCHIVE);
 }
 

@@ -152,6 +152,8 @@ def test_tiny_lab_end_to_end(tmp_path):
             # The emulated volume never reads faster than its cap (plus the
             # 1/20 s it may bank while idle).
             assert 0 <= run["archive_disk_reads_per_second"] <= settings["read_iops"] * 1.1
+            # The archive's reads (opLatencies.reads), which every read it answers pays.
+            assert run["archive_read_mean_ms"] > 0, (workload, mode, run["archive_read_mean_ms"])
             assert run["operations"] > 0 and run["errors"] >= 0
             # Where each operation's CPU went: every process the run had, from
             # /proc (the servers) or bench's own rusage; none for the tiers a
@@ -169,6 +171,14 @@ def test_tiny_lab_end_to_end(tmp_path):
                 assert abs(ratio - tiered / direct) < 1e-9 * max(1.0, ratio)
         tiered = modes["tiered"]
         assert "routes" in tiered["proxy_status"], tiered["proxy_status"]
+        # The finds by _id the fast tier could not answer alone, and their share in the table.
+        status = tiered["proxy_status"]
+        point_reads = status["routes"]["fast-then-archive"]
+        assert 0 <= status["pointReadsFromArchive"] <= point_reads, status
+        if point_reads > 0:
+            share = "  %-13s %5.1f%% of finds by _id, archive reads %.1f ms" % (
+                workload, 100.0 * status["pointReadsFromArchive"] / point_reads, tiered["archive_read_mean_ms"])
+            assert share in stdout, (share, stdout)
         # Each second of the run beside its throughput: what limits it shows there.
         for mode in ("direct", "tiered"):
             per_second = modes[mode]["per_second"]

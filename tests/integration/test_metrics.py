@@ -133,7 +133,7 @@ PROXY_COUNTERS = [
     "thermocline_proxy_requests_total", "thermocline_proxy_errors_total",
     "thermocline_proxy_client_connections_created_total", "thermocline_proxy_requests_failed_total",
     "thermocline_proxy_requests_retried_total", "thermocline_feeder_events_applied_total",
-    "thermocline_feeder_archive_writes_total", "thermocline_fault_ins_total",
+    "thermocline_feeder_archive_writes_total", "thermocline_fault_ins_total", "thermocline_point_reads_from_archive_total",
     "thermocline_warmer_copied_documents_total", "thermocline_evictor_evicted_documents_total",
     "thermocline_pool_requests_total", "thermocline_pool_waits_total", "thermocline_pool_network_errors_total",
 ]
@@ -196,6 +196,7 @@ def test_proxy_metrics_follow_traffic(tmp_path, replicated_tiers):
         done["writes"]
     assert moved("thermocline_proxy_requests_total", namespace=NS, route="fast-then-archive",
                  reason="point-read") >= done["writes"]
+    assert moved("thermocline_point_reads_from_archive_total", namespace=NS) == 0  # each read its own insert
     assert moved("thermocline_proxy_request_duration_seconds_count", namespace=NS, route="fast") >= 2 * done["writes"]
     buckets = sorted((float(dict(labels)["le"]), number) for (name, labels), number in after.items()
                      if name == "thermocline_proxy_request_duration_seconds_bucket"

@@ -109,6 +109,30 @@ def test_recent_reads_go_to_the_fast_tier_and_old_ones_to_the_archive(proxy, fil
     assert routes["archive"] == 2  # the old range and the count
 
 
+def test_point_reads_count_those_the_archive_answered(proxy, filled):
+    """pointReadsFromArchive (and its metric): the finds by _id that went on to
+    the archive because the fast tier lacked an id, which bound the tiered read
+    latency when the reads reach past the recent window."""
+    archive, fast = filled
+
+    def point_reads():
+        item = status(proxy)["namespaces"]["shop.orders"]
+        return item["routes"]["fast-then-archive"], item["pointReadsFromArchive"]
+
+    with MongoClient(proxy.uri) as client:
+        orders = client.shop.orders
+        assert point_reads() == (0, 0)
+        assert orders.find_one({"_id": 1005})["createdAt"] == NOW - datetime.timedelta(minutes=5)
+        assert point_reads() == (1, 0)
+        assert orders.find_one({"_id": 7})["_id"] == 7
+        assert point_reads() == (2, 1)
+        assert sorted(doc["_id"] for doc in orders.find({"_id": {"$in": [8, 9, 1006]}})) == [8, 9, 1006]
+        assert point_reads() == (3, 2)
+        assert orders.find_one({"_id": 123456}) is None  # in neither tier: the archive has the last word
+        assert point_reads() == (4, 3)
+    assert operations_on_orders(archive, "find", "filter: {_id: {$in: [") == 3
+
+
 def test_cursors_from_both_tiers_span_many_batches(proxy, filled):
     with MongoClient(proxy.uri) as client:
         orders = client.shop.orders
