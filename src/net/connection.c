@@ -31,6 +31,7 @@
 #include "net/stream_write.h"
 #include "net/transport.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <arpa/inet.h>
@@ -433,7 +434,35 @@ static bool connection_has_whole_message(const connection_t *connection)
     return buffered >= 4 && buffered >= connection_announced_length(connection);
 }
 
-/* Hands the job's request to the application: a worker, or the loop callback. */
+/* Worker mode: the application answers the request on the loop now
+ * (handle_inline), and the request completes here with no worker; false when it
+ * leaves the request to a worker. Only when the workers are idle (a request
+ * submitted now would wake one: the costly case) and once per turn of the loop:
+ * under load the workers take requests without a wake-up and run them on every
+ * core, and the loop must not become one serial worker. */
+static bool connection_run_inline(connection_t *connection)
+{
+    server_t *server = connection->server;
+    worker_job_t *job = &connection->job;
+    if (server->inline_ran_this_turn || !worker_pool_is_idle(server->workers)) {
+        return false;
+    }
+    memset(&job->reply, 0, sizeof job->reply);
+    job->request.submitted_us = clock_monotonic_us();
+    if (!server->callbacks.handle_inline(server->callbacks.application, server->inline_state, &job->request,
+                                         &job->reply)) {
+        return false;
+    }
+    BSON_ASSERT(!job->reply.held);
+    server->inline_ran_this_turn = true;
+    connection->dispatching = true;
+    connection_complete_request(job);
+    connection->dispatching = false;
+    return true;
+}
+
+/* Hands the job's request to the application: the loop callback, or the loop
+ * first (handle_inline) and else a worker. */
 static void connection_submit(connection_t *connection)
 {
     connection->request_in_flight = true;
@@ -443,6 +472,9 @@ static void connection_submit(connection_t *connection)
         callbacks->handle_on_loop(callbacks->application, (server_pending_t *)&connection->job,
                                   &connection->job.request);
         connection->dispatching = false;
+        return;
+    }
+    if (callbacks->handle_inline != NULL && connection_run_inline(connection)) {
         return;
     }
     /* No lock: the job is with no worker yet, and the pool's queue orders this

@@ -128,6 +128,9 @@ static void server_begin_shutdown(server_t *server)
     uv_close((uv_handle_t *)&server->listener, NULL);
     uv_close((uv_handle_t *)&server->interrupt_signal, NULL);
     uv_close((uv_handle_t *)&server->terminate_signal, NULL);
+    if (server->inline_started) {
+        uv_close((uv_handle_t *)&server->inline_turn, NULL);
+    }
     if (server->callbacks.loop_stopping != NULL) {
         server->callbacks.loop_stopping(server->callbacks.application);
     }
@@ -310,6 +313,22 @@ done:
     return server;
 }
 
+static void server_on_inline_turn(uv_prepare_t *prepare)
+{
+    server_t *server = prepare->data;
+    server->inline_ran_this_turn = false;
+}
+
+/* The loop's handle_inline state goes once no request can reach it. */
+static void server_stop_inline(server_t *server)
+{
+    if (server->inline_started && server->callbacks.worker_stop != NULL) {
+        server->callbacks.worker_stop(server->callbacks.application, server->inline_state);
+    }
+    server->inline_started = false;
+    server->inline_state = NULL;
+}
+
 bool server_run(server_t *server, bson_error_t *error)
 {
     if (server->ran) {
@@ -324,6 +343,17 @@ bool server_run(server_t *server, bson_error_t *error)
         if (server->workers == NULL) {
             return false;
         }
+    }
+    if (server->callbacks.handle_inline != NULL && server->callbacks.worker_start != NULL) {
+        server->inline_state = server->callbacks.worker_start(server->callbacks.application,
+                                                              server->options.worker_count);
+    }
+    server->inline_started = server->callbacks.handle_inline != NULL;
+    if (server->inline_started) {
+        uv_prepare_init(&server->loop, &server->inline_turn);
+        server->inline_turn.data = server;
+        uv_prepare_start(&server->inline_turn, server_on_inline_turn);
+        uv_unref((uv_handle_t *)&server->inline_turn); /* it alone does not keep the loop running */
     }
 
     bool ok = true;
@@ -345,6 +375,7 @@ bool server_run(server_t *server, bson_error_t *error)
 
     worker_pool_destroy(server->workers);
     server->workers = NULL;
+    server_stop_inline(server);
     if (!server_close_loop(server, ok ? error : NULL)) {
         ok = false;
     }
@@ -409,6 +440,7 @@ void server_destroy(server_t *server)
         return;
     }
     worker_pool_destroy(server->workers);
+    server_stop_inline(server);
     bson_error_t error;
     if (!server_close_loop(server, &error)) {
         TC_LOG_ATTRS(TC_LOG_ERROR, LOG_COMPONENT, 0, "{error}", TC_ATTR_STR("error", error.message));

@@ -1,7 +1,8 @@
 /* The network front end of `thermocline store`: one libuv loop thread accepts
  * connections and frames wire messages; each complete message runs on a small
- * pool of worker threads (never on the loop: storage calls may block), and its
- * reply is written back in order. Idle connections cost no CPU. */
+ * pool of worker threads (storage calls may block), unless the application
+ * answers it on the loop at once (handle_inline), and its reply is written back
+ * in order. Idle connections cost no CPU. */
 #ifndef TC_NET_SERVER_H
 #define TC_NET_SERVER_H
 
@@ -60,6 +61,14 @@ typedef struct server_callbacks {
      * time, in arrival order. */
     void (*handle)(void *application, void *worker_state, const server_request_t *request,
                    server_reply_t *reply);
+    /* Worker mode, may be NULL: runs on the loop thread before a request goes to
+     * a worker, with the state worker_start made for the loop (worker_index
+     * worker_count). It answers a request it can serve without waiting into reply
+     * and returns true, or returns false and a worker runs the request. For work
+     * cheaper than a worker's wake-up and sleep (the store's point reads). reply
+     * must not be held (server_hold_reply). */
+    bool (*handle_inline)(void *application, void *loop_state, const server_request_t *request,
+                          server_reply_t *reply);
     /* Loop mode, for applications that never block (the proxy): set this instead
      * of handle, and each request is given to it on the loop thread; request stays
      * valid until the application answers with server_complete(), on the loop

@@ -35,6 +35,12 @@ struct server {
     bool stop_async_open;
 
     worker_pool_t *workers;
+    void *inline_state; /* worker_start's state for handle_inline, on the loop thread */
+    bool inline_started;
+    /* Loop thread only: handle_inline answered a request in this turn of the
+     * loop; inline_turn, run before each turn's poll, clears it. */
+    uv_prepare_t inline_turn;
+    bool inline_ran_this_turn;
 
     /* Loop thread only. */
     connection_t *connections;

@@ -37,6 +37,10 @@ struct worker_pool {
 
     worker_thread_t *threads;
     int started_count;
+
+    /* Jobs submitted and not yet run to the end of handle: 0 when every worker
+     * waits for work (worker_pool_is_idle). */
+    atomic_int busy_count;
 };
 
 static void worker_job_queue_push(worker_job_queue_t *queue, worker_job_t *job)
@@ -105,6 +109,7 @@ static void *worker_thread_main(void *argument)
         }
 
         pool->callbacks.handle(pool->callbacks.application, state, &job->request, &job->reply);
+        atomic_fetch_sub_explicit(&pool->busy_count, 1, memory_order_relaxed);
         if (job->reply.held) {
             worker_pool_release_held(pool, job); /* the worker's side */
         } else {
@@ -157,6 +162,7 @@ void worker_pool_submit(worker_pool_t *pool, worker_job_t *job)
 {
     memset(&job->reply, 0, sizeof job->reply);
     job->request.submitted_us = clock_monotonic_us();
+    atomic_fetch_add_explicit(&pool->busy_count, 1, memory_order_relaxed);
     pthread_mutex_lock(&pool->submitted_lock);
     worker_job_queue_push(&pool->submitted, job);
     bool wake = pool->sleeping_count > 0;
@@ -165,6 +171,11 @@ void worker_pool_submit(worker_pool_t *pool, worker_job_t *job)
         /* After unlocking, so the woken worker does not block at once on the lock. */
         pthread_cond_signal(&pool->submitted_ready);
     }
+}
+
+bool worker_pool_is_idle(worker_pool_t *pool)
+{
+    return atomic_load_explicit(&pool->busy_count, memory_order_relaxed) == 0;
 }
 
 void worker_pool_hold(worker_job_t *job)

@@ -45,6 +45,10 @@ worker_pool_t *worker_pool_new(int worker_count, const server_callbacks_t *callb
 /* Queues job; a worker runs callbacks->handle on it, in submission order. */
 void worker_pool_submit(worker_pool_t *pool, worker_job_t *job);
 
+/* Whether no job is queued or running: a job submitted now must wake a worker.
+ * A hint, read without a lock. */
+bool worker_pool_is_idle(worker_pool_t *pool);
+
 /* Marks job's reply held (server_hold_reply): handed back only once both the
  * worker that ran it and worker_pool_release_held() are done with it. */
 void worker_pool_hold(worker_job_t *job);

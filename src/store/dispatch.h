@@ -24,6 +24,18 @@ typedef struct dispatch_control {
     bool journal_sync_wanted;     /* out: the reply must wait for the journal's next sync */
 } dispatch_control_t;
 
+/* On the server's loop thread (server.h's handle_inline): runs request and
+ * answers into out_reply when it is a point read (dispatch_is_point_read) of a
+ * collection, and no DDL holds the catalog, and no point read here read a data
+ * file in the last second; else returns false and a worker runs it. */
+bool dispatch_point_read_on_loop(store_t *store, storage_session_t *session, const server_request_t *request,
+                                 server_reply_t *out_reply);
+
+/* Whether a find command's body is a point read: {_id: scalar} as its filter
+ * and no field that may make it scan or wait (hint, collation, a transaction's
+ * fields...). Fills out_ns with "database.collection". Pure. */
+bool dispatch_is_point_read(const bson_t *body, char *out_ns, size_t ns_size);
+
 /* A connection is gone (the server's connection_close): frees its state
  * (store_connection_t) and takes it out of the table of operations. */
 void dispatch_connection_close(store_t *store, void *connection_data);

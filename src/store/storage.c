@@ -137,7 +137,13 @@ storage_t *storage_open(const storage_options_t *options, bson_error_t *error)
         goto done;
     }
     storage->default_compressor = bson_strdup(options->compressor ? options->compressor : "snappy");
-    pthread_rwlock_init(&storage->catalog_lock, NULL);
+    /* Readers first (glibc's default, said here): a reader may nest its shared
+     * lock (dispatch_point_read_on_loop) without waiting for a queued DDL. */
+    pthread_rwlockattr_t catalog_lock_kind;
+    pthread_rwlockattr_init(&catalog_lock_kind);
+    pthread_rwlockattr_setkind_np(&catalog_lock_kind, PTHREAD_RWLOCK_PREFER_READER_NP);
+    pthread_rwlock_init(&storage->catalog_lock, &catalog_lock_kind);
+    pthread_rwlockattr_destroy(&catalog_lock_kind);
     pthread_mutex_init(&storage->pending_drops_mutex, NULL);
     pthread_mutex_init(&storage->journal_mutex, NULL);
     pthread_cond_init(&storage->journal_wakeup, NULL);
@@ -271,6 +277,11 @@ storage_t *storage_session_storage(storage_session_t *session)
 void storage_lock_shared(storage_t *storage)
 {
     pthread_rwlock_rdlock(&storage->catalog_lock);
+}
+
+bool storage_try_lock_shared(storage_t *storage)
+{
+    return pthread_rwlock_tryrdlock(&storage->catalog_lock) == 0;
 }
 
 void storage_lock_exclusive(storage_t *storage)

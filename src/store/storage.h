@@ -99,6 +99,9 @@ bool storage_session_check_interrupt(const storage_session_t *session, bson_erro
 void storage_lock_shared(storage_t *storage);
 void storage_lock_exclusive(storage_t *storage);
 void storage_unlock(storage_t *storage);
+/* Takes the lock shared, or returns false when a DDL holds it. Readers
+ * are preferred, so a thread holding it shared may take it shared again. */
+bool storage_try_lock_shared(storage_t *storage) TC_MUST_CHECK;
 
 /* The collection named ns, or NULL. */
 collection_t *storage_find_collection(storage_t *storage, const char *ns);

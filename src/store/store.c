@@ -69,6 +69,13 @@ static void worker_handle(void *application, void *worker_state, const server_re
     dispatch_message(store, worker_state, request, reply);
 }
 
+/* On the loop thread: a point read runs here, not on a worker (dispatch.h). */
+static bool loop_handle(void *application, void *loop_state, const server_request_t *request,
+                        server_reply_t *reply)
+{
+    return loop_state != NULL && dispatch_point_read_on_loop(application, loop_state, request, reply);
+}
+
 /* A connection is gone: free its state (dispatch.h). */
 static void connection_close(void *application, void *connection_data)
 {
@@ -177,6 +184,7 @@ bool store_run(const store_options_t *options, bson_error_t *error)
         .worker_start = worker_start,
         .worker_stop = worker_stop,
         .handle = worker_handle,
+        .handle_inline = loop_handle,
         .connection_close = connection_close,
     };
     store.server = server_new(&server_options, &callbacks, error);

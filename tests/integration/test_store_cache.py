@@ -147,6 +147,61 @@ def test_read_iops_caps_uncached_reads(slow_disk_store):
     client.close()
 
 
+# --- point reads on the loop thread ------------------------------------------
+
+
+def point_reads_on_loop(client):
+    return client.admin.command("serverStatus")["thermocline"]["network"]["pointReadsOnLoop"]
+
+
+def test_point_reads_run_on_the_loop_with_a_workers_answer(store, client):
+    """A find by _id on a collection runs on the store's loop thread, not a
+    worker (serverStatus counts them), and answers as a worker would; a find that
+    may scan or wait, or one on a view, still goes to a worker."""
+    collection = client.looptest.c
+    collection.insert_many([{"_id": i, "v": i * 10} for i in range(20)] + [{"_id": "s", "v": -1}])
+    collection.create_index("v")
+    client.looptest.command("create", "evens", viewOn="c", pipeline=[{"$match": {"v": {"$mod": [20, 0]}}}])
+    before = point_reads_on_loop(client)
+    assert collection.find_one({"_id": 3}) == {"_id": 3, "v": 30}
+    assert collection.find_one({"_id": "s"}, {"_id": 0}) == {"v": -1}
+    assert collection.find_one({"_id": 99}) is None
+    assert client.looptest.missing.find_one({"_id": 1}) is None
+    assert point_reads_on_loop(client) == before + 3  # the missing collection's is a worker's
+
+    before = point_reads_on_loop(client)
+    assert [d["_id"] for d in collection.find({"_id": {"$in": [4, 5]}}).sort("_id", 1)] == [4, 5]
+    assert list(collection.find({"_id": 6}).hint([("v", 1)])) == [{"_id": 6, "v": 60}]
+    assert collection.find_one({"v": 70}) == {"_id": 7, "v": 70}
+    assert client.looptest.evens.find_one({"_id": 2}) == {"_id": 2, "v": 20}
+    assert client.looptest.evens.find_one({"_id": 3}) is None
+    assert point_reads_on_loop(client) == before
+
+
+def test_point_reads_leave_the_loop_after_one_reads_the_disk(tmp_path):
+    """After a point read on the loop had to read a data file (a cold cache
+    under --read-iops), the next ones go to the workers: one more such read
+    would hold every connection behind the disk."""
+    process = StoreProcess(tmp_path, extra_args=["--cache-size", CACHE, "--read-iops", "200"])
+    process.start()
+    try:
+        client = open_client(process)
+        client.looptest.c.insert_many([{"_id": i} for i in range(100)])
+        client.close()
+        process.stop()
+        process.start()  # a cold cache: the first read of the collection reads its file
+        client = open_client(process)
+        disk_reads = client.admin.command("serverStatus")["thermocline"]["readIops"]["reads"]
+        assert client.looptest.c.find_one({"_id": 1}) == {"_id": 1}
+        assert client.admin.command("serverStatus")["thermocline"]["readIops"]["reads"] > disk_reads
+        assert point_reads_on_loop(client) == 1
+        assert client.looptest.c.find_one({"_id": 2}) == {"_id": 2}
+        assert point_reads_on_loop(client) == 1  # paused for a second: a worker's
+        client.close()
+    finally:
+        process.stop()
+
+
 # --- serverStatus's shape ----------------------------------------------------
 
 FIXED_SIZES = {0x01: 8, 0x07: 12, 0x08: 1, 0x09: 8, 0x0A: 0, 0x10: 4, 0x11: 8, 0x12: 8, 0x13: 16}

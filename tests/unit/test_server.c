@@ -36,6 +36,9 @@ enum {
     OP_RUN_AGAIN = 6,   /* ask to be run again (20 ms later) until attempt == argument, then echo */
     OP_HELD = 7,        /* echo, held by the application and released argument ms later */
     OP_HELD_DROPPED = 8, /* the same, but dropped when released: the server closes */
+    OP_BLOCK = 9,       /* wait until the test sets unblocked, then echo */
+    OP_INLINE = 10,     /* handle_inline echoes it on the loop (run again until attempt == argument);
+                         * a worker, when the server gives it one, echoes it */
 };
 
 #define RUN_AGAIN_DELAY_MS 20
@@ -55,6 +58,12 @@ typedef struct test_application {
     atomic_llong last_echo_started_ms;
     atomic_int run_again_attempts_seen; /* bit n: a run with attempt n happened */
     atomic_ullong last_connection_id;
+    atomic_bool unblocked;            /* OP_BLOCK's gate */
+    atomic_int answered_inline;       /* requests handle_inline answered */
+    atomic_bool inline_off_the_loop;  /* handle_inline ran on another thread than the first time */
+    pthread_t inline_thread;
+    atomic_bool inline_thread_known;
+    int inline_state_index;           /* worker_index of handle_inline's state */
     pthread_mutex_t peer_lock;
     char last_peer[64];
 } test_application_t;
@@ -66,6 +75,7 @@ typedef struct test_server {
     bson_error_t run_error;
     test_application_t application;
     int worker_count;
+    bool inline_mode; /* handle_inline set: worker_start also ran once for the loop */
     int port;
 } test_server_t;
 
@@ -178,6 +188,9 @@ static void test_handle(void *application, void *worker_state, const server_requ
     if (opcode == OP_SLOW) {
         sleep_ms(argument);
     }
+    while (opcode == OP_BLOCK && !atomic_load(&app->unblocked)) {
+        sleep_ms(1);
+    }
     if (opcode == OP_RUN_AGAIN) {
         atomic_fetch_or(&app->run_again_attempts_seen, 1 << (request->attempt & 31));
     }
@@ -202,6 +215,37 @@ static void test_handle(void *application, void *worker_state, const server_requ
     atomic_fetch_add(&app->requests_finished, 1);
 }
 
+/* Loop thread: answers OP_INLINE itself, hands everything else to a worker. */
+static bool test_handle_inline(void *application, void *loop_state, const server_request_t *request,
+                               server_reply_t *reply)
+{
+    test_application_t *app = application;
+    int32_t opcode = get_int32(request->message + 12);
+    if (opcode != OP_INLINE) {
+        return false;
+    }
+    app->inline_state_index = *(int *)loop_state;
+    if (!atomic_load(&app->inline_thread_known)) {
+        app->inline_thread = pthread_self();
+        atomic_store(&app->inline_thread_known, true);
+    } else if (!pthread_equal(app->inline_thread, pthread_self())) {
+        atomic_store(&app->inline_off_the_loop, true);
+    }
+    int32_t argument = request->length >= HEADER_BYTES + 4 ? get_int32(request->message + 16) : 0;
+    if (request->attempt < (uint32_t)argument) {
+        reply->run_again = true;
+        reply->delay_ms = RUN_AGAIN_DELAY_MS;
+        return true;
+    }
+    reply->length = request->length;
+    reply->data = bson_malloc(request->length);
+    memcpy(reply->data, request->message, request->length);
+    put_int32(reply->data + 4, 1000000 + get_int32(request->message + 4));
+    put_int32(reply->data + 8, get_int32(request->message + 4));
+    atomic_fetch_add(&app->answered_inline, 1);
+    return true;
+}
+
 static void *test_server_thread(void *argument)
 {
     test_server_t *fixture = argument;
@@ -209,8 +253,8 @@ static void *test_server_thread(void *argument)
     return NULL;
 }
 
-static test_server_t *test_server_start(const char *bind_address, int max_connections,
-                                        int worker_count)
+static test_server_t *test_server_start_with(const char *bind_address, int max_connections, int worker_count,
+                                             bool inline_mode)
 {
     test_server_t *fixture = calloc(1, sizeof *fixture);
     pthread_mutex_init(&fixture->application.peer_lock, NULL);
@@ -227,7 +271,9 @@ static test_server_t *test_server_start(const char *bind_address, int max_connec
         .worker_start = test_worker_start,
         .worker_stop = test_worker_stop,
         .handle = test_handle,
+        .handle_inline = inline_mode ? test_handle_inline : NULL,
     };
+    fixture->inline_mode = inline_mode;
     bson_error_t error;
     fixture->server = server_new(&options, &callbacks, &error);
     if (fixture->server == NULL) {
@@ -239,6 +285,11 @@ static test_server_t *test_server_start(const char *bind_address, int max_connec
     return fixture;
 }
 
+static test_server_t *test_server_start(const char *bind_address, int max_connections, int worker_count)
+{
+    return test_server_start_with(bind_address, max_connections, worker_count, false);
+}
+
 /* Stops the server and checks the teardown: run returned true, every worker ran
  * worker_stop, no request overlapped another of its connection. */
 static void test_server_stop(test_server_t *fixture)
@@ -248,8 +299,9 @@ static void test_server_stop(test_server_t *fixture)
     if (!fixture->run_ok) {
         fail_msg("server_run: %s", fixture->run_error.message);
     }
-    assert_int_equal(atomic_load(&fixture->application.workers_started), fixture->worker_count);
-    assert_int_equal(atomic_load(&fixture->application.workers_stopped), fixture->worker_count);
+    int states = fixture->worker_count + (fixture->inline_mode ? 1 : 0);
+    assert_int_equal(atomic_load(&fixture->application.workers_started), states);
+    assert_int_equal(atomic_load(&fixture->application.workers_stopped), states);
     assert_false(atomic_load(&fixture->application.overlap_in_one_connection));
     server_stop(fixture->server); /* harmless once server_run has returned */
     server_destroy(fixture->server);
@@ -662,6 +714,60 @@ static void test_held_reply_frees_the_worker_and_keeps_the_order(void **state)
     test_server_stop(fixture);
 }
 
+/* handle_inline answers on the loop with its own state (index worker_count)
+ * while the workers are idle, once per turn of the loop, in order with the
+ * workers' replies of the same connection; a run_again from the loop comes back
+ * to the loop; while a worker is busy, requests go to the workers. */
+static void test_inline_requests_run_on_the_loop_when_the_workers_are_idle(void **state)
+{
+    test_server_t *fixture = test_server_start_with("127.0.0.1", 10, 1, true);
+    test_application_t *app = &fixture->application;
+    int first = client_connect(fixture->port);
+    int second = client_connect(fixture->port);
+    client_send_message(first, 1, OP_INLINE, 0, "inline");
+    client_expect_echo(first, 1, "inline");
+    client_send_message(first, 2, OP_INLINE, 2, "inline, run again twice");
+    client_expect_echo(first, 2, "inline, run again twice");
+    assert_int_equal(atomic_load(&app->answered_inline), 2);
+    assert_int_equal(atomic_load(&app->requests_started), 0); /* no worker ran either */
+    assert_int_equal(app->inline_state_index, 1);
+
+    /* The only worker is busy: the next request waits for it, not the loop. */
+    client_send_message(first, 3, OP_BLOCK, 0, "blocked");
+    while (atomic_load(&app->requests_started) == 0) {
+        sleep_ms(1);
+    }
+    client_send_message(second, 4, OP_INLINE, 0, "queued");
+    sleep_ms(100); /* for the loop to receive it while the worker is still blocked */
+    atomic_store(&app->unblocked, true);
+    client_expect_echo(first, 3, "blocked");
+    client_expect_echo(second, 4, "queued");
+    assert_int_equal(atomic_load(&app->answered_inline), 2);
+    assert_int_equal(atomic_load(&app->requests_finished), 2);
+
+    /* Pipelined in one send: the loop answers one per turn, a worker the next. */
+    uint8_t batch[8 * 64];
+    size_t used = 0;
+    char text[32];
+    for (int index = 0; index < 8; index++) {
+        snprintf(text, sizeof text, "message %d", index);
+        used += build_message(batch + used, 10 + index, OP_INLINE, 0, text);
+    }
+    client_send(second, batch, used);
+    for (int index = 0; index < 8; index++) {
+        snprintf(text, sizeof text, "message %d", index);
+        client_expect_echo(second, 10 + index, text);
+    }
+    int inlined = atomic_load(&app->answered_inline) - 2;
+    assert_true(inlined >= 1 && inlined < 8);
+    assert_int_equal(atomic_load(&app->requests_finished), 2 + 8 - inlined);
+    assert_false(atomic_load(&app->inline_off_the_loop));
+    close(first);
+    close(second);
+    wait_for_current_connections(fixture->server, 0);
+    test_server_stop(fixture);
+}
+
 static void test_null_reply_sends_nothing(void **state)
 {
     test_server_t *fixture = test_server_start("127.0.0.1", 10, 1);
@@ -1070,6 +1176,7 @@ int main(void)
         cmocka_unit_test(test_delay_holds_the_reply_and_the_next_request),
         cmocka_unit_test(test_run_again_reruns_the_same_request_later),
         cmocka_unit_test(test_held_reply_frees_the_worker_and_keeps_the_order),
+        cmocka_unit_test(test_inline_requests_run_on_the_loop_when_the_workers_are_idle),
         cmocka_unit_test(test_null_reply_sends_nothing),
         cmocka_unit_test(test_close_after_writes_then_closes),
         cmocka_unit_test(test_flooding_client_is_paused),

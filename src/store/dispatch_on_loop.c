@@ -1,0 +1,126 @@
+/* Point reads on the server's loop thread. A find by _id on a cached collection
+ * costs less than handing it to a sleeping worker and back: on a busy machine
+ * the two context switches are most of the store's CPU per read. Which thread
+ * runs a request never changes its answer: dispatch_message() does the work. */
+#include "store/dispatch.h"
+#include "common/clock.h"
+#include "store/slow_disk.h"
+#include "wire/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* After a point read here read a data file, reads go to the workers this long:
+ * the data has outgrown the cache, and one more such read would hold every
+ * connection behind the disk. Reads are seen where WiredTiger calls pread (under
+ * --read-iops, where it maps no file); a mapped file's page faults are not. */
+#define POINT_READS_PAUSE_AFTER_DISK_MS 1000
+
+/* The find fields whose work is bounded by the one document an _id matches.
+ * Anything else (hint, min, max, collation, tailable, a transaction's fields)
+ * may scan or wait, and goes to a worker. */
+static bool is_point_read_field(const char *field)
+{
+    static const char *const fields[] = {
+        "find",           "filter",          "projection",  "sort",        "skip",          "limit",
+        "batchSize",      "singleBatch",     "comment",     "maxTimeMS",   "readConcern",   "$db",
+        "lsid",           "$clusterTime",    "$readPreference", "apiVersion", "apiStrict",
+        "apiDeprecationErrors", "noCursorTimeout", "allowPartialResults", "returnKey", "showRecordId",
+        NULL,
+    };
+    for (const char *const *name = fields; *name != NULL; name++) {
+        if (strcmp(field, *name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* {_id: value}, value a plain scalar: an exact lookup in the _id index. */
+static bool is_id_equality(const bson_iter_t *filter_field)
+{
+    bson_iter_t filter;
+    if (!BSON_ITER_HOLDS_DOCUMENT(filter_field) || !bson_iter_recurse(filter_field, &filter) ||
+        !bson_iter_next(&filter) || strcmp(bson_iter_key(&filter), "_id") != 0) {
+        return false;
+    }
+    switch (bson_iter_type(&filter)) {
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_DECIMAL128:
+    case BSON_TYPE_OID:
+    case BSON_TYPE_DATE_TIME:
+    case BSON_TYPE_BINARY:
+    case BSON_TYPE_BOOL:
+    case BSON_TYPE_TIMESTAMP:
+        break;
+    default:
+        return false; /* an operator document, an array, a regex... */
+    }
+    return !bson_iter_next(&filter);
+}
+
+bool dispatch_is_point_read(const bson_t *body, char *out_ns, size_t ns_size)
+{
+    bson_iter_t iter;
+    const char *collection = NULL;
+    const char *database = NULL;
+    bool has_filter = false;
+    if (!bson_iter_init(&iter, body) || !bson_iter_next(&iter) || strcmp(bson_iter_key(&iter), "find") != 0 ||
+        !BSON_ITER_HOLDS_UTF8(&iter)) {
+        return false;
+    }
+    collection = bson_iter_utf8(&iter, NULL);
+    while (bson_iter_next(&iter)) {
+        const char *field = bson_iter_key(&iter);
+        if (!is_point_read_field(field)) {
+            return false;
+        }
+        if (strcmp(field, "filter") == 0) {
+            if (!is_id_equality(&iter)) {
+                return false;
+            }
+            has_filter = true;
+        } else if (strcmp(field, "$db") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
+            database = bson_iter_utf8(&iter, NULL);
+        }
+    }
+    if (!has_filter || database == NULL) {
+        return false;
+    }
+    int written = snprintf(out_ns, ns_size, "%s.%s", database, collection);
+    return written > 0 && (size_t)written < ns_size;
+}
+
+bool dispatch_point_read_on_loop(store_t *store, storage_session_t *session, const server_request_t *request,
+                                 server_reply_t *out_reply)
+{
+    bson_t body;
+    bson_error_t error;
+    char ns[256];
+    if (clock_monotonic_ms() < store->point_reads_on_loop_paused_until_ms ||
+        !wire_op_msg_find_body(request->message, request->length, &body, &error) ||
+        !dispatch_is_point_read(&body, ns, sizeof ns)) {
+        return false;
+    }
+    /* Holding the catalog shared across the command keeps a DDL from taking it
+     * between this check and the handler's own shared lock, which then cannot
+     * wait (the lock prefers readers): the loop never waits for an index build. */
+    if (!storage_try_lock_shared(store->storage)) {
+        return false;
+    }
+    if (storage_find_collection(store->storage, ns) == NULL) {
+        storage_unlock(store->storage); /* a view's pipeline, or nothing: a worker's */
+        return false;
+    }
+    slow_disk_thread_reads_t before = slow_disk_thread_reads();
+    dispatch_message(store, session, request, out_reply);
+    storage_unlock(store->storage);
+    if (slow_disk_thread_reads().reads != before.reads) {
+        store->point_reads_on_loop_paused_until_ms = clock_monotonic_ms() + POINT_READS_PAUSE_AFTER_DISK_MS;
+    }
+    store->point_reads_on_loop++;
+    return true;
+}
