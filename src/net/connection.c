@@ -94,7 +94,7 @@ struct connection {
     int open_handles;        /* tcp and both timers until their close callbacks ran */
     bool reading;            /* uv_read_start is in effect */
     bool request_in_flight;  /* job is with the worker pool or the application: do not free */
-    bool dispatching;        /* inside handle_on_loop: a completion must not re-enter input */
+    bool dispatching;        /* inside handle_on_loop or an inline answer: a completion must not re-enter input */
 
     /* Received bytes not yet handed to a worker are buffer[start, end). */
     uint8_t *buffer;
@@ -423,6 +423,7 @@ static void connection_dispatch(connection_t *connection, size_t length)
     connection->job.request.connection_data = &connection->connection_data;
     connection->job.request.tls = connection->transport == &transport_tls;
     connection->messages_received++;
+    atomic_fetch_add_explicit(&connection->server->requests_received, 1, memory_order_relaxed);
     connection_set_state(connection, CONNECTION_EXECUTING);
     connection_submit(connection);
 }

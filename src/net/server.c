@@ -25,6 +25,9 @@ static bool server_check_options(const server_options_t *options,
         return tc_error_set(error, TC_ERR_BAD_VALUE, "the server needs options and exactly one of handle and "
                             "handle_on_loop");
     }
+    if (callbacks->handle_inline != NULL && callbacks->handle == NULL) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "handle_inline is for worker mode: it needs handle");
+    }
     if (options->port < 0 || options->port > 65535) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "port number must be between 0 and 65535, not %d",
                             options->port);
@@ -245,6 +248,7 @@ server_t *server_new(const server_options_t *options, const server_callbacks_t *
     pthread_mutex_init(&server->stop_lock, NULL);
     atomic_init(&server->current_connections, 0);
     atomic_init(&server->total_created, 0);
+    atomic_init(&server->requests_received, 0);
     atomic_init(&server->tls_connections, 0);
     atomic_init(&server->timed_out_connections, 0);
     atomic_init(&server->queued_reply_bytes, 0);
@@ -313,9 +317,9 @@ done:
     return server;
 }
 
-static void server_on_inline_turn(uv_prepare_t *prepare)
+static void server_on_inline_turn(uv_check_t *check)
 {
-    server_t *server = prepare->data;
+    server_t *server = check->data;
     server->inline_ran_this_turn = false;
 }
 
@@ -350,9 +354,9 @@ bool server_run(server_t *server, bson_error_t *error)
     }
     server->inline_started = server->callbacks.handle_inline != NULL;
     if (server->inline_started) {
-        uv_prepare_init(&server->loop, &server->inline_turn);
+        uv_check_init(&server->loop, &server->inline_turn);
         server->inline_turn.data = server;
-        uv_prepare_start(&server->inline_turn, server_on_inline_turn);
+        uv_check_start(&server->inline_turn, server_on_inline_turn);
         uv_unref((uv_handle_t *)&server->inline_turn); /* it alone does not keep the loop running */
     }
 
@@ -428,6 +432,7 @@ server_connection_stats_t server_connection_stats(server_t *server)
     stats.current = atomic_load(&server->current_connections);
     stats.available = stats.current < limit ? limit - stats.current : 0;
     stats.total_created = atomic_load(&server->total_created);
+    stats.requests = atomic_load(&server->requests_received);
     stats.tls = atomic_load(&server->tls_connections);
     stats.timed_out = atomic_load(&server->timed_out_connections);
     stats.queued_reply_bytes = atomic_load(&server->queued_reply_bytes);

@@ -117,6 +117,7 @@ typedef struct server_connection_stats {
     uint64_t current;
     uint64_t available;
     uint64_t total_created;
+    uint64_t requests;             /* complete messages received (mongod's network.numRequests) */
     uint64_t tls;                  /* open connections speaking TLS */
     uint64_t timed_out;            /* closed by the idle, receive or send timeout */
     uint64_t queued_reply_bytes;   /* replies waiting for slow readers right now */

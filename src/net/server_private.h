@@ -38,8 +38,9 @@ struct server {
     void *inline_state; /* worker_start's state for handle_inline, on the loop thread */
     bool inline_started;
     /* Loop thread only: handle_inline answered a request in this turn of the
-     * loop; inline_turn, run before each turn's poll, clears it. */
-    uv_prepare_t inline_turn;
+     * loop; inline_turn, run after each turn's poll (before the next turn's
+     * timers), clears it. */
+    uv_check_t inline_turn;
     bool inline_ran_this_turn;
 
     /* Loop thread only. */
@@ -61,6 +62,7 @@ struct server {
     /* Read from any thread by server_connection_stats(). */
     _Atomic uint64_t current_connections;
     _Atomic uint64_t total_created;
+    _Atomic uint64_t requests_received; /* written on the loop thread only */
     _Atomic uint64_t tls_connections;
     _Atomic uint64_t timed_out_connections;
     _Atomic uint64_t queued_reply_bytes; /* written on the loop thread only */

@@ -463,7 +463,7 @@ static void append_thermocline(const store_t *store, bson_t *reply)
     BSON_APPEND_INT64(&network, "tlsConnections", (int64_t)connections.tls);
     BSON_APPEND_INT64(&network, "timedOut", (int64_t)connections.timed_out);
     BSON_APPEND_INT64(&network, "queuedReplyBytes", (int64_t)connections.queued_reply_bytes);
-    BSON_APPEND_INT64(&network, "pointReadsOnLoop", (int64_t)atomic_load(&store->point_reads_on_loop));
+    BSON_APPEND_INT64(&network, "pointReadsOnLoop", (int64_t)atomic_load(&store->loop_point_reads.count));
     bson_append_document_end(&thermocline, &network);
     bson_append_document_end(reply, &thermocline);
 }

@@ -36,10 +36,14 @@ typedef struct store {
     current_op_table_t *operations; /* operations in progress (current_op.h) */
     session_cache_t *sessions;      /* logical sessions seen (session_cache.h) */
     struct ttl_monitor *ttl;        /* the TTL monitor (ttl_monitor.h) */
-    /* Point reads on the loop thread (dispatch.h): how many ran there, and the
-     * loop's pause after one read from the disk (loop thread only). */
-    atomic_ullong point_reads_on_loop;
-    int64_t point_reads_on_loop_paused_until_ms;
+    /* Point reads on the loop thread (dispatch_on_loop.c): how many ran there;
+     * the rest is the loop thread's own. */
+    struct {
+        atomic_ullong count;
+        int64_t paused_until_ms;     /* after one read a data file */
+        int64_t pressure_checked_ms; /* when the cache's fill was last read */
+        bool cache_pressed;          /* it was near WiredTiger's eviction triggers */
+    } loop_point_reads;
 } store_t;
 
 /* One client connection's state (server_request_t.connection_data), made on

@@ -10,11 +10,18 @@
 #include <stdio.h>
 #include <string.h>
 
-/* After a point read here read a data file, reads go to the workers this long:
- * the data has outgrown the cache, and one more such read would hold every
- * connection behind the disk. Reads are seen where WiredTiger calls pread (under
- * --read-iops, where it maps no file); a mapped file's page faults are not. */
+/* After a point read here read a data file (a pread, slow_disk.c: a miss of
+ * WiredTiger's cache), reads go to the workers this long: the data has outgrown
+ * the cache, and such reads would hold every connection behind the disk. So at
+ * most about one such read a second runs on the loop. */
 #define POINT_READS_PAUSE_AFTER_DISK_MS 1000
+
+/* Past eviction_trigger (95% full) or eviction_dirty_trigger (20% dirty)
+ * WiredTiger makes the reading thread evict pages and wait; the loop keeps out
+ * a little before, reading the cache's fill at most this often. */
+#define POINT_READS_PRESSURE_CHECK_MS 100
+#define POINT_READS_MAX_CACHE_USED_PERCENT 90.0
+#define POINT_READS_MAX_CACHE_DIRTY_PERCENT 15.0
 
 /* The find fields whose work is bounded by the one document an _id matches.
  * Anything else (hint, min, max, collation, tailable, a transaction's fields)
@@ -83,8 +90,8 @@ bool dispatch_is_point_read(const bson_t *body, char *out_ns, size_t ns_size)
                 return false;
             }
             has_filter = true;
-        } else if (strcmp(field, "$db") == 0 && BSON_ITER_HOLDS_UTF8(&iter)) {
-            database = bson_iter_utf8(&iter, NULL);
+        } else if (strcmp(field, "$db") == 0 && database == NULL && BSON_ITER_HOLDS_UTF8(&iter)) {
+            database = bson_iter_utf8(&iter, NULL); /* the first, as dispatch_command reads it */
         }
     }
     if (!has_filter || database == NULL) {
@@ -94,15 +101,42 @@ bool dispatch_is_point_read(const bson_t *body, char *out_ns, size_t ns_size)
     return written > 0 && (size_t)written < ns_size;
 }
 
+/* Whether the loop may run point reads now: not paused after a read from a
+ * data file, and WiredTiger's cache not near the fill that drafts readers into
+ * eviction. */
+static bool loop_may_read(store_t *store, storage_session_t *session)
+{
+    int64_t now_ms = clock_monotonic_ms();
+    if (now_ms < store->loop_point_reads.paused_until_ms) {
+        return false;
+    }
+    if (now_ms - store->loop_point_reads.pressure_checked_ms >= POINT_READS_PRESSURE_CHECK_MS) {
+        storage_pressure_t pressure;
+        bool known = storage_read_pressure(session, &pressure);
+        store->loop_point_reads.cache_pressed = !known ||
+                                                pressure.cache_used_percent >= POINT_READS_MAX_CACHE_USED_PERCENT ||
+                                                pressure.cache_dirty_percent >= POINT_READS_MAX_CACHE_DIRTY_PERCENT;
+        store->loop_point_reads.pressure_checked_ms = now_ms;
+    }
+    return !store->loop_point_reads.cache_pressed;
+}
+
+/* The message is one OP_MSG section, its body: no document sequence (which the
+ * command would merge in unchecked here) and no checksum. */
+static bool is_body_alone(const server_request_t *request, const bson_t *body)
+{
+    return request->length == WIRE_HEADER_SIZE + sizeof(uint32_t) + 1 + body->len;
+}
+
 bool dispatch_point_read_on_loop(store_t *store, storage_session_t *session, const server_request_t *request,
                                  server_reply_t *out_reply)
 {
     bson_t body;
     bson_error_t error;
     char ns[256];
-    if (clock_monotonic_ms() < store->point_reads_on_loop_paused_until_ms ||
-        !wire_op_msg_find_body(request->message, request->length, &body, &error) ||
-        !dispatch_is_point_read(&body, ns, sizeof ns)) {
+    if (!wire_op_msg_find_body(request->message, request->length, &body, &error) ||
+        !is_body_alone(request, &body) || !dispatch_is_point_read(&body, ns, sizeof ns) ||
+        !loop_may_read(store, session)) {
         return false;
     }
     /* Holding the catalog shared across the command keeps a DDL from taking it
@@ -119,8 +153,8 @@ bool dispatch_point_read_on_loop(store_t *store, storage_session_t *session, con
     dispatch_message(store, session, request, out_reply);
     storage_unlock(store->storage);
     if (slow_disk_thread_reads().reads != before.reads) {
-        store->point_reads_on_loop_paused_until_ms = clock_monotonic_ms() + POINT_READS_PAUSE_AFTER_DISK_MS;
+        store->loop_point_reads.paused_until_ms = clock_monotonic_ms() + POINT_READS_PAUSE_AFTER_DISK_MS;
     }
-    store->point_reads_on_loop++;
+    atomic_fetch_add_explicit(&store->loop_point_reads.count, 1, memory_order_relaxed);
     return true;
 }

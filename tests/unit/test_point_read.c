@@ -42,6 +42,7 @@ static void test_finds_by_id_are_point_reads(void **state)
 static void test_what_may_scan_or_wait_is_not(void **state)
 {
     (void)state;
+    char ns[256];
     static const char *const no[] = {
         "{'find': 'c', '%db': 'd'}",                                               /* no filter: a scan */
         "{'find': 'c', 'filter': {}, '%db': 'd'}",
@@ -63,11 +64,13 @@ static void test_what_may_scan_or_wait_is_not(void **state)
         "{'filter': {'_id': 1}, 'find': 'c', '%db': 'd'}",                          /* find is not the command */
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-        char ns[256];
         if (is_point_read(no[i], ns, sizeof ns)) {
             fail_msg("taken for a point read: %s", no[i]);
         }
     }
+    /* A repeated $db: the first is the one the command runs in. */
+    assert_true(is_point_read("{'find': 'c', 'filter': {'_id': 1}, '%db': 'a', '%db': 'b'}", ns, sizeof ns));
+    assert_string_equal(ns, "a.c");
     char small[8];
     assert_false(is_point_read("{'find': 'usertable', 'filter': {'_id': 1}, '%db': 'ycsb'}", small, sizeof small));
 }

@@ -63,7 +63,7 @@ typedef struct test_application {
     atomic_bool inline_off_the_loop;  /* handle_inline ran on another thread than the first time */
     pthread_t inline_thread;
     atomic_bool inline_thread_known;
-    int inline_state_index;           /* worker_index of handle_inline's state */
+    atomic_int inline_state_index;    /* worker_index of handle_inline's state */
     pthread_mutex_t peer_lock;
     char last_peer[64];
 } test_application_t;
@@ -224,7 +224,7 @@ static bool test_handle_inline(void *application, void *loop_state, const server
     if (opcode != OP_INLINE) {
         return false;
     }
-    app->inline_state_index = *(int *)loop_state;
+    atomic_store(&app->inline_state_index, *(int *)loop_state);
     if (!atomic_load(&app->inline_thread_known)) {
         app->inline_thread = pthread_self();
         atomic_store(&app->inline_thread_known, true);
@@ -730,15 +730,18 @@ static void test_inline_requests_run_on_the_loop_when_the_workers_are_idle(void 
     client_expect_echo(first, 2, "inline, run again twice");
     assert_int_equal(atomic_load(&app->answered_inline), 2);
     assert_int_equal(atomic_load(&app->requests_started), 0); /* no worker ran either */
-    assert_int_equal(app->inline_state_index, 1);
+    assert_int_equal(atomic_load(&app->inline_state_index), 1);
 
     /* The only worker is busy: the next request waits for it, not the loop. */
     client_send_message(first, 3, OP_BLOCK, 0, "blocked");
     while (atomic_load(&app->requests_started) == 0) {
         sleep_ms(1);
     }
+    assert_int_equal(server_connection_stats(fixture->server).requests, 3);
     client_send_message(second, 4, OP_INLINE, 0, "queued");
-    sleep_ms(100); /* for the loop to receive it while the worker is still blocked */
+    while (server_connection_stats(fixture->server).requests < 4) { /* received while the worker is blocked */
+        sleep_ms(1);
+    }
     atomic_store(&app->unblocked, true);
     client_expect_echo(first, 3, "blocked");
     client_expect_echo(second, 4, "queued");
@@ -984,6 +987,8 @@ static void test_ipv6_literal(void **state)
     test_server_stop(fixture);
 }
 
+static void loop_handle(void *application, server_pending_t *pending, const server_request_t *request);
+
 static void test_new_reports_bad_options_and_busy_port(void **state)
 {
     server_callbacks_t callbacks = {.handle = test_handle};
@@ -1005,6 +1010,10 @@ static void test_new_reports_bad_options_and_busy_port(void **state)
     assert_null(server_new(&options, &callbacks, &error));
     assert_int_equal(error.code, TC_ERR_BAD_VALUE);
     options.port = 0;
+
+    server_callbacks_t loop_and_inline = {.handle_on_loop = loop_handle, .handle_inline = test_handle_inline};
+    assert_null(server_new(&options, &loop_and_inline, &error)); /* inline is for worker mode */
+    assert_int_equal(error.code, TC_ERR_BAD_VALUE);
 
     server_t *first = server_new(&options, &callbacks, &error);
     assert_non_null(first);
