@@ -30,6 +30,9 @@ bool find_is_operator_document(const bson_iter_t *iter)
 typedef struct field_range {
     bool bounded;
     bool is_points;
+    /* {$not: {<range>}}: every key outside [lower, upper], the intervals
+     * [MinKey, lower) and (upper, MaxKey], as mongod bounds a negated range. */
+    bool is_complement;
     bson_value_t *points; /* an $in list of any length: each point is one index seek */
     size_t point_count, point_capacity;
     bool has_lower, has_upper;
@@ -133,6 +136,63 @@ static void range_set_side(field_range_t *range, bool lower, const bson_value_t 
     *has = true;
 }
 
+/* Completes a one-sided range with its type bracket's other end. */
+static void range_close_bracket(field_range_t *range)
+{
+    if (range->is_points || range->is_complement || (range->has_lower && range->has_upper)) {
+        return;
+    }
+    bson_value_t low, high;
+    const bson_value_t *known = range->has_lower ? &range->lower : &range->upper;
+    if (!bracket_limits(known, &low, &high)) {
+        return;
+    }
+    if (!range->has_lower) {
+        range->lower = low;
+        range->has_lower = true;
+        range->lower_inclusive = true;
+    } else {
+        range->upper = high;
+        range->has_upper = true;
+        range->upper_inclusive = true;
+    }
+}
+
+/* {$not: {$gte: a, $lt: b, ...}}: the range the comparisons inside select,
+ * closed within their type bracket, becomes a complement. False (range left
+ * empty) for anything else inside the $not, a regex, or a type without a
+ * bracket (strings: the complement's upper piece would have no end). */
+static bool range_set_complement(field_range_t *range, const bson_iter_t *negated)
+{
+    bson_iter_t operators;
+    if (!BSON_ITER_HOLDS_DOCUMENT(negated) || !bson_iter_recurse(negated, &operators)) {
+        return false;
+    }
+    bson_type_t bracket = BSON_TYPE_EOD;
+    bool any = false;
+    while (bson_iter_next(&operators)) {
+        const char *name = bson_iter_key(&operators);
+        const bson_value_t *value = bson_iter_value(&operators);
+        bson_value_t low, high;
+        bool comparison = strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
+                          strcmp(name, "$lte") == 0;
+        if (!comparison || !find_value_is_indexable_operand(value) || !bracket_limits(value, &low, &high) ||
+            (any && low.value_type != bracket)) {
+            field_range_cleanup(range);
+            return false;
+        }
+        bracket = low.value_type;
+        range_set_side(range, name[1] == 'g', value, name[3] == 'e');
+        any = true;
+    }
+    if (!any) {
+        return false;
+    }
+    range_close_bracket(range);
+    range->is_complement = true;
+    return true;
+}
+
 /* Reads the conjunct `path: operand` into range. allow_intersection is false
  * for multikey indexes, where two conditions may hold on different elements. */
 static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool allow_intersection)
@@ -152,7 +212,7 @@ static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool
     }
     bson_iter_t operators;
     bson_iter_recurse(operand, &operators);
-    field_range_t candidate = {0};
+    field_range_t candidate = {.collation = range->collation};
     bool usable = false;
     while (bson_iter_next(&operators)) {
         const char *name = bson_iter_key(&operators);
@@ -180,9 +240,11 @@ static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool
             } else {
                 field_range_cleanup(&candidate);
             }
+        } else if (strcmp(name, "$not") == 0 && !usable) {
+            usable = range_set_complement(&candidate, &operators);
         } else if ((strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
                     strcmp(name, "$lte") == 0) &&
-                   find_value_is_indexable_operand(value) && !candidate.is_points) {
+                   find_value_is_indexable_operand(value) && !candidate.is_points && !candidate.is_complement) {
             bool lower = name[1] == 'g';
             bool inclusive = name[3] == 'e';
             if (usable && !allow_intersection) {
@@ -231,28 +293,6 @@ static void collect_field_range(const bson_t *filter, const char *path, bool all
                 collect_field_range(&clause, path, allow_intersection, range);
             }
         }
-    }
-}
-
-/* Completes a one-sided range with its type bracket's other end. */
-static void range_close_bracket(field_range_t *range)
-{
-    if (range->is_points || (range->has_lower && range->has_upper)) {
-        return;
-    }
-    bson_value_t low, high;
-    const bson_value_t *known = range->has_lower ? &range->lower : &range->upper;
-    if (!bracket_limits(known, &low, &high)) {
-        return;
-    }
-    if (!range->has_lower) {
-        range->lower = low;
-        range->has_lower = true;
-        range->lower_inclusive = true;
-    } else {
-        range->upper = high;
-        range->has_upper = true;
-        range->upper_inclusive = true;
     }
 }
 
@@ -336,7 +376,7 @@ static void build_point_intervals(const field_range_t *range, bool descending, s
 /* A range after the equality prefix: one interval, lower and upper in value order,
  * swapped for a descending field; explain shows it as "(5, 10]". */
 static scan_bounds_t build_range_interval(const scan_bounds_t *prefix, const field_range_t *range, bool descending,
-                                          bson_t *field_bounds)
+                                          bson_t *field_bounds, const char *explain_key)
 {
     scan_bounds_t interval;
     scan_bounds_init(&interval);
@@ -367,9 +407,24 @@ static scan_bounds_t build_range_interval(const scan_bounds_t *prefix, const fie
         bson_string_append(text, "MaxKey");
     }
     bson_string_append(text, range->has_upper && !range->upper_inclusive ? ")" : "]");
-    bson_append_utf8(field_bounds, "0", 1, text->str, -1);
+    bson_append_utf8(field_bounds, explain_key, -1, text->str, -1);
     bson_string_free(text, true);
     return interval;
+}
+
+/* A complement's two intervals, [MinKey, lower) and (upper, MaxKey], in key
+ * order: swapped for a descending field. */
+static void build_complement_intervals(const scan_bounds_t *prefix, const field_range_t *range, bool descending,
+                                       scan_bounds_t **intervals, size_t *interval_count, bson_t *field_bounds)
+{
+    field_range_t below = {.has_upper = true, .upper = range->lower, .upper_inclusive = !range->lower_inclusive,
+                           .collation = range->collation};
+    field_range_t above = {.has_lower = true, .lower = range->upper, .lower_inclusive = !range->upper_inclusive,
+                           .collation = range->collation};
+    *intervals = bson_malloc0(2 * sizeof(scan_bounds_t));
+    (*intervals)[descending ? 1 : 0] = build_range_interval(prefix, &below, descending, field_bounds, "0");
+    (*intervals)[descending ? 0 : 1] = build_range_interval(prefix, &above, descending, field_bounds, "1");
+    *interval_count = 2;
 }
 
 /* Appends {path: ["[MinKey, MaxKey]"]}: a field the scan does not bound. */
@@ -428,9 +483,11 @@ bool find_bounds_build(const bson_t *filter, const bson_t *key_pattern, bool mul
         bson_append_array_begin(explain, path, -1, &field_bounds);
         if (range.is_points) {
             build_point_intervals(&range, descending, intervals, interval_count, &field_bounds);
+        } else if (range.is_complement) {
+            build_complement_intervals(&prefix, &range, descending, intervals, interval_count, &field_bounds);
         } else {
             *intervals = bson_malloc0(sizeof(scan_bounds_t));
-            (*intervals)[0] = build_range_interval(&prefix, &range, descending, &field_bounds);
+            (*intervals)[0] = build_range_interval(&prefix, &range, descending, &field_bounds, "0");
             *interval_count = 1;
         }
         bson_append_array_end(explain, &field_bounds);

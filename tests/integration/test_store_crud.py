@@ -768,6 +768,66 @@ def test_the_index_bounding_more_fields_wins(db):
         assert len(list(marks.find(query))) == len(list(marks.find(query).hint([("$natural", 1)])))
 
 
+def test_a_negated_range_scans_the_index_outside_it(db):
+    """{createdAt: {$not: {$gte: cutoff}}} (the evictor's candidates) scans
+    [MinKey, cutoff) and (the last date, MaxKey] of {createdAt: 1}, as mongod
+    bounds a negated range, instead of the whole collection: documents without
+    the field, with null, a number, a string, a Timestamp or an old date are
+    found, recent dates are not examined; the answers are the collection
+    scan's, for a descending, a compound, a multikey and a sparse index too."""
+    cutoff = datetime.datetime(2026, 6, 1)
+    day = datetime.timedelta(days=1)
+    recent = [{"_id": i, "state": "a", "createdAt": cutoff + day * (i % 100)} for i in range(1000)]
+    odd = [{"_id": 1000, "state": "a"}, {"_id": 1001, "state": "a", "createdAt": None},
+           {"_id": 1002, "state": "a", "createdAt": 7}, {"_id": 1003, "state": "a", "createdAt": "old"},
+           {"_id": 1004, "state": "a", "createdAt": Timestamp(5, 1)},
+           {"_id": 1005, "state": "b", "createdAt": cutoff - day}, {"_id": 1006, "state": "a", "createdAt": cutoff - day}]
+    documents = db.negated_range
+    documents.insert_many(recent + odd)
+    documents.create_index([("createdAt", ASCENDING)])
+    query = {"createdAt": {"$not": {"$gte": cutoff}}}
+    explained = documents.find(query).explain()
+    scan = winning_plan_stages(explained)[-1]
+    millis = int(cutoff.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+    assert scan["stage"] == "IXSCAN" and scan["indexName"] == "createdAt_1", scan
+    assert scan["indexBounds"] == {"createdAt": ["[MinKey, new Date(%d))" % millis,
+                                                 "(new Date(9223372036854775807), MaxKey]"]}, scan
+    stats = explained["executionStats"]
+    assert stats["nReturned"] == stats["totalDocsExamined"] == len(odd), stats
+
+    def answers(query, **options):
+        return sorted(d["_id"] for d in documents.find(query, **options))
+
+    def scanned(query):
+        return sorted(d["_id"] for d in documents.find(query).hint([("$natural", 1)]))
+
+    negated_window = {"createdAt": {"$not": {"$gte": cutoff + day * 10, "$lt": cutoff + day * 90}}}
+    assert answers(query) == scanned(query) == [d["_id"] for d in odd]
+    assert answers(negated_window) == scanned(negated_window) and len(answers(negated_window)) == len(odd) + 200
+    sorted_ids = [d["_id"] for d in documents.find(query).sort("createdAt", DESCENDING)]
+    assert sorted_ids[0] == 1004 and sorted(sorted_ids) == scanned(query)  # a Timestamp sorts after dates
+    documents.drop_index("createdAt_1")
+    documents.create_index([("createdAt", DESCENDING)])
+    assert answers(query, batch_size=2) == scanned(query)
+    documents.drop_index("createdAt_-1")
+    documents.create_index([("state", ASCENDING), ("createdAt", ASCENDING)])
+    in_state = {"state": "a", "createdAt": {"$not": {"$gte": cutoff}}}
+    stats = documents.find(in_state).explain()["executionStats"]
+    assert stats["totalDocsExamined"] == stats["nReturned"] == len(odd) - 1, stats
+    assert answers(in_state) == scanned(in_state)
+    documents.drop_index("state_1_createdAt_1")
+    documents.create_index([("createdAt", ASCENDING)], sparse=True)  # lacks _id 1000: not eligible
+    assert winning_plan_stages(documents.find(query).explain())[-1]["stage"] == "COLLSCAN"
+    assert answers(query) == scanned(query)
+    documents.insert_many([{"_id": 2000, "createdAt": [cutoff - day, cutoff + day]},
+                           {"_id": 2001, "createdAt": [cutoff - day * 2, "old"]}, {"_id": 2002, "createdAt": []}])
+    documents.drop_index("createdAt_1")
+    documents.create_index([("createdAt", ASCENDING)])  # multikey: a document comes back once
+    got = [d["_id"] for d in documents.find(query)]
+    assert sorted(got) == scanned(query) and len(got) == len(set(got)) and 2001 in got and 2000 not in got
+    assert winning_plan_stages(documents.find(query).explain())[-1]["stage"] == "IXSCAN"
+
+
 def test_equality_on_a_unique_key_beats_a_wider_index(db):
     """{_id: k, state: "done"} (the evictor's upsert of its mark) reads one document
     through _id_, as mongod does, not every done mark through {state: 1, to: 1},
