@@ -591,9 +591,18 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     return true;
 }
 
+/* Whether a filter's condition is {$not: ...}: a missing field's null key
+ * matches it, and the index cannot tell null from missing. */
+static bool condition_negates(const bson_iter_t *condition)
+{
+    bson_iter_t operators;
+    return find_is_operator_document(condition) && bson_iter_recurse(condition, &operators) &&
+           bson_iter_find(&operators, "$not");
+}
+
 /* A covered query reads only the index: projection includes only index fields
- * (no _id unless indexed), every filter field is in the index, and the index is
- * not multikey (an array's elements are separate keys). */
+ * (no _id unless indexed), every filter field is in the index and not negated,
+ * and the index is not multikey (an array's elements are separate keys). */
 static bool plan_is_covered(find_plan_t *plan)
 {
     if (plan->access != ACCESS_INDEX_SCAN || plan->index_multikey || plan->branches != NULL || plan->projection == NULL ||
@@ -622,7 +631,7 @@ static bool plan_is_covered(find_plan_t *plan)
     bson_iter_init(&iter, &plan->filter);
     while (bson_iter_next(&iter)) {
         bson_iter_t found;
-        if (bson_iter_key(&iter)[0] == '$' ||
+        if (bson_iter_key(&iter)[0] == '$' || condition_negates(&iter) ||
             !bson_iter_init_find(&found, &plan->index_key_pattern, bson_iter_key(&iter))) {
             return false;
         }

@@ -53,7 +53,9 @@ static void field_range_cleanup(field_range_t *range)
     if (range->has_upper) {
         bson_value_destroy(&range->upper);
     }
+    const collation_t *collation = range->collation; /* the index's, for the next condition */
     memset(range, 0, sizeof *range);
+    range->collation = collation;
 }
 
 bool find_value_is_indexable_operand(const bson_value_t *value)
@@ -158,10 +160,29 @@ static void range_close_bracket(field_range_t *range)
     }
 }
 
+static bool value_is_nan(const bson_value_t *value)
+{
+    if (value->value_type == BSON_TYPE_DOUBLE) {
+        return isnan(value->value.v_double);
+    }
+    /* A decimal128 NaN: the five bits after the sign are all set. */
+    return value->value_type == BSON_TYPE_DECIMAL128 && ((value->value.v_decimal128.high >> 58) & 0x1f) == 0x1f;
+}
+
+/* Whether the range holds no value: the complement would then be two
+ * overlapping intervals, each document found twice (mongod scans it whole). */
+static bool range_is_empty(const field_range_t *range)
+{
+    int comparison = order_compare_values_collated(&range->lower, &range->upper, range->collation);
+    return comparison > 0 || (comparison == 0 && (!range->lower_inclusive || !range->upper_inclusive));
+}
+
 /* {$not: {$gte: a, $lt: b, ...}}: the range the comparisons inside select,
  * closed within their type bracket, becomes a complement. False (range left
- * empty) for anything else inside the $not, a regex, or a type without a
- * bracket (strings: the complement's upper piece would have no end). */
+ * empty) for anything else inside the $not, a regex, NaN, an empty range, or a
+ * type without a bracket (strings: the complement's upper piece would have no
+ * end). Numbers' lower end is -Infinity, not NaN: NaN matches no comparison, so
+ * it belongs to the complement, below every other number. */
 static bool range_set_complement(field_range_t *range, const bson_iter_t *negated)
 {
     bson_iter_t operators;
@@ -176,8 +197,8 @@ static bool range_set_complement(field_range_t *range, const bson_iter_t *negate
         bson_value_t low, high;
         bool comparison = strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
                           strcmp(name, "$lte") == 0;
-        if (!comparison || !find_value_is_indexable_operand(value) || !bracket_limits(value, &low, &high) ||
-            (any && low.value_type != bracket)) {
+        if (!comparison || !find_value_is_indexable_operand(value) || value_is_nan(value) ||
+            !bracket_limits(value, &low, &high) || (any && low.value_type != bracket)) {
             field_range_cleanup(range);
             return false;
         }
@@ -188,7 +209,15 @@ static bool range_set_complement(field_range_t *range, const bson_iter_t *negate
     if (!any) {
         return false;
     }
+    if (!range->has_lower && bracket == BSON_TYPE_DOUBLE) {
+        bson_value_t lowest = {.value_type = BSON_TYPE_DOUBLE, .value.v_double = -INFINITY};
+        range_set_side(range, true, &lowest, true);
+    }
     range_close_bracket(range);
+    if (range_is_empty(range)) {
+        field_range_cleanup(range);
+        return false;
+    }
     range->is_complement = true;
     return true;
 }

@@ -828,6 +828,34 @@ def test_a_negated_range_scans_the_index_outside_it(db):
     assert winning_plan_stages(documents.find(query).explain())[-1]["stage"] == "IXSCAN"
 
 
+def test_a_negated_range_keeps_nan_null_and_each_document_once(db):
+    """The review's cases: NaN matches no comparison, so {$not: {$lt: 5}} holds
+    it (numbers' complement starts below -Infinity, where NaN sorts); a NaN
+    operand and an empty range are not complemented (two overlapping intervals
+    would return a document twice, and an update would change it twice); a
+    covered projection of a negated field reads the documents, since the null
+    key of a missing field is not a null value."""
+    numbers = db.negated_numbers
+    numbers.insert_many([{"_id": 1, "a": float("nan")}, {"_id": 2, "a": Decimal128("NaN")}, {"_id": 3, "a": 5},
+                         {"_id": 4, "a": float("inf")}, {"_id": 5, "a": -float("inf")}, {"_id": 6}, {"_id": 7, "a": 9}])
+    numbers.create_index([("a", ASCENDING)])
+    for operand in ({"$lt": 5}, {"$lte": float("inf")}, {"$gte": float("nan")}, {"$gt": 5, "$lt": 5},
+                    {"$gte": 10, "$lt": 5}, {"$gte": 5, "$lte": 5}, {"$gt": -float("inf")}):
+        query = {"a": {"$not": operand}}
+        got = [d["_id"] for d in numbers.find(query)]
+        expected = sorted(d["_id"] for d in numbers.find(query).hint([("$natural", 1)]))
+        assert sorted(got) == expected and len(got) == len(set(got)), (operand, got, expected)
+        assert numbers.count_documents(query) == len(expected), operand
+    assert sorted(d["_id"] for d in numbers.find({"a": {"$not": {"$lt": 5}}})) == [1, 2, 3, 4, 6, 7]
+    result = numbers.update_many({"a": {"$not": {"$gt": 5, "$lt": 5}}}, {"$inc": {"n": 1}})
+    assert result.matched_count == result.modified_count == 7
+    assert numbers.count_documents({"n": 1}) == 7
+    projected = list(numbers.find({"a": {"$not": {"$gte": 0}}}, {"_id": 0, "a": 1}))
+    assert sorted(map(str, projected)) == sorted(map(str, numbers.find({"a": {"$not": {"$gte": 0}}}, {"_id": 0, "a": 1})
+                                                            .hint([("$natural", 1)])))
+    assert {} in projected
+
+
 def test_equality_on_a_unique_key_beats_a_wider_index(db):
     """{_id: k, state: "done"} (the evictor's upsert of its mark) reads one document
     through _id_, as mongod does, not every done mark through {state: 1, to: 1},
