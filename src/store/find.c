@@ -591,8 +591,7 @@ static bool choose_access_path(find_plan_t *plan, collection_t *collection, cons
     return true;
 }
 
-/* Whether a filter's condition is {$not: ...}: a missing field's null key
- * matches it, and the index cannot tell null from missing. */
+/* A filter's {$not: ...}: a missing field's null key matches it, unlike null. */
 static bool condition_negates(const bson_iter_t *condition)
 {
     bson_iter_t operators;
