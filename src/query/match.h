@@ -51,6 +51,9 @@ typedef struct match_details {
 bool match_document_with_details(const match_expression_t *expression, const bson_t *document,
                                  match_details_t *out_details);
 
+/* A double or decimal128 NaN, which no comparison matches. */
+bool match_value_is_nan(const bson_value_t *value);
+
 /* Safe on NULL. */
 void match_destroy(match_expression_t *expression);
 

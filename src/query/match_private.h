@@ -161,7 +161,6 @@ bool match_node_matches_document(const match_node_t *node, const uint8_t *data, 
 
 /* Iterates a document or array value. */
 bool match_value_iter_init(bson_iter_t *iter, const bson_value_t *value);
-bool match_value_is_nan(const bson_value_t *value);
 uint32_t match_array_length(const bson_value_t *array);
 /* Truncates a finite double to an int64; false when out of range. */
 bool match_double_to_int64(double number, int64_t *out);

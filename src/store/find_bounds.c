@@ -2,6 +2,7 @@
  * filter's conjuncts give a range or a list of points, which become the scan's
  * intervals (keystrings) and explain's indexBounds. find.c chooses the index. */
 #include "store/find_private.h"
+#include "query/match.h"
 #include "query/order.h"
 #include "query/value_format.h"
 
@@ -160,13 +161,16 @@ static void range_close_bracket(field_range_t *range)
     }
 }
 
-static bool value_is_nan(const bson_value_t *value)
+/* $gt, $gte, $lt or $lte: which side of a range it sets, and whether inclusively. */
+static bool comparison_side(const char *name, bool *out_lower, bool *out_inclusive)
 {
-    if (value->value_type == BSON_TYPE_DOUBLE) {
-        return isnan(value->value.v_double);
+    if (strcmp(name, "$gt") != 0 && strcmp(name, "$gte") != 0 && strcmp(name, "$lt") != 0 &&
+        strcmp(name, "$lte") != 0) {
+        return false;
     }
-    /* A decimal128 NaN: the five bits after the sign are all set. */
-    return value->value_type == BSON_TYPE_DECIMAL128 && ((value->value.v_decimal128.high >> 58) & 0x1f) == 0x1f;
+    *out_lower = name[1] == 'g';
+    *out_inclusive = name[3] == 'e';
+    return true;
 }
 
 /* Whether the range holds no value: the complement would then be two
@@ -195,15 +199,14 @@ static bool range_set_complement(field_range_t *range, const bson_iter_t *negate
         const char *name = bson_iter_key(&operators);
         const bson_value_t *value = bson_iter_value(&operators);
         bson_value_t low, high;
-        bool comparison = strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
-                          strcmp(name, "$lte") == 0;
-        if (!comparison || !find_value_is_indexable_operand(value) || value_is_nan(value) ||
-            !bracket_limits(value, &low, &high) || (any && low.value_type != bracket)) {
+        bool lower, inclusive;
+        if (!comparison_side(name, &lower, &inclusive) || !find_value_is_indexable_operand(value) ||
+            match_value_is_nan(value) || !bracket_limits(value, &low, &high) || (any && low.value_type != bracket)) {
             field_range_cleanup(range);
             return false;
         }
         bracket = low.value_type;
-        range_set_side(range, name[1] == 'g', value, name[3] == 'e');
+        range_set_side(range, lower, value, inclusive);
         any = true;
     }
     if (!any) {
@@ -242,7 +245,7 @@ static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool
     bson_iter_t operators;
     bson_iter_recurse(operand, &operators);
     field_range_t candidate = {.collation = range->collation};
-    bool usable = false;
+    bool usable = false, lower, inclusive;
     while (bson_iter_next(&operators)) {
         const char *name = bson_iter_key(&operators);
         const bson_value_t *value = bson_iter_value(&operators);
@@ -271,11 +274,8 @@ static void range_add_condition(field_range_t *range, bson_iter_t *operand, bool
             }
         } else if (strcmp(name, "$not") == 0 && !usable) {
             usable = range_set_complement(&candidate, &operators);
-        } else if ((strcmp(name, "$gt") == 0 || strcmp(name, "$gte") == 0 || strcmp(name, "$lt") == 0 ||
-                    strcmp(name, "$lte") == 0) &&
-                   find_value_is_indexable_operand(value) && !candidate.is_points && !candidate.is_complement) {
-            bool lower = name[1] == 'g';
-            bool inclusive = name[3] == 'e';
+        } else if (comparison_side(name, &lower, &inclusive) && find_value_is_indexable_operand(value) &&
+                   !candidate.is_points && !candidate.is_complement) {
             if (usable && !allow_intersection) {
                 continue;
             }
