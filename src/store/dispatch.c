@@ -509,7 +509,7 @@ done:
     append_cluster_time(session, reply);
     control->run_again = false;
     control->delay_ms = context.reply_delay_ms;
-    slow_op_finish(&watch, store, session, context.name, context.database, command, ok ? NULL : &error,
+    slow_op_finish(&watch, store, session, context.name, context.database, command, reply, ok ? NULL : &error,
                    connection_id);
     end_operation(&context);
     bson_destroy(&duplicate_key);

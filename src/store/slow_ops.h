@@ -20,8 +20,11 @@ typedef struct slow_op_watch {
 void slow_op_start(slow_op_watch_t *watch, int64_t submitted_us);
 
 /* Logs the command when it took longer than the store's slowms: name may be NULL
- * for a command that did not parse; error is the failure, or NULL. */
+ * for a command that did not parse; error is the failure, or NULL; reply (may be
+ * NULL) gives what a successful command returned or wrote, as mongod's nreturned,
+ * ninserted, nMatched, nModified and ndeleted. */
 void slow_op_finish(const slow_op_watch_t *watch, store_t *store, storage_session_t *session, const char *name,
-                    const char *database, const bson_t *command, const bson_error_t *error, uint64_t connection_id);
+                    const char *database, const bson_t *command, const bson_t *reply, const bson_error_t *error,
+                    uint64_t connection_id);
 
 #endif

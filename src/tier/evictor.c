@@ -235,7 +235,7 @@ static void withdraw_batch(evictor_t *evictor)
     bson_t query = BSON_INITIALIZER;
     bson_error_t error;
     BSON_APPEND_OID(&query, "_id", &evictor->intent);
-    if (!tier_delete_state(evictor->fast, TIER_EVICTIONS_COLLECTION, &query, 1, &error)) {
+    if (!tier_delete_state(evictor->fast, TIER_EVICTIONS_COLLECTION, &query, 1, NULL, &error)) {
         TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
                      "cannot remove an eviction intent ({error}): writes to its documents wait until it expires",
                      TC_ATTR_STR("error", error.message));
@@ -526,7 +526,7 @@ static void remove_expired(evictor_t *evictor)
         bson_t query = BSON_INITIALIZER;
         bson_error_t error;
         tier_pins_append_alive(&query, false);
-        if (!tier_delete_state(evictor->fast, collections[i], &query, 0, &error)) {
+        if (!tier_delete_state(evictor->fast, collections[i], &query, 0, NULL, &error)) {
             TC_LOG_ATTRS(TC_LOG_DEBUG, LOG_COMPONENT, 0, "cannot remove expired documents of {collection}: {error}",
                          TC_ATTR_STR("collection", collections[i]), TC_ATTR_STR("error", error.message));
         }

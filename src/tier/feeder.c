@@ -44,8 +44,8 @@
 #define BACKOFF_MAX_MS 5000
 #define WARM_MARK_WAIT_MS 2000
 #define EVICT_MARK_RECOVER_SECONDS 30
-/* Done marks stay WORKER_WRITES_RETENTION_SECONDS: a scan of them once a second is
- * plenty, where one per batch would cost the fast tier a collection scan each. */
+/* Done marks stay WORKER_WRITES_RETENTION_SECONDS: a clean once a second is plenty
+ * (sooner only while a backlog is left, feeder_clean_marks). */
 #define MARK_CLEAN_INTERVAL_MS 1000
 #define STATS_LOG_INTERVAL_MS 10000
 
@@ -982,9 +982,9 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
         if (!write_checkpoint(feeder)) {
             return false;
         }
-        if (clock_monotonic_ms() - feeder->last_mark_clean_ms >= MARK_CLEAN_INTERVAL_MS) {
+        if (feeder->marks_left || clock_monotonic_ms() - feeder->last_mark_clean_ms >= MARK_CLEAN_INTERVAL_MS) {
             feeder->last_mark_clean_ms = clock_monotonic_ms();
-            feeder_clean_marks(feeder);
+            feeder->marks_left = feeder_clean_marks(feeder);
         }
         finish_retries(feeder);
     }

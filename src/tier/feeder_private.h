@@ -52,10 +52,12 @@ typedef struct feeder {
     feeder_namespace_t *namespaces;
     size_t namespace_count;
     feeder_batch_t *batch;
-    bson_t consumed_marks;    /* {key, to}: the eviction ranges deletes took since the last clean_marks,
-                                 which then removes the "recovered" marks among them */
+    bson_t consumed_marks;    /* {key, to}: the eviction ranges deletes took since the last clean of
+                                 the marks, which then removes the "recovered" marks among them */
     int64_t last_checkpoint_ms;
-    int64_t last_mark_clean_ms; /* marks are kept minutes: cleaned once a second, not at every batch */
+    int64_t last_mark_clean_ms; /* marks are kept minutes: cleaned once a second, not at every checkpoint */
+    bool marks_left;            /* the last clean stopped at its time budget: clean at the next checkpoint */
+    int64_t mark_clean_failures; /* in a row: the warning is repeated only now and then */
     uint64_t checkpoint_time;
     int64_t backoff_ms;
     int64_t stats_since_ms;
@@ -93,8 +95,9 @@ void feeder_backoff(feeder_t *feeder);
  * (consumed: feeder_t.consumed_marks); if not, this one takes it. */
 bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to);
 /* Removes the marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago, the
- * recovered ones it consumed, and copy marks left pending a minute. */
-void feeder_clean_marks(feeder_t *feeder);
+ * recovered ones it consumed, and copy marks left pending a minute, in bounded
+ * batches for a bounded time; true when some are left for the next call. */
+bool feeder_clean_marks(feeder_t *feeder);
 /* Creates the marks' indexes the clean and the readers of pending marks use. */
 void feeder_index_marks(feeder_t *feeder);
 

@@ -407,7 +407,7 @@ static void leave(tier_leases_t *leases, mongoc_client_t *fast)
     bson_t query = BSON_INITIALIZER;
     bson_error_t error;
     BSON_APPEND_UTF8(&query, "_id", leases->me);
-    tier_delete_state(fast, TIER_PROXIES_COLLECTION, &query, 1, &error); /* a dead one stops counting anyway */
+    tier_delete_state(fast, TIER_PROXIES_COLLECTION, &query, 1, NULL, &error); /* a dead one stops counting anyway */
     bson_destroy(&query);
 }
 

@@ -82,7 +82,7 @@ bool tier_read_state(mongoc_client_t *client, const char *collection, const bson
 }
 
 bool tier_delete_state(mongoc_client_t *client, const char *collection, const bson_t *query, int32_t limit,
-                       bson_error_t *error)
+                       int64_t *out_deleted, bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, deletes, statement, concern, reply;
     BSON_APPEND_UTF8(&command, "delete", collection);
@@ -96,6 +96,15 @@ bool tier_delete_state(mongoc_client_t *client, const char *collection, const bs
     BSON_APPEND_INT32(&concern, "w", 1);
     bson_append_document_end(&command, &concern);
     bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
+    bson_iter_t iter;
+    tier_write_error_t write_error;
+    if (ok && tier_write_errors_init(&iter, &reply) && tier_write_errors_next(&iter, &write_error)) {
+        ok = tc_error_set(error, (int32_t)write_error.code, "deleting from %s.%s: %s", TIER_DATABASE, collection,
+                          write_error.message);
+    }
+    if (out_deleted != NULL) {
+        *out_deleted = ok && bson_iter_init_find(&iter, &reply, "n") ? bson_iter_as_int64(&iter) : 0;
+    }
     bson_destroy(&reply);
     bson_destroy(&command);
     return ok;

@@ -68,9 +68,10 @@ bool tier_read_state(mongoc_client_t *client, const char *collection, const bson
                      bson_error_t *error);
 
 /* Deletes the documents of one of the workers' state collections that match query
- * (limit 1: one; 0: all), with w: 1. */
+ * (limit 1: one; 0: all), with w: 1. *out_deleted (may be NULL) is the reply's n.
+ * False on an error, a write error included. */
 bool tier_delete_state(mongoc_client_t *client, const char *collection, const bson_t *query, int32_t limit,
-                       bson_error_t *error);
+                       int64_t *out_deleted, bson_error_t *error);
 
 /* One entry of a write reply's writeErrors. */
 typedef struct tier_write_error {

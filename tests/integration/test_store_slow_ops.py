@@ -89,6 +89,34 @@ def test_slowms_zero_logs_every_command_with_its_outcome(tmp_path):
         store.stop()
 
 
+def test_a_slow_line_counts_what_the_command_returned_or_wrote(tmp_path):
+    """As mongod's slow-query line: nreturned, ninserted, nMatched, nModified,
+    nUpserted (not counted in nMatched) and ndeleted."""
+    store = StoreProcess(tmp_path / "store", extra_args=["--slowms", "0"])
+    store.start()
+    try:
+        with pymongo.MongoClient(store.uri) as client:
+            documents = client.shop.documents
+            documents.insert_many([{"_id": i, "n": i % 2} for i in range(7)])
+            assert len(list(documents.find({"n": 1}, batch_size=2))) == 3
+            documents.bulk_write([pymongo.UpdateMany({"n": 0}, {"$set": {"n": 0}}),
+                                  pymongo.UpdateOne({"n": 1}, {"$set": {"n": 5}}),
+                                  pymongo.UpdateOne({"_id": 99}, {"$set": {"n": 9}}, upsert=True)])
+            assert documents.delete_many({"n": 0}).deleted_count == 4
+        lines = slow_lines(store)
+
+        def counts(command):
+            found = [line for line in lines if "Slow query: %s on shop" % command in line]
+            assert found, lines
+            return [line.split("; command ")[0].split(";")[-1].strip() for line in found]
+        assert counts("insert") == ["ninserted 7"]
+        assert counts("find")[-1] == "nreturned 2" and counts("getMore")[-1] == "nreturned 1"
+        assert counts("update") == ["nMatched 5, nModified 1, nUpserted 1"]
+        assert counts("delete") == ["ndeleted 4"]
+    finally:
+        store.stop()
+
+
 def test_a_slow_line_carries_its_facts_as_attributes_in_json(tmp_path):
     """Under --log-format json the line is mongod's shape: the message as written,
     each fact a typed attribute a log pipeline can filter on."""

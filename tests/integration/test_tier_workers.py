@@ -139,6 +139,39 @@ def test_evictions_never_reach_the_archive(replicated_tiers, tmp_path):
     proxy.stop()
 
 
+def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
+    """The marks a long warm-up leaves (54,000 in a faithful lab) leave in deletes
+    of at most a thousand, not in one delete of them all that held the fast tier
+    and the feeder for seconds; the marks still needed stay."""
+    archive = track(StoreProcess(tmp_path / "archive", replica_set="rs0")).start()
+    fast = track(StoreProcess(tmp_path / "fast", replica_set="rs1", extra_args=["--slowms", "0"])).start()
+    now = int(time.time())
+
+    def mark(number, op, state, **times):
+        return dict({"_id": {"ns": NS, "id": number, "op": op}, "state": state, "history": []}, **times)
+    passed = [mark(i, "warm", "done", **{"from": bson.Timestamp(1, 1), "to": bson.Timestamp(2, 1)})
+              for i in range(4000)]
+    passed += [mark(i, "fault", "pending", since=bson.Timestamp(now - 120, 1)) for i in range(500)]
+    kept = [mark(i, "evict", "done", **{"from": bson.Timestamp(now - 500, 1), "to": bson.Timestamp(now - 500, 2)})
+            for i in range(50)]
+    kept += [mark(-1, "warm", "pending", since=bson.Timestamp(now, 1)),
+             mark(-2, "evict", "recovered", since=bson.Timestamp(now - 700, 1))]
+    with client_for(fast) as client:
+        client.thermocline.workerWrites.insert_many(passed + kept)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast)
+    with client_for(fast) as client:
+        marks = client.thermocline.workerWrites
+        assert wait_until(lambda: marks.count_documents({}) == len(kept), 30, 0.2), "marks left"
+        assert sorted(mark["_id"]["id"] for mark in marks.find()) == [-2, -1] + list(range(50))
+    proxy.stop()
+    fast.stop()  # its last slow-query line is written after the delete's reply
+    deletes = [line for line in fast.log_path.read_text(errors="replace").splitlines()
+               if "Slow query: delete on thermocline" in line and 'delete: "workerWrites"' in line]
+    counts = [int(line.split("ndeleted ")[1].split(";")[0]) for line in deletes if "ndeleted " in line]
+    assert sum(counts) == len(passed) and max(counts) == 1000, counts
+    archive.stop()
+
+
 def test_eviction_of_documents_being_updated(replicated_tiers, tmp_path):
     """Documents cross the eviction cut-off while clients update them (some moving
     their time back into the window): every update lands, none is lost with an
