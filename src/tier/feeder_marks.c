@@ -8,7 +8,7 @@
 #include "common/timestamp.h"
 
 #define LOG_COMPONENT "FEEDER"
-#define MARK_CLEAN_BATCH 1000   /* marks per delete: some 40 ms of the fast tier's work */
+#define MARK_CLEAN_BATCH 200    /* marks per delete: 20-110 ms of a loaded fast tier's worker */
 #define MARK_CLEAN_BUDGET_MS 50 /* per clean: the rest waits for the feeder's next checkpoint */
 
 /* Whether a delete already took the eviction mark key's range ending at range_to

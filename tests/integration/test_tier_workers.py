@@ -141,7 +141,7 @@ def test_evictions_never_reach_the_archive(replicated_tiers, tmp_path):
 
 def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
     """The marks a long warm-up leaves (54,000 in a faithful lab) leave in deletes
-    of at most a thousand, not in one delete of them all that held the fast tier
+    of at most 200, not in one delete of them all that held the fast tier
     and the feeder for seconds; the marks still needed stay."""
     archive = track(StoreProcess(tmp_path / "archive", replica_set="rs0")).start()
     fast = track(StoreProcess(tmp_path / "fast", replica_set="rs1", extra_args=["--slowms", "0"])).start()
@@ -150,7 +150,7 @@ def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
     def mark(number, op, state, **times):
         return dict({"_id": {"ns": NS, "id": number, "op": op}, "state": state, "history": []}, **times)
     passed = [mark(i, "warm", "done", **{"from": bson.Timestamp(1, 1), "to": bson.Timestamp(2, 1)})
-              for i in range(4000)]
+              for i in range(1500)]
     passed += [mark(i, "fault", "pending", since=bson.Timestamp(now - 120, 1)) for i in range(500)]
     kept = [mark(i, "evict", "done", **{"from": bson.Timestamp(now - 500, 1), "to": bson.Timestamp(now - 500, 2)})
             for i in range(50)]
@@ -168,7 +168,7 @@ def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
     deletes = [line for line in fast.log_path.read_text(errors="replace").splitlines()
                if "Slow query: delete on thermocline" in line and 'delete: "workerWrites"' in line]
     counts = [int(line.split("ndeleted ")[1].split(";")[0]) for line in deletes if "ndeleted " in line]
-    assert sum(counts) == len(passed) and max(counts) == 1000, counts
+    assert sum(counts) == len(passed) and max(counts) == 200, counts
     archive.stop()
 
 
