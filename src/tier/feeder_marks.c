@@ -142,34 +142,20 @@ static bool clean_consumed_marks(feeder_t *feeder, bson_error_t *error)
  * when the batch was full and all of it went. */
 static bool clean_passed_batch(feeder_t *feeder, bool *out_more, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, filter = BSON_INITIALIZER, projection, reply, query = BSON_INITIALIZER;
+    bson_t filter = BSON_INITIALIZER, projection = BSON_INITIALIZER, marks, query = BSON_INITIALIZER;
     bson_t id_condition, ids;
-    bson_iter_t iter, batch, field;
+    bson_iter_t iter, field;
     uint32_t count = 0;
     int64_t deleted = 0;
-    bool ok = false;
     *out_more = false;
     append_passed_clauses(feeder, &filter);
-    BSON_APPEND_UTF8(&command, "find", TIER_MARKS_COLLECTION);
-    BSON_APPEND_DOCUMENT(&command, "filter", &filter);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "projection", &projection);
     BSON_APPEND_INT32(&projection, "_id", 1);
-    bson_append_document_end(&command, &projection);
-    BSON_APPEND_INT32(&command, "limit", MARK_CLEAN_BATCH);
-    BSON_APPEND_INT32(&command, "batchSize", MARK_CLEAN_BATCH);
-    BSON_APPEND_BOOL(&command, "singleBatch", true);
-    if (!tier_command(feeder->fast, TIER_DATABASE, &command, &reply, error)) {
-        goto done;
-    }
-    if (!bson_iter_init(&iter, &reply) || !bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) ||
-        !bson_iter_recurse(&batch, &iter)) {
-        tc_error_set(error, TC_ERR_OPERATION_FAILED, "unexpected reply reading %s.%s", TIER_DATABASE,
-                     TIER_MARKS_COLLECTION);
-        goto done;
-    }
+    bool ok = tier_read_state_part(feeder->fast, TIER_MARKS_COLLECTION, &filter, &projection, MARK_CLEAN_BATCH,
+                                   &marks, error);
     BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &id_condition);
     BSON_APPEND_ARRAY_BEGIN(&id_condition, "$in", &ids);
-    while (bson_iter_next(&iter)) {
+    bson_iter_init(&iter, &marks);
+    while (ok && bson_iter_next(&iter)) {
         bson_t mark;
         if (bson_view_of(&iter, &mark) && bson_iter_init_find(&field, &mark, "_id")) {
             char index_key[16];
@@ -180,15 +166,14 @@ static bool clean_passed_batch(feeder_t *feeder, bool *out_more, bson_error_t *e
     }
     bson_append_array_end(&id_condition, &ids);
     bson_append_document_end(&query, &id_condition);
-    append_passed_clauses(feeder, &query);
-    ok = count == 0 || tier_delete_state(feeder->fast, TIER_MARKS_COLLECTION, &query, 0, &deleted, error);
+    bson_concat(&query, &filter);
+    ok = ok && (count == 0 || tier_delete_state(feeder->fast, TIER_MARKS_COLLECTION, &query, 0, &deleted, error));
     /* All found gone: no mark found again and again keeps the clean busy. */
     *out_more = ok && count >= MARK_CLEAN_BATCH && deleted == count;
-done:
-    bson_destroy(&reply);
     bson_destroy(&query);
+    bson_destroy(&marks);
+    bson_destroy(&projection);
     bson_destroy(&filter);
-    bson_destroy(&command);
     return ok;
 }
 

@@ -56,12 +56,22 @@ bool tier_command(mongoc_client_t *client, const char *database, const bson_t *c
 bool tier_read_state(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
                      bson_error_t *error)
 {
+    return tier_read_state_part(client, collection, filter, NULL, TIER_STATE_READ_LIMIT, out_array, error);
+}
+
+bool tier_read_state_part(mongoc_client_t *client, const char *collection, const bson_t *filter,
+                          const bson_t *projection, int32_t limit, bson_t *out_array, bson_error_t *error)
+{
     bson_t command = BSON_INITIALIZER, reply;
     bson_iter_t iter, batch;
     bson_init(out_array);
     BSON_APPEND_UTF8(&command, "find", collection);
     BSON_APPEND_DOCUMENT(&command, "filter", filter);
-    BSON_APPEND_INT32(&command, "batchSize", TIER_STATE_READ_LIMIT);
+    if (projection != NULL) {
+        BSON_APPEND_DOCUMENT(&command, "projection", projection);
+    }
+    /* One batch, closed with it: batchSize bounds the documents. */
+    BSON_APPEND_INT32(&command, "batchSize", limit < TIER_STATE_READ_LIMIT ? limit : TIER_STATE_READ_LIMIT);
     BSON_APPEND_BOOL(&command, "singleBatch", true);
     bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
     if (ok && bson_iter_init(&iter, &reply) && bson_iter_find_descendant(&iter, "cursor.firstBatch", &batch) &&

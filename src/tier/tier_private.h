@@ -66,6 +66,10 @@ bool tier_command(mongoc_client_t *client, const char *database, const bson_t *c
  * on an error, or a reply without cursor.firstBatch (OperationFailed). */
 bool tier_read_state(mongoc_client_t *client, const char *collection, const bson_t *filter, bson_t *out_array,
                      bson_error_t *error);
+/* As tier_read_state, at most limit documents (at most TIER_STATE_READ_LIMIT),
+ * with only projection's fields (NULL: whole documents). */
+bool tier_read_state_part(mongoc_client_t *client, const char *collection, const bson_t *filter,
+                          const bson_t *projection, int32_t limit, bson_t *out_array, bson_error_t *error);
 
 /* Deletes the documents of one of the workers' state collections that match query
  * (limit 1: one; 0: all), with w: 1. *out_deleted (may be NULL) is the reply's n.
