@@ -31,9 +31,10 @@ typedef struct dispatch_control {
 bool dispatch_point_read_on_loop(store_t *store, storage_session_t *session, const server_request_t *request,
                                  server_reply_t *out_reply);
 
-/* Whether a find command's body is a point read: {_id: scalar} as its filter
- * and no field that may make it scan or wait (hint, collation, a transaction's
- * fields...). Fills out_ns with "database.collection". Pure. */
+/* Whether a find command's body is a point read: {_id: scalar} or {_id: {$in:
+ * [at most 8 scalars]}} as its filter, and no field that may make it scan or
+ * wait (hint, collation, a transaction's fields...). Fills out_ns with
+ * "database.collection". Pure. */
 bool dispatch_is_point_read(const bson_t *body, char *out_ns, size_t ns_size);
 
 /* A connection is gone (the server's connection_close): frees its state

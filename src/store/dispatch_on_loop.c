@@ -1,7 +1,8 @@
-/* Point reads on the server's loop thread. A find by _id on a cached collection
- * costs less than handing it to a sleeping worker and back: on a busy machine
- * the two context switches are most of the store's CPU per read. Which thread
- * runs a request never changes its answer: dispatch_message() does the work. */
+/* Point reads on the server's loop thread. A find by _id (or by a few) on a
+ * cached collection costs less than handing it to a sleeping worker and back: on
+ * a busy machine the two context switches are most of the store's CPU per read.
+ * Which thread runs a request never changes its answer: dispatch_message() does
+ * the work. */
 #include "store/dispatch.h"
 #include "common/clock.h"
 #include "store/slow_disk.h"
@@ -23,6 +24,11 @@
 #define POINT_READS_MAX_CACHE_USED_PERCENT 90.0
 #define POINT_READS_MAX_CACHE_DIRTY_PERCENT 15.0
 
+/* A find of {_id: {$in: ids}} runs here with at most this many ids: with a cold
+ * cache each may read two pages from disk before the pause above begins, while
+ * every connection waits for the loop. */
+#define POINT_READ_MAX_IDS 8
+
 /* The find fields whose work is bounded by the one document an _id matches.
  * Anything else (hint, min, max, collation, tailable, a transaction's fields)
  * may scan or wait, and goes to a worker. */
@@ -43,15 +49,11 @@ static bool is_point_read_field(const char *field)
     return false;
 }
 
-/* {_id: value}, value a plain scalar: an exact lookup in the _id index. */
-static bool is_id_equality(const bson_iter_t *filter_field)
+/* An _id the _id index finds by an exact search: a plain scalar (not an operator
+ * document, an array, a regex, null...). */
+static bool is_exact_id(const bson_iter_t *value)
 {
-    bson_iter_t filter;
-    if (!BSON_ITER_HOLDS_DOCUMENT(filter_field) || !bson_iter_recurse(filter_field, &filter) ||
-        !bson_iter_next(&filter) || strcmp(bson_iter_key(&filter), "_id") != 0) {
-        return false;
-    }
-    switch (bson_iter_type(&filter)) {
+    switch (bson_iter_type(value)) {
     case BSON_TYPE_UTF8:
     case BSON_TYPE_INT32:
     case BSON_TYPE_INT64:
@@ -62,9 +64,41 @@ static bool is_id_equality(const bson_iter_t *filter_field)
     case BSON_TYPE_BINARY:
     case BSON_TYPE_BOOL:
     case BSON_TYPE_TIMESTAMP:
-        break;
+        return true;
     default:
-        return false; /* an operator document, an array, a regex... */
+        return false;
+    }
+}
+
+/* {$in: [id, ...]}, one to POINT_READ_MAX_IDS exact ids: that many searches (the
+ * proxy asks this before each write, whether the fast tier holds its ids). */
+static bool is_few_ids(const bson_iter_t *condition)
+{
+    bson_iter_t operators, ids;
+    if (!BSON_ITER_HOLDS_DOCUMENT(condition) || !bson_iter_recurse(condition, &operators) ||
+        !bson_iter_next(&operators) || strcmp(bson_iter_key(&operators), "$in") != 0 ||
+        !BSON_ITER_HOLDS_ARRAY(&operators) || !bson_iter_recurse(&operators, &ids) || bson_iter_next(&operators)) {
+        return false;
+    }
+    int count = 0;
+    while (bson_iter_next(&ids)) {
+        if (!is_exact_id(&ids) || ++count > POINT_READ_MAX_IDS) {
+            return false;
+        }
+    }
+    return count > 0;
+}
+
+/* {_id: id} or {_id: {$in: [a few ids]}}: exact searches in the _id index. */
+static bool is_id_lookup(const bson_iter_t *filter_field)
+{
+    bson_iter_t filter;
+    if (!BSON_ITER_HOLDS_DOCUMENT(filter_field) || !bson_iter_recurse(filter_field, &filter) ||
+        !bson_iter_next(&filter) || strcmp(bson_iter_key(&filter), "_id") != 0) {
+        return false;
+    }
+    if (!is_exact_id(&filter) && !is_few_ids(&filter)) {
+        return false;
     }
     return !bson_iter_next(&filter);
 }
@@ -86,7 +120,7 @@ bool dispatch_is_point_read(const bson_t *body, char *out_ns, size_t ns_size)
             return false;
         }
         if (strcmp(field, "filter") == 0) {
-            if (!is_id_equality(&iter)) {
+            if (!is_id_lookup(&iter)) {
                 return false;
             }
             has_filter = true;

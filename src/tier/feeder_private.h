@@ -55,6 +55,7 @@ typedef struct feeder {
     bson_t consumed_marks;    /* {key, to}: the eviction ranges deletes took since the last clean of
                                  the marks, which then removes the "recovered" marks among them */
     int64_t last_checkpoint_ms;
+    bool events_unsaved; /* events applied since the checkpoint (not only bookkeeping) */
     int64_t last_mark_clean_ms; /* marks are kept minutes: cleaned once a second, not at every checkpoint */
     bool marks_left;            /* the last clean stopped at its time budget: clean at the next checkpoint */
     int64_t mark_clean_failures; /* in a row: the warning is repeated only now and then */

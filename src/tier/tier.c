@@ -134,6 +134,7 @@ tier_workers_t *tier_workers_start(const config_t *config, tier_progress_t *prog
     started->context.config = config;
     started->context.progress = progress;
     started->context.group = started->group;
+    started->context.in_proxy = claim != NULL;
     started->context.fast_pool = tier_pool_new(config->fast_uri, "thermocline-workers", error);
     if (started->context.fast_pool == NULL) {
         goto fail;

@@ -22,6 +22,10 @@ typedef struct tier_context {
     /* The lease the running worker holds (tier/lease.h); leases NULL: no leases. */
     struct tier_leases *leases;
     int64_t lease_term;
+    /* A proxy's workers (a claim), not a worker process's: the proxies that wait
+     * on a worker process's feeder are not all counted (those without workers do
+     * not beat), so its checkpoint follows every batch. */
+    bool in_proxy;
 } tier_context_t;
 
 /* Whether the running worker still holds its lease (renewed within half of

@@ -155,9 +155,10 @@ def point_reads_on_loop(client):
 
 
 def test_point_reads_run_on_the_loop_with_a_workers_answer(store, client):
-    """A find by _id on a collection runs on the store's loop thread, not a
-    worker (serverStatus counts them), and answers as a worker would; a find that
-    may scan or wait, or one on a view, still goes to a worker."""
+    """A find by _id (or by a few, with $in) on a collection runs on the store's
+    loop thread, not a worker (serverStatus counts them), and answers as a worker
+    would; a find that may scan or wait, or one on a view, still goes to a
+    worker."""
     collection = client.looptest.c
     collection.insert_many([{"_id": i, "v": i * 10} for i in range(20)] + [{"_id": "s", "v": -1}])
     collection.create_index("v")
@@ -167,10 +168,12 @@ def test_point_reads_run_on_the_loop_with_a_workers_answer(store, client):
     assert collection.find_one({"_id": "s"}, {"_id": 0}) == {"v": -1}
     assert collection.find_one({"_id": 99}) is None
     assert client.looptest.missing.find_one({"_id": 1}) is None
-    assert point_reads_on_loop(client) == before + 3  # the missing collection's is a worker's
+    assert [d["_id"] for d in collection.find({"_id": {"$in": [5, 99, "s", 4.0]}}).sort("_id", 1)] == [4, 5, "s"]
+    assert point_reads_on_loop(client) == before + 4  # the missing collection's is a worker's
 
     before = point_reads_on_loop(client)
-    assert [d["_id"] for d in collection.find({"_id": {"$in": [4, 5]}}).sort("_id", 1)] == [4, 5]
+    assert len(list(collection.find({"_id": {"$in": list(range(9))}}))) == 9  # too many ids for the loop
+    assert list(collection.find({"_id": {"$in": [None, 1]}})) == [{"_id": 1, "v": 10}]
     assert list(collection.find({"_id": 6}).hint([("v", 1)])) == [{"_id": 6, "v": 60}]
     assert collection.find_one({"v": 70}) == {"_id": 7, "v": 70}
     assert client.looptest.evens.find_one({"_id": 2}) == {"_id": 2, "v": 20}

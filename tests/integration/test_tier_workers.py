@@ -16,8 +16,8 @@ from pymongo import MongoClient
 
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import (NS, WorkerProcess, client_for, namespace_status, raw_documents, start_proxy, status,
-                          tier_config, track, wait_equal, wait_feeder, wait_warm)
+from tier_support import (NS, WorkerProcess, client_for, feeder_caught_up, namespace_status, raw_documents,
+                          start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
 from tier_support import utc_now, ago
 
 
@@ -169,6 +169,50 @@ def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
                if "Slow query: delete on thermocline" in line and 'delete: "workerWrites"' in line]
     counts = [int(line.split("ndeleted ")[1].split(";")[0]) for line in deletes if "ndeleted " in line]
     assert sum(counts) == len(passed) and max(counts) == 200, counts
+    archive.stop()
+
+
+def checkpoint_times(fast):
+    """When the fast tier's --slowms 0 log shows each write of the feeder's checkpoint."""
+    times = []
+    for line in fast.log_path.read_text(errors="replace").splitlines():
+        if "Slow query: update on thermocline" in line and '{update: "feeder"' in line:
+            times.append(datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ"))
+    return times
+
+
+def test_the_feeder_alone_checkpoints_a_busy_stream_every_100_ms_at_most(tmp_path):
+    """In a proxy alone, the feeder's checkpoint only bounds the replay after a
+    restart, and each is a journaled write in the fast tier: under a trickle of
+    writes, each its own batch, it is written at most every 100 ms, not after every
+    batch (about 130 a second in the lab's fixed-load run); it still reaches the
+    last write, and a clean stop saves what was applied since."""
+    archive = track(StoreProcess(tmp_path / "archive", replica_set="rs0")).start()
+    fast = track(StoreProcess(tmp_path / "fast", replica_set="rs1", extra_args=["--slowms", "0"])).start()
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h", coverage="complete")
+    started = time.monotonic()
+    with client_for(proxy) as client, client_for(fast) as fast_client:
+        for i in range(100):
+            client.shop.orders.insert_one({"_id": i, "createdAt": utc_now()})
+            time.sleep(0.02)
+        writing_seconds = time.monotonic() - started
+        wait_feeder(proxy)
+        applied = namespace_status(proxy)["feeder"]["appliedTime"]
+        checkpoint = fast_client.thermocline.feeder.find_one
+        assert wait_until(lambda: checkpoint({"_id": "stream"})["appliedTime"] >= applied, 10, 0.1), \
+            "the checkpoint did not reach the last write"
+        for i in range(5):  # batches within 100 ms of the first one's checkpoint
+            client.shop.orders.insert_one({"_id": "last %d" % i, "createdAt": utc_now()})
+        assert wait_until(lambda: feeder_caught_up(proxy), 10, 0.005)  # then a stop before the next one
+        applied = namespace_status(proxy)["feeder"]["appliedTime"]
+        proxy.stop()
+        assert checkpoint({"_id": "stream"})["appliedTime"] >= applied, "the stop did not save the last batch"
+    fast.stop()  # its last slow-query line is written after the update's reply
+    times = checkpoint_times(fast)
+    gaps = [(later - earlier).total_seconds() for earlier, later in zip(times, times[1:])]
+    # 100 ms apart, less the time between the reply and the log line, and no less
+    # often than every 300 ms while the writes flowed.
+    assert min(gaps) >= 0.08 and len(times) >= writing_seconds / 0.3, (writing_seconds, gaps)
     archive.stop()
 
 

@@ -27,6 +27,10 @@ static void test_finds_by_id_are_point_reads(void **state)
         "'lsid': {'id': 1}, '%clusterTime': {'t': 1}, 'readConcern': {'level': 'majority'}, '%db': 'd'}",
         "{'find': 'c', 'filter': {'_id': {'$oid': '0123456789abcdef01234567'}}, 'batchSize': 1, '%db': 'd'}",
         "{'find': 'c', 'filter': {'_id': 1.5}, 'sort': {'_id': 1}, 'comment': 'x', 'maxTimeMS': 5, '%db': 'd'}",
+        /* The proxy's question before a write: which of its ids the fast tier holds. */
+        "{'find': 'c', 'filter': {'_id': {'%in': [1, 'a', 2.5]}}, 'projection': {'_id': 1}, 'batchSize': 4, "
+        "'singleBatch': true, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': [1, 2, 3, 4, 5, 6, 7, 8]}}, '%db': 'd'}",
     };
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
         char ns[256];
@@ -49,7 +53,17 @@ static void test_what_may_scan_or_wait_is_not(void **state)
         "{'find': 'c', 'filter': {'a': 1}, '%db': 'd'}",                           /* another field */
         "{'find': 'c', 'filter': {'_id': 1, 'a': 1}, '%db': 'd'}",
         "{'find': 'c', 'filter': {'_id': {'%gt': 1}}, '%db': 'd'}",                /* a range */
-        "{'find': 'c', 'filter': {'_id': {'%in': [1, 2]}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': []}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': [1, 2, 3, 4, 5, 6, 7, 8, 9]}}, '%db': 'd'}", /* too many searches */
+        "{'find': 'c', 'filter': {'_id': {'%in': [1, null]}}, '%db': 'd'}",        /* not each an exact search */
+        "{'find': 'c', 'filter': {'_id': {'%in': [1, [2]]}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': [{'a': 1}]}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': [{'$regularExpression': {'pattern': 'a', 'options': ''}}]}}, "
+        "'%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': 1}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': [1], '%nin': [2]}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%nin': [1]}}, '%db': 'd'}",
+        "{'find': 'c', 'filter': {'_id': {'%in': [1]}, 'a': 1}, '%db': 'd'}",
         "{'find': 'c', 'filter': {'_id': [1]}, '%db': 'd'}",
         "{'find': 'c', 'filter': {'_id': {'$regularExpression': {'pattern': 'a', 'options': ''}}}, '%db': 'd'}",
         "{'find': 'c', 'filter': {'_id': null}, '%db': 'd'}",
