@@ -11,10 +11,9 @@
  * The checkpoint follows the archive's acknowledgement (in a proxy without
  * peers, at most every 100 ms while writes flow, and at a clean stop), so a
  * crash replays at most the batches since, and every replayed write is
- * idempotent. A
- * write the archive refuses (a write error of its own) holds only its document:
- * it is recorded in thermocline.refusals with the document's later writes behind
- * it, and retried (feeder_refusal.c). A command the archive fails as a whole
+ * idempotent. A write the archive refuses (a write error of its own) holds only
+ * its document: it is recorded in thermocline.refusals with the document's later
+ * writes behind it, and retried (feeder_refusal.c). A command the archive fails as a whole
  * (say Unauthorized: every write would fail the same way) stops that namespace's
  * feed only, with its own resume point ("stopped:<ns>") from which the next start
  * applies it again. */
@@ -785,6 +784,28 @@ static bool write_checkpoint(feeder_t *feeder)
     return ok;
 }
 
+/* Whether the archive has writes the checkpoint does not cover yet. */
+static bool progress_unsaved(const feeder_t *feeder)
+{
+    return feeder->have_token && feeder->applied_time > feeder->checkpoint_time;
+}
+
+/* How long after the last checkpoint the next is due, a batch of event_count
+ * events just applied. An idle stream still moves: it is checkpointed now and
+ * then, not at every getMore. Other proxies wait on the checkpoint: with them,
+ * and from a worker process (whose proxies are not all counted), every batch's. */
+static int64_t checkpoint_due_ms(const feeder_t *feeder, uint32_t event_count)
+{
+    bool peers = tier_progress_peers(feeder->context->progress) > 0;
+    if (event_count > 0 && (peers || !feeder->context->in_proxy)) {
+        return 0;
+    }
+    if (peers) {
+        return IDLE_CHECKPOINT_SHARED_MS;
+    }
+    return feeder->events_unsaved && feeder->context->in_proxy ? BUSY_CHECKPOINT_MS : IDLE_CHECKPOINT_MS;
+}
+
 /* Namespaces applied again after a stop are caught up once the stream passes the
  * point where the others were: their stopped record goes. */
 static void finish_retries(feeder_t *feeder)
@@ -982,20 +1003,9 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     }
     /* The archive has it all now: reads may go (the checkpoint only saves a replay). */
     tier_progress_set_applied(feeder->context->progress, feeder->applied_time);
-    /* An idle stream still moves: checkpoint it now and then, not at every getMore.
-     * Other proxies wait on the checkpoint: with them, and from a worker process
-     * (whose proxies are not all counted), every batch's. */
-    bool peers = tier_progress_peers(feeder->context->progress) > 0;
-    bool every_batch = peers || !feeder->context->in_proxy;
     feeder->events_unsaved |= event_count > 0;
-    int64_t checkpoint_ms = peers ? IDLE_CHECKPOINT_SHARED_MS : IDLE_CHECKPOINT_MS;
-    if (event_count > 0 && every_batch) {
-        checkpoint_ms = 0;
-    } else if (feeder->events_unsaved && !every_batch) {
-        checkpoint_ms = BUSY_CHECKPOINT_MS;
-    }
-    if (feeder->have_token && feeder->applied_time > feeder->checkpoint_time &&
-        clock_monotonic_ms() - feeder->last_checkpoint_ms >= checkpoint_ms) {
+    if (progress_unsaved(feeder) &&
+        clock_monotonic_ms() - feeder->last_checkpoint_ms >= checkpoint_due_ms(feeder, event_count)) {
         if (!write_checkpoint(feeder)) {
             return false;
         }
@@ -1122,8 +1132,7 @@ void feeder_run(tier_group_t *group, void *argument)
     }
     /* A clean stop (a shutdown, a reload, the lease handed over) saves what was
      * applied since the last checkpoint: whoever feeds next replays nothing. */
-    if (feeder.have_token && feeder.applied_time > feeder.checkpoint_time &&
-        tier_holds_lease(context, TIER_WORKER_FEEDER)) {
+    if (progress_unsaved(&feeder) && tier_holds_lease(context, TIER_WORKER_FEEDER)) {
         write_checkpoint(&feeder);
     }
     close_stream(&feeder);
