@@ -458,15 +458,18 @@ static bool run_write(command_context_t *context, const aggregate_output_t *outp
                       bson_error_t *error)
 {
     command_context_t inner = *context;
-    bson_t reply = BSON_INITIALIZER, bypassing = BSON_INITIALIZER;
+    bson_t reply = BSON_INITIALIZER, inner_command = BSON_INITIALIZER, concern;
     bson_iter_t iter;
-    inner.command = command;
+    bson_concat(&inner_command, command);
+    /* The aggregate's bypassDocumentValidation covers the writes of its $merge;
+     * its write concern is waited for once, after them all (aggregate_output_write). */
     if (bson_iter_init_find(&iter, context->command, "bypassDocumentValidation") && bson_iter_as_bool(&iter)) {
-        /* The aggregate's bypassDocumentValidation covers the writes of its $merge. */
-        bson_copy_to_excluding_noinit(command, &bypassing, "bypassDocumentValidation", NULL);
-        BSON_APPEND_BOOL(&bypassing, "bypassDocumentValidation", true);
-        inner.command = &bypassing;
+        BSON_APPEND_BOOL(&inner_command, "bypassDocumentValidation", true);
     }
+    BSON_APPEND_DOCUMENT_BEGIN(&inner_command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(&inner_command, &concern);
+    inner.command = &inner_command;
     inner.name = name;
     inner.database = output->database;
     inner.expression_context = expression_context;
@@ -492,7 +495,7 @@ static bool run_write(command_context_t *context, const aggregate_output_t *outp
     }
     *out_n = ok && bson_iter_init_find(&iter, &reply, "n") ? bson_iter_as_int64(&iter) : 0;
     bson_destroy(&reply);
-    bson_destroy(&bypassing);
+    bson_destroy(&inner_command);
     return ok;
 }
 
@@ -623,6 +626,16 @@ static bool write_merge(command_context_t *context, const aggregate_output_t *ou
 bool aggregate_output_write(command_context_t *context, const aggregate_output_t *output, bson_t **documents,
                             size_t count, bson_error_t *error)
 {
-    return output->kind == OUTPUT_OUT ? write_out(context, output, documents, count, error)
-                                      : write_merge(context, output, documents, count, error);
+    bool written = output->kind == OUTPUT_OUT ? write_out(context, output, documents, count, error)
+                                              : write_merge(context, output, documents, count, error);
+    /* The aggregate's write concern covers what was written, even when an error
+     * stopped $merge midway (its earlier writes stay), as mongod waits for it. */
+    if (command_wants_durable_write(context)) {
+        bson_error_t sync_error;
+        if (!command_sync_journal(context, context->session, &sync_error) && written) {
+            *error = sync_error;
+            written = false;
+        }
+    }
+    return written;
 }

@@ -198,7 +198,9 @@ bool aggregate_output_parse(const command_context_t *context, const bson_t *stag
                             aggregate_output_t **out_output, bson_error_t *error) TC_MUST_CHECK;
 
 /* Writes the aggregate's results (documents[count], which $merge may give an
- * _id) to the output's target. Takes the catalog lock itself: call without it. */
+ * _id) to the output's target, under the aggregate's write concern (a durable
+ * one leaves the journal's sync to the reply, command_sync_journal). Takes the
+ * catalog lock itself: call without it. */
 bool aggregate_output_write(command_context_t *context, const aggregate_output_t *output, bson_t **documents,
                             size_t count, bson_error_t *error) TC_MUST_CHECK;
 

@@ -426,6 +426,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
     expression_context_t expression_context;
     const collation_t *collation = NULL; /* the command's, held until the reply */
     bool ok = false;
+    int64_t handler_started_us = 0;
     slow_op_watch_t watch;
     slow_op_start(&watch, control->submitted_us);
 
@@ -466,7 +467,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         count_operation(store, context.name); /* a request run again counts once */
     }
     oplog_session_begin_command(session);
-    uint64_t started_micros = (uint64_t)clock_monotonic_us();
+    handler_started_us = clock_monotonic_us();
     storage_session_t *watched_session = context.session; /* the handler's scans read its kill flag */
     storage_session_set_interrupt(watched_session, &context.operation->killed);
     ok = definition->handler(&context, reply, &error);
@@ -489,7 +490,9 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         end_operation(&context);
         return;
     }
-    op_latency_record(&store->latencies, context.name, (uint64_t)clock_monotonic_us() - started_micros);
+    if (!control->journal_sync_wanted) { /* else with the wait for the journal, in slow_op_release */
+        op_latency_record(&store->latencies, context.name, (uint64_t)(clock_monotonic_us() - handler_started_us));
+    }
     if (ok) {
         auth_after_command(&context, reply);
     }
@@ -509,8 +512,13 @@ done:
     append_cluster_time(session, reply);
     control->run_again = false;
     control->delay_ms = context.reply_delay_ms;
-    slow_op_finish(&watch, store, session, context.name, context.database, command, reply, ok ? NULL : &error,
-                   connection_id);
+    if (control->journal_sync_wanted) {
+        control->held_operation = slow_op_hold(&watch, store, context.name, context.database, command, reply,
+                                               ok ? NULL : &error, connection_id, handler_started_us);
+    } else {
+        slow_op_finish(&watch, store, session, context.name, context.database, command, reply,
+                       ok ? NULL : &error, connection_id);
+    }
     end_operation(&context);
     bson_destroy(&duplicate_key);
     bson_destroy(&error_info);
@@ -536,14 +544,36 @@ static bool is_never_compressed(const bson_t *command)
     return false;
 }
 
+/* A durable write's reply and operation, waiting for the journal. */
+typedef struct journaled_reply {
+    server_held_reply_t *reply;
+    slow_op_held_t *operation;
+} journaled_reply_t;
+
 /* A held reply's journal sync has ended: the reply goes out, or, when the sync
- * failed, the connection closes with the write unacknowledged. */
-static void release_when_journaled(void *held, bool synced)
+ * failed, the connection closes with the write unacknowledged. The operation's
+ * latency counts the wait before the reply goes; its slow line is written after,
+ * so that no other reply of the sync waits for a log line. */
+static void release_when_journaled(void *argument, bool synced, storage_session_t *session)
 {
+    journaled_reply_t *journaled = argument;
     if (!synced) {
         TC_LOG(TC_LOG_WARNING, "STORAGE", 0, "closing a connection whose write the journal could not sync");
     }
-    server_release_reply(held, synced);
+    slow_op_end_wait(journaled->operation, synced);
+    server_release_reply(journaled->reply, synced);
+    slow_op_release(journaled->operation, session);
+    bson_free(journaled);
+}
+
+/* The reply to a durable write waits for the journal's next sync, and the
+ * command's latency and slow line with it. */
+static void hold_until_journaled(store_t *store, server_reply_t *out_reply, dispatch_control_t *control)
+{
+    journaled_reply_t *journaled = bson_malloc(sizeof *journaled);
+    *journaled = (journaled_reply_t){.reply = server_hold_reply(out_reply), .operation = control->held_operation};
+    control->held_operation = NULL;
+    oplog_after_journal_sync(store->storage, release_when_journaled, journaled);
 }
 
 void dispatch_message(store_t *store, storage_session_t *session, const server_request_t *request,
@@ -664,7 +694,7 @@ compress:
     out_reply->delay_ms = control.delay_ms;
     encoded = NULL;
     if (control.journal_sync_wanted) {
-        oplog_after_journal_sync(store->storage, release_when_journaled, server_hold_reply(out_reply));
+        hold_until_journaled(store, out_reply, &control);
     }
     goto done;
 
@@ -674,6 +704,10 @@ refuse:
                  TC_ATTR_STR("remote", request->peer_address), TC_ATTR_STR("reason", error.message));
     out_reply->close_after = true;
 done:
+    if (control.held_operation != NULL) { /* a reply that could not be encoded */
+        slow_op_end_wait(control.held_operation, true);
+        slow_op_release(control.held_operation, NULL);
+    }
     bson_free(encoded);
     bson_free(decompressed);
     bson_destroy(&command);

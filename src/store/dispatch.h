@@ -3,6 +3,7 @@
 #define TC_STORE_DISPATCH_H
 
 #include "store/commands.h"
+#include "store/slow_ops.h"
 
 /* Decodes request, runs its command, encodes the reply into out_reply (data
  * NULL for moreToCome; close_after for a message that cannot be answered). */
@@ -22,6 +23,8 @@ typedef struct dispatch_control {
     bool internal;          /* in: the store's own work (the TTL monitor): no access check */
     bool journal_sync_deferrable; /* in: a durable write's sync may be left to the reply */
     bool journal_sync_wanted;     /* out: the reply must wait for the journal's next sync */
+    slow_op_held_t *held_operation; /* out, with journal_sync_wanted: the command's slow line and
+                                     * latency, for slow_op_release once the sync has ended */
 } dispatch_control_t;
 
 /* On the server's loop thread (server.h's handle_inline): runs request and

@@ -216,13 +216,13 @@ typedef struct journal_wait {
     void *argument;
 } journal_wait_t;
 
-static void on_journal_synced(void *argument, bool synced)
+static void on_journal_synced(void *argument, bool synced, storage_session_t *session)
 {
     journal_wait_t *wait = argument;
     if (synced) {
         raise_majority_time(wait->oplog, wait->synced);
     }
-    wait->done(wait->argument, synced);
+    wait->done(wait->argument, synced, session);
     bson_free(wait);
 }
 

@@ -99,7 +99,7 @@ bool oplog_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST
 /* The asynchronous oplog_sync_journal(), without holding the calling thread:
  * once a journal sync begun after this call has ended, on the journal thread,
  * moves the majority time up to what was committed at the call and calls
- * done(argument, synced) (storage_after_journal_sync). */
+ * done(argument, synced, session) (storage_after_journal_sync). */
 void oplog_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument);
 
 /* A command's operationTime: resets what the session wrote, then (after the

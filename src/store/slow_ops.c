@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/text_buffer.h"
+#include "store/op_latency.h"
 
 #include <string.h>
 
@@ -55,53 +56,210 @@ static void append_reply_counts(text_buffer_t *text, const char *name, const bso
     }
 }
 
-void slow_op_finish(const slow_op_watch_t *watch, store_t *store, storage_session_t *session, const char *name,
-                    const char *database, const bson_t *command, const bson_t *reply, const bson_error_t *error,
-                    uint64_t connection_id)
+/* The facts of one slow line, from slow_op_finish or a held durable write. */
+typedef struct slow_line {
+    const char *name;
+    const char *database;
+    const char *shape;
+    const char *outcome; /* reply counts or the failure */
+    uint64_t connection_id;
+    int64_t slow_ms;
+    const slow_op_watch_t *watch;
+    int64_t ended_us;               /* the command's end */
+    int64_t journal_wait_us;        /* -1: its reply did not wait for the journal */
+    slow_disk_thread_reads_t reads; /* the command's own data-file reads */
+    storage_session_t *session;     /* for WiredTiger's state, or NULL */
+} slow_line_t;
+
+#define MESSAGE_HEAD "Slow query: {command} on {ns} took {durationMillis} ms (slowms {slowms}): queued for a worker "
+#define MESSAGE_TAIL                                                                                                 \
+    "data-file reads {dataFileReads} ({dataFileBytes} bytes) {dataFileMillis} ms{details}; command {shape}"
+
+static void write_line(const slow_line_t *line, int64_t now)
 {
-    int64_t slow_ms = store->options.slow_ms;
-    int64_t now = clock_monotonic_us();
-    int64_t total_ms = (now - watch->submitted_us) / 1000;
-    if (now - watch->submitted_us <= slow_ms * 1000 || !tc_log_enabled(TC_LOG_INFO)) {
-        return; /* as mongod: slower than slowms, so 0 logs every command */
-    }
-    slow_disk_thread_reads_t reads = slow_disk_thread_reads();
     storage_pressure_t pressure;
-    bool have_pressure = session != NULL && storage_read_pressure(session, &pressure);
+    bool have_pressure = line->session != NULL && storage_read_pressure(line->session, &pressure);
     /* The facts that apply to some operations only, as one text; the others are
      * attributes of their own (in attr under --log-format json, as mongod's). */
-    char details[LINE_SIZE], shape[LINE_SIZE];
+    char details[LINE_SIZE];
     text_buffer_t text = {.data = details, .size = sizeof details};
     details[0] = '\0';
-    uint64_t throttled = reads.throttled_wait_micros - watch->reads_before.throttled_wait_micros;
-    if (throttled > 0) {
+    if (line->reads.throttled_wait_micros > 0) {
         text_buffer_append(&text, ", of which waiting for the emulated disk (--read-iops) %llu ms",
-                           (unsigned long long)(throttled / 1000));
+                           (unsigned long long)(line->reads.throttled_wait_micros / 1000));
     }
     if (have_pressure) {
         text_buffer_append(&text, "; WiredTiger: %scache %.0f%% used, %.0f%% dirty",
                            pressure.checkpoint_running ? "checkpoint running, " : "", pressure.cache_used_percent,
                            pressure.cache_dirty_percent);
     }
-    if (error == NULL) {
-        append_reply_counts(&text, name, reply);
+    text_buffer_append(&text, "%s", line->outcome);
+    tc_log_attr_t attrs[] = {
+        TC_ATTR_STR("command", line->name != NULL ? line->name : "(unparsed)"),
+        TC_ATTR_STR("ns", line->database != NULL ? line->database : "(no database)"),
+        TC_ATTR_INT("durationMillis", (now - line->watch->submitted_us) / 1000),
+        TC_ATTR_INT("slowms", line->slow_ms),
+        TC_ATTR_INT("queuedMillis", (line->watch->started_us - line->watch->submitted_us) / 1000),
+        TC_ATTR_INT("runningMillis", (line->ended_us - line->watch->started_us) / 1000),
+        TC_ATTR_INT("dataFileReads", line->reads.reads),
+        TC_ATTR_INT("dataFileBytes", line->reads.bytes_read),
+        TC_ATTR_INT("dataFileMillis", line->reads.read_micros / 1000),
+        TC_ATTR_STR("details", details),
+        TC_ATTR_STR("shape", line->shape),
+        TC_ATTR_INT("waitForWriteConcernDurationMillis", line->journal_wait_us / 1000),
+    };
+    size_t count = sizeof attrs / sizeof attrs[0];
+    if (line->journal_wait_us < 0) {
+        tc_log_write_attrs(TC_LOG_INFO, "COMMAND", line->connection_id,
+                           MESSAGE_HEAD "{queuedMillis} ms, running {runningMillis} ms; " MESSAGE_TAIL, attrs,
+                           count - 1);
     } else {
-        text_buffer_append(&text, "; failed with %s (%u)", tc_error_code_name((int32_t)error->code), error->code);
+        tc_log_write_attrs(TC_LOG_INFO, "COMMAND", line->connection_id,
+                           MESSAGE_HEAD "{queuedMillis} ms, running {runningMillis} ms, waiting for the journal "
+                                        "{waitForWriteConcernDurationMillis} ms; " MESSAGE_TAIL,
+                           attrs, count);
     }
+}
+
+/* The reads since watch began, on this thread. */
+static slow_disk_thread_reads_t reads_since(const slow_op_watch_t *watch)
+{
+    slow_disk_thread_reads_t now = slow_disk_thread_reads(), before = watch->reads_before;
+    return (slow_disk_thread_reads_t){.reads = now.reads - before.reads,
+                                      .bytes_read = now.bytes_read - before.bytes_read,
+                                      .read_micros = now.read_micros - before.read_micros,
+                                      .throttled_wait_micros = now.throttled_wait_micros -
+                                                               before.throttled_wait_micros};
+}
+
+/* The outcome part of the line: what a success returned or wrote, or the failure. */
+static void append_outcome(text_buffer_t *text, const char *name, const bson_t *reply, const bson_error_t *error)
+{
+    if (error == NULL) {
+        append_reply_counts(text, name, reply);
+    } else {
+        text_buffer_append(text, "; failed with %s (%u)", tc_error_code_name((int32_t)error->code), error->code);
+    }
+}
+
+void slow_op_finish(const slow_op_watch_t *watch, store_t *store, storage_session_t *session, const char *name,
+                    const char *database, const bson_t *command, const bson_t *reply, const bson_error_t *error,
+                    uint64_t connection_id)
+{
+    int64_t slow_ms = store->options.slow_ms;
+    int64_t now = clock_monotonic_us();
+    if (now - watch->submitted_us <= slow_ms * 1000 || !tc_log_enabled(TC_LOG_INFO)) {
+        return; /* as mongod: slower than slowms, so 0 logs every command */
+    }
+    char outcome[LINE_SIZE], shape[LINE_SIZE];
+    text_buffer_t outcome_text = {.data = outcome, .size = sizeof outcome};
     text_buffer_t shape_text = {.data = shape, .size = sizeof shape};
-    shape[0] = '\0';
+    outcome[0] = shape[0] = '\0';
+    append_outcome(&outcome_text, name, reply, error);
     text_buffer_append_shape(&shape_text, command);
-    TC_LOG_ATTRS(TC_LOG_INFO, "COMMAND", connection_id,
-                 "Slow query: {command} on {ns} took {durationMillis} ms (slowms {slowms}): queued for a worker "
-                 "{queuedMillis} ms, running {runningMillis} ms; data-file reads {dataFileReads} ({dataFileBytes} "
-                 "bytes) {dataFileMillis} ms{details}; command {shape}",
-                 TC_ATTR_STR("command", name != NULL ? name : "(unparsed)"),
-                 TC_ATTR_STR("ns", database != NULL ? database : "(no database)"),
-                 TC_ATTR_INT("durationMillis", total_ms), TC_ATTR_INT("slowms", slow_ms),
-                 TC_ATTR_INT("queuedMillis", (watch->started_us - watch->submitted_us) / 1000),
-                 TC_ATTR_INT("runningMillis", (now - watch->started_us) / 1000),
-                 TC_ATTR_INT("dataFileReads", reads.reads - watch->reads_before.reads),
-                 TC_ATTR_INT("dataFileBytes", reads.bytes_read - watch->reads_before.bytes_read),
-                 TC_ATTR_INT("dataFileMillis", (reads.read_micros - watch->reads_before.read_micros) / 1000),
-                 TC_ATTR_STR("details", details), TC_ATTR_STR("shape", shape));
+    slow_line_t line = {.name = name,
+                        .database = database,
+                        .shape = shape,
+                        .outcome = outcome,
+                        .connection_id = connection_id,
+                        .slow_ms = slow_ms,
+                        .watch = watch,
+                        .ended_us = now,
+                        .journal_wait_us = -1,
+                        .reads = reads_since(watch),
+                        .session = session};
+    write_line(&line, now);
+}
+
+/* Commands up to this size are copied whole for their shape, which is then drawn
+ * only for a slow one; a larger one's shape is drawn at once (it costs less than
+ * the copy). */
+#define HELD_COMMAND_MAX_BYTES (16 * 1024)
+
+struct slow_op_held {
+    store_t *store;
+    uint64_t connection_id;
+    slow_op_watch_t watch;
+    int64_t latency_started_us;
+    int64_t ended_us;      /* the command's end, where the wait for the journal began */
+    int64_t wait_ended_us; /* slow_op_end_wait's */
+    slow_disk_thread_reads_t reads;
+    char name[64];
+    char database[128];
+    char outcome[LINE_SIZE];
+    bson_t *command; /* a copy, or NULL with shape drawn */
+    char shape[LINE_SIZE];
+};
+
+slow_op_held_t *slow_op_hold(const slow_op_watch_t *watch, store_t *store, const char *name, const char *database,
+                             const bson_t *command, const bson_t *reply, const bson_error_t *error,
+                             uint64_t connection_id, int64_t latency_started_us)
+{
+    slow_op_held_t *held = bson_malloc(sizeof *held);
+    held->store = store;
+    held->connection_id = connection_id;
+    held->watch = *watch;
+    held->latency_started_us = latency_started_us;
+    held->ended_us = clock_monotonic_us();
+    held->wait_ended_us = held->ended_us;
+    held->reads = reads_since(watch);
+    bson_strncpy(held->name, name, sizeof held->name);
+    bson_strncpy(held->database, database, sizeof held->database);
+    text_buffer_t outcome_text = {.data = held->outcome, .size = sizeof held->outcome};
+    held->outcome[0] = held->shape[0] = '\0';
+    append_outcome(&outcome_text, name, reply, error);
+    held->command = NULL;
+    if (command->len <= HELD_COMMAND_MAX_BYTES) {
+        held->command = bson_copy(command);
+    } else {
+        text_buffer_t shape_text = {.data = held->shape, .size = sizeof held->shape};
+        text_buffer_append_shape(&shape_text, command);
+    }
+    return held;
+}
+
+void slow_op_end_wait(slow_op_held_t *held, bool synced)
+{
+    if (held == NULL) {
+        return;
+    }
+    held->wait_ended_us = clock_monotonic_us();
+    uint64_t latency_us = (uint64_t)(held->wait_ended_us - held->latency_started_us);
+    op_latency_record(&held->store->latencies, held->name, latency_us);
+    if (!synced) {
+        text_buffer_t outcome_text = {.data = held->outcome, .size = sizeof held->outcome};
+        outcome_text.length = strlen(held->outcome);
+        text_buffer_append(&outcome_text, "; not acknowledged: the journal sync failed");
+    }
+}
+
+void slow_op_release(slow_op_held_t *held, storage_session_t *session)
+{
+    if (held == NULL) {
+        return;
+    }
+    int64_t now = held->wait_ended_us;
+    int64_t slow_ms = held->store->options.slow_ms;
+    if (now - held->watch.submitted_us > slow_ms * 1000 && tc_log_enabled(TC_LOG_INFO)) {
+        if (held->command != NULL) {
+            text_buffer_t shape_text = {.data = held->shape, .size = sizeof held->shape};
+            text_buffer_append_shape(&shape_text, held->command);
+        }
+        slow_line_t line = {.name = held->name,
+                            .database = held->database,
+                            .shape = held->shape,
+                            .outcome = held->outcome,
+                            .connection_id = held->connection_id,
+                            .slow_ms = slow_ms,
+                            .watch = &held->watch,
+                            .ended_us = held->ended_us,
+                            .journal_wait_us = now - held->ended_us,
+                            .reads = held->reads,
+                            .session = session};
+        write_line(&line, now);
+    }
+    if (held->command != NULL) {
+        bson_destroy(held->command);
+    }
+    bson_free(held);
 }

@@ -71,7 +71,7 @@ static void *journal_flusher_main(void *argument)
         }
         while (waiters != NULL) {
             journal_waiter_t *next = waiters->next;
-            waiters->done(waiters->argument, synced);
+            waiters->done(waiters->argument, synced, &flusher_session);
             bson_free(waiters);
             waiters = next;
         }
@@ -85,7 +85,7 @@ void storage_after_journal_sync(storage_t *storage, storage_journal_done_fn done
     if (storage->journal_stop) {
         /* Too late: no sync will come. The caller's reply is not acknowledged. */
         pthread_mutex_unlock(&storage->journal_mutex);
-        done(argument, false);
+        done(argument, false, NULL);
         return;
     }
     journal_waiter_t *waiter = bson_malloc(sizeof *waiter);

@@ -211,13 +211,14 @@ void storage_rollback(storage_session_t *session);
  * one sync for a whole batch of writes that asked for j: true. */
 bool storage_sync_journal(storage_session_t *session, bson_error_t *error) TC_MUST_CHECK;
 
-/* Calls done(argument, synced) on the journal thread once a journal sync that
- * began after this call has ended: every transaction committed before the call
- * is then on disk, unless synced is false (the sync failed). The asynchronous
- * storage_sync_journal(), for a reply that waits for the journal without
- * holding a worker. Once storage_close() has begun, done is called at once
- * with synced false. */
-typedef void (*storage_journal_done_fn)(void *argument, bool synced);
+/* Calls done(argument, synced, session) on the journal thread once a journal
+ * sync that began after this call has ended: every transaction committed before
+ * the call is then on disk, unless synced is false (the sync failed). session is
+ * the journal thread's, for reading statistics in done (NULL: none). The
+ * asynchronous storage_sync_journal(), for a reply that waits for the journal
+ * without holding a worker. Once storage_close() has begun, done is called at
+ * once with synced false and no session. */
+typedef void (*storage_journal_done_fn)(void *argument, bool synced, storage_session_t *session);
 void storage_after_journal_sync(storage_t *storage, storage_journal_done_fn done, void *argument);
 bool storage_in_transaction(storage_session_t *session);
 

@@ -13,10 +13,10 @@
  * crash replays at most the batches since, and every replayed write is
  * idempotent. A write the archive refuses (a write error of its own) holds only
  * its document: it is recorded in thermocline.refusals with the document's later
- * writes behind it, and retried (feeder_refusal.c). A command the archive fails as a whole
- * (say Unauthorized: every write would fail the same way) stops that namespace's
- * feed only, with its own resume point ("stopped:<ns>") from which the next start
- * applies it again. */
+ * writes behind it, and retried (feeder_refusal.c). A command the archive fails
+ * as a whole (say Unauthorized: every write would fail the same way) stops that
+ * namespace's feed only, with its own resume point ("stopped:<ns>") from which
+ * the next start applies it again. */
 #include "tier/feeder_private.h"
 
 #include "common/bson_view.h"

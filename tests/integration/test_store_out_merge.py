@@ -3,9 +3,14 @@ store`: aggregate([..., {"$out": ...}]) replacing a collection whole (its indexe
 kept), $merge's modes into the same or another database, and MongoDB 6.0's
 errors (DuplicateKey, a missing unique index on `on`, a stage not last)."""
 
+import json
+
 import pytest
 from bson import SON
+from pymongo import MongoClient
 from pymongo.errors import OperationFailure
+
+from conftest import StoreProcess
 
 DB_NAME = "outmerge"
 
@@ -208,8 +213,6 @@ def test_out_from_a_view(db, sales):
 
 
 def test_out_and_merge_are_refused_in_a_transaction(tmp_path):
-    from conftest import StoreProcess
-    from pymongo import MongoClient
     store = StoreProcess(tmp_path / "rs", replica_set="rs0")
     store.start()
     try:
@@ -223,6 +226,40 @@ def test_out_and_merge_are_refused_in_a_transaction(tmp_path):
             assert raised.value.code == 263, raised.value.details
         assert "copy" not in client.txn.list_collection_names()
         client.close()
+    finally:
+        store.stop()
+
+
+def test_out_and_merge_write_under_the_aggregate_write_concern(tmp_path):
+    """As mongod's: the aggregate's writeConcern covers what $out and $merge write.
+    Under --replSet the default (majority) is journaled, so the reply waits for
+    the journal's sync, and w: 1 does not; with every sync 150 ms slower, each
+    aggregate's slow line (--slowms 0) says whether it waited."""
+    store = StoreProcess(tmp_path / "rs", replica_set="rs0",
+                         extra_args=["--slowms", "0", "--sync-delay", "150ms", "--log-format", "json"])
+    store.start()
+    try:
+        client = MongoClient(store.uri, serverSelectionTimeoutMS=10000)
+        client.wc.sales.insert_many([{"_id": i, "qty": i} for i in range(3)])
+        cases = [({"$out": "out_default"}, None, True), ({"$merge": {"into": "merge_default"}}, None, True),
+                 ({"$out": "out_w1"}, {"w": 1}, False), ({"$merge": {"into": "merge_w1"}}, {"w": 1}, False)]
+        for stage, concern, _ in cases:
+            command = SON([("aggregate", "sales"), ("pipeline", [stage]), ("cursor", {})])
+            if concern is not None:
+                command["writeConcern"] = concern
+            client.wc.command(command)
+        for name in ("out_default", "merge_default", "out_w1", "merge_w1"):
+            assert client.wc[name].count_documents({}) == 3, name
+        client.close()
+        records = [json.loads(line) for line in store.log_path.read_text().splitlines() if line.startswith("{")]
+        lines = [r["attr"] for r in records if r["msg"].startswith("Slow query: {command}") and
+                 r["attr"]["command"] == "aggregate" and r["attr"]["shape"].startswith('{aggregate: "sales"')]
+        assert len(lines) == len(cases), lines
+        for (stage, concern, waits), attr in zip(cases, lines):
+            if waits:
+                assert attr.get("waitForWriteConcernDurationMillis", 0) >= 150, (stage, attr)
+            else:
+                assert "waitForWriteConcernDurationMillis" not in attr, (stage, attr)
     finally:
         store.stop()
 

@@ -137,6 +137,41 @@ def test_a_slow_line_carries_its_facts_as_attributes_in_json(tmp_path):
         store.stop()
 
 
+def test_a_durable_write_counts_its_wait_for_the_journal(tmp_path):
+    """As mongod's durationMillis and opLatencies include the wait for write
+    concern (waitForWriteConcernDurationMillis): with every sync 150 ms slower, a
+    write with j: true is slow by that wait alone, though it ran in a moment, and
+    serverStatus counts the wait in its latency; a write without j waits for no
+    sync and its line, if any, names none."""
+    store = StoreProcess(tmp_path / "store", extra_args=["--slowms", "100", "--sync-delay", "150ms",
+                                                         "--log-format", "json"])
+    store.start()
+    try:
+        with pymongo.MongoClient(store.uri) as client:
+            client.shop.create_collection("durable")
+            client.shop.plain.insert_one({"_id": 0})
+            before = client.admin.command("serverStatus")["opLatencies"]["writes"]
+            durable = client.shop.get_collection("durable", write_concern=pymongo.WriteConcern(j=True))
+            durable.insert_one({"_id": 1})
+            after = client.admin.command("serverStatus")["opLatencies"]["writes"]
+        assert after["ops"] - before["ops"] == 1
+        assert after["latency"] - before["latency"] >= 150000, (before, after)
+        records = [json.loads(line) for line in store.log_path.read_text().splitlines() if line.startswith("{")]
+        inserts = [r for r in records if r["msg"].startswith("Slow query: {command}") and
+                   r["attr"]["command"] == "insert"]
+        durable_lines = [r for r in inserts if r["attr"]["shape"].startswith('{insert: "durable"')]
+        assert len(durable_lines) == 1, [r["attr"] for r in inserts]
+        attr = durable_lines[0]["attr"]
+        assert "waiting for the journal {waitForWriteConcernDurationMillis} ms" in durable_lines[0]["msg"]
+        assert attr["waitForWriteConcernDurationMillis"] >= 150, attr
+        assert attr["runningMillis"] < 100 and attr["durationMillis"] >= attr["waitForWriteConcernDurationMillis"]
+        assert "ninserted 1" in attr["details"], attr
+        plain_lines = [r for r in inserts if r["attr"]["shape"].startswith('{insert: "plain"')]
+        assert all("waitForWriteConcernDurationMillis" not in r["attr"] for r in plain_lines), plain_lines
+    finally:
+        store.stop()
+
+
 def test_slowms_takes_a_whole_number(tmp_path):
     store = StoreProcess(tmp_path / "store", extra_args=["--slowms", "soon"])
     result = subprocess.run(store.command_line(), capture_output=True, text=True, timeout=30)
