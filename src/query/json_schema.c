@@ -1,30 +1,120 @@
-/* $jsonSchema's subset: a tree of nodes, one per schema object, each keyword
- * checked on the value it applies to as mongod's JSON Schema parser reads it:
- * keywords about objects (required, properties, additionalProperties) pass
- * any other value, as minimum/maximum pass non-numbers and pattern
- * non-strings; a property absent from the object satisfies its schema (only
- * required asks for it). */
-#include "query/json_schema.h"
+/* $jsonSchema compiled: one node per schema object, its keywords read in the
+ * order of mongod's JSON Schema parser (the keywords listed first, then
+ * metadata, types, the string and number keywords, the array ones, the object
+ * ones, the logical ones), each refused with mongod's code and message. */
+#include "query/json_schema_private.h"
 
-#include "query/match.h"
 #include "query/order.h"
 #include "query/value_format.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* BSON types 0x01..0x13, minKey and maxKey, as bits; "number" sets four. */
-typedef uint32_t type_set_t;
+/* mongod's JSON Schema keywords (encrypt and encryptMetadata are refused below). */
+static const char *const KEYWORDS[] = {
+    "additionalItems", "additionalProperties", "allOf", "anyOf", "bsonType", "dependencies", "description",
+    "encrypt", "encryptMetadata", "enum", "exclusiveMaximum", "exclusiveMinimum", "items", "maxItems",
+    "maxLength", "maxProperties", "maximum", "minItems", "minLength", "minProperties", "minimum", "multipleOf",
+    "not", "oneOf", "pattern", "patternProperties", "properties", "required", "title", "type", "uniqueItems"};
+#define KEYWORD_COUNT (sizeof KEYWORDS / sizeof KEYWORDS[0])
 
-struct json_schema {
-    bson_t *spec;             /* the schema object, for specifiedAs and the keyword values */
-    type_set_t types;         /* 0: no bsonType */
-    match_expression_t *pattern; /* {v: {$regex: pattern}}, matched against {v: value} */
-    char **property_names;
-    json_schema_t **properties;
-    size_t property_count;
-};
+/* What mongod names but does not implement. */
+static const char *const UNSUPPORTED_KEYWORDS[] = {"$ref", "$schema", "default", "definitions", "format", "id"};
 
-static type_set_t type_bit(bson_type_t type)
+static const char *const LIMIT_KEYWORDS[JSON_SCHEMA_LIMIT_COUNT] = {
+    "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"};
+
+/* The keywords one schema object holds, each once (so a lookup by name finds it). */
+typedef struct keyword_map {
+    const bson_t *spec;
+    bool present[KEYWORD_COUNT];
+} keyword_map_t;
+
+static json_schema_t *compile_node(const uint8_t *spec, uint32_t spec_length, bool at_root, bson_error_t *error);
+
+static bool keyword_get(const keyword_map_t *map, const char *keyword, bson_iter_t *out)
+{
+    return bson_iter_init_find(out, map->spec, keyword);
+}
+
+static bool is_listed(const char *const *names, size_t count, const char *name)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (strcmp(names[i], name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool collect_keywords(const bson_t *spec, keyword_map_t *map, bson_error_t *error)
+{
+    bson_iter_t iter;
+    memset(map, 0, sizeof *map);
+    map->spec = spec;
+    bson_iter_init(&iter, spec);
+    while (bson_iter_next(&iter)) {
+        const char *key = bson_iter_key(&iter);
+        size_t index = 0;
+        while (index < KEYWORD_COUNT && strcmp(KEYWORDS[index], key) != 0) {
+            index++;
+        }
+        if (index == KEYWORD_COUNT) {
+            size_t count = sizeof UNSUPPORTED_KEYWORDS / sizeof UNSUPPORTED_KEYWORDS[0];
+            if (is_listed(UNSUPPORTED_KEYWORDS, count, key)) {
+                return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                                    "$jsonSchema keyword '%s' is not currently supported", key);
+            }
+            return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "Unknown $jsonSchema keyword: %s", key);
+        }
+        if (map->present[index]) {
+            return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "Duplicate $jsonSchema keyword: %s", key);
+        }
+        map->present[index] = true;
+    }
+    return true;
+}
+
+/* mongod's name of a BSON type in its parse errors ("found an element of type string"). */
+static const char *type_of(const bson_iter_t *iter)
+{
+    return value_type_name(bson_iter_type(iter));
+}
+
+void json_schema_view(const uint8_t *data, uint32_t length, bson_t *out)
+{
+    if (!bson_init_static(out, data, length)) {
+        bson_init(out);
+    }
+}
+
+/* The bytes of the document or array at iter. */
+static const uint8_t *embedded_bytes(const bson_iter_t *iter, uint32_t *length)
+{
+    const uint8_t *data = NULL;
+    if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
+        bson_iter_document(iter, length, &data);
+    } else {
+        bson_iter_array(iter, length, &data);
+    }
+    return data;
+}
+
+/* A subschema: applies to another value (a property's, an item's) unless
+ * same_value (allOf, anyOf, oneOf, not, a dependency: the same value). */
+static json_schema_t *compile_child(const json_schema_t *parent, const bson_iter_t *iter, bool same_value,
+                                    bson_error_t *error)
+{
+    uint32_t length;
+    const uint8_t *data = embedded_bytes(iter, &length);
+    return compile_node(data, length, same_value && parent->at_root, error);
+}
+
+/* --- types ------------------------------------------------------------------------ */
+
+json_schema_types_t json_schema_type_bit(bson_type_t type)
 {
     switch (type) {
     case BSON_TYPE_MINKEY: return 1u << 30;
@@ -33,181 +123,675 @@ static type_set_t type_bit(bson_type_t type)
     }
 }
 
-static bool read_type_name(const char *name, type_set_t *types, bson_error_t *error)
+static const json_schema_types_t NUMBER_TYPES = (1u << BSON_TYPE_INT32) | (1u << BSON_TYPE_INT64) |
+                                                (1u << BSON_TYPE_DOUBLE) | (1u << BSON_TYPE_DECIMAL128);
+
+/* One alias: bsonType takes $type's names, type JSON Schema's six. */
+static bool read_type_alias(const char *keyword, const char *name, json_schema_types_t *types, bson_error_t *error)
 {
-    bson_type_t type;
+    static const struct {
+        const char *name;
+        bson_type_t type;
+    } json_types[] = {{"array", BSON_TYPE_ARRAY}, {"boolean", BSON_TYPE_BOOL}, {"null", BSON_TYPE_NULL},
+                      {"object", BSON_TYPE_DOCUMENT}, {"string", BSON_TYPE_UTF8}};
+    if (strcmp(name, "integer") == 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema type 'integer' is not currently supported.");
+    }
     if (strcmp(name, "number") == 0) {
-        *types |= type_bit(BSON_TYPE_INT32) | type_bit(BSON_TYPE_INT64) | type_bit(BSON_TYPE_DOUBLE) |
-                  type_bit(BSON_TYPE_DECIMAL128);
+        *types |= NUMBER_TYPES;
         return true;
     }
-    if (!value_type_from_name(name, &type)) {
+    bson_type_t type = BSON_TYPE_EOD;
+    bool known = false;
+    if (strcmp(keyword, "type") == 0) {
+        for (size_t i = 0; i < sizeof json_types / sizeof json_types[0] && !known; i++) {
+            known = strcmp(json_types[i].name, name) == 0;
+            type = json_types[i].type;
+        }
+    } else {
+        known = value_type_from_name(name, &type);
+    }
+    if (!known) {
         return tc_error_set(error, TC_ERR_BAD_VALUE, "Unknown type name alias: %s", name);
     }
-    *types |= type_bit(type);
+    *types |= json_schema_type_bit(type);
     return true;
 }
 
-static bool read_types(bson_iter_t *iter, type_set_t *types, bson_error_t *error)
+/* The first error mongod's loop over a list of names meets, in array order: an
+ * element that is not a string (TypeMismatch, type_format with its type's
+ * name), or one equal to an earlier one (FailedToParse, duplicate_format with
+ * the name). forbidden (may be NULL) is a name refused at once. */
+static bool check_name_list(const bson_t *names, const char *type_format, const char *duplicate_format,
+                            const char *forbidden, bson_error_t *error)
 {
-    bson_iter_t names;
-    if (BSON_ITER_HOLDS_UTF8(iter)) {
-        return read_type_name(bson_iter_utf8(iter, NULL), types, error);
-    }
-    if (!BSON_ITER_HOLDS_ARRAY(iter) || !bson_iter_recurse(iter, &names)) {
-        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'bsonType' must be either a string "
-                            "or an array of strings");
-    }
-    while (bson_iter_next(&names)) {
-        if (!BSON_ITER_HOLDS_UTF8(&names)) {
-            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
-                                "$jsonSchema keyword 'bsonType' array elements must be strings");
+    bson_iter_t name;
+    int64_t index = 0, first_duplicate = json_schema_first_duplicate(names);
+    bson_iter_init(&name, names);
+    for (; bson_iter_next(&name); index++) {
+        if (!BSON_ITER_HOLDS_UTF8(&name)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, type_format, type_of(&name));
         }
-        if (!read_type_name(bson_iter_utf8(&names, NULL), types, error)) {
-            return false;
+        if (forbidden != NULL && strcmp(bson_iter_utf8(&name, NULL), forbidden) == 0) {
+            return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema type '%s' is not currently supported.",
+                                forbidden);
+        }
+        if (index == first_duplicate) {
+            return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, duplicate_format, bson_iter_utf8(&name, NULL));
         }
     }
     return true;
 }
 
-static bool require_type(bson_iter_t *iter, bool (*holds)(const bson_iter_t *), const char *expected,
-                         bson_error_t *error)
+static bool compile_types(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
 {
-    if (!holds(iter)) {
-        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword '%s' must be %s", bson_iter_key(iter),
-                            expected);
+    const char *keyword = bson_iter_key(element);
+    schema->type_keyword = strcmp(keyword, "type") == 0 ? "type" : "bsonType";
+    if (BSON_ITER_HOLDS_UTF8(element)) {
+        schema->single_type = true;
+        return read_type_alias(keyword, bson_iter_utf8(element, NULL), &schema->types, error);
     }
-    return true;
-}
-
-static bool holds_array(const bson_iter_t *iter) { return BSON_ITER_HOLDS_ARRAY(iter); }
-static bool holds_object(const bson_iter_t *iter) { return BSON_ITER_HOLDS_DOCUMENT(iter); }
-static bool holds_bool(const bson_iter_t *iter) { return BSON_ITER_HOLDS_BOOL(iter); }
-static bool holds_string(const bson_iter_t *iter) { return BSON_ITER_HOLDS_UTF8(iter); }
-static bool holds_number(const bson_iter_t *iter) { return order_is_number(bson_iter_type(iter)); }
-
-static bool holds_string_array(const bson_iter_t *iter)
-{
-    bson_iter_t names;
-    if (!BSON_ITER_HOLDS_ARRAY(iter) || !bson_iter_recurse(iter, &names)) {
+    if (!BSON_ITER_HOLDS_ARRAY(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "$jsonSchema keyword '%s' must be either a string or an array of strings", keyword);
+    }
+    bson_t names;
+    bson_iter_t name;
+    uint32_t length, count = 0;
+    const uint8_t *data = embedded_bytes(element, &length);
+    json_schema_view(data, length, &names);
+    char type_format[128], duplicate_format[128];
+    snprintf(type_format, sizeof type_format, "$jsonSchema keyword '%s' array elements must be strings%%.0s",
+             keyword);
+    snprintf(duplicate_format, sizeof duplicate_format, "$jsonSchema keyword '%s' has duplicate value: %%s", keyword);
+    if (!check_name_list(&names, type_format, duplicate_format, "integer", error)) {
         return false;
     }
-    while (bson_iter_next(&names)) {
-        if (!BSON_ITER_HOLDS_UTF8(&names)) {
-            return false;
+    /* mongod resolves the names in sorted order: the smallest unknown one is reported. */
+    const char *unknown = NULL;
+    bson_iter_init(&name, &names);
+    for (; bson_iter_next(&name); count++) {
+        const char *alias = bson_iter_utf8(&name, NULL);
+        bson_error_t ignored;
+        bool known = read_type_alias(keyword, alias, &schema->types, &ignored);
+        if (!known && (unknown == NULL || strcmp(alias, unknown) < 0)) {
+            unknown = alias;
         }
+    }
+    if (unknown != NULL) {
+        return read_type_alias(keyword, unknown, &schema->types, error);
+    }
+    schema->single_type = count == 1;
+    if (schema->types == 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword '%s' must name at least one type",
+                            keyword);
     }
     return true;
 }
 
-/* mongod's keywords this subset lacks: refused by name rather than ignored. */
-static bool is_unsupported_keyword(const char *keyword)
+static bool compile_metadata_and_types(json_schema_t *schema, const keyword_map_t *map, bson_error_t *error)
 {
-    static const char *const names[] = {"type", "items", "additionalItems", "minItems", "maxItems", "uniqueItems",
-                                        "minLength", "maxLength", "multipleOf", "minProperties", "maxProperties",
-                                        "patternProperties", "dependencies", "allOf", "anyOf", "oneOf", "not",
-                                        "encrypt", "encryptMetadata", NULL};
-    for (const char *const *name = names; *name != NULL; name++) {
-        if (strcmp(*name, keyword) == 0) {
-            return true;
+    static const char *const metadata[] = {"description", "title"};
+    bson_iter_t element, other;
+    for (size_t i = 0; i < 2; i++) {
+        if (keyword_get(map, metadata[i], &element) && !BSON_ITER_HOLDS_UTF8(&element)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword '%s' must be of type string",
+                                metadata[i]);
         }
     }
-    return false;
+    bool has_type = keyword_get(map, "type", &element);
+    if (has_type && keyword_get(map, "bsonType", &other)) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                            "Cannot specify both $jsonSchema keywords 'type' and 'bsonType'");
+    }
+    if (has_type || keyword_get(map, "bsonType", &element)) {
+        return compile_types(schema, &element, error);
+    }
+    return true;
 }
 
-static bool compile_properties(json_schema_t *schema, bson_iter_t *iter, bson_error_t *error)
+/* --- strings and numbers ---------------------------------------------------------- */
+
+/* {v: {$regex: pattern}}, to match {v: text}: the matcher's errors (an embedded
+ * NUL, an invalid expression). */
+static bool compile_regex(const char *pattern, uint32_t length, match_expression_t **out, bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER, condition;
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "v", &condition);
+    bson_append_utf8(&condition, "$regex", 6, pattern, (int)length);
+    bson_append_document_end(&filter, &condition);
+    *out = match_compile(&filter, error);
+    bson_destroy(&filter);
+    return *out != NULL;
+}
+
+static bool compile_limit(json_schema_t *schema, const keyword_map_t *map, json_schema_limit_t limit,
+                          bson_error_t *error)
+{
+    bson_iter_t element;
+    char reason[400];
+    if (!keyword_get(map, LIMIT_KEYWORDS[limit], &element)) {
+        return true;
+    }
+    if (!match_parse_integer(LIMIT_KEYWORDS[limit], bson_iter_value(&element), true, &schema->limits[limit], reason,
+                             sizeof reason)) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "%s", reason);
+    }
+    schema->limits_present |= 1u << limit;
+    return true;
+}
+
+/* maximum or minimum, with its exclusive flag, which needs it. */
+static bool compile_bound(const keyword_map_t *map, const char *keyword, const char *exclusive_keyword,
+                          bool *out_present, bson_value_t *out_bound, bool *out_exclusive, bson_error_t *error)
+{
+    bson_iter_t element, exclusive;
+    bool has_exclusive = keyword_get(map, exclusive_keyword, &exclusive);
+    if (!keyword_get(map, keyword, &element)) {
+        if (has_exclusive) {
+            return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                                "$jsonSchema keyword '%s' must be a present if %s is present", keyword,
+                                exclusive_keyword);
+        }
+        return true;
+    }
+    if (has_exclusive && !BSON_ITER_HOLDS_BOOL(&exclusive)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword '%s' must be a boolean",
+                            exclusive_keyword);
+    }
+    if (!order_is_number(bson_iter_type(&element))) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword '%s' must be a number", keyword);
+    }
+    *out_present = true;
+    *out_bound = *bson_iter_value(&element);
+    *out_exclusive = has_exclusive && bson_iter_bool(&exclusive);
+    return true;
+}
+
+static bool is_infinite(const bson_value_t *value)
+{
+    char text[BSON_DECIMAL128_STRING];
+    if (value->value_type == BSON_TYPE_DOUBLE) {
+        return isinf(value->value.v_double);
+    }
+    if (value->value_type != BSON_TYPE_DECIMAL128) {
+        return false;
+    }
+    bson_decimal128_to_string(&value->value.v_decimal128, text);
+    return strstr(text, "Inf") != NULL;
+}
+
+/* multipleOf: positive; mongod's remainder also refuses NaN and infinity where
+ * the keyword applies (not at the root, where it means nothing). */
+static bool compile_multiple_of(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
+{
+    const bson_value_t *value = bson_iter_value((bson_iter_t *)element);
+    bson_value_t zero = {.value_type = BSON_TYPE_INT32};
+    if (!order_is_number(value->value_type)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'multipleOf' must be a number");
+    }
+    bool nan = match_value_is_nan(value);
+    if (!nan && order_compare_values(value, &zero) <= 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword 'multipleOf' must have a positive value");
+    }
+    if (schema->at_root) {
+        return true;
+    }
+    if (nan || is_infinite(value)) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "divisor cannot be %s", nan ? "NaN" : "infinite");
+    }
+    schema->has_multiple_of = true;
+    schema->multiple_of = *value;
+    return true;
+}
+
+static bool compile_scalar_keywords(json_schema_t *schema, const keyword_map_t *map, bson_error_t *error)
+{
+    bson_iter_t element;
+    if (keyword_get(map, "pattern", &element)) {
+        if (!BSON_ITER_HOLDS_UTF8(&element)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'pattern' must be a string");
+        }
+        uint32_t length;
+        const char *pattern = bson_iter_utf8(&element, &length);
+        if (!schema->at_root && !compile_regex(pattern, length, &schema->pattern, error)) {
+            return false;
+        }
+    }
+    if (!compile_limit(schema, map, JSON_SCHEMA_MAX_LENGTH, error) ||
+        !compile_limit(schema, map, JSON_SCHEMA_MIN_LENGTH, error)) {
+        return false;
+    }
+    if (keyword_get(map, "multipleOf", &element) && !compile_multiple_of(schema, &element, error)) {
+        return false;
+    }
+    return compile_bound(map, "maximum", "exclusiveMaximum", &schema->has_maximum, &schema->maximum,
+                         &schema->exclusive_maximum, error) &&
+           compile_bound(map, "minimum", "exclusiveMinimum", &schema->has_minimum, &schema->minimum,
+                         &schema->exclusive_minimum, error);
+}
+
+/* --- arrays ----------------------------------------------------------------------- */
+
+static bool compile_items(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
+{
+    if (BSON_ITER_HOLDS_DOCUMENT(element)) {
+        schema->items = compile_child(schema, element, false, error);
+        return schema->items != NULL;
+    }
+    if (!BSON_ITER_HOLDS_ARRAY(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "$jsonSchema keyword 'items' must be an array or an object, not %s", type_of(element));
+    }
+    bson_iter_t subschemas;
+    bson_iter_recurse(element, &subschemas);
+    schema->items_is_list = true;
+    while (bson_iter_next(&subschemas)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&subschemas)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                                "$jsonSchema keyword 'items' requires that each element of the array is an object, "
+                                "but found a %s", type_of(&subschemas));
+        }
+        json_schema_t *child = compile_child(schema, &subschemas, false, error);
+        if (child == NULL) {
+            return false;
+        }
+        json_schema_list_t *list = &schema->item_list;
+        list->items = bson_realloc(list->items, (list->count + 1) * sizeof *list->items);
+        list->items[list->count++] = child;
+    }
+    return true;
+}
+
+static bool compile_array_keywords(json_schema_t *schema, const keyword_map_t *map, bson_error_t *error)
+{
+    bson_iter_t element;
+    if (!compile_limit(schema, map, JSON_SCHEMA_MIN_ITEMS, error) ||
+        !compile_limit(schema, map, JSON_SCHEMA_MAX_ITEMS, error)) {
+        return false;
+    }
+    if (keyword_get(map, "uniqueItems", &element)) {
+        if (!BSON_ITER_HOLDS_BOOL(&element)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'uniqueItems' must be a boolean");
+        }
+        schema->unique_items = bson_iter_bool(&element);
+    }
+    if (keyword_get(map, "items", &element) && !compile_items(schema, &element, error)) {
+        return false;
+    }
+    if (!keyword_get(map, "additionalItems", &element)) {
+        return true;
+    }
+    if (BSON_ITER_HOLDS_BOOL(&element)) {
+        schema->additional_items_allowed = bson_iter_bool(&element);
+    } else if (BSON_ITER_HOLDS_DOCUMENT(&element)) {
+        schema->additional_items = compile_child(schema, &element, false, error);
+        if (schema->additional_items == NULL) {
+            return false;
+        }
+    } else {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "$jsonSchema keyword 'additionalItems' must be either an object or a boolean, but got a "
+                            "%s", type_of(&element));
+    }
+    /* additionalItems means something only after items' list. */
+    schema->has_additional_items = schema->items_is_list;
+    return true;
+}
+
+/* --- objects ---------------------------------------------------------------------- */
+
+static int compare_names(const void *left, const void *right)
+{
+    return strcmp(*(char *const *)left, *(char *const *)right);
+}
+
+static bool compile_required(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
+{
+    bson_t names;
+    bson_iter_t name;
+    if (!BSON_ITER_HOLDS_ARRAY(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "$jsonSchema keyword 'required' must be an array, but found an element of type %s",
+                            type_of(element));
+    }
+    uint32_t length;
+    const uint8_t *data = embedded_bytes(element, &length);
+    json_schema_view(data, length, &names);
+    if (!check_name_list(&names,
+                         "$jsonSchema keyword 'required' must be an array of strings, but found an element of type: %s",
+                         "$jsonSchema keyword 'required' array cannot contain duplicate values%.0s", NULL, error)) {
+        return false;
+    }
+    bson_iter_init(&name, &names);
+    while (bson_iter_next(&name)) {
+        schema->required = bson_realloc(schema->required, (schema->required_count + 1) * sizeof(char *));
+        schema->required[schema->required_count++] = bson_strdup(bson_iter_utf8(&name, NULL));
+    }
+    if (schema->required_count == 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword 'required' cannot be an empty array");
+    }
+    qsort(schema->required, schema->required_count, sizeof(char *), compare_names);
+    return true;
+}
+
+static bool compile_properties(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
 {
     bson_iter_t properties;
-    bson_iter_recurse(iter, &properties);
+    if (!BSON_ITER_HOLDS_DOCUMENT(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'properties' must be an object");
+    }
+    bson_iter_recurse(element, &properties);
     while (bson_iter_next(&properties)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&properties)) {
-            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "Nested schema for $jsonSchema property '%s' must be an "
-                                "object", bson_iter_key(&properties));
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                                "Nested schema for $jsonSchema property '%s' must be an object",
+                                bson_iter_key(&properties));
         }
-        bson_t child_spec;
-        const bson_value_t *value = bson_iter_value(&properties);
-        bson_init_static(&child_spec, value->value.v_doc.data, value->value.v_doc.data_len);
-        json_schema_t *child = json_schema_compile(&child_spec, error);
+        json_schema_t *child = compile_child(schema, &properties, false, error);
         if (child == NULL) {
             return false;
         }
         schema->property_names = bson_realloc(schema->property_names, (schema->property_count + 1) * sizeof(char *));
-        schema->properties =
-            bson_realloc(schema->properties, (schema->property_count + 1) * sizeof(json_schema_t *));
+        schema->properties = bson_realloc(schema->properties, (schema->property_count + 1) * sizeof(json_schema_t *));
         schema->property_names[schema->property_count] = bson_strdup(bson_iter_key(&properties));
         schema->properties[schema->property_count++] = child;
     }
     return true;
 }
 
-static bool compile_pattern(json_schema_t *schema, bson_iter_t *iter, bson_error_t *error)
+static bool compile_pattern_properties(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
 {
-    bson_t filter = BSON_INITIALIZER, condition;
-    BSON_APPEND_DOCUMENT_BEGIN(&filter, "v", &condition);
-    BSON_APPEND_UTF8(&condition, "$regex", bson_iter_utf8(iter, NULL));
-    bson_append_document_end(&filter, &condition);
-    schema->pattern = match_compile(&filter, error);
-    bson_destroy(&filter);
-    return schema->pattern != NULL;
+    bson_iter_t patterns;
+    if (!BSON_ITER_HOLDS_DOCUMENT(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'patternProperties' must be an object");
+    }
+    bson_iter_recurse(element, &patterns);
+    while (bson_iter_next(&patterns)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&patterns)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                                "$jsonSchema keyword 'patternProperties' has property '%s' which is not an object",
+                                bson_iter_key(&patterns));
+        }
+        json_schema_pattern_property_t entry = {.pattern = bson_iter_key(&patterns)};
+        entry.schema = compile_child(schema, &patterns, false, error);
+        if (entry.schema == NULL) {
+            return false;
+        }
+        schema->pattern_properties = bson_realloc(schema->pattern_properties,
+                                                  (schema->pattern_property_count + 1) * sizeof entry);
+        schema->pattern_properties[schema->pattern_property_count++] = entry;
+    }
+    return true;
 }
 
-/* One keyword of a schema object: its type checked, what it needs compiled. */
-static bool compile_keyword(json_schema_t *schema, bson_iter_t *iter, bson_error_t *error)
+/* mongod compiles patternProperties' expressions once every subschema and
+ * additionalProperties are parsed, with an error of its own. */
+static bool compile_property_patterns(json_schema_t *schema, bson_error_t *error)
 {
-    const char *keyword = bson_iter_key(iter);
-    if (strcmp(keyword, "bsonType") == 0) {
-        return read_types(iter, &schema->types, error);
-    }
-    if (strcmp(keyword, "required") == 0) {
-        return require_type(iter, holds_string_array, "an array of strings", error);
-    }
-    if (strcmp(keyword, "properties") == 0) {
-        return require_type(iter, holds_object, "an object", error) && compile_properties(schema, iter, error);
-    }
-    if (strcmp(keyword, "additionalProperties") == 0) {
-        if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
-            return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED, "thermocline store does not support a schema "
-                                "for $jsonSchema's additionalProperties yet, only true or false");
+    for (size_t i = 0; i < schema->pattern_property_count; i++) {
+        json_schema_pattern_property_t *entry = &schema->pattern_properties[i];
+        bson_error_t regex_error;
+        if (!compile_regex(entry->pattern, (uint32_t)strlen(entry->pattern), &entry->matcher, &regex_error)) {
+            const char *reason = strstr(regex_error.message, ": ");
+            return tc_error_set(error, TC_ERR_BAD_VALUE, "Invalid regular expression: %s",
+                                reason != NULL ? reason + 2 : regex_error.message);
         }
-        return require_type(iter, holds_bool, "a boolean", error);
     }
-    if (strcmp(keyword, "enum") == 0) {
-        return require_type(iter, holds_array, "an array", error);
+    return true;
+}
+
+static bool compile_additional_properties(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
+{
+    schema->has_additional_properties = true;
+    if (BSON_ITER_HOLDS_BOOL(element)) {
+        schema->additional_properties_allowed = bson_iter_bool(element);
+        return true;
     }
-    if (strcmp(keyword, "minimum") == 0 || strcmp(keyword, "maximum") == 0) {
-        return require_type(iter, holds_number, "a number", error);
+    if (!BSON_ITER_HOLDS_DOCUMENT(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "$jsonSchema keyword 'additionalProperties' must be an object or a boolean");
     }
-    if (strcmp(keyword, "exclusiveMinimum") == 0 || strcmp(keyword, "exclusiveMaximum") == 0) {
-        return require_type(iter, holds_bool, "a boolean", error);
+    schema->additional_properties = compile_child(schema, element, false, error);
+    return schema->additional_properties != NULL;
+}
+
+static bool compile_property_dependency(json_schema_dependency_t *dependency, const bson_iter_t *element,
+                                        bson_error_t *error)
+{
+    bson_t names;
+    char type_format[256], duplicate_format[256];
+    dependency->names = embedded_bytes(element, &dependency->names_length);
+    json_schema_view(dependency->names, dependency->names_length, &names);
+    if (bson_count_keys(&names) == 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                            "property '%s' in $jsonSchema keyword 'dependencies' cannot be an empty array",
+                            dependency->property);
     }
-    if (strcmp(keyword, "pattern") == 0) {
-        return require_type(iter, holds_string, "a string", error) && compile_pattern(schema, iter, error);
+    snprintf(type_format, sizeof type_format,
+             "array '%s' in $jsonSchema keyword 'dependencies' can only contain strings, but found element of "
+             "type: %%s", dependency->property);
+    snprintf(duplicate_format, sizeof duplicate_format,
+             "array '%s' in $jsonSchema keyword 'dependencies' contains duplicate element: %%s", dependency->property);
+    return check_name_list(&names, type_format, duplicate_format, NULL, error);
+}
+
+static bool compile_dependencies(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
+{
+    bson_iter_t entries;
+    if (!BSON_ITER_HOLDS_DOCUMENT(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword 'dependencies' must be an object");
     }
-    if (strcmp(keyword, "title") == 0 || strcmp(keyword, "description") == 0) {
-        return require_type(iter, holds_string, "a string", error);
+    bson_iter_recurse(element, &entries);
+    while (bson_iter_next(&entries)) {
+        const char *property = bson_iter_key(&entries);
+        bool annotation = strcmp(property, "title") == 0 || strcmp(property, "description") == 0;
+        if (annotation && BSON_ITER_HOLDS_UTF8(&entries)) {
+            continue; /* mongod allows the schema annotations there */
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&entries) && !BSON_ITER_HOLDS_ARRAY(&entries)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                                "property '%s' in $jsonSchema keyword 'dependencies' must be either an object or an "
+                                "array", property);
+        }
+        json_schema_dependency_t dependency = {.property = property};
+        if (BSON_ITER_HOLDS_DOCUMENT(&entries)) {
+            dependency.schema = compile_child(schema, &entries, true, error);
+            if (dependency.schema == NULL) {
+                return false;
+            }
+        } else if (!compile_property_dependency(&dependency, &entries, error)) {
+            return false;
+        }
+        schema->dependencies = bson_realloc(schema->dependencies,
+                                            (schema->dependency_count + 1) * sizeof dependency);
+        schema->dependencies[schema->dependency_count++] = dependency;
     }
-    if (is_unsupported_keyword(keyword)) {
-        return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
-                            "thermocline store does not support the $jsonSchema keyword '%s' yet (it supports "
-                            "bsonType, required, properties, additionalProperties, enum, minimum, maximum, pattern)",
-                            keyword);
+    return true;
+}
+
+static bool compile_object_keywords(json_schema_t *schema, const keyword_map_t *map, bson_error_t *error)
+{
+    bson_iter_t element;
+    if (keyword_get(map, "required", &element) && !compile_required(schema, &element, error)) {
+        return false;
     }
-    return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "Unknown $jsonSchema keyword: %s", keyword);
+    if (keyword_get(map, "properties", &element) && !compile_properties(schema, &element, error)) {
+        return false;
+    }
+    if (keyword_get(map, "patternProperties", &element) && !compile_pattern_properties(schema, &element, error)) {
+        return false;
+    }
+    if (keyword_get(map, "additionalProperties", &element) &&
+        !compile_additional_properties(schema, &element, error)) {
+        return false;
+    }
+    if (!compile_property_patterns(schema, error)) {
+        return false;
+    }
+    if (!compile_limit(schema, map, JSON_SCHEMA_MIN_PROPERTIES, error) ||
+        !compile_limit(schema, map, JSON_SCHEMA_MAX_PROPERTIES, error)) {
+        return false;
+    }
+    return !keyword_get(map, "dependencies", &element) || compile_dependencies(schema, &element, error);
+}
+
+/* --- logic ------------------------------------------------------------------------ */
+
+static bool compile_list(const json_schema_t *schema, json_schema_list_t *list, const bson_iter_t *element,
+                         bson_error_t *error)
+{
+    const char *keyword = bson_iter_key(element);
+    bson_iter_t subschemas;
+    if (!BSON_ITER_HOLDS_ARRAY(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema keyword '%s' must be an array", keyword);
+    }
+    bson_iter_recurse(element, &subschemas);
+    while (bson_iter_next(&subschemas)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&subschemas)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                                "$jsonSchema keyword '%s' must be an array of objects, but found an element of type "
+                                "%s", keyword, type_of(&subschemas));
+        }
+        json_schema_t *child = compile_child(schema, &subschemas, true, error);
+        if (child == NULL) {
+            return false;
+        }
+        list->items = bson_realloc(list->items, (list->count + 1) * sizeof *list->items);
+        list->items[list->count++] = child;
+    }
+    if (list->count == 0) {
+        return tc_error_set(error, TC_ERR_BAD_VALUE, "$jsonSchema keyword '%s' must be a non-empty array", keyword);
+    }
+    return true;
+}
+
+static bool compile_enum(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
+{
+    bson_t values;
+    if (!BSON_ITER_HOLDS_ARRAY(element)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                            "$jsonSchema keyword 'enum' must be an array, but found an element of type %s",
+                            type_of(element));
+    }
+    schema->enum_values = embedded_bytes(element, &schema->enum_length);
+    json_schema_view(schema->enum_values, schema->enum_length, &values);
+    if (bson_count_keys(&values) == 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword 'enum' cannot be an empty array");
+    }
+    if (json_schema_first_duplicate(&values) >= 0) {
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                            "$jsonSchema keyword 'enum' array cannot contain duplicate values.");
+    }
+    return true;
+}
+
+static bool compile_logical_keywords(json_schema_t *schema, const keyword_map_t *map, bson_error_t *error)
+{
+    bson_iter_t element;
+    if ((keyword_get(map, "allOf", &element) && !compile_list(schema, &schema->all_of, &element, error)) ||
+        (keyword_get(map, "anyOf", &element) && !compile_list(schema, &schema->any_of, &element, error)) ||
+        (keyword_get(map, "oneOf", &element) && !compile_list(schema, &schema->one_of, &element, error))) {
+        return false;
+    }
+    if (keyword_get(map, "not", &element)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&element)) {
+            return tc_error_set(error, TC_ERR_TYPE_MISMATCH,
+                                "$jsonSchema keyword 'not' must be an object, but found an element of type %s",
+                                type_of(&element));
+        }
+        schema->not_schema = compile_child(schema, &element, true, error);
+        if (schema->not_schema == NULL) {
+            return false;
+        }
+    }
+    return !keyword_get(map, "enum", &element) || compile_enum(schema, &element, error);
+}
+
+/* --- the node --------------------------------------------------------------------- */
+
+/* What mongod parses between the array and the object keywords, which the
+ * store does not implement. */
+static bool refuse_encryption(const keyword_map_t *map, bson_error_t *error)
+{
+    static const char *const keywords[] = {"encrypt", "encryptMetadata"};
+    bson_iter_t element;
+    for (size_t i = 0; i < 2; i++) {
+        if (keyword_get(map, keywords[i], &element)) {
+            return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
+                                "thermocline store does not support the $jsonSchema keyword '%s' (client-side "
+                                "field level encryption)", keywords[i]);
+        }
+    }
+    return true;
+}
+
+static json_schema_t *compile_node(const uint8_t *spec, uint32_t spec_length, bool at_root, bson_error_t *error)
+{
+    keyword_map_t map;
+    bson_t view;
+    json_schema_t *schema = bson_malloc0(sizeof *schema);
+    schema->spec = spec;
+    schema->spec_length = spec_length;
+    schema->at_root = at_root;
+    json_schema_view(spec, spec_length, &view);
+    if (!collect_keywords(&view, &map, error) || !compile_metadata_and_types(schema, &map, error) ||
+        !compile_scalar_keywords(schema, &map, error) || !compile_array_keywords(schema, &map, error) ||
+        !refuse_encryption(&map, error) || !compile_object_keywords(schema, &map, error) ||
+        !compile_logical_keywords(schema, &map, error)) {
+        json_schema_destroy(schema);
+        return NULL;
+    }
+    return schema;
 }
 
 json_schema_t *json_schema_compile(const bson_t *spec, bson_error_t *error)
 {
-    bson_iter_t iter;
-    json_schema_t *schema = bson_malloc0(sizeof *schema);
-    schema->spec = bson_copy(spec);
-    bson_iter_init(&iter, schema->spec);
-    while (bson_iter_next(&iter)) {
-        if (!compile_keyword(schema, &iter, error)) {
-            json_schema_destroy(schema);
-            return NULL;
+    bson_t *copy = bson_copy(spec);
+    json_schema_t *schema = compile_node(bson_get_data(copy), copy->len, true, error);
+    if (schema == NULL) {
+        bson_destroy(copy);
+        return NULL;
+    }
+    schema->owned_spec = copy;
+    schema->is_top = true;
+    return schema;
+}
+
+bool json_schema_find_keyword(const json_schema_t *schema, const char *keyword, bson_iter_t *out)
+{
+    return bson_iter_init_from_data(out, schema->spec, schema->spec_length) && bson_iter_find(out, keyword);
+}
+
+bool json_schema_rejects_every_document(const json_schema_t *schema)
+{
+    return schema->is_top && schema->types != 0 && (schema->types & json_schema_type_bit(BSON_TYPE_DOCUMENT)) == 0;
+}
+
+void json_schema_append_document_annotations(const bson_t *document, bson_t *out)
+{
+    static const char *const annotations[] = {"title", "description"};
+    bson_iter_t element;
+    for (size_t i = 0; i < 2; i++) {
+        if (bson_iter_init_find(&element, document, annotations[i]) && BSON_ITER_HOLDS_UTF8(&element)) {
+            bson_append_iter(out, annotations[i], -1, &element);
         }
     }
-    return schema;
+}
+
+void json_schema_append_annotations(const json_schema_t *schema, bson_t *out)
+{
+    bson_t view;
+    json_schema_view(schema->spec, schema->spec_length, &view);
+    json_schema_append_document_annotations(&view, out);
+}
+
+static void destroy_list(json_schema_list_t *list)
+{
+    for (size_t i = 0; i < list->count; i++) {
+        json_schema_destroy(list->items[i]);
+    }
+    bson_free(list->items);
 }
 
 void json_schema_destroy(json_schema_t *schema)
@@ -221,232 +805,30 @@ void json_schema_destroy(json_schema_t *schema)
     }
     bson_free(schema->property_names);
     bson_free(schema->properties);
+    for (size_t i = 0; i < schema->pattern_property_count; i++) {
+        match_destroy(schema->pattern_properties[i].matcher);
+        json_schema_destroy(schema->pattern_properties[i].schema);
+    }
+    bson_free(schema->pattern_properties);
+    for (size_t i = 0; i < schema->required_count; i++) {
+        bson_free(schema->required[i]);
+    }
+    bson_free(schema->required);
+    for (size_t i = 0; i < schema->dependency_count; i++) {
+        json_schema_destroy(schema->dependencies[i].schema);
+    }
+    bson_free(schema->dependencies);
+    destroy_list(&schema->item_list);
+    destroy_list(&schema->all_of);
+    destroy_list(&schema->any_of);
+    destroy_list(&schema->one_of);
+    json_schema_destroy(schema->items);
+    json_schema_destroy(schema->additional_items);
+    json_schema_destroy(schema->additional_properties);
+    json_schema_destroy(schema->not_schema);
     match_destroy(schema->pattern);
-    bson_destroy(schema->spec);
+    if (schema->owned_spec != NULL) {
+        bson_destroy(schema->owned_spec);
+    }
     bson_free(schema);
-}
-
-/* --- checking ------------------------------------------------------------------- */
-
-/* Where a node's failures go: rules is NULL when only the verdict matters. */
-typedef struct rule_sink {
-    bson_t *rules;
-    uint32_t count;
-} rule_sink_t;
-
-/* The key of an array's index-th element; buffer holds it when it is not a constant. */
-static const char *array_key(uint32_t index, char buffer[16])
-{
-    const char *key;
-    bson_uint32_to_string(index, &key, buffer, 16);
-    return key;
-}
-
-/* Opens the next rule {operatorName, specifiedAs: {keyword: value}}; false
- * when nobody wants the details. */
-static bool rule_begin(rule_sink_t *sink, const bson_iter_t *keyword, bson_t *rule)
-{
-    if (sink->rules == NULL) {
-        sink->count++;
-        return false;
-    }
-    char key[16];
-    bson_t specified;
-    bson_append_document_begin(sink->rules, array_key(sink->count++, key), -1, rule);
-    BSON_APPEND_UTF8(rule, "operatorName", bson_iter_key(keyword));
-    BSON_APPEND_DOCUMENT_BEGIN(rule, "specifiedAs", &specified);
-    bson_append_iter(&specified, bson_iter_key(keyword), -1, keyword);
-    bson_append_document_end(rule, &specified);
-    return true;
-}
-
-static void rule_end(rule_sink_t *sink, bson_t *rule)
-{
-    bson_append_document_end(sink->rules, rule);
-}
-
-/* A rule about the value itself: reason and consideredValue. */
-static void add_value_rule(rule_sink_t *sink, const bson_iter_t *keyword, const char *reason,
-                           const bson_value_t *value, bool with_type)
-{
-    bson_t rule;
-    if (rule_begin(sink, keyword, &rule)) {
-        BSON_APPEND_UTF8(&rule, "reason", reason);
-        BSON_APPEND_VALUE(&rule, "consideredValue", value);
-        if (with_type) {
-            BSON_APPEND_UTF8(&rule, "consideredType", value_type_name(value->value_type));
-        }
-        rule_end(sink, &rule);
-    }
-}
-
-static bool in_enum(const bson_iter_t *keyword, const bson_value_t *value)
-{
-    bson_iter_t items;
-    if (!bson_iter_recurse(keyword, &items)) {
-        return false;
-    }
-    while (bson_iter_next(&items)) {
-        if (order_compare_values(bson_iter_value(&items), value) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-static bool flag(const json_schema_t *schema, const char *keyword)
-{
-    bson_iter_t iter;
-    return bson_iter_init_find(&iter, schema->spec, keyword) && bson_iter_as_bool(&iter);
-}
-
-static bool within_bound(const json_schema_t *schema, const bson_iter_t *keyword, const bson_value_t *value)
-{
-    bool is_minimum = strcmp(bson_iter_key(keyword), "minimum") == 0;
-    int comparison = order_compare_values(value, bson_iter_value((bson_iter_t *)keyword));
-    bool exclusive = flag(schema, is_minimum ? "exclusiveMinimum" : "exclusiveMaximum");
-    if (is_minimum) {
-        return exclusive ? comparison > 0 : comparison >= 0;
-    }
-    return exclusive ? comparison < 0 : comparison <= 0;
-}
-
-static bool matches_pattern(const json_schema_t *schema, const bson_value_t *value)
-{
-    bson_t wrapped = BSON_INITIALIZER;
-    BSON_APPEND_VALUE(&wrapped, "v", value);
-    bool matches = match_document(schema->pattern, &wrapped);
-    bson_destroy(&wrapped);
-    return matches;
-}
-
-static void check_value(json_schema_t *schema, const bson_value_t *value, rule_sink_t *sink);
-
-static void check_required(const bson_iter_t *keyword, const bson_t *object, rule_sink_t *sink)
-{
-    bson_iter_t names;
-    bson_t missing = BSON_INITIALIZER;
-    uint32_t missing_count = 0;
-    bson_iter_recurse(keyword, &names);
-    while (bson_iter_next(&names)) {
-        if (!bson_has_field(object, bson_iter_utf8(&names, NULL))) {
-            char key[16];
-            bson_append_utf8(&missing, array_key(missing_count++, key), -1, bson_iter_utf8(&names, NULL), -1);
-        }
-    }
-    bson_t rule;
-    if (missing_count > 0 && rule_begin(sink, keyword, &rule)) {
-        BSON_APPEND_ARRAY(&rule, "missingProperties", &missing);
-        rule_end(sink, &rule);
-    }
-    bson_destroy(&missing);
-}
-
-static void check_properties(json_schema_t *schema, const bson_iter_t *keyword, const bson_t *object,
-                             rule_sink_t *sink)
-{
-    bson_t failed = BSON_INITIALIZER, entry, details;
-    uint32_t failed_count = 0;
-    for (size_t i = 0; i < schema->property_count; i++) {
-        bson_iter_t field;
-        if (!bson_iter_init_find(&field, object, schema->property_names[i])) {
-            continue;
-        }
-        bson_t child_rules = BSON_INITIALIZER;
-        rule_sink_t child = {.rules = sink->rules != NULL ? &child_rules : NULL};
-        check_value(schema->properties[i], bson_iter_value(&field), &child);
-        if (child.count > 0) {
-            char key[16];
-            bson_append_document_begin(&failed, array_key(failed_count++, key), -1, &entry);
-            BSON_APPEND_UTF8(&entry, "propertyName", schema->property_names[i]);
-            BSON_APPEND_ARRAY_BEGIN(&entry, "details", &details);
-            bson_concat(&details, &child_rules);
-            bson_append_array_end(&entry, &details);
-            bson_append_document_end(&failed, &entry);
-        }
-        bson_destroy(&child_rules);
-    }
-    bson_t rule;
-    if (failed_count > 0) {
-        /* properties' own entry has no specifiedAs in mongod's errInfo: built by hand. */
-        if (sink->rules == NULL) {
-            sink->count++;
-        } else {
-            char key[16];
-            bson_append_document_begin(sink->rules, array_key(sink->count++, key), -1, &rule);
-            BSON_APPEND_UTF8(&rule, "operatorName", bson_iter_key(keyword));
-            BSON_APPEND_ARRAY(&rule, "propertiesNotSatisfied", &failed);
-            bson_append_document_end(sink->rules, &rule);
-        }
-    }
-    bson_destroy(&failed);
-}
-
-static void check_additional(const json_schema_t *schema, const bson_iter_t *keyword, const bson_t *object,
-                             rule_sink_t *sink)
-{
-    bson_iter_t field;
-    bson_t extra = BSON_INITIALIZER;
-    uint32_t extra_count = 0;
-    if (bson_iter_as_bool(keyword)) {
-        return;
-    }
-    bson_iter_init(&field, object);
-    while (bson_iter_next(&field)) {
-        bool listed = false;
-        for (size_t i = 0; i < schema->property_count && !listed; i++) {
-            listed = strcmp(schema->property_names[i], bson_iter_key(&field)) == 0;
-        }
-        if (!listed) {
-            char key[16];
-            bson_append_utf8(&extra, array_key(extra_count++, key), -1, bson_iter_key(&field), -1);
-        }
-    }
-    bson_t rule;
-    if (extra_count > 0 && rule_begin(sink, keyword, &rule)) {
-        BSON_APPEND_ARRAY(&rule, "additionalProperties", &extra);
-        rule_end(sink, &rule);
-    }
-    bson_destroy(&extra);
-}
-
-/* Every keyword of schema on value, in the order written; each failure adds a rule. */
-static void check_value(json_schema_t *schema, const bson_value_t *value, rule_sink_t *sink)
-{
-    bson_iter_t keyword;
-    bson_t object;
-    bool is_object = value->value_type == BSON_TYPE_DOCUMENT &&
-                     bson_init_static(&object, value->value.v_doc.data, value->value.v_doc.data_len);
-    bool is_number = order_is_number(value->value_type);
-    bson_iter_init(&keyword, schema->spec);
-    while (bson_iter_next(&keyword)) {
-        const char *name = bson_iter_key(&keyword);
-        if (strcmp(name, "bsonType") == 0 && (schema->types & type_bit(value->value_type)) == 0) {
-            add_value_rule(sink, &keyword, "type did not match", value, true);
-        } else if (strcmp(name, "enum") == 0 && !in_enum(&keyword, value)) {
-            add_value_rule(sink, &keyword, "value was not found in enum", value, false);
-        } else if ((strcmp(name, "minimum") == 0 || strcmp(name, "maximum") == 0) && is_number &&
-                   !within_bound(schema, &keyword, value)) {
-            add_value_rule(sink, &keyword, "comparison failed", value, false);
-        } else if (strcmp(name, "pattern") == 0 && value->value_type == BSON_TYPE_UTF8 &&
-                   !matches_pattern(schema, value)) {
-            add_value_rule(sink, &keyword, "regular expression did not match", value, false);
-        } else if (strcmp(name, "required") == 0 && is_object) {
-            check_required(&keyword, &object, sink);
-        } else if (strcmp(name, "properties") == 0 && is_object) {
-            check_properties(schema, &keyword, &object, sink);
-        } else if (strcmp(name, "additionalProperties") == 0 && is_object) {
-            check_additional(schema, &keyword, &object, sink);
-        }
-    }
-}
-
-bool json_schema_matches(json_schema_t *schema, const bson_t *document, bson_t *out_rules_not_satisfied)
-{
-    bson_value_t value = {.value_type = BSON_TYPE_DOCUMENT};
-    value.value.v_doc.data = (uint8_t *)bson_get_data(document);
-    value.value.v_doc.data_len = document->len;
-    rule_sink_t sink = {.rules = out_rules_not_satisfied};
-    check_value(schema, &value, &sink);
-    return sink.count == 0;
 }

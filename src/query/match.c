@@ -51,6 +51,9 @@ void match_node_destroy(match_node_t *node)
     case MATCH_EXPR:
         expression_destroy(node->u.expr.expression);
         break;
+    case MATCH_JSON_SCHEMA:
+        json_schema_destroy(node->u.json_schema);
+        break;
     default:
         break;
     }

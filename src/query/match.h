@@ -12,7 +12,8 @@ typedef struct match_expression match_expression_t;
 /* Compiles filter (NULL: match everything). Returns NULL and fills error (may be
  * NULL) with mongod's code and message for a bad filter (BadValue 2 for an unknown
  * $operator, FailedToParse 9, TypeMismatch 14, Location51091 for a bad regex, ...).
- * $where, $text, $jsonSchema and geo operators are refused with BadValue.
+ * $where, $text and geo operators are refused with BadValue; $jsonSchema is
+ * query/json_schema.h's.
  * The filter's bytes are copied; free the result with match_destroy(). */
 match_expression_t *match_compile(const bson_t *filter, bson_error_t *error) TC_MUST_CHECK;
 
@@ -50,6 +51,12 @@ typedef struct match_details {
  * record nothing. When the document does not match, out_details has no index. */
 bool match_document_with_details(const match_expression_t *expression, const bson_t *document,
                                  match_details_t *out_details);
+
+/* mongod's parseIntegerElementToLong (non_negative: ...ToNonNegativeLong) on the
+ * element key: value. On failure reason gets mongod's FailedToParse text ("Expected
+ * an integer: maxLength: 1.5"). */
+bool match_parse_integer(const char *key, const bson_value_t *value, bool non_negative, int64_t *out, char *reason,
+                         size_t size);
 
 /* A double or decimal128 NaN, which no comparison matches. */
 bool match_value_is_nan(const bson_value_t *value);

@@ -662,6 +662,10 @@ bool match_node_matches_document(const match_node_t *node, const uint8_t *data, 
         return false;
     case MATCH_EXPR:
         return expr_matches(node, data, length);
+    case MATCH_JSON_SCHEMA: {
+        bson_t document;
+        return bson_init_static(&document, data, length) && json_schema_matches(node->u.json_schema, &document, NULL);
+    }
     default:
         return node->part_count > 0 &&
                path_matches_document(node, 0, data, length, NULL, details);

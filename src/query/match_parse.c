@@ -195,11 +195,8 @@ static bool is_expression_document(const bson_value_t *value, bool allow_incompl
 }
 
 /* mongod's parseIntegerElementToLong; on failure fills reason with its FailedToParse text. */
-static bool element_to_int64(const char *key, const bson_value_t *value, int64_t *out, char *reason,
-                             size_t size)
+static bool parse_integer(const bson_value_t *value, const char *description, int64_t *out, char *reason, size_t size)
 {
-    char description[256];
-    describe_element(key, value, description, sizeof description);
     switch (value->value_type) {
     case BSON_TYPE_INT32:
         *out = value->value.v_int32;
@@ -240,6 +237,20 @@ static bool element_to_int64(const char *key, const bson_value_t *value, int64_t
     }
 }
 
+bool match_parse_integer(const char *key, const bson_value_t *value, bool non_negative, int64_t *out, char *reason,
+                         size_t size)
+{
+    char description[256];
+    describe_element(key, value, description, sizeof description);
+    if (!parse_integer(value, description, out, reason, size)) {
+        return false;
+    }
+    if (non_negative && *out < 0) {
+        snprintf(reason, size, "Expected a positive number in: %s", description);
+        return false;
+    }
+    return true;
+}
 static bool parse_operator_document(match_node_t *parent, const char *path, const bson_value_t *operators,
                                     bool inside_elem_match, bson_error_t *error);
 
@@ -634,7 +645,7 @@ static match_node_t *parse_bits(const char *path, const char *operator_name, mat
         while (bson_iter_next(&iter)) {
             const bson_value_t *position = bson_iter_value(&iter);
             int64_t number;
-            if (!element_to_int64(bson_iter_key(&iter), position, &number, reason, sizeof reason)) {
+            if (!match_parse_integer(bson_iter_key(&iter), position, false, &number, reason, sizeof reason)) {
                 tc_error_set(error, TC_ERR_BAD_VALUE, "Failed to parse bit position. %s", reason);
                 goto fail;
             }
@@ -653,13 +664,8 @@ static match_node_t *parse_bits(const char *path, const char *operator_name, mat
         }
     } else if (order_is_number(value->value_type)) {
         int64_t mask;
-        if (!element_to_int64(operator_name, value, &mask, reason, sizeof reason)) {
+        if (!match_parse_integer(operator_name, value, true, &mask, reason, sizeof reason)) {
             tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "%s", reason);
-            goto fail;
-        }
-        if (mask < 0) {
-            describe_element(operator_name, value, description, sizeof description);
-            tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "Expected a positive number in: %s", description);
             goto fail;
         }
         for (uint32_t bit = 0; bit < 63; bit++) {
@@ -948,7 +954,7 @@ static match_node_t *parse_always(const char *key, match_kind_t kind, const bson
 {
     int64_t number;
     char reason[400];
-    if (!element_to_int64(key, value, &number, reason, sizeof reason)) {
+    if (!match_parse_integer(key, value, false, &number, reason, sizeof reason)) {
         tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "%s", reason);
         return NULL;
     }
@@ -957,6 +963,24 @@ static match_node_t *parse_always(const char *key, match_kind_t kind, const bson
         return NULL;
     }
     return match_node_new(kind);
+}
+
+/* {$jsonSchema: schema}: the schema compiled whole (query/json_schema.h). */
+static match_node_t *parse_json_schema(const bson_value_t *value, bson_error_t *error)
+{
+    bson_t spec;
+    if (value->value_type != BSON_TYPE_DOCUMENT ||
+        !bson_init_static(&spec, value->value.v_doc.data, value->value.v_doc.data_len)) {
+        tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema must be an object");
+        return NULL;
+    }
+    json_schema_t *schema = json_schema_compile(&spec, error);
+    if (schema == NULL) {
+        return NULL;
+    }
+    match_node_t *node = match_node_new(MATCH_JSON_SCHEMA);
+    node->u.json_schema = schema;
+    return node;
 }
 
 /* A '$' field of a filter: adds at most one child to root. */
@@ -995,6 +1019,8 @@ static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, b
         }
         child = match_node_new(MATCH_EXPR);
         child->u.expr.expression = compiled;
+    } else if (strcmp(name, "jsonSchema") == 0) {
+        child = parse_json_schema(&value, error);
     } else if (is_pathless_operator(name)) {
         return refuse_unsupported(key, error);
     } else {

@@ -10,6 +10,7 @@
 
 #include "query/match.h"
 #include "query/expression.h"
+#include "query/json_schema.h"
 
 #include <pcre2.h>
 #include <stdint.h>
@@ -36,6 +37,7 @@ typedef enum match_kind {
     MATCH_ELEM_MATCH_OBJECT, /* one child: a whole filter run on each element */
     MATCH_ELEM_MATCH_VALUE,  /* children: predicates that must all hold for one element */
     MATCH_EXPR,              /* $expr: an aggregation expression on the whole document */
+    MATCH_JSON_SCHEMA,       /* $jsonSchema: a schema the whole document must meet */
 } match_kind_t;
 
 typedef enum match_compare { MATCH_EQ, MATCH_LT, MATCH_LTE, MATCH_GT, MATCH_GTE } match_compare_t;
@@ -112,6 +114,7 @@ struct match_node {
             int64_t remainder;
         } mod;
         int32_t size;
+        json_schema_t *json_schema; /* owned */
         struct {
             expression_t *expression; /* owned */
             match_expr_state_t *state; /* the compiled filter's */

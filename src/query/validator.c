@@ -12,8 +12,7 @@
 
 struct validator {
     bson_t *filter; /* owned (a bson_t inside a malloc'ed struct would be misaligned) */
-    match_expression_t *matcher; /* the filter but its top-level $jsonSchema */
-    json_schema_t *schema;       /* that $jsonSchema; NULL: none */
+    match_expression_t *matcher;
     expression_context_t context;
     bool has_context;
 };
@@ -28,64 +27,8 @@ static bool view_of(const bson_iter_t *iter, bson_t *out)
     return bson_init_static(out, value->value.v_doc.data, value->value.v_doc.data_len);
 }
 
-/* $jsonSchema may stand wherever a pathless operator may: at the top, which
- * the validator evaluates itself, and in the filters of $and, $or and $nor,
- * where the matcher would meet it. */
-static bool nests_json_schema(const bson_t *filter, bool top)
-{
-    bson_iter_t iter, items;
-    bson_iter_init(&iter, filter);
-    while (bson_iter_next(&iter)) {
-        const char *key = bson_iter_key(&iter);
-        if (strcmp(key, "$jsonSchema") == 0 && !top) {
-            return true;
-        }
-        bool logical = strcmp(key, "$and") == 0 || strcmp(key, "$or") == 0 || strcmp(key, "$nor") == 0;
-        if (!logical || !BSON_ITER_HOLDS_ARRAY(&iter) || !bson_iter_recurse(&iter, &items)) {
-            continue;
-        }
-        while (bson_iter_next(&items)) {
-            bson_t child;
-            if (view_of(&items, &child) && nests_json_schema(&child, false)) {
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
-/* Compiles the top-level $jsonSchema, if any, into validator->schema and
- * copies the rest of the filter into *out_rest for the matcher. */
-static bool compile_json_schema(validator_t *validator, bson_t *out_rest, bson_error_t *error)
-{
-    bson_iter_t iter;
-    bson_init(out_rest);
-    bson_iter_init(&iter, validator->filter);
-    while (bson_iter_next(&iter)) {
-        if (strcmp(bson_iter_key(&iter), "$jsonSchema") != 0) {
-            bson_append_iter(out_rest, bson_iter_key(&iter), -1, &iter);
-            continue;
-        }
-        bson_t spec;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&iter) || !view_of(&iter, &spec)) {
-            return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "$jsonSchema must be an object");
-        }
-        validator->schema = json_schema_compile(&spec, error);
-        if (validator->schema == NULL) {
-            return false;
-        }
-    }
-    return true;
-}
-
 validator_t *validator_compile(const bson_t *filter, const expression_context_t *context, bson_error_t *error)
 {
-    if (nests_json_schema(filter, true)) {
-        tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
-                     "thermocline store supports $jsonSchema only at the top of a validator, not inside $and, "
-                     "$or or $nor, yet");
-        return NULL;
-    }
     validator_t *validator = bson_malloc0(sizeof *validator);
     validator->filter = bson_copy(filter);
     if (context != NULL) {
@@ -93,15 +36,9 @@ validator_t *validator_compile(const bson_t *filter, const expression_context_t 
         validator->context.variables = NULL; /* a validator has no let */
         validator->has_context = true;
     }
-    bson_t rest;
-    bool compiled = compile_json_schema(validator, &rest, error);
-    if (compiled) {
-        validator->matcher =
-            match_compile_with_context(&rest, validator->has_context ? &validator->context : NULL, error);
-        compiled = validator->matcher != NULL;
-    }
-    bson_destroy(&rest);
-    if (!compiled) {
+    validator->matcher = match_compile_with_context(filter, validator->has_context ? &validator->context : NULL,
+                                                    error);
+    if (validator->matcher == NULL) {
         validator_destroy(validator);
         return NULL;
     }
@@ -114,7 +51,6 @@ void validator_destroy(validator_t *validator)
         return;
     }
     match_destroy(validator->matcher);
-    json_schema_destroy(validator->schema);
     bson_destroy(validator->filter);
     bson_free(validator);
 }
@@ -182,9 +118,6 @@ static void split_clauses(const bson_t *filter, clause_list_t *out)
 
 static bool filter_matches(const validator_t *validator, const bson_t *filter, const bson_t *document)
 {
-    if (bson_has_field(filter, "$jsonSchema") && validator->schema != NULL) {
-        return json_schema_matches(validator->schema, document, NULL); /* a top-level clause of its own */
-    }
     bson_error_t ignored;
     match_expression_t *matcher =
         match_compile_with_context(filter, validator->has_context ? &validator->context : NULL, &ignored);
@@ -274,6 +207,32 @@ static void describe_considered(const char *operator_name, const char *path, con
     }
 }
 
+/* {$jsonSchema: schema}: the rules the document breaks, each as mongod writes
+ * it; under $nor, only that it matched. The schema compiled with the filter. */
+static void describe_json_schema(const bson_t *clause, const bson_iter_t *iter, const bson_t *document,
+                                 bool satisfied, bson_t *out)
+{
+    bson_t spec, rules;
+    bson_error_t ignored;
+    json_schema_t *schema = view_of(iter, &spec) ? json_schema_compile(&spec, &ignored) : NULL;
+    BSON_APPEND_UTF8(out, "operatorName", "$jsonSchema");
+    if (schema == NULL) {
+        return;
+    }
+    if (satisfied) {
+        BSON_APPEND_UTF8(out, "reason", "schema matched");
+    } else if (json_schema_rejects_every_document(schema)) {
+        BSON_APPEND_DOCUMENT(out, "specifiedAs", clause);
+        BSON_APPEND_UTF8(out, "reason", "expression always evaluates to false");
+    } else {
+        json_schema_append_annotations(schema, out);
+        BSON_APPEND_ARRAY_BEGIN(out, "schemaRulesNotSatisfied", &rules);
+        json_schema_matches(schema, document, &rules);
+        bson_append_array_end(out, &rules);
+    }
+    json_schema_destroy(schema);
+}
+
 /* One clause's details: {operatorName, specifiedAs, ...}; satisfied: the
  * clause holds (a child of $nor), so no reason for a failure is given. */
 static void describe_clause(const validator_t *validator, const bson_t *clause, const bson_t *document,
@@ -287,12 +246,8 @@ static void describe_clause(const validator_t *validator, const bson_t *clause, 
         describe_logical(validator, key, &iter, document, satisfied, out);
         return;
     }
-    if (strcmp(key, "$jsonSchema") == 0 && validator->schema != NULL) {
-        bson_t rules;
-        BSON_APPEND_UTF8(out, "operatorName", key);
-        BSON_APPEND_ARRAY_BEGIN(out, "schemaRulesNotSatisfied", &rules);
-        json_schema_matches(validator->schema, document, &rules);
-        bson_append_array_end(out, &rules);
+    if (strcmp(key, "$jsonSchema") == 0) {
+        describe_json_schema(clause, &iter, document, satisfied, out);
         return;
     }
     const char *operator_name = key[0] == '$' ? key : "$eq";
@@ -356,9 +311,6 @@ bool validator_check(validator_t *validator, const bson_t *document, bool *out_v
     *out_valid = match_document(validator->matcher, document);
     if (!*out_valid && match_failed(validator->matcher, error)) {
         return false;
-    }
-    if (*out_valid && validator->schema != NULL) {
-        *out_valid = json_schema_matches(validator->schema, document, NULL);
     }
     if (*out_valid) {
         return true;

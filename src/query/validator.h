@@ -13,10 +13,9 @@ typedef struct validator validator_t;
 
 /* Compiles filter as a validator. context gives $expr its $$NOW and the
  * collection's collation (NULL: $$NOW read at each check, binary strings).
- * A top-level $jsonSchema is json_schema.h's subset (the matcher has none).
+ * $jsonSchema may stand wherever the matcher takes it (json_schema.h).
  * Errors: the matcher's for a bad filter (BadValue 2, FailedToParse 9, ...),
- * json_schema_compile()'s, and CommandNotSupported 115 for a $jsonSchema
- * inside $and, $or or $nor. The filter is copied; free with
+ * json_schema_compile()'s among them. The filter is copied; free with
  * validator_destroy(). */
 validator_t *validator_compile(const bson_t *filter, const expression_context_t *context,
                                bson_error_t *error) TC_MUST_CHECK;
@@ -27,8 +26,9 @@ validator_t *validator_compile(const bson_t *filter, const expression_context_t 
  * {operatorName, specifiedAs, reason?, consideredValue?} for one clause, and
  * {operatorName: "$and" | "$or", clausesNotSatisfied: [{index, details}]} or
  * {operatorName: "$nor", clausesSatisfied: [...]} around several (a validator
- * of several fields is an implicit $and); {operatorName: "$jsonSchema",
- * schemaRulesNotSatisfied: [...]} for the schema. Fails only when an $expr's
+ * of several fields is an implicit $and); {operatorName: "$jsonSchema", title?,
+ * description?, schemaRulesNotSatisfied: [...]} for a schema (under $nor:
+ * reason "schema matched"). Fails only when an $expr's
  * evaluation fails (mongod fails the write with that error). One thread at a
  * time may use a validator. */
 bool validator_check(validator_t *validator, const bson_t *document, bool *out_valid, bson_t *out_details,

@@ -97,8 +97,11 @@ static bool find_unsupported(const bson_t *filter, bson_string_t *out, uint32_t 
                     return true;
                 }
             }
-        } else if (strcmp(key, "$expr") == 0 || strcmp(key, "$where") == 0 || strcmp(key, "$text") == 0) {
-            *out_code = strcmp(key, "$expr") == 0 ? TC_ERR_QUERY_FEATURE_NOT_ALLOWED : TC_ERR_BAD_VALUE;
+        } else if (strcmp(key, "$expr") == 0 || strcmp(key, "$jsonSchema") == 0 || strcmp(key, "$where") == 0 ||
+                   strcmp(key, "$text") == 0) {
+            /* mongod's parser refuses the special features there before the partial index's own check. */
+            bool special = strcmp(key, "$expr") == 0 || strcmp(key, "$jsonSchema") == 0;
+            *out_code = special ? TC_ERR_QUERY_FEATURE_NOT_ALLOWED : TC_ERR_BAD_VALUE;
             bson_string_append_printf(out, "%s is not allowed in this context", key);
             return true;
         } else if (key[0] == '$') {

@@ -97,7 +97,7 @@ def test_create_errors(db):
     error = command_error(db, {"create": "c", "capped": True, "size": 4096})
     assert error.code == 115
     assert "capped" in error.details["errmsg"]
-    for refused in ({"timeseries": {"timeField": "t"}}, {"validator": {"$jsonSchema": {"anyOf": [{"required": ["a"]}]}}}):
+    for refused in ({"timeseries": {"timeField": "t"}}, {"validator": {"$jsonSchema": {"properties": {"a": {"encrypt": {}}}}}}):
         command = {"create": "refused"}
         command.update(refused)
         assert command_error(db, command).code == 115, refused

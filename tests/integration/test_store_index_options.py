@@ -238,6 +238,13 @@ def test_bad_partial_filters_are_refused_as_mongod_refuses_them(db):
         with pytest.raises(OperationFailure) as raised:
             db.bad.create_index("k", partialFilterExpression=expression)
         assert raised.value.code == 67, expression
+    # The matcher's special features are refused by the parser first, as QueryFeatureNotAllowed.
+    for expression in ({"$expr": {"$eq": ["$a", 1]}}, {"$jsonSchema": {"required": ["a"]}}):
+        with pytest.raises(OperationFailure) as raised:
+            db.bad.create_index("k", partialFilterExpression=expression)
+        assert raised.value.code == 224, expression
+        assert raised.value.details["errmsg"].endswith(":: caused by :: %s is not allowed in this context"
+                                                       % next(iter(expression)))
     with pytest.raises(OperationFailure) as raised:
         db.bad.create_index("k", partialFilterExpression=5)
     assert raised.value.code == 14  # TypeMismatch

@@ -5,7 +5,7 @@ pipeline, upsert, findAndModify), bypassDocumentValidation, and MongoDB 6.0's
 DocumentValidationFailure (121) with its errInfo."""
 
 import pytest
-from bson import SON
+from bson import SON, Decimal128
 from pymongo import MongoClient
 from pymongo.errors import BulkWriteError, OperationFailure, WriteError
 
@@ -261,23 +261,124 @@ def test_json_schema_validator(db):
     with pytest.raises(WriteError) as raised:
         students.update_one({"_id": 1}, {"$unset": {"year": ""}, "$set": {"major": "Art"}})
     rules = raised.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"]
-    assert [rule["operatorName"] for rule in rules] == ["required", "properties"]
-    assert rules[0]["missingProperties"] == ["year"]
+    # mongod's parser order: properties before required, whatever the written one.
+    assert [rule["operatorName"] for rule in rules] == ["properties", "required"]
+    assert rules[1]["missingProperties"] == ["year"]
     assert students.find_one({"_id": 1})["major"] == "History"
 
 
-def test_json_schema_beyond_the_subset_is_refused_naming_it(db):
-    error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": {"properties": {
-        "name": {"bsonType": "string", "maxLength": 20}}}})]))
+# An application's schema: every kind of keyword mongod's $jsonSchema has.
+PRODUCT_SCHEMA = {"$jsonSchema": {
+    "title": "Product",
+    "required": ["_id", "sku", "tags"],
+    "properties": {
+        "_id": {},
+        "sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$", "maxLength": 12},
+        "price": {"bsonType": "decimal", "minimum": 0},
+        "step": {"multipleOf": 0.5},
+        "tags": {"bsonType": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string", "minLength": 2}},
+        "dimensions": {"bsonType": "object", "minProperties": 1, "maxProperties": 3,
+                       "additionalProperties": {"bsonType": "number"}},
+        "status": {"oneOf": [{"enum": ["active", "retired"]}, {"bsonType": "null"}]},
+        "origin": {"anyOf": [{"type": "string"}, {"bsonType": "object", "required": ["country"]}]},
+        "pair": {"items": [{"type": "string"}, {"type": "number"}], "additionalItems": False},
+        "note": {"not": {"type": "string", "maxLength": 0}, "description": "never empty"},
+        "discount": {"minimum": 0, "maximum": 100, "exclusiveMaximum": True},
+    },
+    "patternProperties": {"^x_": {"type": "string"}},
+    "additionalProperties": False,
+    "dependencies": {"discount": ["price"]},
+}}
+
+
+def test_json_schema_keywords_of_every_kind(db):
+    db.create_collection("products", validator=PRODUCT_SCHEMA)
+    assert collection_options(db, "products")["validator"] == PRODUCT_SCHEMA
+    products = db["products"]
+    good = {"_id": 1, "sku": "ABC-12", "price": Decimal128("9.5"), "step": 1.5, "tags": ["ab", "cd"],
+            "dimensions": {"w": 2, "h": 3.5}, "status": None, "origin": {"country": "NO"},
+            "pair": ["w", 2], "note": "x", "x_color": "red"}
+    products.insert_one(good)
+    cases = [
+        ({"sku": "abc-12"}, {"operatorName": "properties", "propertiesNotSatisfied": [{"propertyName": "sku",
+         "details": [{"operatorName": "pattern", "specifiedAs": {"pattern": "^[A-Z]{3}-[0-9]+$"},
+                      "reason": "regular expression did not match", "consideredValue": "abc-12"}]}]}),
+        ({"tags": ["ab", "ab", "c"]}, {"operatorName": "properties", "propertiesNotSatisfied": [{
+            "propertyName": "tags", "details": [
+                {"operatorName": "uniqueItems", "specifiedAs": {"uniqueItems": True}, "reason": "found a duplicate item",
+                 "consideredValue": ["ab", "ab", "c"], "duplicatedValue": "ab"},
+                {"operatorName": "items", "reason": "At least one item did not match the sub-schema", "itemIndex": 2,
+                 "details": [{"operatorName": "minLength", "specifiedAs": {"minLength": 2},
+                              "reason": "specified string length was not satisfied", "consideredValue": "c"}]}]}]}),
+        ({"step": 1.25}, {"operatorName": "properties", "propertiesNotSatisfied": [{"propertyName": "step", "details": [
+            {"operatorName": "multipleOf", "specifiedAs": {"multipleOf": 0.5},
+             "reason": "considered value is not a multiple of the specified value", "consideredValue": 1.25}]}]}),
+        ({"note": ""}, {"operatorName": "properties", "propertiesNotSatisfied": [{
+            "propertyName": "note", "description": "never empty",
+            "details": [{"operatorName": "not", "reason": "child expression matched"}]}]}),
+        ({"status": "lost"}, {"operatorName": "properties", "propertiesNotSatisfied": [{"propertyName": "status",
+         "details": [{"operatorName": "oneOf", "schemasNotSatisfied": [
+             {"index": 0, "details": [{"operatorName": "enum", "specifiedAs": {"enum": ["active", "retired"]},
+                                       "reason": "value was not found in enum", "consideredValue": "lost"}]},
+             {"index": 1, "details": [{"operatorName": "bsonType", "specifiedAs": {"bsonType": "null"},
+                                       "reason": "type did not match", "consideredValue": "lost",
+                                       "consideredType": "string"}]}]}]}]}),
+        ({"x_size": 3}, {"operatorName": "patternProperties", "details": [{"propertyName": "x_size",
+         "regexMatched": "^x_", "details": [{"operatorName": "type", "specifiedAs": {"type": "string"},
+                                            "reason": "type did not match", "consideredValue": 3,
+                                            "consideredType": "int"}]}]}),
+    ]
+    without_price = {key: value for key, value in good.items() if key != "price"}
+    for number, (change, rule) in enumerate(cases, start=2):
+        with pytest.raises(WriteError) as raised:
+            products.insert_one(dict(good, _id=number, **change))
+        assert raised.value.code == 121
+        assert raised.value.details["errInfo"] == {"failingDocumentId": number, "details": {
+            "operatorName": "$jsonSchema", "title": "Product", "schemaRulesNotSatisfied": [rule]}}, change
+    with pytest.raises(WriteError) as raised:
+        products.insert_one(dict(without_price, _id=100, discount=5))
+    assert raised.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"] == [{
+        "operatorName": "dependencies", "failingDependencies": [
+            {"conditionalProperty": "discount", "missingProperties": ["price"]}]}]
+    with pytest.raises(WriteError) as raised:
+        products.insert_one(dict(good, _id=101, discount=100))
+    assert raised.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"] == [{
+        "operatorName": "properties", "propertiesNotSatisfied": [{"propertyName": "discount", "details": [{
+            "operatorName": "maximum", "specifiedAs": {"maximum": 100, "exclusiveMaximum": True},
+            "reason": "comparison failed", "consideredValue": 100}]}]}]
+    assert products.count_documents({}) == 1
+
+
+def test_json_schema_in_a_find_filter(db):
+    db.items.insert_many([{"_id": 1, "name": "a", "qty": 5}, {"_id": 2, "name": 7},
+                          {"_id": 3, "qty": -1}, {"_id": 4, "name": "long name", "qty": 2}])
+    schema = {"required": ["name"], "properties": {"name": {"type": "string", "maxLength": 4},
+                                                   "qty": {"minimum": 0}}}
+    assert [d["_id"] for d in db.items.find({"$jsonSchema": schema}).sort("_id", 1)] == [1]
+    assert [d["_id"] for d in db.items.find({"$nor": [{"$jsonSchema": schema}]}).sort("_id", 1)] == [2, 3, 4]
+    assert db.items.count_documents({"$jsonSchema": {"properties": {"qty": {"minimum": 0}}}}) == 3
+    assert db.items.delete_many({"$jsonSchema": {"required": ["qty"], "properties": {"qty": {"maximum": 0}}}}
+                                ).deleted_count == 1
+    with pytest.raises(OperationFailure) as raised:
+        db.items.find_one({"$jsonSchema": {"type": "integer"}})
+    assert (raised.value.code, raised.value.details["errmsg"]) == (9, "$jsonSchema type 'integer' is not currently supported.")
+
+
+def test_json_schema_errors_are_mongods(db):
+    for schema, code, message in [
+            ({"properties": {"name": {"maxLength": -1}}}, 9, "Expected a positive number in: maxLength: -1"),
+            ({"requird": ["a"]}, 9, "Unknown $jsonSchema keyword: requird"),
+            ({"format": "email"}, 9, "$jsonSchema keyword 'format' is not currently supported"),
+            ({"anyOf": []}, 2, "$jsonSchema keyword 'anyOf' must be a non-empty array"),
+            ({"type": "object", "bsonType": "object"}, 9,
+             "Cannot specify both $jsonSchema keywords 'type' and 'bsonType'")]:
+        error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": schema})]))
+        assert (error.code, error.details["errmsg"]) == (code, message), schema
+    # Client-side field level encryption's keywords: named, and refused.
+    error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": {"properties": {"ssn": {"encrypt": {}}}}})]))
     assert (error.code, error.details["codeName"]) == (115, "CommandNotSupported")
-    assert "maxLength" in error.details["errmsg"]
-    error = failure(db, SON([("create", "c"), ("validator", {"$jsonSchema": {"requird": ["a"]}})]))
-    assert error.code == 9 and error.details["errmsg"] == "Unknown $jsonSchema keyword: requird"
-    db.create_collection("c")
-    error = failure(db, SON([("collMod", "c"), ("validator", {"$or": [{"a": 1}, {"$jsonSchema": {}}]})]))
-    assert error.code == 115
-    assert "$jsonSchema" in error.details["errmsg"]
-    assert "validator" not in collection_options(db, "c")
+    assert "encrypt" in error.details["errmsg"]
+    assert "c" not in db.list_collection_names()
 
 
 def test_the_validator_survives_a_restart(store, client, db):

@@ -561,7 +561,9 @@ static void test_parse_errors(void **state)
         /* Not implemented yet: refused clearly rather than misread. */
         {"{'$where': 'true'}", 2, "thermocline store does not support $where yet"},
         {"{'$text': {'$search': 'x'}}", 2, "thermocline store does not support $text yet"},
-        {"{'$jsonSchema': {}}", 2, "thermocline store does not support $jsonSchema yet"},
+        {"{'$jsonSchema': 1}", 14, "$jsonSchema must be an object"},
+        {"{'$jsonSchema': {'bogus': 1}}", 9, "Unknown $jsonSchema keyword: bogus"},
+        {"{'a': {'$jsonSchema': {}}}", 2, "unknown operator: $jsonSchema"},
         {"{'a': {'$near': [0, 0]}}", 2, "thermocline store does not support $near yet"},
         {"{'a': {'$geoWithin': {'$center': [[0, 0], 1]}}}", 2,
          "thermocline store does not support $geoWithin yet"},
@@ -570,6 +572,26 @@ static void test_parse_errors(void **state)
         {"{'$expr': {'$nope': 1}}", 168, "Unrecognized expression '$nope'"},
     };
     RUN_ERRORS(cases);
+}
+
+/* $jsonSchema in a filter: the whole document (an element, under $elemMatch) meets the schema. */
+static void test_json_schema(void **state)
+{
+    (void)state;
+    static const match_case_t cases[] = {
+        {"{'$jsonSchema': {'required': ['a']}}", "{'a': 1}", true},
+        {"{'$jsonSchema': {'required': ['a']}}", "{'b': 1}", false},
+        {"{'$jsonSchema': {'properties': {'a': {'bsonType': 'string', 'minLength': 2}}}}", "{'a': 'xy'}", true},
+        {"{'$jsonSchema': {'properties': {'a': {'bsonType': 'string', 'minLength': 2}}}}", "{'a': 'x'}", false},
+        {"{'$jsonSchema': {'properties': {'a': {'bsonType': 'string', 'minLength': 2}}}}", "{}", true},
+        {"{'$or': [{'$jsonSchema': {'required': ['a']}}, {'b': 1}]}", "{'b': 1}", true},
+        {"{'$nor': [{'$jsonSchema': {'required': ['a']}}]}", "{'a': 1}", false},
+        {"{'c': 1, '$jsonSchema': {'required': ['a']}}", "{'a': 1, 'c': 2}", false},
+        {"{'arr': {'$elemMatch': {'$jsonSchema': {'required': ['x']}}}}", "{'arr': [{'y': 1}, {'x': 2}]}", true},
+        {"{'arr': {'$elemMatch': {'$jsonSchema': {'required': ['x']}}}}", "{'arr': [{'y': 1}]}", false},
+        {"{'$jsonSchema': {'bsonType': 'array'}}", "{'a': 1}", false},
+    };
+    RUN_MATCHES(cases);
 }
 
 /* $expr: an aggregation expression over the whole document, true as $cond reads it. */
@@ -771,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_elem_match),
         cmocka_unit_test(test_mod_and_bits),
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_expr),
         cmocka_unit_test(test_expr_context_and_failure),
         cmocka_unit_test(test_regex_embedded_null),
