@@ -377,6 +377,15 @@ bool aggregation_value_is_field_name(const bson_value_t *string)
            bson_utf8_validate(string->value.v_utf8.str, string->value.v_utf8.len, false);
 }
 
+int64_t aggregation_value_code_points(const bson_value_t *string)
+{
+    int64_t count = 0;
+    for (uint32_t i = 0; i < string->value.v_utf8.len; i++) {
+        count += ((unsigned char)string->value.v_utf8.str[i] & 0xC0) != 0x80;
+    }
+    return count;
+}
+
 bool aggregation_value_view_document(const bson_value_t *value, bson_t *out_view)
 {
     if (value->value_type != BSON_TYPE_DOCUMENT && value->value_type != BSON_TYPE_ARRAY) {

@@ -77,6 +77,10 @@ void aggregation_value_append(bson_t *document, const char *key, int key_length,
  * libbson's iterator stops at a name that is not UTF-8, so none is made here either. */
 bool aggregation_value_is_field_name(const bson_value_t *string);
 
+/* The length of a string value in code points ($strLenCP, $jsonSchema's
+ * minLength): each starts at a byte that is not a UTF-8 continuation byte. */
+int64_t aggregation_value_code_points(const bson_value_t *string);
+
 /* A document or array value seen as a read-only bson_t (no copy). False for other types. */
 bool aggregation_value_view_document(const bson_value_t *value, bson_t *out_view);
 

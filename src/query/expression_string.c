@@ -237,13 +237,7 @@ static bool evaluate_string_length_code_points(const expression_t *expression,
         ok = tc_error_set(error, STRING_ERROR_STRLEN_TYPE,
                           "$strLenCP requires a string argument, found: %s", type_name(&operand));
     } else {
-        int32_t code_points = 0;
-        for (uint32_t i = 0; i < operand.value.v_utf8.len; i++) {
-            if (!is_continuation_byte(operand.value.v_utf8.str[i])) {
-                code_points++;
-            }
-        }
-        aggregation_value_set_int32(out_value, code_points);
+        aggregation_value_set_int32(out_value, (int32_t)aggregation_value_code_points(&operand));
     }
     bson_value_destroy(&operand);
     return ok;

@@ -4,6 +4,7 @@
  * ones, the logical ones), each refused with mongod's code and message. */
 #include "query/json_schema_private.h"
 
+#include "common/bson_view.h"
 #include "query/order.h"
 #include "query/value_format.h"
 
@@ -83,6 +84,11 @@ static const char *type_of(const bson_iter_t *iter)
     return value_type_name(bson_iter_type(iter));
 }
 
+int json_schema_compare_names(const void *left, const void *right)
+{
+    return strcmp(*(const char *const *)left, *(const char *const *)right);
+}
+
 void json_schema_view(const uint8_t *data, uint32_t length, bson_t *out)
 {
     if (!bson_init_static(out, data, length)) {
@@ -90,26 +96,14 @@ void json_schema_view(const uint8_t *data, uint32_t length, bson_t *out)
     }
 }
 
-/* The bytes of the document or array at iter. */
-static const uint8_t *embedded_bytes(const bson_iter_t *iter, uint32_t *length)
-{
-    const uint8_t *data = NULL;
-    if (BSON_ITER_HOLDS_DOCUMENT(iter)) {
-        bson_iter_document(iter, length, &data);
-    } else {
-        bson_iter_array(iter, length, &data);
-    }
-    return data;
-}
-
 /* A subschema: applies to another value (a property's, an item's) unless
  * same_value (allOf, anyOf, oneOf, not, a dependency: the same value). */
 static json_schema_t *compile_child(const json_schema_t *parent, const bson_iter_t *iter, bool same_value,
                                     bson_error_t *error)
 {
-    uint32_t length;
-    const uint8_t *data = embedded_bytes(iter, &length);
-    return compile_node(data, length, same_value && parent->at_root, error);
+    bson_t view;
+    bson_view_of(iter, &view);
+    return compile_node(bson_get_data(&view), view.len, same_value && parent->at_root, error);
 }
 
 /* --- types ------------------------------------------------------------------------ */
@@ -197,9 +191,8 @@ static bool compile_types(json_schema_t *schema, const bson_iter_t *element, bso
     }
     bson_t names;
     bson_iter_t name;
-    uint32_t length, count = 0;
-    const uint8_t *data = embedded_bytes(element, &length);
-    json_schema_view(data, length, &names);
+    uint32_t count = 0;
+    bson_view_of(element, &names);
     char type_format[128], duplicate_format[128];
     snprintf(type_format, sizeof type_format, "$jsonSchema keyword '%s' array elements must be strings%%.0s",
              keyword);
@@ -332,7 +325,8 @@ static bool compile_multiple_of(json_schema_t *schema, const bson_iter_t *elemen
     }
     bool nan = match_value_is_nan(value);
     if (!nan && order_compare_values(value, &zero) <= 0) {
-        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword 'multipleOf' must have a positive value");
+        return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
+                            "$jsonSchema keyword 'multipleOf' must have a positive value");
     }
     if (schema->at_root) {
         return true;
@@ -441,11 +435,6 @@ static bool compile_array_keywords(json_schema_t *schema, const keyword_map_t *m
 
 /* --- objects ---------------------------------------------------------------------- */
 
-static int compare_names(const void *left, const void *right)
-{
-    return strcmp(*(char *const *)left, *(char *const *)right);
-}
-
 static bool compile_required(json_schema_t *schema, const bson_iter_t *element, bson_error_t *error)
 {
     bson_t names;
@@ -455,9 +444,7 @@ static bool compile_required(json_schema_t *schema, const bson_iter_t *element, 
                             "$jsonSchema keyword 'required' must be an array, but found an element of type %s",
                             type_of(element));
     }
-    uint32_t length;
-    const uint8_t *data = embedded_bytes(element, &length);
-    json_schema_view(data, length, &names);
+    bson_view_of(element, &names);
     if (!check_name_list(&names,
                          "$jsonSchema keyword 'required' must be an array of strings, but found an element of type: %s",
                          "$jsonSchema keyword 'required' array cannot contain duplicate values%.0s", NULL, error)) {
@@ -471,7 +458,7 @@ static bool compile_required(json_schema_t *schema, const bson_iter_t *element, 
     if (schema->required_count == 0) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword 'required' cannot be an empty array");
     }
-    qsort(schema->required, schema->required_count, sizeof(char *), compare_names);
+    qsort(schema->required, schema->required_count, sizeof(char *), json_schema_compare_names);
     return true;
 }
 
@@ -561,8 +548,9 @@ static bool compile_property_dependency(json_schema_dependency_t *dependency, co
 {
     bson_t names;
     char type_format[256], duplicate_format[256];
-    dependency->names = embedded_bytes(element, &dependency->names_length);
-    json_schema_view(dependency->names, dependency->names_length, &names);
+    bson_view_of(element, &names);
+    dependency->names = bson_get_data(&names);
+    dependency->names_length = names.len;
     if (bson_count_keys(&names) == 0) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE,
                             "property '%s' in $jsonSchema keyword 'dependencies' cannot be an empty array",
@@ -674,8 +662,9 @@ static bool compile_enum(json_schema_t *schema, const bson_iter_t *element, bson
                             "$jsonSchema keyword 'enum' must be an array, but found an element of type %s",
                             type_of(element));
     }
-    schema->enum_values = embedded_bytes(element, &schema->enum_length);
-    json_schema_view(schema->enum_values, schema->enum_length, &values);
+    bson_view_of(element, &values);
+    schema->enum_values = bson_get_data(&values);
+    schema->enum_length = values.len;
     if (bson_count_keys(&values) == 0) {
         return tc_error_set(error, TC_ERR_FAILED_TO_PARSE, "$jsonSchema keyword 'enum' cannot be an empty array");
     }

@@ -5,6 +5,7 @@
  * order its parser builds them. */
 #include "query/json_schema_private.h"
 
+#include "query/aggregation_value.h"
 #include "query/order.h"
 #include "query/value_format.h"
 
@@ -31,11 +32,6 @@ static const char *array_key(uint32_t index, char buffer[16])
     return key;
 }
 
-static void view_value(const bson_value_t *value, bson_t *out)
-{
-    json_schema_view(value->value.v_doc.data, value->value.v_doc.data_len, out);
-}
-
 /* Opens the next rule {operatorName: keyword}; false when nobody wants the details. */
 static bool rule_open(rule_sink_t *sink, const char *keyword, bson_t *rule)
 {
@@ -49,8 +45,10 @@ static bool rule_open(rule_sink_t *sink, const char *keyword, bson_t *rule)
     return true;
 }
 
-/* rule_open() then specifiedAs: {keyword: its value}. */
-static bool rule_open_specified(rule_sink_t *sink, const json_schema_t *schema, const char *keyword, bson_t *rule)
+/* rule_open() then specifiedAs: {keyword: its value}, and flag: true beside it
+ * when flag is not NULL (an exclusive bound, as mongod's annotation names it). */
+static bool rule_open_specified(rule_sink_t *sink, const json_schema_t *schema, const char *keyword,
+                                const char *flag, bson_t *rule)
 {
     bson_iter_t element;
     bson_t specified;
@@ -60,6 +58,9 @@ static bool rule_open_specified(rule_sink_t *sink, const json_schema_t *schema, 
     json_schema_find_keyword(schema, keyword, &element);
     BSON_APPEND_DOCUMENT_BEGIN(rule, "specifiedAs", &specified);
     bson_append_iter(&specified, keyword, -1, &element);
+    if (flag != NULL) {
+        BSON_APPEND_BOOL(&specified, flag, true);
+    }
     bson_append_document_end(rule, &specified);
     return true;
 }
@@ -69,12 +70,12 @@ static void rule_close(rule_sink_t *sink, bson_t *rule)
     bson_append_document_end(sink->rules, rule);
 }
 
-/* A rule about the value itself: reason and consideredValue. */
-static void add_value_rule(rule_sink_t *sink, const json_schema_t *schema, const char *keyword, const char *reason,
-                           const bson_value_t *value, bool with_type)
+/* A rule about the value itself: reason and consideredValue (and its type). */
+static void add_value_rule(rule_sink_t *sink, const json_schema_t *schema, const char *keyword, const char *flag,
+                           const char *reason, const bson_value_t *value, bool with_type)
 {
     bson_t rule;
-    if (rule_open_specified(sink, schema, keyword, &rule)) {
+    if (rule_open_specified(sink, schema, keyword, flag, &rule)) {
         BSON_APPEND_UTF8(&rule, "reason", reason);
         BSON_APPEND_VALUE(&rule, "consideredValue", value);
         if (with_type) {
@@ -94,13 +95,23 @@ static bool check_child(json_schema_t *child, const bson_value_t *value, const r
     return sink.count == 0;
 }
 
+/* Whether a keyword checking its parts may stop: nobody wants the rules and
+ * one part already failed. */
+static bool verdict_known(const rule_sink_t *sink, uint32_t failures)
+{
+    return sink->rules == NULL && failures > 0;
+}
+
 /* Appends {<label>: <label value>, title, description, details: rules} as the
- * position-th entry of array. */
-static void append_entry(bson_t *array, uint32_t position, const char *label, const bson_value_t *label_value,
-                         const json_schema_t *annotated, const bson_t *rules)
+ * position-th entry of array, when the sink wants rules. */
+static void append_entry(const rule_sink_t *sink, bson_t *array, uint32_t position, const char *label,
+                         const bson_value_t *label_value, const json_schema_t *annotated, const bson_t *rules)
 {
     char key[16];
     bson_t entry;
+    if (sink->rules == NULL) {
+        return;
+    }
     bson_append_document_begin(array, array_key(position, key), -1, &entry);
     BSON_APPEND_VALUE(&entry, label, label_value);
     if (annotated != NULL) {
@@ -121,16 +132,6 @@ static bool matches_regex(const match_expression_t *regex, const char *text, siz
     return matches;
 }
 
-/* mongod counts a string's length in code points. */
-static int64_t code_points(const bson_value_t *value)
-{
-    int64_t count = 0;
-    for (uint32_t i = 0; i < value->value.v_utf8.len; i++) {
-        count += ((unsigned char)value->value.v_utf8.str[i] & 0xC0) != 0x80;
-    }
-    return count;
-}
-
 static bool has_limit(const json_schema_t *schema, json_schema_limit_t limit)
 {
     return (schema->limits_present & (1u << limit)) != 0;
@@ -139,14 +140,14 @@ static bool has_limit(const json_schema_t *schema, json_schema_limit_t limit)
 static void check_string(const json_schema_t *schema, const bson_value_t *value, rule_sink_t *sink)
 {
     if (schema->pattern != NULL && !matches_regex(schema->pattern, value->value.v_utf8.str, value->value.v_utf8.len)) {
-        add_value_rule(sink, schema, "pattern", "regular expression did not match", value, false);
+        add_value_rule(sink, schema, "pattern", NULL, "regular expression did not match", value, false);
     }
-    int64_t length = code_points(value);
+    int64_t length = aggregation_value_code_points(value); /* mongod counts code points */
     if (has_limit(schema, JSON_SCHEMA_MAX_LENGTH) && length > schema->limits[JSON_SCHEMA_MAX_LENGTH]) {
-        add_value_rule(sink, schema, "maxLength", "specified string length was not satisfied", value, false);
+        add_value_rule(sink, schema, "maxLength", NULL, "specified string length was not satisfied", value, false);
     }
     if (has_limit(schema, JSON_SCHEMA_MIN_LENGTH) && length < schema->limits[JSON_SCHEMA_MIN_LENGTH]) {
-        add_value_rule(sink, schema, "minLength", "specified string length was not satisfied", value, false);
+        add_value_rule(sink, schema, "minLength", NULL, "specified string length was not satisfied", value, false);
     }
 }
 
@@ -163,38 +164,19 @@ static bool within_bound(const bson_value_t *value, const bson_value_t *bound, b
     return exclusive ? comparison < 0 : comparison <= 0;
 }
 
-/* specifiedAs names the exclusive flag beside the bound when it is set, as mongod's annotation does. */
-static void add_bound_rule(rule_sink_t *sink, const json_schema_t *schema, const char *keyword,
-                           const char *exclusive_keyword, bool exclusive, const bson_value_t *value)
-{
-    bson_t rule, specified;
-    bson_iter_t bound;
-    if (!rule_open(sink, keyword, &rule)) {
-        return;
-    }
-    json_schema_find_keyword(schema, keyword, &bound);
-    BSON_APPEND_DOCUMENT_BEGIN(&rule, "specifiedAs", &specified);
-    bson_append_iter(&specified, keyword, -1, &bound);
-    if (exclusive) {
-        BSON_APPEND_BOOL(&specified, exclusive_keyword, true);
-    }
-    bson_append_document_end(&rule, &specified);
-    BSON_APPEND_UTF8(&rule, "reason", "comparison failed");
-    BSON_APPEND_VALUE(&rule, "consideredValue", value);
-    rule_close(sink, &rule);
-}
-
 static void check_number(const json_schema_t *schema, const bson_value_t *value, rule_sink_t *sink)
 {
     if (schema->has_multiple_of && !json_schema_is_multiple_of(value, &schema->multiple_of)) {
-        add_value_rule(sink, schema, "multipleOf", "considered value is not a multiple of the specified value", value,
-                       false);
+        add_value_rule(sink, schema, "multipleOf", NULL, "considered value is not a multiple of the specified value",
+                       value, false);
     }
     if (schema->has_maximum && !within_bound(value, &schema->maximum, false, schema->exclusive_maximum)) {
-        add_bound_rule(sink, schema, "maximum", "exclusiveMaximum", schema->exclusive_maximum, value);
+        add_value_rule(sink, schema, "maximum", schema->exclusive_maximum ? "exclusiveMaximum" : NULL,
+                       "comparison failed", value, false);
     }
     if (schema->has_minimum && !within_bound(value, &schema->minimum, true, schema->exclusive_minimum)) {
-        add_bound_rule(sink, schema, "minimum", "exclusiveMinimum", schema->exclusive_minimum, value);
+        add_value_rule(sink, schema, "minimum", schema->exclusive_minimum ? "exclusiveMinimum" : NULL,
+                       "comparison failed", value, false);
     }
 }
 
@@ -209,7 +191,8 @@ static void check_item_count(const json_schema_t *schema, const bson_value_t *va
         bool failed = limits[i] == JSON_SCHEMA_MIN_ITEMS ? count < limit : count > limit;
         bson_t rule;
         if (has_limit(schema, limits[i]) && failed &&
-            rule_open_specified(sink, schema, limits[i] == JSON_SCHEMA_MIN_ITEMS ? "minItems" : "maxItems", &rule)) {
+            rule_open_specified(sink, schema, limits[i] == JSON_SCHEMA_MIN_ITEMS ? "minItems" : "maxItems", NULL,
+                                &rule)) {
             BSON_APPEND_UTF8(&rule, "reason", "array did not match specified length");
             BSON_APPEND_VALUE(&rule, "consideredValue", value);
             BSON_APPEND_INT32(&rule, "numberOfItems", (int32_t)count);
@@ -225,7 +208,7 @@ static void check_unique_items(const json_schema_t *schema, const bson_value_t *
     bson_t rule;
     bson_iter_t item;
     char key[16];
-    if (duplicate >= 0 && rule_open_specified(sink, schema, "uniqueItems", &rule)) {
+    if (duplicate >= 0 && rule_open_specified(sink, schema, "uniqueItems", NULL, &rule)) {
         BSON_APPEND_UTF8(&rule, "reason", "found a duplicate item");
         BSON_APPEND_VALUE(&rule, "consideredValue", value);
         bson_iter_init_find(&item, array, array_key((uint32_t)duplicate, key));
@@ -272,9 +255,12 @@ static void check_item_list(const json_schema_t *schema, const bson_t *array, ru
         if (!check_child(schema->item_list.items[index], bson_iter_value(&item), sink, &child_rules)) {
             /* mongod's $_internalSchemaMatchArrayIndex writes the index as a long. */
             bson_value_t position = {.value_type = BSON_TYPE_INT64, .value.v_int64 = index};
-            append_entry(&failed, failed_count++, "itemIndex", &position, NULL, &child_rules);
+            append_entry(sink, &failed, failed_count++, "itemIndex", &position, NULL, &child_rules);
         }
         bson_destroy(&child_rules);
+        if (verdict_known(sink, failed_count)) {
+            break;
+        }
     }
     bson_t rule;
     if (failed_count > 0 && rule_open(sink, "items", &rule)) {
@@ -295,7 +281,7 @@ static void check_additional_items(const json_schema_t *schema, const bson_t *ar
     }
     bson_t rule, extra;
     if (schema->additional_items_allowed || count <= first ||
-        !rule_open_specified(sink, schema, "additionalItems", &rule)) {
+        !rule_open_specified(sink, schema, "additionalItems", NULL, &rule)) {
         return;
     }
     BSON_APPEND_UTF8(&rule, "reason", "found additional items");
@@ -315,7 +301,7 @@ static void check_additional_items(const json_schema_t *schema, const bson_t *ar
 static void check_array(json_schema_t *schema, const bson_value_t *value, rule_sink_t *sink)
 {
     bson_t array;
-    view_value(value, &array);
+    aggregation_value_view_document(value, &array);
     uint32_t count = bson_count_keys(&array);
     check_item_count(schema, value, count, sink);
     if (schema->unique_items) {
@@ -349,16 +335,16 @@ static void check_enum(const json_schema_t *schema, const bson_value_t *value, r
         has_object = has_object || BSON_ITER_HOLDS_DOCUMENT(&item);
     }
     if (!schema->at_root || has_object) {
-        add_value_rule(sink, schema, "enum", "value was not found in enum", value, false);
-    } else if (rule_open_specified(sink, schema, "enum", &rule)) {
+        add_value_rule(sink, schema, "enum", NULL, "value was not found in enum", value, false);
+    } else if (rule_open_specified(sink, schema, "enum", NULL, &rule)) {
         BSON_APPEND_UTF8(&rule, "reason", "expression always evaluates to false");
         rule_close(sink, &rule);
     }
 }
 
 /* Checks value against each subschema of list, stopping once the verdict is
- * known when nobody wants rules (stop_on_match: anyOf, oneOf's second match;
- * else allOf's first failure). Fills out_failed with {index, title,
+ * known when nobody wants rules (after stop_after_matches matches: anyOf's
+ * first, oneOf's second; with 0, allOf's first failure). Fills out_failed with {index, title,
  * description, details} per failing subschema when rules are wanted, and
  * out_matching with the matching indexes. Returns the number that matched. */
 static uint32_t check_subschemas(const json_schema_list_t *list, const bson_value_t *value, const rule_sink_t *sink,
@@ -371,14 +357,12 @@ static uint32_t check_subschemas(const json_schema_list_t *list, const bson_valu
         bson_value_t index = {.value_type = BSON_TYPE_INT32, .value.v_int32 = (int32_t)i};
         if (check_child(list->items[i], value, sink, &child_rules)) {
             bson_append_int32(out_matching, array_key(matched++, key), -1, (int32_t)i);
-        } else if (sink->rules != NULL) {
-            append_entry(out_failed, failed++, "index", &index, list->items[i], &child_rules);
         } else {
-            failed++;
+            append_entry(sink, out_failed, failed++, "index", &index, list->items[i], &child_rules);
         }
         bson_destroy(&child_rules);
-        bool verdict_known = stop_after_matches > 0 ? matched >= stop_after_matches : failed > 0;
-        if (sink->rules == NULL && verdict_known) {
+        bool settled = stop_after_matches > 0 ? matched >= stop_after_matches : failed > 0;
+        if (sink->rules == NULL && settled) {
             break;
         }
     }
@@ -444,9 +428,12 @@ static void check_properties(json_schema_t *schema, const bson_t *object, rule_s
             bson_value_t name = {.value_type = BSON_TYPE_UTF8};
             name.value.v_utf8.str = schema->property_names[i];
             name.value.v_utf8.len = (uint32_t)strlen(schema->property_names[i]);
-            append_entry(&failed, failed_count++, "propertyName", &name, schema->properties[i], &child_rules);
+            append_entry(sink, &failed, failed_count++, "propertyName", &name, schema->properties[i], &child_rules);
         }
         bson_destroy(&child_rules);
+        if (verdict_known(sink, failed_count)) {
+            break;
+        }
     }
     /* properties' own entry has no specifiedAs in mongod's errInfo. */
     if (failed_count > 0 && rule_open(sink, "properties", &rule)) {
@@ -506,7 +493,7 @@ static void check_additional_properties(const json_schema_t *schema, const bson_
             break; /* mongod reports the first one */
         }
     }
-    if (extra_count > 0 && rule_open_specified(sink, schema, "additionalProperties", &rule)) {
+    if (extra_count > 0 && rule_open_specified(sink, schema, "additionalProperties", NULL, &rule)) {
         BSON_APPEND_ARRAY(&rule, "additionalProperties", &extra);
         rule_close(sink, &rule);
     }
@@ -526,9 +513,9 @@ static void check_pattern_properties(const json_schema_t *schema, const bson_t *
             bson_t child_rules = BSON_INITIALIZER, entry;
             bool failing = name_matches(pattern, bson_iter_key(&field)) &&
                            !check_child(pattern->schema, bson_iter_value(&field), sink, &child_rules);
-            if (failing) {
+            if (failing && sink->rules != NULL) {
                 char key[16];
-                bson_append_document_begin(&failed, array_key(failed_count++, key), -1, &entry);
+                bson_append_document_begin(&failed, array_key(failed_count, key), -1, &entry);
                 BSON_APPEND_UTF8(&entry, "propertyName", bson_iter_key(&field));
                 json_schema_append_annotations(pattern->schema, &entry);
                 BSON_APPEND_UTF8(&entry, "regexMatched", pattern->pattern);
@@ -537,8 +524,12 @@ static void check_pattern_properties(const json_schema_t *schema, const bson_t *
             }
             bson_destroy(&child_rules);
             if (failing) {
+                failed_count++;
                 break;
             }
+        }
+        if (verdict_known(sink, failed_count)) {
+            break;
         }
     }
     if (failed_count > 0 && rule_open(sink, "patternProperties", &rule)) {
@@ -558,7 +549,7 @@ static void check_required(const json_schema_t *schema, const bson_t *object, ru
             bson_append_utf8(&missing, array_key(missing_count++, key), -1, schema->required[i], -1);
         }
     }
-    if (missing_count > 0 && rule_open_specified(sink, schema, "required", &rule)) {
+    if (missing_count > 0 && rule_open_specified(sink, schema, "required", NULL, &rule)) {
         BSON_APPEND_ARRAY(&rule, "missingProperties", &missing);
         rule_close(sink, &rule);
     }
@@ -574,7 +565,7 @@ static void check_property_count(const json_schema_t *schema, const bson_t *obje
         int64_t limit = schema->limits[limits[i]];
         bson_t rule;
         if (has_limit(schema, limits[i]) && (is_minimum ? count < limit : count > limit) &&
-            rule_open_specified(sink, schema, is_minimum ? "minProperties" : "maxProperties", &rule)) {
+            rule_open_specified(sink, schema, is_minimum ? "minProperties" : "maxProperties", NULL, &rule)) {
             BSON_APPEND_UTF8(&rule, "reason", "specified number of properties was not satisfied");
             BSON_APPEND_INT32(&rule, "numberOfProperties", (int32_t)count);
             rule_close(sink, &rule);
@@ -627,6 +618,9 @@ static void check_dependencies(const json_schema_t *schema, const bson_value_t *
             bson_append_document(&failed, array_key(failed_count++, key), -1, &entry);
         }
         bson_destroy(&entry);
+        if (verdict_known(sink, failed_count)) {
+            break;
+        }
     }
     bson_iter_t keyword;
     if (failed_count > 0 && rule_open(sink, "dependencies", &rule)) {
@@ -634,7 +628,7 @@ static void check_dependencies(const json_schema_t *schema, const bson_value_t *
         if (json_schema_find_keyword(schema, "dependencies", &keyword)) {
             bson_t entries;
             const bson_value_t *entries_value = bson_iter_value(&keyword);
-            view_value(entries_value, &entries);
+            aggregation_value_view_document(entries_value, &entries);
             json_schema_append_document_annotations(&entries, &rule);
         }
         BSON_APPEND_ARRAY(&rule, "failingDependencies", &failed);
@@ -646,7 +640,7 @@ static void check_dependencies(const json_schema_t *schema, const bson_value_t *
 static void check_object(json_schema_t *schema, const bson_value_t *value, rule_sink_t *sink)
 {
     bson_t object;
-    view_value(value, &object);
+    aggregation_value_view_document(value, &object);
     check_properties(schema, &object, sink);
     if (schema->has_additional_properties && !schema->additional_properties_allowed) {
         check_additional_properties(schema, &object, sink);
@@ -661,10 +655,7 @@ static void check_object(json_schema_t *schema, const bson_value_t *value, rule_
 
 /* --- equality and multiples ------------------------------------------------------- */
 
-static int compare_keys(const void *left, const void *right)
-{
-    return strcmp(*(const char *const *)left, *(const char *const *)right);
-}
+
 
 bool json_schema_values_equal(const bson_value_t *left, const bson_value_t *right)
 {
@@ -675,8 +666,8 @@ bool json_schema_values_equal(const bson_value_t *left, const bson_value_t *righ
     }
     bson_t left_view, right_view;
     bson_iter_t left_field, right_field;
-    view_value(left, &left_view);
-    view_value(right, &right_view);
+    aggregation_value_view_document(left, &left_view);
+    aggregation_value_view_document(right, &right_view);
     if (bson_count_keys(&left_view) != bson_count_keys(&right_view)) {
         return false;
     }
@@ -802,7 +793,7 @@ static void append_canonical(bson_t *out, const char *key, const bson_value_t *v
     }
     bson_t view, child;
     bson_iter_t field;
-    view_value(value, &view);
+    aggregation_value_view_document(value, &view);
     size_t count = bson_count_keys(&view), i = 0;
     const char **names = bson_malloc((count + 1) * sizeof *names);
     bson_iter_init(&field, &view);
@@ -810,7 +801,7 @@ static void append_canonical(bson_t *out, const char *key, const bson_value_t *v
         names[i++] = bson_iter_key(&field);
     }
     if (is_document) {
-        qsort(names, count, sizeof *names, compare_keys);
+        qsort(names, count, sizeof *names, json_schema_compare_names);
         bson_append_document_begin(out, key, -1, &child);
     } else {
         bson_append_array_begin(out, key, -1, &child);
@@ -902,7 +893,7 @@ static void check_value(json_schema_t *schema, const bson_value_t *value, rule_s
     }
     check_logic(schema, value, sink);
     if (!type_matches) {
-        add_value_rule(sink, schema, schema->type_keyword, "type did not match", value, true);
+        add_value_rule(sink, schema, schema->type_keyword, NULL, "type did not match", value, true);
     }
 }
 

@@ -96,6 +96,9 @@ json_schema_types_t json_schema_type_bit(bson_type_t type);
 /* Appends document's string title and description (in that order) to out. */
 void json_schema_append_document_annotations(const bson_t *document, bson_t *out);
 
+/* qsort's comparison of two C strings, by strcmp. */
+int json_schema_compare_names(const void *left, const void *right);
+
 /* A bson_t view of data and length (an array or document inside a spec). */
 void json_schema_view(const uint8_t *data, uint32_t length, bson_t *out);
 

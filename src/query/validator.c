@@ -4,6 +4,7 @@
  * operators (a failing write is rare, so that cost is paid only then). */
 #include "query/validator.h"
 
+#include "common/bson_view.h"
 #include "query/json_schema.h"
 #include "query/match.h"
 #include "query/value_format.h"
@@ -16,16 +17,6 @@ struct validator {
     expression_context_t context;
     bool has_context;
 };
-
-/* A view of the document or array at iter. */
-static bool view_of(const bson_iter_t *iter, bson_t *out)
-{
-    const bson_value_t *value = bson_iter_value((bson_iter_t *)iter);
-    if (value->value_type != BSON_TYPE_DOCUMENT && value->value_type != BSON_TYPE_ARRAY) {
-        return false;
-    }
-    return bson_init_static(out, value->value.v_doc.data, value->value.v_doc.data_len);
-}
 
 validator_t *validator_compile(const bson_t *filter, const expression_context_t *context, bson_error_t *error)
 {
@@ -157,9 +148,9 @@ static void describe_logical(const validator_t *validator, const char *name, con
     uint32_t index = 0, listed = 0;
     BSON_APPEND_UTF8(out, "operatorName", name);
     BSON_APPEND_ARRAY_BEGIN(out, is_nor ? "clausesSatisfied" : "clausesNotSatisfied", &array);
-    if (view_of(iter, &items_view) && bson_iter_init(&items, &items_view)) {
+    if (bson_view_of(iter, &items_view) && bson_iter_init(&items, &items_view)) {
         for (; bson_iter_next(&items); index++) {
-            if (!view_of(&items, &child) || filter_matches(validator, &child, document) != is_nor) {
+            if (!bson_view_of(&items, &child) || filter_matches(validator, &child, document) != is_nor) {
                 continue;
             }
             begin_clause_entry(&array, listed++, index, &item, &details);
@@ -214,7 +205,7 @@ static void describe_json_schema(const bson_t *clause, const bson_iter_t *iter, 
 {
     bson_t spec, rules;
     bson_error_t ignored;
-    json_schema_t *schema = view_of(iter, &spec) ? json_schema_compile(&spec, &ignored) : NULL;
+    json_schema_t *schema = bson_view_of(iter, &spec) ? json_schema_compile(&spec, &ignored) : NULL;
     BSON_APPEND_UTF8(out, "operatorName", "$jsonSchema");
     if (schema == NULL) {
         return;
