@@ -132,6 +132,27 @@ void current_op_end(current_op_table_t *table, current_op_entry_t *entry)
     pthread_mutex_unlock(&table->mutex);
 }
 
+void current_op_move_command(current_op_table_t *table, current_op_entry_t *entry, bson_t *from, bson_t *to)
+{
+    bson_iter_t iter;
+    pthread_mutex_lock(&table->mutex);
+    if (!bson_steal(to, from)) { /* only a bson_init_static document cannot be stolen */
+        bson_copy_to(from, to);
+        bson_destroy(from);
+    }
+    if (entry != NULL && entry->active) {
+        /* The name and $db where dispatch_command read them, now in `to`. */
+        entry->command = to;
+        if (bson_iter_init(&iter, to) && bson_iter_next(&iter)) {
+            entry->command_name = bson_iter_key(&iter);
+        }
+        if (bson_iter_init_find(&iter, to, "$db") && BSON_ITER_HOLDS_UTF8(&iter)) {
+            entry->database = bson_iter_utf8(&iter, NULL);
+        }
+    }
+    pthread_mutex_unlock(&table->mutex);
+}
+
 bool current_op_kill(current_op_table_t *table, int64_t opid, const char *owner_name, const char *owner_database)
 {
     bool found = false;

@@ -64,6 +64,13 @@ const atomic_bool *current_op_begin(current_op_table_t *table, current_op_entry_
                                     const char *command_name, const char *database);
 void current_op_end(current_op_table_t *table, current_op_entry_t *entry);
 
+/* The running command's document moves from `from` (a bson_init'ed document,
+ * left destroyed) to `to` (uninitialized) without a copy, under the table's
+ * mutex so that no report reads it mid-move; the entry (NULL: none) then shows
+ * `to`, its name and $db read from there. A durable write waiting for the
+ * journal (slow_ops.h) keeps its command this way past its handler. */
+void current_op_move_command(current_op_table_t *table, current_op_entry_t *entry, bson_t *from, bson_t *to);
+
 /* killOp: marks the running operation opid killed; false when no operation
  * has that opid now (mongod answers ok all the same). With owner_name set, only
  * an operation of owner_name@owner_database is killed (a user without the

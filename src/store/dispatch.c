@@ -513,8 +513,13 @@ done:
     control->run_again = false;
     control->delay_ms = context.reply_delay_ms;
     if (control->journal_sync_wanted) {
-        control->held_operation = slow_op_hold(&watch, store, context.name, context.database, command, reply,
-                                               ok ? NULL : &error, connection_id, handler_started_us);
+        /* A connection's operation stays in currentOp while its reply waits for the journal, as on mongod. */
+        current_op_entry_t *waiting = context.connection != NULL ? context.operation : NULL;
+        control->held_operation = slow_op_hold(&watch, store, context.name, context.database, reply,
+                                               ok ? NULL : &error, connection_id, handler_started_us, waiting);
+        if (waiting != NULL) {
+            context.operation = NULL; /* the held operation ends it */
+        }
     } else {
         slow_op_finish(&watch, store, session, context.name, context.database, command, reply,
                        ok ? NULL : &error, connection_id);
@@ -567,10 +572,14 @@ static void release_when_journaled(void *argument, bool synced, storage_session_
 }
 
 /* The reply to a durable write waits for the journal's next sync, and the
- * command's latency and slow line with it. */
-static void hold_until_journaled(store_t *store, server_reply_t *out_reply, dispatch_control_t *control)
+ * command's latency, slow line and currentOp entry with it. The held operation
+ * takes the command's document (left reinitialized). */
+static void hold_until_journaled(store_t *store, bson_t *command, server_reply_t *out_reply,
+                                 dispatch_control_t *control)
 {
     journaled_reply_t *journaled = bson_malloc(sizeof *journaled);
+    slow_op_adopt_command(control->held_operation, command);
+    bson_init(command);
     *journaled = (journaled_reply_t){.reply = server_hold_reply(out_reply), .operation = control->held_operation};
     control->held_operation = NULL;
     oplog_after_journal_sync(store->storage, release_when_journaled, journaled);
@@ -694,7 +703,7 @@ compress:
     out_reply->delay_ms = control.delay_ms;
     encoded = NULL;
     if (control.journal_sync_wanted) {
-        hold_until_journaled(store, out_reply, &control);
+        hold_until_journaled(store, &command, out_reply, &control);
     }
     goto done;
 
@@ -705,6 +714,8 @@ refuse:
     out_reply->close_after = true;
 done:
     if (control.held_operation != NULL) { /* a reply that could not be encoded */
+        slow_op_adopt_command(control.held_operation, &command);
+        bson_init(&command);
         slow_op_end_wait(control.held_operation, true);
         slow_op_release(control.held_operation, NULL);
     }

@@ -23,8 +23,11 @@ typedef struct dispatch_control {
     bool internal;          /* in: the store's own work (the TTL monitor): no access check */
     bool journal_sync_deferrable; /* in: a durable write's sync may be left to the reply */
     bool journal_sync_wanted;     /* out: the reply must wait for the journal's next sync */
-    slow_op_held_t *held_operation; /* out, with journal_sync_wanted: the command's slow line and
-                                     * latency, for slow_op_release once the sync has ended */
+    slow_op_held_t *held_operation; /* out, with journal_sync_wanted: the command's slow line,
+                                     * latency and currentOp entry (still active, showing the
+                                     * command document, which must live until the caller gives
+                                     * it to slow_op_adopt_command), for slow_op_end_wait and
+                                     * slow_op_release once the sync has ended */
 } dispatch_control_t;
 
 /* On the server's loop thread (server.h's handle_inline): runs request and

@@ -171,14 +171,10 @@ void slow_op_finish(const slow_op_watch_t *watch, store_t *store, storage_sessio
     write_line(&line, now);
 }
 
-/* Commands up to this size are copied whole for their shape, which is then drawn
- * only for a slow one; a larger one's shape is drawn at once (it costs less than
- * the copy). */
-#define HELD_COMMAND_MAX_BYTES (16 * 1024)
-
 struct slow_op_held {
     store_t *store;
     uint64_t connection_id;
+    current_op_entry_t *operation; /* active until slow_op_end_wait, or NULL */
     slow_op_watch_t watch;
     int64_t latency_started_us;
     int64_t ended_us;      /* the command's end, where the wait for the journal began */
@@ -187,17 +183,19 @@ struct slow_op_held {
     char name[64];
     char database[128];
     char outcome[LINE_SIZE];
-    bson_t *command; /* a copy, or NULL with shape drawn */
+    bool has_command;
+    bson_t command; /* slow_op_adopt_command's */
     char shape[LINE_SIZE];
 };
 
 slow_op_held_t *slow_op_hold(const slow_op_watch_t *watch, store_t *store, const char *name, const char *database,
-                             const bson_t *command, const bson_t *reply, const bson_error_t *error,
-                             uint64_t connection_id, int64_t latency_started_us)
+                             const bson_t *reply, const bson_error_t *error, uint64_t connection_id,
+                             int64_t latency_started_us, current_op_entry_t *operation)
 {
-    slow_op_held_t *held = bson_malloc(sizeof *held);
+    slow_op_held_t *held = BSON_ALIGNED_ALLOC0(slow_op_held_t); /* holds a bson_t */
     held->store = store;
     held->connection_id = connection_id;
+    held->operation = operation;
     held->watch = *watch;
     held->latency_started_us = latency_started_us;
     held->ended_us = clock_monotonic_us();
@@ -208,20 +206,27 @@ slow_op_held_t *slow_op_hold(const slow_op_watch_t *watch, store_t *store, const
     text_buffer_t outcome_text = {.data = held->outcome, .size = sizeof held->outcome};
     held->outcome[0] = held->shape[0] = '\0';
     append_outcome(&outcome_text, name, reply, error);
-    held->command = NULL;
-    if (command->len <= HELD_COMMAND_MAX_BYTES) {
-        held->command = bson_copy(command);
-    } else {
-        text_buffer_t shape_text = {.data = held->shape, .size = sizeof held->shape};
-        text_buffer_append_shape(&shape_text, command);
-    }
+    held->has_command = false;
     return held;
+}
+
+void slow_op_adopt_command(slow_op_held_t *held, bson_t *command)
+{
+    if (held->has_command) {
+        return;
+    }
+    current_op_move_command(held->store->operations, held->operation, command, &held->command);
+    held->has_command = true;
 }
 
 void slow_op_end_wait(slow_op_held_t *held, bool synced)
 {
     if (held == NULL) {
         return;
+    }
+    if (held->operation != NULL) {
+        current_op_end(held->store->operations, held->operation);
+        held->operation = NULL;
     }
     held->wait_ended_us = clock_monotonic_us();
     uint64_t latency_us = (uint64_t)(held->wait_ended_us - held->latency_started_us);
@@ -241,9 +246,9 @@ void slow_op_release(slow_op_held_t *held, storage_session_t *session)
     int64_t now = held->wait_ended_us;
     int64_t slow_ms = held->store->options.slow_ms;
     if (now - held->watch.submitted_us > slow_ms * 1000 && tc_log_enabled(TC_LOG_INFO)) {
-        if (held->command != NULL) {
+        if (held->has_command) {
             text_buffer_t shape_text = {.data = held->shape, .size = sizeof held->shape};
-            text_buffer_append_shape(&shape_text, held->command);
+            text_buffer_append_shape(&shape_text, &held->command);
         }
         slow_line_t line = {.name = held->name,
                             .database = held->database,
@@ -258,8 +263,8 @@ void slow_op_release(slow_op_held_t *held, storage_session_t *session)
                             .session = session};
         write_line(&line, now);
     }
-    if (held->command != NULL) {
-        bson_destroy(held->command);
+    if (held->has_command) {
+        bson_destroy(&held->command);
     }
     bson_free(held);
 }

@@ -16,7 +16,7 @@ from datetime import timezone
 
 import pytest
 from bson import SON
-from pymongo import MongoClient
+from pymongo import MongoClient, WriteConcern
 from pymongo.errors import OperationFailure
 
 from conftest import StoreProcess, proxy_over_two_stores, wait_until, wire_command
@@ -251,6 +251,53 @@ def test_idle_cursors(shared_store):
         assert listed[0]["cursor"]["lastAccessDate"] >= listed[0]["cursor"]["createdDate"]
         client.test.command(SON([("killCursors", "cursors"), ("cursors", [cursor_id])]))
         assert current_ops(client, {"idleCursors": True}, match={"cursor.cursorId": cursor_id}) == []
+
+
+def test_a_durable_write_is_in_current_op_until_the_journal_has_it(tmp_path):
+    """As on mongod, a write with j: true is in progress until its reply, its
+    wait for write concern included: with every journal sync 600 ms slower, both
+    $currentOp and the currentOp command list the insert while it waits (long
+    after its handler ended), with the command it was sent with, and neither
+    lists it once the reply is back. The command is large (a 200 KB document),
+    so a document that moved while the write waits would show."""
+    store = StoreProcess(tmp_path / "store", extra_args=["--sync-delay", "600ms"])
+    store.start(timeout=60)  # each of the start's syncs is slower too
+    try:
+        with connect(store) as writer, connect(store) as observer:
+            writer.shop.create_collection("durable")
+            durable = writer.shop.get_collection("durable", write_concern=WriteConcern(j=True))
+            payload = "x" * 200000
+            outcome = {}
+            thread = threading.Thread(
+                target=lambda: outcome.update(result=durable.insert_one({"_id": 1, "payload": payload})))
+            thread.start()
+            def both_views_list_it_waiting():
+                """Both views at once, each seeing the insert running for longer
+                than its handler could (it runs in milliseconds)."""
+                listed = current_ops(observer, match={"ns": "shop.durable"})
+                inprog = observer.admin.command(SON([("currentOp", 1), ("ns", "shop.durable")]))["inprog"]
+                if all(op["microsecs_running"] >= 200000 for op in listed + inprog) and listed and inprog:
+                    return listed, inprog
+                return None
+
+            waiting, inprog = wait_until(both_views_list_it_waiting, 10) or ([], [])
+            thread.join(30)
+            after = current_ops(observer, match={"ns": "shop.durable"})
+            assert outcome["result"].acknowledged and outcome["result"].inserted_id == 1
+            assert durable.find_one({"_id": 1})["payload"] == payload
+        assert len(waiting) == 1, waiting
+        operation = waiting[0]
+        assert operation["active"] and operation["op"] == "insert", operation
+        command = operation["command"]
+        assert command["insert"] == "durable" and command["$db"] == "shop", command
+        assert command["writeConcern"]["j"] is True, command
+        assert [document["_id"] for document in command["documents"]] == [1]
+        assert command["documents"][0]["payload"] == payload
+        assert [op["opid"] for op in inprog] == [operation["opid"]], inprog
+        assert "$truncated" in inprog[0]["command"], inprog  # the currentOp command's 1000-byte limit
+        assert after == [], after
+    finally:
+        store.stop()
 
 
 def test_current_op_errors(shared_store):

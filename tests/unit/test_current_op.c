@@ -175,6 +175,42 @@ static void test_table(void **state)
     current_op_table_destroy(table);
 }
 
+/* A durable write's command moves to its held operation while the reply waits
+ * for the journal: same opid and start, the document now at its new home, and
+ * the entry still active until ended. */
+static void test_move_command(void **state)
+{
+    (void)state;
+    current_op_table_t *table = current_op_table_new();
+    current_op_entry_t entry = {0};
+    current_op_register(table, &entry, 7, "127.0.0.1:1007");
+    bson_t assembled = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&assembled, "insert", "orders");
+    BSON_APPEND_UTF8(&assembled, "$db", "shop");
+    current_op_begin(table, &entry, &assembled, "insert", "shop");
+    int64_t opid = entry.opid, started_us = entry.started_us;
+    bson_t kept;
+    current_op_move_command(table, &entry, &assembled, &kept);
+    assert_true(entry.active);
+    assert_ptr_equal(entry.command, &kept);
+    assert_string_equal(entry.command_name, "insert");
+    assert_string_equal(entry.database, "shop");
+    assert_true(entry.database > (const char *)bson_get_data(&kept) &&
+                entry.database < (const char *)bson_get_data(&kept) + kept.len); /* read from its new home */
+    assert_int_equal(entry.opid, opid);
+    assert_int_equal(entry.started_us, started_us);
+    bson_iter_t iter;
+    assert_true(bson_iter_init_find(&iter, &kept, "insert") && strcmp(bson_iter_utf8(&iter, NULL), "orders") == 0);
+    current_op_report_options_t options = {.host = "h:1"};
+    assert_int_equal(report_count(table, &options, &opid), 1);
+    assert_int_equal(opid, entry.opid);
+    current_op_end(table, &entry);
+    assert_int_equal(report_count(table, &options, &opid), 0);
+    bson_destroy(&kept);
+    current_op_unregister(table, &entry);
+    current_op_table_destroy(table);
+}
+
 static uint32_t list_count(session_cache_t *cache, const session_cache_filter_t *filter)
 {
     bson_t array = BSON_INITIALIZER;
@@ -262,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_command_filter),
         cmocka_unit_test(test_format_time),
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_move_command),
         cmocka_unit_test(test_session_cache),
         cmocka_unit_test(test_uid),
     };
