@@ -160,8 +160,8 @@ static bool attach_expr_state(match_expression_t *expression, match_node_t *node
     return true;
 }
 
-match_expression_t *match_compile_with_context(const bson_t *filter, const expression_context_t *context,
-                                               bson_error_t *error)
+static match_expression_t *compile(const bson_t *filter, const expression_context_t *context, unsigned flags,
+                                   bson_error_t *error)
 {
     match_expression_t *expression = BSON_ALIGNED_ALLOC0(match_expression_t);
     expression->filter = filter ? bson_copy(filter) : bson_new();
@@ -169,7 +169,7 @@ match_expression_t *match_compile_with_context(const bson_t *filter, const expre
     bson_value_t document = {.value_type = BSON_TYPE_DOCUMENT};
     document.value.v_doc.data = (uint8_t *)bson_get_data(expression->filter);
     document.value.v_doc.data_len = expression->filter->len;
-    expression->root = match_parse_filter(&document, false, error);
+    expression->root = match_parse_filter(&document, flags, error);
     if (expression->root == NULL || !attach_expr_state(expression, expression->root, context, error)) {
         match_destroy(expression);
         return NULL;
@@ -177,9 +177,20 @@ match_expression_t *match_compile_with_context(const bson_t *filter, const expre
     return expression;
 }
 
+match_expression_t *match_compile_with_context(const bson_t *filter, const expression_context_t *context,
+                                               bson_error_t *error)
+{
+    return compile(filter, context, 0, error);
+}
+
 match_expression_t *match_compile(const bson_t *filter, bson_error_t *error)
 {
-    return match_compile_with_context(filter, NULL, error);
+    return compile(filter, NULL, 0, error);
+}
+
+match_expression_t *match_compile_without_special_features(const bson_t *filter, bson_error_t *error)
+{
+    return compile(filter, NULL, MATCH_PARSE_NO_SPECIAL_FEATURES, error);
 }
 
 bool match_failed(const match_expression_t *expression, bson_error_t *error)

@@ -23,6 +23,12 @@ match_expression_t *match_compile(const bson_t *filter, bson_error_t *error) TC_
 match_expression_t *match_compile_with_context(const bson_t *filter, const expression_context_t *context,
                                                bson_error_t *error) TC_MUST_CHECK;
 
+/* match_compile() where mongod's parser bans its special features
+ * (kBanAllSpecialFeatures): a $pull condition, an arrayFilters entry, an
+ * $elemMatch projection, the query of a positional projection. $expr and $jsonSchema there are QueryFeatureNotAllowed
+ * 224, $where and $text BadValue 2, "<operator> is not allowed in this context". */
+match_expression_t *match_compile_without_special_features(const bson_t *filter, bson_error_t *error) TC_MUST_CHECK;
+
 /* Whether an evaluation failed since the compile ($expr: "can't $divide by zero"):
  * a document that failed did not match, and the command must fail with error, as
  * mongod's does. */

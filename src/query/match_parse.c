@@ -170,6 +170,15 @@ static bool refuse_unsupported(const char *operator_name, bson_error_t *error)
     return tc_error_set(error, TC_ERR_BAD_VALUE, "thermocline store does not support %s yet", operator_name);
 }
 
+/* Where mongod's parser bans its special features (kBanAllSpecialFeatures):
+ * $expr and $jsonSchema are QueryFeatureNotAllowed, $where and $text BadValue. */
+static bool refuse_special_feature(const char *operator_name, bson_error_t *error)
+{
+    bool query_feature = strcmp(operator_name, "$expr") == 0 || strcmp(operator_name, "$jsonSchema") == 0;
+    return tc_error_set(error, query_feature ? TC_ERR_QUERY_FEATURE_NOT_ALLOWED : TC_ERR_BAD_VALUE,
+                        "%s is not allowed in this context", operator_name);
+}
+
 /* An object whose first field starts with '$' holds operators ({$gt: 1}), unless it
  * is a DBRef ($ref and $id; any of $ref/$id/$db when incomplete ones count). */
 static bool is_expression_document(const bson_value_t *value, bool allow_incomplete_dbref)
@@ -252,7 +261,7 @@ bool match_parse_integer(const char *key, const bson_value_t *value, bool non_ne
     return true;
 }
 static bool parse_operator_document(match_node_t *parent, const char *path, const bson_value_t *operators,
-                                    bool inside_elem_match, bson_error_t *error);
+                                    unsigned flags, bson_error_t *error);
 
 /* mongod 6.0 still used PCRE1; its wording for the common mistakes is what clients see. */
 static const char *regex_error_message(int code, char *buffer, size_t size)
@@ -693,7 +702,8 @@ fail:
     return NULL;
 }
 
-static match_node_t *parse_elem_match(const char *path, const bson_value_t *value, bson_error_t *error)
+static match_node_t *parse_elem_match(const char *path, const bson_value_t *value, unsigned flags,
+                                      bson_error_t *error)
 {
     if (value->value_type != BSON_TYPE_DOCUMENT) {
         tc_error_set(error, TC_ERR_BAD_VALUE, "$elemMatch needs an Object");
@@ -707,13 +717,13 @@ static match_node_t *parse_elem_match(const char *path, const bson_value_t *valu
         match_node_new_with_path(value_form ? MATCH_ELEM_MATCH_VALUE : MATCH_ELEM_MATCH_OBJECT, path);
     node->expand_leaf_arrays = false;
     if (value_form) {
-        if (!parse_operator_document(node, "", value, true, error)) {
+        if (!parse_operator_document(node, "", value, flags | MATCH_PARSE_INSIDE_ELEM_MATCH, error)) {
             match_node_destroy(node);
             return NULL;
         }
         return node;
     }
-    match_node_t *filter = match_parse_filter(value, true, error);
+    match_node_t *filter = match_parse_filter(value, flags | MATCH_PARSE_INSIDE_ELEM_MATCH, error);
     if (filter == NULL) {
         match_node_destroy(node);
         return NULL;
@@ -722,7 +732,7 @@ static match_node_t *parse_elem_match(const char *path, const bson_value_t *valu
     return node;
 }
 
-static match_node_t *parse_all(const char *path, const bson_value_t *value, bson_error_t *error)
+static match_node_t *parse_all(const char *path, const bson_value_t *value, unsigned flags, bson_error_t *error)
 {
     if (value->value_type != BSON_TYPE_ARRAY) {
         tc_error_set(error, TC_ERR_BAD_VALUE, "$all needs an array");
@@ -749,7 +759,7 @@ static match_node_t *parse_all(const char *path, const bson_value_t *value, bson
             bson_iter_t inner;
             match_value_iter_init(&inner, element);
             bson_iter_next(&inner);
-            child = parse_elem_match(path, bson_iter_value(&inner), error);
+            child = parse_elem_match(path, bson_iter_value(&inner), flags, error);
         } else if (element->value_type == BSON_TYPE_REGEX) {
             child = parse_regex_value(path, element, error);
         } else if (element->value_type == BSON_TYPE_DOCUMENT &&
@@ -773,7 +783,7 @@ fail:
     return NULL;
 }
 
-static match_node_t *parse_not(const char *path, const bson_value_t *value, bool inside_elem_match,
+static match_node_t *parse_not(const char *path, const bson_value_t *value, unsigned flags,
                                bson_error_t *error)
 {
     if (value->value_type == BSON_TYPE_REGEX) {
@@ -789,7 +799,7 @@ static match_node_t *parse_not(const char *path, const bson_value_t *value, bool
         return NULL;
     }
     match_node_t *all = match_node_new(MATCH_AND);
-    if (!parse_operator_document(all, path, value, inside_elem_match, error)) {
+    if (!parse_operator_document(all, path, value, flags, error)) {
         match_node_destroy(all);
         return NULL;
     }
@@ -799,13 +809,13 @@ static match_node_t *parse_not(const char *path, const bson_value_t *value, bool
 /* One operator of {path: {$op: value, ...}}; context is that whole operator
  * document ($regex and $options read each other). Adds at most one child. */
 static bool parse_operator(match_node_t *parent, const char *path, const bson_value_t *context,
-                           bson_iter_t *element, bool inside_elem_match, bson_error_t *error)
+                           bson_iter_t *element, unsigned flags, bson_error_t *error)
 {
     const char *key = bson_iter_key(element);
     bson_value_t value = *bson_iter_value(element);
     match_node_t *child = NULL;
     if (strcmp(key, "$not") == 0) {
-        child = parse_not(path, &value, inside_elem_match, error);
+        child = parse_not(path, &value, flags, error);
         goto done;
     }
     switch (keyword_lookup(key)) {
@@ -874,10 +884,10 @@ static bool parse_operator(match_node_t *parent, const char *path, const bson_va
         return tc_error_set(error, TC_ERR_BAD_VALUE, "$options needs a $regex");
     }
     case KEYWORD_ELEM_MATCH:
-        child = parse_elem_match(path, &value, error);
+        child = parse_elem_match(path, &value, flags, error);
         break;
     case KEYWORD_ALL:
-        child = parse_all(path, &value, error);
+        child = parse_all(path, &value, flags, error);
         break;
     case KEYWORD_BITS_ALL_SET:
         child = parse_bits(path, key, MATCH_BITS_ALL_SET, &value, error);
@@ -903,12 +913,12 @@ done:
 }
 
 static bool parse_operator_document(match_node_t *parent, const char *path, const bson_value_t *operators,
-                                    bool inside_elem_match, bson_error_t *error)
+                                    unsigned flags, bson_error_t *error)
 {
     bson_iter_t iter;
     match_value_iter_init(&iter, operators);
     while (bson_iter_next(&iter)) {
-        if (!parse_operator(parent, path, operators, &iter, inside_elem_match, error)) {
+        if (!parse_operator(parent, path, operators, &iter, flags, error)) {
             return false;
         }
     }
@@ -917,7 +927,7 @@ static bool parse_operator_document(match_node_t *parent, const char *path, cons
 
 /* $and, $or, $nor: a non-empty array of filters. */
 static match_node_t *parse_tree(const char *key, match_kind_t kind, const bson_value_t *value,
-                                bool inside_elem_match, bson_error_t *error)
+                                unsigned flags, bson_error_t *error)
 {
     if (value->value_type != BSON_TYPE_ARRAY) {
         tc_error_set(error, TC_ERR_BAD_VALUE, "%s must be an array", key);
@@ -936,7 +946,7 @@ static match_node_t *parse_tree(const char *key, match_kind_t kind, const bson_v
             tc_error_set(error, TC_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
             goto fail;
         }
-        match_node_t *child = match_parse_filter(entry, inside_elem_match, error);
+        match_node_t *child = match_parse_filter(entry, flags, error);
         if (child == NULL) {
             goto fail;
         }
@@ -984,7 +994,7 @@ static match_node_t *parse_json_schema(const bson_value_t *value, bson_error_t *
 }
 
 /* A '$' field of a filter: adds at most one child to root. */
-static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, bool inside_elem_match,
+static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, unsigned flags,
                                      bson_error_t *error)
 {
     const char *key = bson_iter_key(element);
@@ -993,7 +1003,7 @@ static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, b
     match_node_t *child;
     if (strcmp(name, "and") == 0 || strcmp(name, "or") == 0 || strcmp(name, "nor") == 0) {
         match_kind_t kind = name[0] == 'a' ? MATCH_AND : name[0] == 'o' ? MATCH_OR : MATCH_NOR;
-        child = parse_tree(key, kind, &value, inside_elem_match, error);
+        child = parse_tree(key, kind, &value, flags, error);
     } else if (strcmp(name, "comment") == 0) {
         return true;
     } else if (strcmp(name, "alwaysTrue") == 0) {
@@ -1004,9 +1014,17 @@ static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, b
         /* DBRef fields inside an $elemMatch document are plain equalities. */
         child = parse_comparison(key, MATCH_EQ, &value, error);
     } else if (strcmp(name, "where") == 0 || strcmp(name, "text") == 0 || strcmp(name, "expr") == 0) {
-        if (inside_elem_match) {
+        /* mongod checks the ban before the level for $where, after it for $text and $expr. */
+        bool banned = (flags & MATCH_PARSE_NO_SPECIAL_FEATURES) != 0;
+        if (banned && strcmp(name, "where") == 0) {
+            return refuse_special_feature(key, error);
+        }
+        if (flags & MATCH_PARSE_INSIDE_ELEM_MATCH) {
             return tc_error_set(error, TC_ERR_BAD_VALUE, "%s can only be applied to the top-level document",
                                 key);
+        }
+        if (banned) {
+            return refuse_special_feature(key, error);
         }
         if (strcmp(name, "expr") != 0) {
             return refuse_unsupported(key, error);
@@ -1020,6 +1038,9 @@ static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, b
         child = match_node_new(MATCH_EXPR);
         child->u.expr.expression = compiled;
     } else if (strcmp(name, "jsonSchema") == 0) {
+        if (flags & MATCH_PARSE_NO_SPECIAL_FEATURES) {
+            return refuse_special_feature(key, error);
+        }
         child = parse_json_schema(&value, error);
     } else if (is_pathless_operator(name)) {
         return refuse_unsupported(key, error);
@@ -1037,9 +1058,8 @@ static bool parse_top_level_operator(match_node_t *root, bson_iter_t *element, b
     return true;
 }
 
-/* A filter document: its fields are ANDed. inside_elem_match: it runs on array
- * elements (the object form of $elemMatch), where $where/$text/$expr are refused. */
-match_node_t *match_parse_filter(const bson_value_t *document, bool inside_elem_match, bson_error_t *error)
+/* A filter document: its fields are ANDed (flags: match_private.h's). */
+match_node_t *match_parse_filter(const bson_value_t *document, unsigned flags, bson_error_t *error)
 {
     match_node_t *root = match_node_new(MATCH_AND);
     bson_iter_t iter;
@@ -1050,14 +1070,14 @@ match_node_t *match_parse_filter(const bson_value_t *document, bool inside_elem_
     while (bson_iter_next(&iter)) {
         const char *key = bson_iter_key(&iter);
         if (key[0] == '$') {
-            if (!parse_top_level_operator(root, &iter, inside_elem_match, error)) {
+            if (!parse_top_level_operator(root, &iter, flags, error)) {
                 goto fail;
             }
             continue;
         }
         bson_value_t value = *bson_iter_value(&iter);
         if (is_expression_document(&value, false)) {
-            if (!parse_operator_document(root, key, &value, inside_elem_match, error)) {
+            if (!parse_operator_document(root, key, &value, flags, error)) {
                 goto fail;
             }
             continue;

@@ -151,10 +151,19 @@ match_node_t *match_node_negate(match_node_t *child);
 
 /* ---- parsing (match_parse.c) ---- */
 
-/* A filter document: its fields are ANDed. inside_elem_match: it runs on array
- * elements (the object form of $elemMatch), where $where/$text/$expr are refused.
- * Operands point into document. NULL with error filled on a bad filter. */
-match_node_t *match_parse_filter(const bson_value_t *document, bool inside_elem_match, bson_error_t *error);
+/* How a filter is parsed: flags of match_parse_filter. */
+enum {
+    /* It runs on array elements (the object form of $elemMatch): $where, $text
+     * and $expr are refused. */
+    MATCH_PARSE_INSIDE_ELEM_MATCH = 1u << 0,
+    /* mongod's kBanAllSpecialFeatures: $expr, $jsonSchema, $where and $text are
+     * "not allowed in this context" (match_compile_without_special_features). */
+    MATCH_PARSE_NO_SPECIAL_FEATURES = 1u << 1,
+};
+
+/* A filter document: its fields are ANDed. Operands point into document. NULL
+ * with error filled on a bad filter. */
+match_node_t *match_parse_filter(const bson_value_t *document, unsigned flags, bson_error_t *error);
 
 /* ---- evaluation and value helpers (match_evaluate.c) ---- */
 

@@ -267,7 +267,7 @@ static bool parse_elem_match(parse_context_t *context, projection_node_t *parent
     bson_append_document_begin(&query, path, -1, &condition);
     bson_append_value(&condition, "$elemMatch", -1, bson_iter_value(argument));
     bson_append_document_end(&query, &condition);
-    match_expression_t *matcher = match_compile(&query, error);
+    match_expression_t *matcher = match_compile_without_special_features(&query, error);
     bson_destroy(&query);
     if (matcher == NULL) {
         return false;
@@ -533,7 +533,8 @@ projection_t *projection_compile_with_query(const bson_t *spec, const bson_t *qu
         }
     }
     if (context.has_positional) {
-        projection->query_matcher = match_compile(query, error);
+        /* mongod parses the query again for the positional projection, banning its special features. */
+        projection->query_matcher = match_compile_without_special_features(query, error);
         if (projection->query_matcher == NULL) {
             goto fail;
         }

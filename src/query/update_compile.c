@@ -348,7 +348,7 @@ static bool init_pull(update_node_t *leaf, bson_error_t *error)
                                 is_path_accepting_keyword(bson_iter_key(&iter));
         if (!first_is_keyword) {
             leaf->pull_kind = UPDATE_PULL_OBJECT_QUERY;
-            leaf->matcher = match_compile(&argument, error);
+            leaf->matcher = match_compile_without_special_features(&argument, error);
             return leaf->matcher != NULL;
         }
     }
@@ -357,7 +357,7 @@ static bool init_pull(update_node_t *leaf, bson_error_t *error)
         bson_t wrapped = BSON_INITIALIZER;
         bson_append_value(&wrapped, UPDATE_PULL_WRAP_FIELD, -1, &leaf->argument);
         leaf->pull_kind = UPDATE_PULL_WRAPPED_QUERY;
-        leaf->matcher = match_compile(&wrapped, error);
+        leaf->matcher = match_compile_without_special_features(&wrapped, error);
         bson_destroy(&wrapped);
         return leaf->matcher != NULL;
     }
@@ -824,7 +824,7 @@ static bool compile_array_filters(update_spec_t *spec, const bson_t *array_filte
         }
         bson_iter_document(&iter, &length, &data);
         bson_init_static(&filter, data, length);
-        match_expression_t *matcher = match_compile(&filter, error);
+        match_expression_t *matcher = match_compile_without_special_features(&filter, error);
         if (matcher == NULL) {
             char reason[sizeof error->message];
             bson_strncpy(reason, error->message, sizeof reason);

@@ -381,6 +381,29 @@ def test_json_schema_errors_are_mongods(db):
     assert "c" not in db.list_collection_names()
 
 
+def test_json_schema_and_expr_where_mongod_bans_them(db):
+    """mongod's parser bans its special features in a $pull condition, an
+    arrayFilters entry, an $elemMatch projection and the query of a positional
+    projection: QueryFeatureNotAllowed 224, and nothing written."""
+    db.items.insert_one({"_id": 1, "tags": [{"n": 1}, {"n": 2}]})
+    for update, filters, message in [
+            ({"$pull": {"tags": {"$jsonSchema": {"required": ["n"]}}}}, None,
+             "$jsonSchema is not allowed in this context"),
+            ({"$pull": {"tags": {"$expr": {"$eq": ["$n", 1]}}}}, None, "$expr is not allowed in this context"),
+            ({"$set": {"tags.$[t].seen": True}}, [{"t.n": 1, "$jsonSchema": {}}],
+             "Error parsing array filter :: caused by :: $jsonSchema is not allowed in this context")]:
+        with pytest.raises(WriteError) as raised:
+            db.items.update_one({"_id": 1}, update, array_filters=filters)
+        assert (raised.value.code, raised.value.details["errmsg"]) == (224, message), update
+    assert db.items.find_one({"_id": 1}) == {"_id": 1, "tags": [{"n": 1}, {"n": 2}]}
+    for query, projection in [({}, {"tags": {"$elemMatch": {"$jsonSchema": {"required": ["n"]}}}}),
+                              ({"tags.n": 1, "$expr": {"$eq": ["$_id", 1]}}, {"tags.$": 1})]:
+        with pytest.raises(OperationFailure) as raised:
+            db.items.find_one(query, projection)
+        assert (raised.value.code, raised.value.details["codeName"]) == (224, "QueryFeatureNotAllowed")
+    assert db.items.find_one({"tags.n": 2, "$expr": {"$eq": ["$_id", 1]}})["_id"] == 1  # a plain find takes both
+
+
 def test_the_validator_survives_a_restart(store, client, db):
     db.create_collection("orders", validator=ORDER_RULES, validationLevel="moderate")
     client.close()

@@ -14,6 +14,7 @@ import com.mongodb.client.MongoDatabase;
 import com.mongodb.client.model.Accumulators;
 import com.mongodb.client.model.Aggregates;
 import com.mongodb.client.model.BulkWriteOptions;
+import com.mongodb.client.model.CreateCollectionOptions;
 import com.mongodb.client.model.DeleteOneModel;
 import com.mongodb.client.model.Filters;
 import com.mongodb.client.model.FindOneAndUpdateOptions;
@@ -25,6 +26,7 @@ import com.mongodb.client.model.ReturnDocument;
 import com.mongodb.client.model.Sorts;
 import com.mongodb.client.model.UpdateOneModel;
 import com.mongodb.client.model.Updates;
+import com.mongodb.client.model.ValidationOptions;
 import com.mongodb.client.model.WriteModel;
 import com.mongodb.client.result.DeleteResult;
 import com.mongodb.client.result.UpdateResult;
@@ -174,6 +176,8 @@ public class CrudSession {
         List<String> customers = orders.distinct("customer", String.class).into(new ArrayList<>());
         check("distinct", customers.size() == 10, customers);
 
+        checkJsonSchema(database, orders, collectionName + "_customers", hourAgo);
+
         DeleteResult deletedOne = orders.deleteOne(Filters.eq("_id", 0));
         check("deleteOne", deletedOne.getDeletedCount() == 1, deletedOne);
         DeleteResult deleted = orders.deleteMany(Filters.eq("status", "paid"));
@@ -181,5 +185,39 @@ public class CrudSession {
               deleted);
         orders.drop();
         check("drop", orders.count() == 0, orders.count());
+    }
+
+    // $jsonSchema as an application with a schema uses it: a collection's
+    // validator refuses a document with 121 and says why, and a filter selects
+    // exactly what the equivalent plain filter does (on a tiered namespace, from
+    // the fast tier).
+    private static void checkJsonSchema(MongoDatabase database, MongoCollection<Document> orders,
+                                        String validatedName, Date hourAgo) {
+        MongoCollection<Document> customers = database.getCollection(validatedName);
+        customers.drop();
+        Document schema = Document.parse("{bsonType: 'object', required: ['name', 'tier'], properties: {"
+            + "name: {bsonType: 'string', minLength: 1}, tier: {enum: ['gold', 'silver']}}}");
+        database.createCollection(validatedName, new CreateCollectionOptions().validationOptions(
+            new ValidationOptions().validator(Filters.jsonSchema(schema))));
+        customers.insertOne(new Document("_id", 1).append("name", "Ada").append("tier", "gold"));
+        try {
+            customers.insertOne(new Document("_id", 2).append("name", "").append("tier", "bronze"));
+            check("a document against the schema is refused", false, "acknowledged");
+        } catch (MongoWriteException refused) {
+            String details = String.valueOf(refused.getError().getDetails());
+            check("a document against the schema is refused with 121 and its reasons",
+                  refused.getError().getCode() == 121 && details.contains("failingDocumentId")
+                      && details.contains("minLength") && details.contains("enum") && customers.count() == 1,
+                  refused.getError() + " " + details);
+        }
+        customers.drop();
+
+        Document someCustomers = Document.parse(
+            "{required: ['customer'], properties: {customer: {bsonType: 'string', pattern: '^c[0-4]$'}}}");
+        long bySchema = orders.count(Filters.and(Filters.gte("createdAt", hourAgo), Filters.jsonSchema(someCustomers)));
+        long byValues = orders.count(Filters.and(Filters.gte("createdAt", hourAgo),
+                                                 Filters.in("customer", "c0", "c1", "c2", "c3", "c4")));
+        check("$jsonSchema in a filter selects what the plain filter does", bySchema == byValues && bySchema > 0,
+              bySchema + " against " + byValues);
     }
 }

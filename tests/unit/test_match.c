@@ -50,13 +50,15 @@ static void run_match_cases(const match_case_t *cases, size_t count)
     assert_int_equal(failures, 0);
 }
 
-static void run_error_cases(const error_case_t *cases, size_t count)
+typedef match_expression_t *(*compile_function_t)(const bson_t *filter, bson_error_t *error);
+
+static void run_error_cases(const error_case_t *cases, size_t count, compile_function_t compile)
 {
     int failures = 0;
     for (size_t i = 0; i < count; i++) {
         bson_t *filter = support_json(cases[i].filter);
         bson_error_t error = {0};
-        match_expression_t *expression = match_compile(filter, &error);
+        match_expression_t *expression = compile(filter, &error);
         if (expression != NULL) {
             print_error("filter %s compiled; expected error %u\n", cases[i].filter, cases[i].code);
             failures++;
@@ -73,7 +75,7 @@ static void run_error_cases(const error_case_t *cases, size_t count)
 }
 
 #define RUN_MATCHES(cases) run_match_cases(cases, sizeof cases / sizeof cases[0])
-#define RUN_ERRORS(cases) run_error_cases(cases, sizeof cases / sizeof cases[0])
+#define RUN_ERRORS(cases) run_error_cases(cases, sizeof cases / sizeof cases[0], match_compile)
 
 static void test_equality(void **state)
 {
@@ -613,6 +615,36 @@ static void test_expr(void **state)
     RUN_MATCHES(cases);
 }
 
+/* Where mongod bans its special features ($pull, arrayFilters, an $elemMatch
+ * or positional projection): each refused in parse order, the level check first
+ * for $expr and $text and the ban first for $where, as mongod's parser; other
+ * filters compile as anywhere. */
+static void test_without_special_features(void **state)
+{
+    (void)state;
+    static const error_case_t cases[] = {
+        {"{'$expr': {'$eq': ['$a', 1]}}", 224, "$expr is not allowed in this context"},
+        {"{'$jsonSchema': {'required': ['a']}}", 224, "$jsonSchema is not allowed in this context"},
+        {"{'$jsonSchema': 1}", 224, "$jsonSchema is not allowed in this context"},
+        {"{'$where': 'true'}", 2, "$where is not allowed in this context"},
+        {"{'$text': {'$search': 'x'}}", 2, "$text is not allowed in this context"},
+        {"{'a': 1, '$or': [{'b': 1}, {'$expr': true}]}", 224, "$expr is not allowed in this context"},
+        {"{'$nor': [{'$jsonSchema': {}}]}", 224, "$jsonSchema is not allowed in this context"},
+        {"{'a': {'$elemMatch': {'$jsonSchema': {}}}}", 224, "$jsonSchema is not allowed in this context"},
+        {"{'a': {'$elemMatch': {'$expr': true}}}", 2, "$expr can only be applied to the top-level document"},
+        {"{'a': {'$elemMatch': {'$text': {}}}}", 2, "$text can only be applied to the top-level document"},
+        {"{'a': {'$elemMatch': {'$where': '1'}}}", 2, "$where is not allowed in this context"},
+        {"{'a': {'$bad': 1}, '$expr': true}", 2, "unknown operator: $bad"},
+    };
+    run_error_cases(cases, sizeof cases / sizeof cases[0], match_compile_without_special_features);
+    bson_t *plain = support_json("{'a': {'$elemMatch': {'b': {'$gt': 1}}}, '$or': [{'c': 1}, {'d': {'$regex': 'x'}}]}");
+    bson_error_t error;
+    match_expression_t *expression = match_compile_without_special_features(plain, &error);
+    assert_non_null(expression);
+    match_destroy(expression);
+    bson_destroy(plain);
+}
+
 /* let variables through match_compile_with_context, and an evaluation that fails. */
 static void test_expr_context_and_failure(void **state)
 {
@@ -795,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_expr),
+        cmocka_unit_test(test_without_special_features),
         cmocka_unit_test(test_expr_context_and_failure),
         cmocka_unit_test(test_regex_embedded_null),
         cmocka_unit_test(test_api),

@@ -203,6 +203,8 @@ static void test_parse_errors(void **state)
     expect_error("{'a.b': {'$elemMatch': {'c': 1}}}", 31275,
                  "Cannot use $elemMatch projection on a nested field.");
     expect_error("{'a': {'b': {'$elemMatch': {'c': 1}}}}", 31275, NULL);
+    expect_error("{'a': {'$elemMatch': {'$jsonSchema': {'required': ['b']}}}}", 224,
+                 "$jsonSchema is not allowed in this context");
     expect_error("{'': 1}", 40352, "FieldPath cannot be constructed with empty string");
     expect_error("{'a..b': 1}", 15998, "FieldPath field names may not be empty strings.");
     expect_error("{'$a': 1}", 16410, NULL);
@@ -349,6 +351,11 @@ static void test_positional(void **state)
     expect_positional_error("{'a.$': 1, 'a.b': 1}", "{}", 31249, NULL);
     expect_positional_error("{'a..$': 1}", "{}", 15998, NULL);
     expect_positional_error("{'a.$': 1}", "{'$foo': 1}", 2, NULL);
+    /* mongod parses the query again for it, banning its special features. */
+    expect_positional_error("{'a.$': 1}", "{'a': 1, '$expr': {'$eq': ['$b', 1]}}", 224,
+                            "$expr is not allowed in this context");
+    expect_positional_error("{'a.$': 1}", "{'a': 1, '$jsonSchema': {}}", 224,
+                            "$jsonSchema is not allowed in this context");
 
     bson_error_t error;
     bson_t *spec = support_json_single_quoted("{'a.$': 1}");

@@ -557,6 +557,11 @@ static void test_pull(void **state)
                        "Cannot apply $pull to a non-array value");
     expect_apply_error("{'_id': 1, 'a': 1}", "{'$pullAll': {'a': [1]}}", NULL, 2,
                        "Cannot apply $pull to a non-array value");
+    /* mongod bans its special features in a $pull condition. */
+    expect_compile_error("{'$pull': {'a': {'$expr': {'$eq': ['$b', 1]}}}}", NULL, 224,
+                         "$expr is not allowed in this context");
+    expect_compile_error("{'$pull': {'a': {'$jsonSchema': {'required': ['b']}}}}", NULL, 224,
+                         "$jsonSchema is not allowed in this context");
     expect_apply_error("{'_id': 1, 'a': 5}", "{'$pull': {'a.b': 1}}", NULL, 28,
                        "Cannot use the part (b) of (a.b) to traverse the element ({a: 5})");
 }
@@ -667,6 +672,11 @@ static void test_array_filters(void **state)
                          "Error parsing array filter :: caused by :: The top-level field name "
                          "must be an alphanumeric string beginning with a lowercase letter, found "
                          "'I'");
+    expect_compile_error("{'$set': {'a.$[i]': 1}}", "[{'$expr': {'$eq': ['$i', 1]}}]", 224,
+                         "Error parsing array filter :: caused by :: $expr is not allowed in this context");
+    expect_compile_error("{'$set': {'a.$[i]': 1}}", "[{'i': 1, '$jsonSchema': {}}]", 224,
+                         "Error parsing array filter :: caused by :: $jsonSchema is not allowed in this "
+                         "context");
     expect_compile_error("{'$set': {'a.$[i]': 1}}", "[{}]", 9,
                          "Cannot use an expression without a top-level field name in "
                          "arrayFilters");
