@@ -5,6 +5,7 @@ delete during warm, eviction of a document being updated, insert of an _id only
 the archive holds), each checked against the invariants I1-I7."""
 import datetime
 import random
+import re
 import signal
 import threading
 import time
@@ -173,11 +174,16 @@ def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
 
 
 def checkpoint_times(fast):
-    """When the fast tier's --slowms 0 log shows each write of the feeder's checkpoint."""
+    """When each write of the feeder's checkpoint reached the fast tier, from its
+    --slowms 0 line: the line's time less the command's duration, since a
+    journaled write's line is written after its wait for the journal, which
+    varies with the machine's load."""
     times = []
     for line in fast.log_path.read_text(errors="replace").splitlines():
         if "Slow query: update on thermocline" in line and '{update: "feeder"' in line:
-            times.append(datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ"))
+            written = datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+            took_ms = int(re.search(r" took (\d+) ms", line).group(1))
+            times.append(written - datetime.timedelta(milliseconds=took_ms))
     return times
 
 
@@ -210,9 +216,11 @@ def test_the_feeder_alone_checkpoints_a_busy_stream_every_100_ms_at_most(tmp_pat
     fast.stop()  # its last slow-query line is written after the update's reply
     times = checkpoint_times(fast)
     gaps = [(later - earlier).total_seconds() for earlier, later in zip(times, times[1:])]
-    # 100 ms apart, less the time between the reply and the log line, and no less
-    # often than every 300 ms while the writes flowed.
-    assert min(gaps) >= 0.08 and len(times) >= writing_seconds / 0.3, (writing_seconds, gaps)
+    # 100 ms apart, less the millisecond the duration is rounded to and the
+    # scheduling of the feeder's timer, and no less often than every 300 ms while
+    # the writes flowed. The last is the clean stop's save, which waits for no
+    # period (under load it came 56 ms after the one before).
+    assert min(gaps[:-1]) >= 0.08 and len(times) >= writing_seconds / 0.3, (writing_seconds, gaps)
     archive.stop()
 
 
