@@ -119,6 +119,9 @@ typedef struct lab_run {
     double archive_pages_read_per_second;
     double archive_disk_reads_per_second;
     double archive_read_mean_ms; /* its reads' mean latency (opLatencies.reads); -1: not known */
+    /* A loopback round trip just before the run's servers start (machine.c): how
+     * fast the machine was for this run, beside its CPU per operation. -1: not measured. */
+    double round_trip_us;
     /* CPU microseconds each child spent per operation over the measured window
      * (lab_role_t order): where a CPU-bound run's time goes. -1: not running. */
     double cpu_us_per_operation[LAB_ROLE_COUNT];
@@ -266,6 +269,8 @@ char *lab_read_file(const char *path, size_t *out_length, bson_error_t *error) T
 /* Times 100 synced 4 KB writes in directory and 5,000 loopback round trips
  * (about a second in all). */
 bool lab_measure_machine(const char *directory, lab_machine_speed_t *out, bson_error_t *error) TC_MUST_CHECK;
+/* The round trip alone (about 0.1 s), before each run. */
+bool lab_measure_round_trip(double *out_us, bson_error_t *error) TC_MUST_CHECK;
 
 /* --- probe.c: what the lab asks its servers over the wire -------------------------- */
 

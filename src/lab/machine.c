@@ -1,5 +1,6 @@
 /* How fast this machine is while the lab runs: the output disk's sync latency
- * and a loopback round trip, before the first run and after the last. The
+ * and a loopback round trip, before the first run and after the last (the round
+ * trip also before each run). The
  * CPU-bound tiered runs and the fixed-load tail scale with these, which change
  * from day to day on a shared VM while the code does not. */
 #include "lab/lab_private.h"
@@ -171,6 +172,16 @@ static bool measure_round_trips(lab_machine_speed_t *out, bson_error_t *error)
         return tc_error_set(error, TC_ERR_OPERATION_FAILED, "a loopback round trip failed: %s", strerror(errno));
     }
     out->round_trip_us = (double)elapsed / 1e3 / MACHINE_ROUND_TRIPS;
+    return true;
+}
+
+bool lab_measure_round_trip(double *out_us, bson_error_t *error)
+{
+    lab_machine_speed_t speed = {0};
+    if (!measure_round_trips(&speed, error)) {
+        return false;
+    }
+    *out_us = speed.round_trip_us;
     return true;
 }
 

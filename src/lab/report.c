@@ -585,6 +585,7 @@ static void append_run(bson_t *parent, const char *key, const lab_run_t *run, bo
     append_number_or_null(&child, "archive_disk_reads_per_second", run->archive_disk_reads_per_second, run->ok);
     append_number_or_null(&child, "archive_read_mean_ms", run->archive_read_mean_ms,
                           run->ok && run->archive_read_mean_ms >= 0);
+    append_number_or_null(&child, "round_trip_us", run->round_trip_us, run->round_trip_us >= 0);
     if (run->ok) {
         BSON_APPEND_DOUBLE(&child, "read_ops_per_second", run->read_ops_per_second);
         BSON_APPEND_DOUBLE(&child, "update_ops_per_second", run->update_ops_per_second);

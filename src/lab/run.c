@@ -736,6 +736,7 @@ static void run_init(lab_run_t *run)
     run->feeder_lag_ms_at_end = -1;
     run->archive_read_mean_ms = -1.0;
     run->feeder_drain_seconds = -1;
+    run->round_trip_us = -1.0;
     for (int role = 0; role < LAB_ROLE_COUNT; role++) {
         run->cpu_us_per_operation[role] = -1.0;
     }
@@ -788,6 +789,10 @@ bool lab_run(lab_t *lab, const char *workload, lab_mode_t mode, int64_t target_o
     /* Left to the kernel, the copy (and the last run's removal) would reach the
      * disk about 30 s into this run, beside the stores' journal syncs. */
     TC_CHECK(lab_flush_file_system(archive_dir, &error));
+    bson_error_t probe_error;
+    if (!lab_measure_round_trip(&run->round_trip_us, &probe_error)) {
+        lab_note(lab, "%s: the loopback round trip was not measured: %s", run_name, probe_error.message);
+    }
     snprintf(log_path, sizeof log_path, "%s/%s-archive.log", lab->logs_dir, run_name);
     TC_CHECK(start_store(lab, &lab->archive, "archive", archive_dir, archive_port, true, log_path, &error));
     if (mode == LAB_MODE_DIRECT) {
@@ -837,9 +842,9 @@ done:
     run->ok = ok;
     if (ok) {
         char ops[32];
-        fprintf(stderr, "  %s ops/s, read p95 %.1f ms, update p99 %.1f ms, archive %s pages read/s\n",
+        fprintf(stderr, "  %s ops/s, read p95 %.1f ms, update p99 %.1f ms, archive %s pages read/s, loopback %.1f us\n",
                 lab_grouped(run->ops_per_second, ops, sizeof ops), run->read.p95_ms, run->update.p99_ms,
-                lab_grouped(run->archive_pages_read_per_second, (char[32]){0}, 32));
+                lab_grouped(run->archive_pages_read_per_second, (char[32]){0}, 32), run->round_trip_us);
     }
     return ok;
 }

@@ -160,6 +160,9 @@ def test_tiny_lab_end_to_end(tmp_path):
             # direct run does not start.
             cpu = run["cpu_us_per_op"]
             assert cpu["archive"] >= 0 and cpu["bench"] > 0, cpu
+            # The machine's speed just before the run, to read its CPU per op against.
+            assert 0 < run["round_trip_us"] < 100000, run
+            assert "loopback %.1f us" % run["round_trip_us"] in stderr
             if mode == "direct":
                 assert cpu["fast"] is None and cpu["proxy"] is None, cpu
             else:
