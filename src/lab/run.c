@@ -842,7 +842,8 @@ done:
     run->ok = ok;
     if (ok) {
         char ops[32];
-        fprintf(stderr, "  %s ops/s, read p95 %.1f ms, update p99 %.1f ms, archive %s pages read/s, loopback %.1f us\n",
+        fprintf(stderr,
+                "  %s ops/s, read p95 %.1f ms, update p99 %.1f ms, archive %s pages read/s, loopback %.1f us\n",
                 lab_grouped(run->ops_per_second, ops, sizeof ops), run->read.p95_ms, run->update.p99_ms,
                 lab_grouped(run->archive_pages_read_per_second, (char[32]){0}, 32), run->round_trip_us);
     }

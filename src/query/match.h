@@ -25,8 +25,9 @@ match_expression_t *match_compile_with_context(const bson_t *filter, const expre
 
 /* match_compile() where mongod's parser bans its special features
  * (kBanAllSpecialFeatures): a $pull condition, an arrayFilters entry, an
- * $elemMatch projection, the query of a positional projection. $expr and $jsonSchema there are QueryFeatureNotAllowed
- * 224, $where and $text BadValue 2, "<operator> is not allowed in this context". */
+ * $elemMatch projection, the query of a positional projection. $expr and
+ * $jsonSchema there are QueryFeatureNotAllowed 224, $where and $text BadValue 2,
+ * "<operator> is not allowed in this context". */
 match_expression_t *match_compile_without_special_features(const bson_t *filter, bson_error_t *error) TC_MUST_CHECK;
 
 /* Whether an evaluation failed since the compile ($expr: "can't $divide by zero"):

@@ -140,6 +140,7 @@ void current_op_move_command(current_op_table_t *table, current_op_entry_t *entr
         bson_copy_to(from, to);
         bson_destroy(from);
     }
+    bson_init(from);
     if (entry != NULL && entry->active) {
         /* The name and $db where dispatch_command read them, now in `to`. */
         entry->command = to;

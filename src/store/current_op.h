@@ -65,7 +65,7 @@ const atomic_bool *current_op_begin(current_op_table_t *table, current_op_entry_
 void current_op_end(current_op_table_t *table, current_op_entry_t *entry);
 
 /* The running command's document moves from `from` (a bson_init'ed document,
- * left destroyed) to `to` (uninitialized) without a copy, under the table's
+ * left empty) to `to` (uninitialized) without a copy, under the table's
  * mutex so that no report reads it mid-move; the entry (NULL: none) then shows
  * `to`, its name and $db read from there. A durable write waiting for the
  * journal (slow_ops.h) keeps its command this way past its handler. */

@@ -573,13 +573,12 @@ static void release_when_journaled(void *argument, bool synced, storage_session_
 
 /* The reply to a durable write waits for the journal's next sync, and the
  * command's latency, slow line and currentOp entry with it. The held operation
- * takes the command's document (left reinitialized). */
+ * takes the command's document (left empty). */
 static void hold_until_journaled(store_t *store, bson_t *command, server_reply_t *out_reply,
                                  dispatch_control_t *control)
 {
     journaled_reply_t *journaled = bson_malloc(sizeof *journaled);
     slow_op_adopt_command(control->held_operation, command);
-    bson_init(command);
     *journaled = (journaled_reply_t){.reply = server_hold_reply(out_reply), .operation = control->held_operation};
     control->held_operation = NULL;
     oplog_after_journal_sync(store->storage, release_when_journaled, journaled);
@@ -715,7 +714,6 @@ refuse:
 done:
     if (control.held_operation != NULL) { /* a reply that could not be encoded */
         slow_op_adopt_command(control.held_operation, &command);
-        bson_init(&command);
         slow_op_end_wait(control.held_operation, true);
         slow_op_release(control.held_operation, NULL);
     }

@@ -48,9 +48,8 @@ slow_op_held_t *slow_op_hold(const slow_op_watch_t *watch, store_t *store, const
                              const bson_t *reply, const bson_error_t *error, uint64_t connection_id,
                              int64_t latency_started_us, current_op_entry_t *operation);
 
-/* Takes the command's document (bson_init'ed, left destroyed: reinitialize it
- * to use it again) without a copy, for the line's shape and currentOp's
- * `command` while the reply waits. */
+/* Takes the command's document (bson_init'ed, left empty) without a copy, for
+ * the line's shape and currentOp's `command` while the reply waits. */
 void slow_op_adopt_command(slow_op_held_t *held, bson_t *command);
 
 /* Once the sync has ended, before the reply goes out (so that a serverStatus

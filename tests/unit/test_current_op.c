@@ -191,6 +191,8 @@ static void test_move_command(void **state)
     int64_t opid = entry.opid, started_us = entry.started_us;
     bson_t kept;
     current_op_move_command(table, &entry, &assembled, &kept);
+    assert_true(bson_empty(&assembled)); /* left empty, for its owner to reuse or destroy */
+    bson_destroy(&assembled);
     assert_true(entry.active);
     assert_ptr_equal(entry.command, &kept);
     assert_string_equal(entry.command_name, "insert");
