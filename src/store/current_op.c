@@ -107,12 +107,13 @@ void current_op_set_user(current_op_table_t *table, current_op_entry_t *entry, c
 }
 
 const atomic_bool *current_op_begin(current_op_table_t *table, current_op_entry_t *entry, const bson_t *command,
-                                    const char *command_name, const char *database)
+                                    uint32_t sequence_fields, const char *command_name, const char *database)
 {
     int64_t started_us = clock_monotonic_us();
     pthread_mutex_lock(&table->mutex);
     entry->opid = ++table->last_opid;
     entry->command = command;
+    entry->sequence_fields = sequence_fields;
     entry->command_name = command_name;
     entry->database = database;
     entry->started_us = started_us;
@@ -127,6 +128,7 @@ void current_op_end(current_op_table_t *table, current_op_entry_t *entry)
     pthread_mutex_lock(&table->mutex);
     entry->active = false;
     entry->command = NULL;
+    entry->sequence_fields = 0;
     entry->command_name = NULL;
     entry->database = NULL;
     pthread_mutex_unlock(&table->mutex);
@@ -282,7 +284,8 @@ static void append_operation(const current_op_entry_t *entry, const current_op_r
     BSON_APPEND_UTF8(out, "ns", ns);
     bson_free(ns);
     BSON_APPEND_BOOL(out, "redacted", false);
-    current_op_append_command(out, entry->command, options->truncate_ops ? CURRENT_OP_MAX_COMMAND_BYTES : 0);
+    current_op_append_command(out, entry->command, entry->sequence_fields,
+                              options->truncate_ops ? CURRENT_OP_MAX_COMMAND_BYTES : 0);
     BSON_APPEND_INT64(out, "numYields", 0);
     BSON_APPEND_DOCUMENT(out, "locks", &empty);
     BSON_APPEND_BOOL(out, "waitingForLock", false);
@@ -317,11 +320,36 @@ void current_op_report(current_op_table_t *table, const current_op_report_option
 
 /* --- pure helpers ------------------------------------------------------------------- */
 
-void current_op_append_command(bson_t *out, const bson_t *command, size_t max_bytes)
+/* The command's fields less its last sequence_fields (dispatch appends the
+ * document sequences after the body's fields). */
+static void copy_body(const bson_t *command, uint32_t sequence_fields, bson_t *out_body)
 {
+    bson_iter_t iter;
+    uint32_t fields = 0;
+    bson_init(out_body);
+    if (bson_iter_init(&iter, command)) {
+        while (bson_iter_next(&iter)) {
+            fields++;
+        }
+    }
+    if (bson_iter_init(&iter, command)) {
+        for (uint32_t i = 0; i + sequence_fields < fields && bson_iter_next(&iter); i++) {
+            bson_append_iter(out_body, NULL, 0, &iter);
+        }
+    }
+}
+
+void current_op_append_command(bson_t *out, const bson_t *command, uint32_t sequence_fields, size_t max_bytes)
+{
+    bson_t body = BSON_INITIALIZER;
+    if (sequence_fields > 0) {
+        bson_destroy(&body);
+        copy_body(command, sequence_fields, &body);
+        command = &body;
+    }
     if (max_bytes == 0 || command->len <= max_bytes) {
         BSON_APPEND_DOCUMENT(out, "command", command);
-        return;
+        goto done;
     }
     size_t length;
     char *text = bson_as_relaxed_extended_json(command, &length);
@@ -342,6 +370,8 @@ void current_op_append_command(bson_t *out, const bson_t *command, size_t max_by
     }
     bson_append_document_end(out, &truncated);
     bson_free(text);
+done:
+    bson_destroy(&body);
 }
 
 const char *current_op_kind(const char *command_name)

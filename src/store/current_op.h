@@ -33,6 +33,7 @@ typedef struct current_op_entry {
     bool active;
     int64_t opid;
     const bson_t *command;
+    uint32_t sequence_fields; /* command's last fields, from OP_MSG document sequences */
     const char *command_name;
     const char *database;
     int64_t started_us;       /* clock_monotonic_us */
@@ -59,9 +60,10 @@ void current_op_set_user(current_op_table_t *table, current_op_entry_t *entry, c
                          const char *database);
 
 /* A command starts on entry: a new opid, its document (borrowed until
- * current_op_end), name and database. Returns the kill flag it must watch. */
+ * current_op_end), of which the last sequence_fields fields came as OP_MSG
+ * document sequences, name and database. Returns the kill flag it must watch. */
 const atomic_bool *current_op_begin(current_op_table_t *table, current_op_entry_t *entry, const bson_t *command,
-                                    const char *command_name, const char *database);
+                                    uint32_t sequence_fields, const char *command_name, const char *database);
 void current_op_end(current_op_table_t *table, current_op_entry_t *entry);
 
 /* The running command's document moves from `from` (a bson_init'ed document,
@@ -95,10 +97,12 @@ void current_op_report(current_op_table_t *table, const current_op_report_option
 
 /* --- pure helpers, unit-tested -------------------------------------------------- */
 
-/* The `command` field as mongod reports it: the document, or past max_bytes (0:
- * no limit) {$truncated: "<its first max_bytes characters as text, ending
- * ...>", comment} as mongod's appendAsObjOrString. */
-void current_op_append_command(bson_t *out, const bson_t *command, size_t max_bytes);
+/* The `command` field as mongod reports it: the OP_MSG body, so the document
+ * less its last sequence_fields fields (an insert's documents sent as a
+ * sequence are not shown), or past max_bytes (0: no limit) {$truncated: "<its
+ * first max_bytes characters as text, ending ...>", comment} as mongod's
+ * appendAsObjOrString. */
+void current_op_append_command(bson_t *out, const bson_t *command, uint32_t sequence_fields, size_t max_bytes);
 
 /* op and ns as mongod reports them: find "query", insert "insert", update
  * "update", delete "remove", getMore "getmore", anything else "command"; ns

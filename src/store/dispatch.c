@@ -373,7 +373,7 @@ void dispatch_connection_close(store_t *store, void *connection_data)
 
 /* The command enters the table of operations in progress (its connection's
  * entry, or local_entry outside one), its lsid the session cache. */
-static void begin_operation(command_context_t *context, current_op_entry_t *local_entry)
+static void begin_operation(command_context_t *context, current_op_entry_t *local_entry, uint32_t sequence_fields)
 {
     store_t *store = context->store;
     const privileges_user_t *user = auth_connection_user(context->connection);
@@ -387,7 +387,8 @@ static void begin_operation(command_context_t *context, current_op_entry_t *loca
     }
     current_op_set_user(store->operations, context->operation, user_name, user_database);
     session_cache_note_command(store->sessions, context->command, user_name, user_database);
-    current_op_begin(store->operations, context->operation, context->command, context->name, context->database);
+    current_op_begin(store->operations, context->operation, context->command, sequence_fields, context->name,
+                     context->database);
 }
 
 static void end_operation(command_context_t *context)
@@ -445,7 +446,7 @@ void dispatch_command(store_t *store, storage_session_t *session, const bson_t *
         tc_error_set(&error, TC_ERR_INVALID_NAMESPACE, "Invalid database name: '%s'", context.database);
         goto done;
     }
-    begin_operation(&context, &local_entry);
+    begin_operation(&context, &local_entry, control->sequence_fields);
     const command_definition_t *definition = find_command(context.name);
     if (definition == NULL) {
         tc_error_set(&error, TC_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", context.name);
@@ -630,6 +631,7 @@ void dispatch_message(store_t *store, storage_session_t *session, const server_r
         if (!wire_op_msg_command(&parsed, &command, &error)) {
             goto error_reply;
         }
+        control.sequence_fields = (uint32_t)parsed.sequence_count;
     } else if (header.opcode == WIRE_OP_QUERY) {
         wire_op_query_t query;
         legacy = true;

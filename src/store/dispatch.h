@@ -21,6 +21,8 @@ typedef struct dispatch_control {
                              * (server_request_t.connection_data), or NULL */
     int64_t submitted_us;   /* in: when it was queued for a worker (server_request_t), 0: now */
     bool internal;          /* in: the store's own work (the TTL monitor): no access check */
+    uint32_t sequence_fields; /* in: the command's last fields, which came as OP_MSG document
+                               * sequences (currentOp shows the body without them, as mongod) */
     bool journal_sync_deferrable; /* in: a durable write's sync may be left to the reply */
     bool journal_sync_wanted;     /* out: the reply must wait for the journal's next sync */
     slow_op_held_t *held_operation; /* out, with journal_sync_wanted: the command's slow line,

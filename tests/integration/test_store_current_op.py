@@ -253,13 +253,40 @@ def test_idle_cursors(shared_store):
         assert current_ops(client, {"idleCursors": True}, match={"cursor.cursorId": cursor_id}) == []
 
 
+def listed_while_waiting_for_the_journal(observer, write):
+    """Runs write in a thread; returns what $currentOp and the currentOp command
+    list on shop.durable while it waits (running longer than its handler could,
+    which takes milliseconds), and what $currentOp lists once it is back."""
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=write()))
+    thread.start()
+
+    def both_views_list_it_waiting():
+        listed = current_ops(observer, match={"ns": "shop.durable"})
+        inprog = observer.admin.command(SON([("currentOp", 1), ("ns", "shop.durable")]))["inprog"]
+        if all(op["microsecs_running"] >= 200000 for op in listed + inprog) and listed and inprog:
+            return listed, inprog
+        return None
+
+    waiting, inprog = wait_until(both_views_list_it_waiting, 10) or ([], [])
+    thread.join(30)
+    after = current_ops(observer, match={"ns": "shop.durable"})
+    assert "result" in outcome, outcome
+    assert len(waiting) == 1 and [op["opid"] for op in inprog] == [waiting[0]["opid"]], (waiting, inprog)
+    assert waiting[0]["active"] and waiting[0]["op"] == "insert", waiting
+    assert after == [], after
+    return waiting[0]["command"], inprog[0]["command"], outcome["result"]
+
+
 def test_a_durable_write_is_in_current_op_until_the_journal_has_it(tmp_path):
     """As on mongod, a write with j: true is in progress until its reply, its
     wait for write concern included: with every journal sync 600 ms slower, both
     $currentOp and the currentOp command list the insert while it waits (long
     after its handler ended), with the command it was sent with, and neither
-    lists it once the reply is back. The command is large (a 200 KB document),
-    so a document that moved while the write waits would show."""
+    lists it once the reply is back. As on mongod, `command` is the OP_MSG body:
+    insert_one's document travels as a document sequence and is not shown; a
+    200 KB document inside the body is (whole in $currentOp, $truncated by the
+    currentOp command), so a document that moved while the write waits would show."""
     store = StoreProcess(tmp_path / "store", extra_args=["--sync-delay", "600ms"])
     store.start(timeout=60)  # each of the start's syncs is slower too
     try:
@@ -267,35 +294,22 @@ def test_a_durable_write_is_in_current_op_until_the_journal_has_it(tmp_path):
             writer.shop.create_collection("durable")
             durable = writer.shop.get_collection("durable", write_concern=WriteConcern(j=True))
             payload = "x" * 200000
-            outcome = {}
-            thread = threading.Thread(
-                target=lambda: outcome.update(result=durable.insert_one({"_id": 1, "payload": payload})))
-            thread.start()
-            def both_views_list_it_waiting():
-                """Both views at once, each seeing the insert running for longer
-                than its handler could (it runs in milliseconds)."""
-                listed = current_ops(observer, match={"ns": "shop.durable"})
-                inprog = observer.admin.command(SON([("currentOp", 1), ("ns", "shop.durable")]))["inprog"]
-                if all(op["microsecs_running"] >= 200000 for op in listed + inprog) and listed and inprog:
-                    return listed, inprog
-                return None
+            command, truncated, result = listed_while_waiting_for_the_journal(
+                observer, lambda: durable.insert_one({"_id": 1, "payload": payload}))
+            assert result.acknowledged and result.inserted_id == 1
+            assert command["insert"] == "durable" and command["$db"] == "shop", command
+            assert command["writeConcern"]["j"] is True and "documents" not in command, command
+            assert truncated == command, truncated  # small without its documents
 
-            waiting, inprog = wait_until(both_views_list_it_waiting, 10) or ([], [])
-            thread.join(30)
-            after = current_ops(observer, match={"ns": "shop.durable"})
-            assert outcome["result"].acknowledged and outcome["result"].inserted_id == 1
-            assert durable.find_one({"_id": 1})["payload"] == payload
-        assert len(waiting) == 1, waiting
-        operation = waiting[0]
-        assert operation["active"] and operation["op"] == "insert", operation
-        command = operation["command"]
-        assert command["insert"] == "durable" and command["$db"] == "shop", command
-        assert command["writeConcern"]["j"] is True, command
-        assert [document["_id"] for document in command["documents"]] == [1]
-        assert command["documents"][0]["payload"] == payload
-        assert [op["opid"] for op in inprog] == [operation["opid"]], inprog
-        assert "$truncated" in inprog[0]["command"], inprog  # the currentOp command's 1000-byte limit
-        assert after == [], after
+            # pymongo sends any command's documents as a sequence: the raw wire keeps them in the body.
+            command, truncated, result = listed_while_waiting_for_the_journal(observer, lambda: wire_command(
+                store.port, SON([("insert", "durable"), ("documents", [{"_id": 2, "payload": payload}]),
+                                 ("writeConcern", {"j": True}), ("$db", "shop")]), timeout=30))
+            assert result["n"] == 1, result
+            assert [document["_id"] for document in command["documents"]] == [2], command
+            assert command["documents"][0]["payload"] == payload
+            assert "$truncated" in truncated, truncated  # the currentOp command's 1000-byte limit
+            assert [document["payload"] for document in durable.find(sort=[("_id", 1)])] == [payload, payload]
     finally:
         store.stop()
 

@@ -70,5 +70,7 @@ def test_mongosh_scripted_session(store, tmp_path):
     assert result["indexes"] == ["_id_", "n_1"]
     assert result["duplicateCode"] == 11000
     assert result["explainUsesIndex"] == "n_1"
+    assert result["schemaRefusal"] == {"code": 121, "rule": "maxLength"}
+    assert result["schemaFiltered"] == 10  # group 1, moved past 100 by updateMany
     assert result["collections"] == ["items"]
     assert result["unknownCommandCode"] == 59

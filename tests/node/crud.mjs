@@ -292,6 +292,36 @@ check('collStats and dbStats', async () => {
   assert.ok(items);
 });
 
+check('a $jsonSchema validator refuses with 121 and its reasons; $jsonSchema in a filter', async () => {
+  const items = await seedItems();
+  await db.collection('customers').drop().catch(() => {});
+  const customers = await db.createCollection('customers', { validator: { $jsonSchema: {
+    bsonType: 'object', required: ['name', 'tier'],
+    properties: { name: { bsonType: 'string', minLength: 1 }, tier: { enum: ['gold', 'silver'] } },
+  } } });
+  await customers.insertOne({ _id: 1, name: 'Ada', tier: 'gold' });
+  await assert.rejects(customers.insertOne({ _id: 2, name: '', tier: 'bronze' }), (error) => {
+    assert.ok(error instanceof MongoServerError, `expected MongoServerError, got ${error}`);
+    assert.equal(error.code, 121);
+    assert.deepEqual(error.errInfo, { failingDocumentId: 2, details: {
+      operatorName: '$jsonSchema',
+      schemaRulesNotSatisfied: [{ operatorName: 'properties', propertiesNotSatisfied: [
+        { propertyName: 'name', details: [{ operatorName: 'minLength', specifiedAs: { minLength: 1 },
+          reason: 'specified string length was not satisfied', consideredValue: '' }] },
+        { propertyName: 'tier', details: [{ operatorName: 'enum', specifiedAs: { enum: ['gold', 'silver'] },
+          reason: 'value was not found in enum', consideredValue: 'bronze' }] },
+      ] }],
+    } });
+    return true;
+  });
+  assert.equal(await customers.countDocuments(), 1);
+  const schema = { required: ['name'], properties: { n: { minimum: 15 }, tags: { items: { enum: ['even'] } } } };
+  const ids = (await items.find({ $jsonSchema: schema }).sort({ _id: 1 }).toArray()).map((doc) => doc._id);
+  assert.deepEqual(ids, [16, 18]);
+  assert.equal(await items.countDocuments({ $nor: [{ $jsonSchema: schema }] }), 18);
+  await customers.drop();
+});
+
 check('command errors: CommandNotFound, CursorNotFound, TypeMismatch', async () => {
   await seedItems();
   await expectServerError(db.command({ thisCommandDoesNotExist: 1 }), 59);

@@ -68,6 +68,21 @@ while (pending.length > 0) {
   }
 }
 
+// A $jsonSchema validator refuses a document with 121 and says which rule;
+// $jsonSchema in a filter.
+db.getCollection('validated').drop();
+db.createCollection('validated', { validator: { $jsonSchema: {
+  required: ['name'], properties: { name: { bsonType: 'string', maxLength: 5 } } } } });
+try {
+  db.getCollection('validated').insertOne({ _id: 1, name: 'too long' });
+  out.schemaRefusal = null;
+} catch (error) {
+  const rules = error.errInfo.details.schemaRulesNotSatisfied;
+  out.schemaRefusal = { code: error.code, rule: rules[0].propertiesNotSatisfied[0].details[0].operatorName };
+}
+out.schemaFiltered = items.countDocuments({ $jsonSchema: { properties: { n: { minimum: 100 } } } });
+db.getCollection('validated').drop();
+
 out.collections = db.getCollectionNames();
 
 try {

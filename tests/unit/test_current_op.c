@@ -20,7 +20,7 @@ static void test_command_truncation(void **state)
     bson_t *small = support_json("{'find': 'orders', 'filter': {'a': 1}, '$db': 'shop'}");
     bson_t out = BSON_INITIALIZER;
     bson_iter_t iter;
-    current_op_append_command(&out, small, CURRENT_OP_MAX_COMMAND_BYTES);
+    current_op_append_command(&out, small, 0, CURRENT_OP_MAX_COMMAND_BYTES);
     assert_true(bson_iter_init_find(&iter, &out, "command"));
     bson_iter_t inner;
     assert_true(bson_iter_recurse(&iter, &inner) && bson_iter_find(&inner, "find"));
@@ -35,7 +35,7 @@ static void test_command_truncation(void **state)
     BSON_APPEND_UTF8(&large, "payload", padding);
     BSON_APPEND_UTF8(&large, "comment", "tagged");
     bson_init(&out);
-    current_op_append_command(&out, &large, CURRENT_OP_MAX_COMMAND_BYTES);
+    current_op_append_command(&out, &large, 0, CURRENT_OP_MAX_COMMAND_BYTES);
     assert_true(bson_iter_init_find(&iter, &out, "command") && bson_iter_recurse(&iter, &inner));
     assert_true(bson_iter_find(&inner, "$truncated"));
     uint32_t length;
@@ -50,12 +50,39 @@ static void test_command_truncation(void **state)
 
     /* $currentOp (truncateOps false) shows it whole. */
     bson_init(&out);
-    current_op_append_command(&out, &large, 0);
+    current_op_append_command(&out, &large, 0, 0);
     assert_true(bson_iter_init_find(&iter, &out, "command") && bson_iter_recurse(&iter, &inner));
     assert_true(bson_iter_find(&inner, "payload"));
     bson_destroy(&out);
     bson_destroy(&large);
     bson_destroy(small);
+}
+
+/* An insert whose documents came as an OP_MSG document sequence (appended last
+ * to the command): mongod reports the body only, so no documents and, small
+ * again, no $truncated. */
+static void test_command_without_its_sequences(void **state)
+{
+    (void)state;
+    char padding[2000];
+    memset(padding, 'x', sizeof padding - 1);
+    padding[sizeof padding - 1] = '\0';
+    bson_t assembled = BSON_INITIALIZER, documents, document;
+    BSON_APPEND_UTF8(&assembled, "insert", "orders");
+    BSON_APPEND_BOOL(&assembled, "ordered", true);
+    BSON_APPEND_UTF8(&assembled, "$db", "shop");
+    BSON_APPEND_ARRAY_BEGIN(&assembled, "documents", &documents);
+    BSON_APPEND_DOCUMENT_BEGIN(&documents, "0", &document);
+    BSON_APPEND_UTF8(&document, "payload", padding);
+    bson_append_document_end(&documents, &document);
+    bson_append_array_end(&assembled, &documents);
+    bson_t out = BSON_INITIALIZER;
+    current_op_append_command(&out, &assembled, 1, CURRENT_OP_MAX_COMMAND_BYTES);
+    bson_t *expected = support_json("{'command': {'insert': 'orders', 'ordered': true, '$db': 'shop'}}");
+    assert_true(bson_equal(&out, expected));
+    bson_destroy(expected);
+    bson_destroy(&out);
+    bson_destroy(&assembled);
 }
 
 static void test_kinds_and_namespaces(void **state)
@@ -136,7 +163,7 @@ static void test_table(void **state)
     current_op_set_user(table, &alice, "alice", "admin");
     current_op_set_user(table, &bob, "bob", "admin");
     bson_t *command = support_json("{'find': 'orders', '%db': 'shop'}");
-    const atomic_bool *flag = current_op_begin(table, &alice, command, "find", "shop");
+    const atomic_bool *flag = current_op_begin(table, &alice, command, 0, "find", "shop");
     assert_false(atomic_load(flag));
 
     current_op_report_options_t options = {.host = "h:1", .auth_enabled = true, .user_name = "bob",
@@ -162,7 +189,7 @@ static void test_table(void **state)
     current_op_end(table, &alice);
     assert_false(current_op_kill(table, alice.opid, NULL, NULL)); /* no longer running */
     int64_t first_opid = alice.opid;
-    current_op_begin(table, &alice, command, "find", "shop");
+    current_op_begin(table, &alice, command, 0, "find", "shop");
     assert_true(alice.opid > first_opid);
     assert_false(atomic_load(flag)); /* a new command starts unkilled */
     current_op_end(table, &alice);
@@ -187,7 +214,7 @@ static void test_move_command(void **state)
     bson_t assembled = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&assembled, "insert", "orders");
     BSON_APPEND_UTF8(&assembled, "$db", "shop");
-    current_op_begin(table, &entry, &assembled, "insert", "shop");
+    current_op_begin(table, &entry, &assembled, 0, "insert", "shop");
     int64_t opid = entry.opid, started_us = entry.started_us;
     bson_t kept;
     current_op_move_command(table, &entry, &assembled, &kept);
@@ -296,6 +323,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_command_truncation),
+        cmocka_unit_test(test_command_without_its_sequences),
         cmocka_unit_test(test_kinds_and_namespaces),
         cmocka_unit_test(test_command_filter),
         cmocka_unit_test(test_format_time),
