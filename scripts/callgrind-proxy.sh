@@ -8,7 +8,7 @@
 #
 # --save keeps the profile (callgrind_annotate --tree=caller FILE shows who calls what).
 #
-# Prints instructions per request, the requests counted (thermoclineStatus), and
+# Prints instructions per request, the requests counted (router_handle's calls), and
 # the functions with the most inclusive instructions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,19 +50,12 @@ valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/callgri
 sleep 1
 "$binary" bench --uri "mongodb://127.0.0.1:$archive_port/" --workload load --records "$records" --threads 8 \
   > /dev/null 2> "$work/load.log"
-requests() {
-  /usr/bin/python3 -c 'import sys; from pymongo import MongoClient
-print(MongoClient(sys.argv[1], serverSelectionTimeoutMS=30000).admin.command("thermoclineStatus")["requests"])' \
-    "mongodb://127.0.0.1:$proxy_port/"
-}
 "$binary" bench --uri "mongodb://127.0.0.1:$proxy_port/" --workload pointread --threads "$threads" \
   --duration "$((seconds + 10))s" --warmup 5s > /dev/null 2>&1 & bench_pid=$!
 sleep 5
-before=$(requests)
 callgrind_control -i on "$proxy_pid" > /dev/null
 sleep "$seconds"
 callgrind_control -i off "$proxy_pid" > /dev/null
-after=$(requests)
 wait "$bench_pid" || true
 callgrind_control -d "$proxy_pid" > /dev/null
 sleep 1
@@ -70,6 +63,29 @@ kill -TERM "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true
 out="$work/callgrind.out.1" # the dump of the measured window; callgrind.out is the empty rest
 total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
 [ -z "$save" ] || cp "$out" "$save"
-count=$((after - before - 1)) # one of them was the first thermoclineStatus
+# The requests are the calls of router_handle inside the measured window, read
+# from the profile itself: a count from the proxy's own counters would include
+# the requests served while callgrind_control was still switching collection on
+# and off (a fifth more, which understated the instructions per request).
+count=$(/usr/bin/python3 - "$out" <<'PYTHON'
+import re, sys
+calls, ids, name_id, pending = 0, {}, None, False
+for line in open(sys.argv[1]):
+    called = re.match(r"cfn=\((\d+)\)(?: (.*))?", line)
+    if called:
+        if called.group(2):
+            ids[called.group(1)] = called.group(2).strip()
+        pending = ids.get(called.group(1)) == "router_handle"
+    elif pending and line.startswith("calls="):
+        calls += int(line.split("=")[1].split()[0])
+        pending = False
+    else:
+        defined = re.match(r"c?fn=\((\d+)\) (.*)", line)
+        if defined:
+            ids[defined.group(1)] = defined.group(2).strip()
+print(calls)
+PYTHON
+)
+[ "$count" -gt 0 ] || { echo "callgrind-proxy.sh: no request in the measured window" >&2; exit 1; }
 echo "requests: $count, instructions: $total, per request: $((total / count))"
 callgrind_annotate --inclusive=yes "$out" 2>/dev/null | sed -n "/^Ir/,\$p" | sed -n 1,30p
