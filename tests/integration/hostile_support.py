@@ -33,6 +33,11 @@ class GoodClientProbe:
         self.error = None
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
+        # Its connections open before any attack starts: a flood that reached
+        # maxConnections first would refuse them, which is the limit working.
+        deadline = time.monotonic() + 30
+        while self.operations == 0 and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def prepare(self):
         self.client.probe.c.drop()
