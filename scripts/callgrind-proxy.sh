@@ -69,7 +69,7 @@ total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {
 # and off (a fifth more, which understated the instructions per request).
 count=$(/usr/bin/python3 - "$out" <<'PYTHON'
 import re, sys
-calls, ids, name_id, pending = 0, {}, None, False
+calls, ids, pending = 0, {}, False
 for line in open(sys.argv[1]):
     called = re.match(r"cfn=\((\d+)\)(?: (.*))?", line)
     if called:
@@ -80,7 +80,7 @@ for line in open(sys.argv[1]):
         calls += int(line.split("=")[1].split()[0])
         pending = False
     else:
-        defined = re.match(r"c?fn=\((\d+)\) (.*)", line)
+        defined = re.match(r"fn=\((\d+)\) (.*)", line)
         if defined:
             ids[defined.group(1)] = defined.group(2).strip()
 print(calls)

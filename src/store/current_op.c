@@ -320,21 +320,16 @@ void current_op_report(current_op_table_t *table, const current_op_report_option
 
 /* --- pure helpers ------------------------------------------------------------------- */
 
-/* The command's fields less its last sequence_fields (dispatch appends the
- * document sequences after the body's fields). */
-static void copy_body(const bson_t *command, uint32_t sequence_fields, bson_t *out_body)
+/* Appends to body the command's fields less its last sequence_fields
+ * (wire_op_msg_command appends the document sequences after the body's fields). */
+static void append_body(const bson_t *command, uint32_t sequence_fields, bson_t *body)
 {
+    uint32_t fields = bson_count_keys(command);
+    uint32_t body_fields = fields > sequence_fields ? fields - sequence_fields : 0;
     bson_iter_t iter;
-    uint32_t fields = 0;
-    bson_init(out_body);
     if (bson_iter_init(&iter, command)) {
-        while (bson_iter_next(&iter)) {
-            fields++;
-        }
-    }
-    if (bson_iter_init(&iter, command)) {
-        for (uint32_t i = 0; i + sequence_fields < fields && bson_iter_next(&iter); i++) {
-            bson_append_iter(out_body, NULL, 0, &iter);
+        for (uint32_t i = 0; i < body_fields && bson_iter_next(&iter); i++) {
+            bson_append_iter(body, NULL, 0, &iter);
         }
     }
 }
@@ -343,8 +338,7 @@ void current_op_append_command(bson_t *out, const bson_t *command, uint32_t sequ
 {
     bson_t body = BSON_INITIALIZER;
     if (sequence_fields > 0) {
-        bson_destroy(&body);
-        copy_body(command, sequence_fields, &body);
+        append_body(command, sequence_fields, &body);
         command = &body;
     }
     if (max_bytes == 0 || command->len <= max_bytes) {
