@@ -33,8 +33,9 @@
 
 /* How often a batch waiting for a pending mark reads the marks again. */
 #define STREAM_MARK_POLL_MS 10
-/* A pending eviction mark is settled by the feeder within 30 s of a crashed
- * evictor (EVICT_MARK_RECOVER_SECONDS); past this the getMore fails, resumably. */
+/* Only a copy's mark is ever pending for a reader, and decided by its digest
+ * after WORKER_WRITES_PENDING_COPY_WAIT_MS; a batch still waiting this long (marks
+ * that cannot be read) fails its getMore, resumably. */
 #define STREAM_MARK_WAIT_LIMIT_MS 45000
 
 /* The batch of a cursor reply: cursor.firstBatch or cursor.nextBatch. */

@@ -5,7 +5,9 @@
  *   ─▶ wait until the feeder has applied every write up to T: the archive then
  *      holds each candidate's version, without reading the archive (I2)
  *   ─▶ mark {ns, _id, "evict", pending} in thermocline.workerWrites
- *   ─▶ delete each with its exact-version filter (a concurrent update wins)
+ *   ─▶ delete each with its exact-version filter (a concurrent update wins), in
+ *      one transaction with its mark's "committed": a crash leaves both or
+ *      neither, so a pending mark never stands for a delete
  *   ─▶ mark done with the delete's time range (the feeder skips the one delete
  *      event of that document in it: I3), or remove the mark when nothing was
  *      deleted
@@ -21,6 +23,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,13 +45,16 @@ typedef struct evictor {
     tier_context_t *context;
     mongoc_client_t *fast;
     evictor_namespace_t *namespaces;
-    /* A batch failed after writing its marks: some may be left pending, which holds
-     * the feeder back until they are resolved (before the next eviction). */
+    /* A batch failed after writing its marks: some may be left pending, which
+     * refuses their documents' evictions until removed (before the next batch). */
     bool marks_unsettled;
     /* Test hook: THERMOCLINE_TEST_FAIL_EVICT_MARK=N makes the Nth recording of a
      * delete's outcome fail, as a fast tier lost at that moment would
      * (tests/integration/test_tier_faults.py). */
     long fail_mark_after;
+    /* Test hook: THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE=N kills the process just
+     * before its Nth delete, its marks and intent written (test_tier_faults.py). */
+    long kill_before_delete;
     bson_oid_t intent;                  /* the _id of the batch's intent (pins.h) */
     char holder[TIER_PIN_HOLDER_SIZE];  /* this process, in its intents */
     int64_t next_cleanup_ms;            /* monotonic: when expired pins and intents are next removed */
@@ -65,7 +71,7 @@ static bool write_command(evictor_t *evictor, const char *database, bson_t *comm
 }
 
 /* Writes pending marks for documents; *out_refused[i] is true for a document
- * whose mark is pending or recovered (an earlier delete's outcome not settled:
+ * whose mark is pending or committed (an earlier delete's outcome not settled:
  * kept this round). A done mark is taken over, its range kept in its history for
  * the change streams that have not passed it. */
 static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t *ids, size_t count,
@@ -119,8 +125,8 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
 }
 
 /* The mark's outcome: done, the delete having happened in (since, at] (at: the
- * delete's operationTime, at or after its oplog entry), or gone when nothing was
- * deleted. */
+ * commit's operationTime, at or after its oplog entry), replacing "committed"; or
+ * removed when nothing was deleted. */
 static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t since,
                          uint64_t at, bson_error_t *error)
 {
@@ -130,6 +136,7 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
     BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     worker_writes_mark_key(&query, "_id", ns, id, "evict");
+    BSON_APPEND_UTF8(&query, "state", deleted ? "committed" : "pending");
     bson_append_document_end(&statement, &query);
     if (deleted) {
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
@@ -153,19 +160,101 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
     return ok;
 }
 
-/* Deletes one candidate if it is still exactly that version; *out_time is the
- * delete's cluster time. */
-static bool delete_version(evictor_t *evictor, const char *database, const char *collection, const bson_t *filter,
-                           bool *out_deleted, uint64_t *out_time, bson_error_t *error)
+/* The transaction's second write: the pending mark of id becomes "committed"
+ * (worker_writes.h). It matches only a pending mark: one a recovery removed
+ * meanwhile leaves the transaction uncommitted, the document kept. */
+static void append_commit_mark(bson_t *command, const char *ns, const bson_value_t *id)
 {
-    bson_t command = BSON_INITIALIZER, reply;
-    tier_append_delete_version(&command, collection, filter);
-    bool ok = write_command(evictor, database, &command, &reply, error);
+    bson_t statements, statement, query, update, set;
+    BSON_APPEND_UTF8(command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(command, "updates", &statements);
+    BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    worker_writes_mark_key(&query, "_id", ns, id, "evict");
+    BSON_APPEND_UTF8(&query, "state", "pending");
+    bson_append_document_end(&statement, &query);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_UTF8(&set, "state", "committed");
+    bson_append_document_end(&update, &set);
+    bson_append_document_end(&statement, &update);
+    bson_append_document_end(&statements, &statement);
+    bson_append_array_end(command, &statements);
+}
+
+/* One command of the session's transaction; *out_count: the reply's field count
+ * (n, nModified). */
+static bool transaction_write(evictor_t *evictor, const bson_t *options, const char *database, const bson_t *command,
+                              const char *count_field, int64_t *out_count, bson_error_t *error)
+{
+    bson_t reply;
     bson_iter_t iter;
-    *out_deleted = ok && bson_iter_init_find(&iter, &reply, "n") && bson_iter_as_int64(&iter) == 1;
-    *out_time = timestamp_find(&reply, "operationTime");
+    bool ok = mongoc_client_command_with_opts(evictor->fast, database, command, NULL, options, &reply, error);
+    *out_count = ok && bson_iter_init_find(&iter, &reply, count_field) ? bson_iter_as_int64(&iter) : 0;
     bson_destroy(&reply);
-    bson_destroy(&command);
+    return ok;
+}
+
+/* Deletes one candidate if it is still exactly that version, in one transaction
+ * with its mark's "committed": a crash leaves both or neither, so a mark still
+ * pending means this delete never happened, whatever became of the document since
+ * (gone after a crash, a client deleted it). *out_time: the commit's
+ * operationTime. False when the outcome is unknown (the mark then tells). */
+static bool delete_version(evictor_t *evictor, const config_namespace_t *policy, const bson_value_t *id,
+                           const bson_t *version, bool *out_deleted, uint64_t *out_time, bson_error_t *error)
+{
+    mongoc_transaction_opt_t *transaction = mongoc_transaction_opts_new();
+    mongoc_write_concern_t *concern = mongoc_write_concern_new();
+    mongoc_client_session_t *session = NULL;
+    bson_t options = BSON_INITIALIZER, delete = BSON_INITIALIZER, mark = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    int64_t deleted = 0, marked = 0;
+    bool ok = false, open = false;
+    *out_deleted = false;
+    *out_time = 0;
+    mongoc_write_concern_set_w(concern, 1); /* as the evictor's other writes (write_command) */
+    mongoc_transaction_opts_set_write_concern(transaction, concern);
+    session = mongoc_client_start_session(evictor->fast, NULL, error);
+    if (session == NULL || !mongoc_client_session_start_transaction(session, transaction, error) ||
+        !mongoc_client_session_append(session, &options, error)) {
+        goto done;
+    }
+    open = true;
+    tier_append_delete_version(&delete, policy->collection, version);
+    append_commit_mark(&mark, policy->ns, id);
+    if (!transaction_write(evictor, &options, policy->database, &delete, "n", &deleted, error) ||
+        (deleted == 1 && !transaction_write(evictor, &options, TIER_DATABASE, &mark, "nModified", &marked, error))) {
+        goto done;
+    }
+    ok = true;
+    if (deleted != 1 || marked != 1) {
+        goto done; /* changed since the read, or its mark gone: nothing to commit */
+    }
+    bson_destroy(&reply);
+    open = false;
+    ok = mongoc_client_session_commit_transaction(session, &reply, error);
+    if (ok) {
+        uint32_t seconds = 0, increment = 0;
+        mongoc_client_session_get_operation_time(session, &seconds, &increment);
+        *out_deleted = true;
+        *out_time = timestamp_find(&reply, "operationTime");
+        if (*out_time == 0) {
+            *out_time = (uint64_t)seconds << 32 | increment;
+        }
+    }
+done:
+    if (open) {
+        bson_error_t abort_error;
+        (void)mongoc_client_session_abort_transaction(session, &abort_error); /* one left open times out */
+    }
+    if (session != NULL) {
+        mongoc_client_session_destroy(session);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&mark);
+    bson_destroy(&delete);
+    bson_destroy(&options);
+    mongoc_write_concern_destroy(concern);
+    mongoc_transaction_opts_destroy(transaction);
     return ok;
 }
 
@@ -277,17 +366,24 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
             counts->changed++;
             continue;
         }
-        ok = delete_version(evictor, policy->database, policy->collection, &version, &deleted, &at, error);
+        if (evictor->kill_before_delete > 0 && --evictor->kill_before_delete == 0) {
+            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE: killing the process");
+            raise(SIGKILL);
+        }
+        ok = delete_version(evictor, policy, &ids[i], &version, &deleted, &at, error);
         tier_progress_end_eviction(context->progress, policy->index);
         bson_destroy(&version);
         if (!ok) {
-            break; /* the mark stays pending: the feeder waits, and the next pass resolves it */
+            break; /* pending (never deleted) or committed: the next pass settles it */
         }
         if (deleted && evictor->fail_mark_after > 0 && --evictor->fail_mark_after == 0) {
             counts->evicted++;
             return tc_error_set(error, TC_ERR_HOST_UNREACHABLE, "THERMOCLINE_TEST_FAIL_EVICT_MARK");
         }
-        ok = resolve_mark(evictor, policy->ns, &ids[i], deleted && at != 0, read_time, at, error);
+        /* Without a time the committed mark stands as it is (the first delete after since). */
+        if (!deleted || at != 0) {
+            ok = resolve_mark(evictor, policy->ns, &ids[i], deleted, read_time, at, error);
+        }
         counts->evicted += deleted;
         counts->changed += !deleted;
     }
@@ -517,6 +613,27 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
 }
 
+/* Removes the evict marks a crash or a failed batch left pending: a delete commits
+ * with its mark's "committed", so a pending one never deleted its document, and
+ * a document gone since was deleted by a client (the feeder replays that delete).
+ * A pending mark refuses its document's next eviction until then. */
+static bool remove_pending_marks(evictor_t *evictor, bson_error_t *error)
+{
+    bson_t query = BSON_INITIALIZER;
+    int64_t removed = 0;
+    BSON_APPEND_UTF8(&query, "_id.op", "evict");
+    BSON_APPEND_UTF8(&query, "state", "pending");
+    bool ok = tier_delete_state(evictor->fast, TIER_MARKS_COLLECTION, &query, 0, &removed, error);
+    if (ok && removed > 0) {
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{count} eviction(s) left unfinished by a crash or a failed batch never deleted their documents "
+                     "(a delete commits with its mark): their marks are removed",
+                     TC_ATTR_INT("count", removed));
+    }
+    bson_destroy(&query);
+    return ok;
+}
+
 /* Pins and intents whose holder died expire (pins.h) and stop counting; their
  * documents are removed now and then, so the collections stay small. */
 static void remove_expired(evictor_t *evictor)
@@ -550,20 +667,22 @@ void evictor_run(tier_group_t *group, void *argument)
 
     const char *fail_mark = getenv("THERMOCLINE_TEST_FAIL_EVICT_MARK");
     evictor.fail_mark_after = fail_mark != NULL ? strtol(fail_mark, NULL, 10) : 0;
+    const char *kill_before = getenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE");
+    evictor.kill_before_delete = kill_before != NULL ? strtol(kill_before, NULL, 10) : 0;
     tier_pins_holder(evictor.holder, sizeof evictor.holder);
 
     /* Evictions a crash or a failed batch interrupted: settled before any new one
-     * starts (the feeder would otherwise wait EVICT_MARK_RECOVER_SECONDS for them). */
-    bool recovered = false;
+     * starts (their pending marks would refuse their documents' evictions). */
+    bool settled = false;
     while (!tier_group_stopping(group) && count > 0) {
         bson_error_t error;
         if (evictor.marks_unsettled) {
             evictor.marks_unsettled = false;
-            recovered = false;
+            settled = false;
         }
-        if (!recovered) {
-            recovered = tier_marks_recover(evictor.fast, 0, &error);
-            if (!recovered) {
+        if (!settled) {
+            settled = remove_pending_marks(&evictor, &error);
+            if (!settled) {
                 tier_report_error(context, TIER_WORKER_EVICTOR, "cannot check unfinished evictions: %s",
                                   error.message);
                 tier_group_sleep(group, 1000);

@@ -49,7 +49,6 @@
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 5000
 #define WARM_MARK_WAIT_MS 2000
-#define EVICT_MARK_RECOVER_SECONDS 30
 /* Done marks stay WORKER_WRITES_RETENTION_SECONDS: a clean once a second is plenty
  * (sooner only while a backlog is left, feeder_clean_marks). */
 #define MARK_CLEAN_INTERVAL_MS 1000
@@ -405,12 +404,11 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
 /* --- worker-writes marks ------------------------------------------------------------- */
 
 /* Looks the batch's inserts and deletes up in thermocline.workerWrites and marks
- * the evictor's deletes and the warmer's copies suppressed. Waits for marks whose
- * outcome is not written yet. False only when the group stops. */
+ * the evictor's deletes and the warmer's copies suppressed. Waits for copy marks
+ * whose outcome is not written yet. False only when the group stops. */
 static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t count)
 {
     int64_t started = clock_monotonic_ms();
-    bool warned = false;
     for (;;) {
         bson_t command = BSON_INITIALIZER, filter, id_condition, keys, reply, batch;
         uint32_t key_count = 0;
@@ -450,7 +448,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             feeder_backoff(feeder);
             continue;
         }
-        bool waiting_evict = false, waiting_warm = false;
+        bool waiting_warm = false;
         int64_t waited = clock_monotonic_ms() - started;
         for (size_t i = 0; i < count; i++) {
             candidate_t *item = &candidates[i];
@@ -484,8 +482,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                 uint64_t range_to = 0;
                 switch (worker_writes_classify(&mark, &event, &range_to)) {
                 case WORKER_WRITES_PENDING:
-                    waiting_evict = waiting_evict || item->is_delete;
-                    waiting_warm = waiting_warm || !item->is_delete;
+                    waiting_warm = true; /* a copy's (a delete is never pending: worker_writes.h) */
                     continue;
                 case WORKER_WRITES_WORKER:
                     /* An eviction stands for one delete: the first in its range. */
@@ -502,22 +499,8 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             bson_destroy(&key_holder);
         }
         bson_destroy(&reply);
-        if (!waiting_evict && !waiting_warm) {
+        if (!waiting_warm) {
             return true;
-        }
-        if (waiting_evict && waited > 5000 && !warned) {
-            warned = true;
-            tier_report_error(feeder->context, TIER_WORKER_FEEDER,
-                              "waiting for the evictor to record the outcome of its delete (thermocline.%s); "
-                              "a stalled or crashed evictor holds the feed back",
-                              TIER_MARKS_COLLECTION);
-        }
-        if (waiting_evict && waited > EVICT_MARK_RECOVER_SECONDS * 1000) {
-            bson_error_t recover_error;
-            if (!tier_marks_recover(feeder->fast, EVICT_MARK_RECOVER_SECONDS, &recover_error)) {
-                tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot resolve a stale eviction mark: %s",
-                                  recover_error.message);
-            }
         }
         if (!tier_group_sleep(feeder->context->group, 10)) {
             return false;

@@ -101,8 +101,8 @@ static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
     bson_append_array_end(query, &any);
 }
 
-/* Removes the "recovered" marks among the eviction ranges deletes took since the
- * last call (a recovered mark stands for one delete, which the feeder has applied
+/* Removes the "committed" marks among the eviction ranges deletes took since the
+ * last call (a committed mark stands for one delete, which the feeder has applied
  * and checkpointed now), and forgets those ranges: an entry never outlives its
  * mark. Few: the evictions applied in about a second. */
 static bool clean_consumed_marks(feeder_t *feeder, bson_error_t *error)
@@ -113,7 +113,7 @@ static bool clean_consumed_marks(feeder_t *feeder, bson_error_t *error)
     bson_t query = BSON_INITIALIZER, condition, keys;
     bson_iter_t entry, field;
     uint32_t count = 0;
-    BSON_APPEND_UTF8(&query, "state", "recovered");
+    BSON_APPEND_UTF8(&query, "state", "committed");
     BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &condition);
     BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);
     bson_iter_init(&entry, &feeder->consumed_marks);
@@ -180,7 +180,7 @@ static bool clean_passed_batch(feeder_t *feeder, bool *out_more, bson_error_t *e
 /* Cleans the marks the feeder has passed in batches, starting none after
  * MARK_CLEAN_BUDGET_MS: one unbounded delete of the 54,000 marks a faithful lab's
  * warm-up leaves held the fast tier two seconds, and the feeder with it. Called
- * after a checkpoint (the recovered marks go only once the checkpoint covers the
+ * after a checkpoint (the committed marks go only once the checkpoint covers the
  * deletes that took them). True when passed marks are left for the next call,
  * which should come at the next checkpoint rather than MARK_CLEAN_INTERVAL_MS on. */
 bool feeder_clean_marks(feeder_t *feeder)

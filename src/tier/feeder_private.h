@@ -53,7 +53,7 @@ typedef struct feeder {
     size_t namespace_count;
     feeder_batch_t *batch;
     bson_t consumed_marks;    /* {key, to}: the eviction ranges deletes took since the last clean of
-                                 the marks, which then removes the "recovered" marks among them */
+                                 the marks, which then removes the "committed" marks among them */
     int64_t last_checkpoint_ms;
     bool events_unsaved; /* events applied since the checkpoint (not only bookkeeping) */
     int64_t last_mark_clean_ms; /* marks are kept minutes: cleaned once a second, not at every checkpoint */
@@ -96,7 +96,7 @@ void feeder_backoff(feeder_t *feeder);
  * (consumed: feeder_t.consumed_marks); if not, this one takes it. */
 bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to);
 /* Removes the marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago, the
- * recovered ones it consumed, and copy marks left pending a minute, in bounded
+ * committed ones it consumed, and copy marks left pending a minute, in bounded
  * batches for a bounded time; true when some are left for the next call. */
 bool feeder_clean_marks(feeder_t *feeder);
 /* Creates the marks' indexes the clean and the readers of pending marks use. */

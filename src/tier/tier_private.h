@@ -143,11 +143,6 @@ bool tier_read_feeder_progress(tier_context_t *context, mongoc_client_t *fast, b
 
 /* --- worker-writes marks (worker_writes.h) ---------------------------------------- */
 
-/* Resolves evict marks left pending older than min_age_seconds by a crashed
- * evictor (0: all): document still in the fast tier -> the mark goes; gone ->
- * "recovered". */
-bool tier_marks_recover(mongoc_client_t *fast, uint32_t min_age_seconds, bson_error_t *error);
-
 /* The exact-version filter of a fast-tier document: {_id, every top-level
  * field: {$eq: value}}. False for a document with a field name a filter would
  * read as a path or an operator (dots, leading '$'). */

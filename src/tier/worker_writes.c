@@ -60,13 +60,16 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
         state = bson_iter_utf8(&field, NULL);
     }
     bool worker = in_done_range(mark, state, event->time, &range_to);
-    if (!worker && strcmp(state, "recovered") == 0 && event->is_delete) {
+    if (!worker && strcmp(state, "committed") == 0 && event->is_delete) {
         worker = event->time > timestamp_find(mark, "since");
         range_to = UINT64_MAX;
     }
-    if (!worker && strcmp(state, "pending") == 0 && event->time > timestamp_find(mark, "since")) {
-        /* The write the mark announces may be this one, its outcome unknown yet. */
-        if (event->is_delete || event->waited_ms < WORKER_WRITES_PENDING_COPY_WAIT_MS) {
+    /* An eviction's delete commits with its mark's "committed": a delete seen while
+     * the mark is pending is somebody else's. A copy is marked done after it. */
+    if (!worker && strcmp(state, "pending") == 0 && !event->is_delete &&
+        event->time > timestamp_find(mark, "since")) {
+        /* The copy the mark announces may be this insert, its outcome unknown yet. */
+        if (event->waited_ms < WORKER_WRITES_PENDING_COPY_WAIT_MS) {
             return WORKER_WRITES_PENDING;
         }
         /* A copy whose outcome no copier recorded (it crashed, or lost the fast tier)

@@ -7,10 +7,12 @@
  *   op "evict" (the evictor's delete), "warm" (the warmer's copy), "fault" (the
  *   proxy's fault-in copy of an archive document);
  *   state "pending" {since, copy (warm, fault: the copy's worker_writes_digest)}
- *         written before the write, so a reader never sees the write unmarked;
+ *         written before the write, so a reader never sees a copy unmarked; an
+ *         eviction's is not its delete's: a delete seen under it is a client's;
+ *         "committed" {since} (evict): written in one transaction with the
+ *         evictor's delete, so the two land together or not at all: the first
+ *         delete of the document after since was the evictor's (until "done");
  *         "done" {from, to}: the write happened in (from, to];
- *         "recovered" {since} (evict): a crash hid the outcome: the first delete
- *         of the document after since was the evictor's.
  *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to}], pushed with
  *         each "done": the next copy or eviction of the same document overwrites
  *         state, from and to, and a change stream resumed from an older token still
@@ -48,7 +50,7 @@ typedef struct worker_writes_event {
 /* What mark (the event's mark, of op "evict" for a delete, "warm" or "fault" for
  * an insert; NULL when there is none) says about event. For WORKER,
  * *out_range_to (may be NULL) is the end of the done range holding the event
- * (UINT64_MAX for a recovered mark): an eviction stands for one delete, the first
+ * (UINT64_MAX for a committed mark): an eviction stands for one delete, the first
  * in its range, which a reader that sees a document's deletes in order (the
  * feeder) tells apart by (mark, range). */
 worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_writes_event_t *event,

@@ -8,7 +8,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import threading
 import time
 
@@ -16,7 +15,7 @@ import bson
 import pymongo
 import pytest
 
-from conftest import ProxyProcess, StoreProcess, wait_until
+from conftest import ProxyProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import (NS, WorkerProcess, client_for, documents_by_id, namespace_status, raw_documents,
                           start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
@@ -432,12 +431,12 @@ def test_warm_batch_killed_after_its_copies_landed_is_checked_again(replicated_t
 
 def test_an_eviction_whose_outcome_was_not_recorded_does_not_hold_the_feed_back(replicated_tiers, tmp_path,
                                                                                  monkeypatch):
-    """The evictor deleted a document but could not record the outcome (the fast
-    tier lost at that moment: a test hook fails that write). Its pending mark holds
-    the feeder back, and with it every read that waits for the feeder: the evictor
-    resolves the marks of a failed batch before its next one, instead of leaving
-    them to the feeder's last resort 30 s later. The eviction still never reaches
-    the archive (I3)."""
+    """The evictor deleted a document but could not record the delete's range (the
+    fast tier lost at that moment: a test hook fails that write). The mark says
+    "committed", written in the delete's own transaction, so the feeder skips that
+    delete without waiting; the batch's other marks, left pending, are removed
+    before the next batch (their documents were never deleted) instead of refusing
+    those documents' evictions. The eviction still never reaches the archive (I3)."""
     archive, fast = replicated_tiers
     monkeypatch.setenv("THERMOCLINE_TEST_FAIL_EVICT_MARK", "1")
     proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
@@ -459,6 +458,48 @@ def test_an_eviction_whose_outcome_was_not_recorded_does_not_hold_the_feed_back(
     with client_for(archive) as client:
         assert client.shop.orders.count_documents({}) == 50
     proxy.stop()
+
+
+def test_an_eviction_killed_before_its_delete_never_takes_a_clients_delete_for_its_own(replicated_tiers, tmp_path,
+                                                                                          monkeypatch):
+    """The evictor's process dies after marking a document for eviction and before
+    deleting it; once its intent expires, a client deletes that document through
+    the proxy; the next evictor finds the document gone. That delete is the
+    client's: the feeder replays it and the archive loses the document (I1), where
+    taking "gone" for "evicted" let the feeder skip it (a clean-clone CI's kill -9
+    of the fast tier once brought an acknowledged delete back this way)."""
+    archive, fast = replicated_tiers
+    top = {"evictorEnabled": "false", "leaseTimeout": "2s", "readYourWritesWait": "10s"}
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete", top=top)
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(10), "n": i} for i in range(3)])  # one batch
+    wait_feeder(proxy)
+    evictor_config = tier_config(archive, fast, max_age="2s", coverage="complete", top={"leaseTimeout": "2s"})
+    monkeypatch.setenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE", "1")
+    evictor = track(WorkerProcess(tmp_path / "evictor", evictor_config, "evictor")).start()
+    monkeypatch.delenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE")
+    assert wait_until(lambda: not evictor.is_alive(), 20, 0.1), "the test hook did not fire"
+    assert evictor.process.returncode == -signal.SIGKILL
+    with client_for(fast) as client:
+        pending = [mark["_id"]["id"] for mark in client.thermocline.workerWrites.find(
+            {"_id.op": "evict", "state": "pending"})]
+        assert sorted(pending) == [0, 1, 2], "the evictor died before marking its batch"
+        assert client.shop.orders.count_documents({}) == 3, "the evictor deleted before the hook"
+    with client_for(proxy) as client:  # waits out the dead evictor's intent
+        assert client.shop.orders.delete_one({"_id": 1}).deleted_count == 1
+    successor = track(WorkerProcess(tmp_path / "successor", evictor_config, "evictor")).start()
+    try:
+        with client_for(fast) as client:
+            assert wait_until(lambda: client.shop.orders.count_documents({}) == 0, 20, 0.1), \
+                "the next evictor did not evict the rest"
+        with client_for(proxy) as client:  # a write, for the feeder to be waited for past the delete
+            client.shop.orders.insert_one({"_id": "last", "createdAt": utc_now(), "n": 0})
+        wait_feeder(proxy)
+        assert set(documents_by_id(archive)) == {0, 2, "last"}, \
+            "the client's acknowledged delete did not reach the archive"
+    finally:
+        successor.stop()
+        proxy.stop()
 
 
 class ChurnWriter(threading.Thread):

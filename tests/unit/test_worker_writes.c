@@ -1,6 +1,6 @@
 /* The one rule by which the feeder and the proxy tell the workers' writes from
  * the applications' (src/tier/worker_writes.c): done ranges, kept history,
- * pending marks, recovered evictions and copies settled by digest. */
+ * pending marks, committed evictions and copies settled by digest. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,22 +85,29 @@ static void test_pending_marks_wait_then_copies_settle_by_digest(void **state)
     assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_WORKER);
     event.full_document = other; /* a client's insert of the same _id */
     assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
-    /* A pending eviction is waited for however long it takes. */
+    /* An eviction's delete commits with its mark's "committed": a delete under a
+     * pending eviction mark is a client's, at once (a crash before the commit). */
     const char *evict = "{'state': 'pending', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
-    assert_int_equal(verdict_of(evict, true, T(11), 60000), WORKER_WRITES_PENDING);
+    assert_int_equal(verdict_of(evict, true, T(11), 0), WORKER_WRITES_APPLICATION);
     assert_int_equal(verdict_of(evict, true, T(10), 0), WORKER_WRITES_APPLICATION);
     bson_destroy(mark);
     bson_destroy(copy);
     bson_destroy(other);
 }
 
-static void test_recovered_eviction_takes_the_first_delete_after_since(void **state)
+static void test_committed_eviction_takes_the_first_delete_after_since(void **state)
 {
     (void)state;
-    const char *recovered = "{'state': 'recovered', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
-    assert_int_equal(verdict_of(recovered, true, T(12), 0), WORKER_WRITES_WORKER);
-    assert_int_equal(verdict_of(recovered, true, T(9), 0), WORKER_WRITES_APPLICATION);
-    assert_int_equal(verdict_of(recovered, false, T(12), 0), WORKER_WRITES_APPLICATION);
+    const char *committed = "{'state': 'committed', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
+    assert_int_equal(verdict_of(committed, true, T(12), 0), WORKER_WRITES_WORKER);
+    assert_int_equal(verdict_of(committed, true, T(9), 0), WORKER_WRITES_APPLICATION);
+    assert_int_equal(verdict_of(committed, false, T(12), 0), WORKER_WRITES_APPLICATION);
+    bson_t *mark = support_json(committed);
+    worker_writes_event_t event = {.is_delete = true, .time = T(12)};
+    uint64_t range_to = 0;
+    assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_WORKER);
+    assert_true(range_to == UINT64_MAX); /* one delete takes it: the feeder's consumed ranges */
+    bson_destroy(mark);
 }
 
 static void test_mark_key_and_history_push(void **state)
@@ -128,7 +135,7 @@ int main(void)
         cmocka_unit_test(test_done_range_holds_the_worker_write_only),
         cmocka_unit_test(test_history_keeps_earlier_ranges_for_resumed_streams),
         cmocka_unit_test(test_pending_marks_wait_then_copies_settle_by_digest),
-        cmocka_unit_test(test_recovered_eviction_takes_the_first_delete_after_since),
+        cmocka_unit_test(test_committed_eviction_takes_the_first_delete_after_since),
         cmocka_unit_test(test_mark_key_and_history_push),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
