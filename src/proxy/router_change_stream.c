@@ -33,9 +33,9 @@
 
 /* How often a batch waiting for a pending mark reads the marks again. */
 #define STREAM_MARK_POLL_MS 10
-/* Only a copy's mark is ever pending for a reader, and decided by its digest
- * after WORKER_WRITES_PENDING_COPY_WAIT_MS; a batch still waiting this long (marks
- * that cannot be read) fails its getMore, resumably. */
+/* A pending copy or a committed eviction is decided after
+ * WORKER_WRITES_PENDING_WAIT_MS; a batch still waiting this long (marks that cannot
+ * be read) fails its getMore, resumably. */
 #define STREAM_MARK_WAIT_LIMIT_MS 45000
 
 /* The batch of a cursor reply: cursor.firstBatch or cursor.nextBatch. */

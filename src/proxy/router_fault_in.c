@@ -104,7 +104,7 @@ static void mark_copies(proxy_request_t *request, const bson_t *documents, bool 
     BSON_APPEND_ARRAY_BEGIN(&update, "updates", &statements);
     bson_iter_init(&iter, done ? &request->route.fault_in.copied_ids : documents);
     while (bson_iter_next(&iter)) {
-        bson_t document, statement, query, change, set, push;
+        bson_t document, statement, query, change, set;
         char key[16];
         const char *key_string;
         const bson_value_t *value = bson_iter_value(&iter);
@@ -121,23 +121,17 @@ static void mark_copies(proxy_request_t *request, const bson_t *documents, bool 
         BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
         worker_writes_mark_key(&query, "_id", ns, value, "fault");
         bson_append_document_end(&statement, &query);
-        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &change);
-        BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
-        BSON_APPEND_UTF8(&set, "state", done ? "done" : "pending");
         if (done) {
-            timestamp_append(&set, "from", request->route.fault_in.mark_since);
-            timestamp_append(&set, "to", to);
+            worker_writes_append_done_update(&statement, "u", request->route.fault_in.mark_since, to);
         } else {
+            BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &change);
+            BSON_APPEND_DOCUMENT_BEGIN(&change, "$set", &set);
+            BSON_APPEND_UTF8(&set, "state", "pending");
             timestamp_append(&set, "since", request->route.fault_in.mark_since);
             BSON_APPEND_INT64(&set, "copy", worker_writes_digest(&document));
+            bson_append_document_end(&change, &set);
+            bson_append_document_end(&statement, &change);
         }
-        bson_append_document_end(&change, &set);
-        if (done) {
-            BSON_APPEND_DOCUMENT_BEGIN(&change, "$push", &push);
-            worker_writes_append_history_push(&push, request->route.fault_in.mark_since, to);
-            bson_append_document_end(&change, &push);
-        }
-        bson_append_document_end(&statement, &change);
         BSON_APPEND_BOOL(&statement, "upsert", true);
         bson_append_document_end(&statements, &statement);
     }

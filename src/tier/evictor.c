@@ -130,7 +130,7 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
 static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t since,
                          uint64_t at, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, statements, statement, query, update, set, push, reply;
+    bson_t command = BSON_INITIALIZER, statements, statement, query, reply;
     BSON_APPEND_UTF8(&command, deleted ? "update" : "delete", TIER_MARKS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, deleted ? "updates" : "deletes", &statements);
     BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
@@ -139,16 +139,7 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
     BSON_APPEND_UTF8(&query, "state", deleted ? "committed" : "pending");
     bson_append_document_end(&statement, &query);
     if (deleted) {
-        BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
-        BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-        BSON_APPEND_UTF8(&set, "state", "done");
-        timestamp_append(&set, "from", since);
-        timestamp_append(&set, "to", at);
-        bson_append_document_end(&update, &set);
-        BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
-        worker_writes_append_history_push(&push, since, at);
-        bson_append_document_end(&update, &push);
-        bson_append_document_end(&statement, &update);
+        worker_writes_append_done_update(&statement, "u", since, at);
     } else {
         BSON_APPEND_INT32(&statement, "limit", 1);
     }
@@ -199,7 +190,8 @@ static bool transaction_write(evictor_t *evictor, const bson_t *options, const c
  * with its mark's "committed": a crash leaves both or neither, so a mark still
  * pending means this delete never happened, whatever became of the document since
  * (gone after a crash, a client deleted it). *out_time: the commit's
- * operationTime. False when the outcome is unknown (the mark then tells). */
+ * operationTime. False when the outcome is unknown: the mark tells (pending, or
+ * committed). */
 static bool delete_version(evictor_t *evictor, const config_namespace_t *policy, const bson_value_t *id,
                            const bson_t *version, bool *out_deleted, uint64_t *out_time, bson_error_t *error)
 {
@@ -223,6 +215,9 @@ static bool delete_version(evictor_t *evictor, const config_namespace_t *policy,
     append_commit_mark(&mark, policy->ns, id);
     if (!transaction_write(evictor, &options, policy->database, &delete, "n", &deleted, error) ||
         (deleted == 1 && !transaction_write(evictor, &options, TIER_DATABASE, &mark, "nModified", &marked, error))) {
+        /* A refusal (a write conflict, a lock timeout) aborts it: kept this time. A
+         * lost connection leaves the outcome to the mark. */
+        ok = error->domain == MONGOC_ERROR_SERVER;
         goto done;
     }
     ok = true;
@@ -232,15 +227,9 @@ static bool delete_version(evictor_t *evictor, const config_namespace_t *policy,
     bson_destroy(&reply);
     open = false;
     ok = mongoc_client_session_commit_transaction(session, &reply, error);
-    if (ok) {
-        uint32_t seconds = 0, increment = 0;
-        mongoc_client_session_get_operation_time(session, &seconds, &increment);
-        *out_deleted = true;
-        *out_time = timestamp_find(&reply, "operationTime");
-        if (*out_time == 0) {
-            *out_time = (uint64_t)seconds << 32 | increment;
-        }
-    }
+    *out_deleted = ok;
+    /* Without a time the mark stays committed: the feeder writes its range. */
+    *out_time = ok ? timestamp_find(&reply, "operationTime") : 0;
 done:
     if (open) {
         bson_error_t abort_error;

@@ -48,7 +48,6 @@
 #define IDLE_CHECKPOINT_SHARED_MS 10
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 5000
-#define WARM_MARK_WAIT_MS 2000
 /* Done marks stay WORKER_WRITES_RETENTION_SECONDS: a clean once a second is plenty
  * (sooner only while a backlog is left, feeder_clean_marks). */
 #define MARK_CLEAN_INTERVAL_MS 1000
@@ -404,8 +403,9 @@ static bool get_more(feeder_t *feeder, bson_t *reply, bson_error_t *error)
 /* --- worker-writes marks ------------------------------------------------------------- */
 
 /* Looks the batch's inserts and deletes up in thermocline.workerWrites and marks
- * the evictor's deletes and the warmer's copies suppressed. Waits for copy marks
- * whose outcome is not written yet. False only when the group stops. */
+ * the evictor's deletes and the warmer's copies suppressed. Waits for marks whose
+ * outcome is not written yet (a copy's, an eviction's range). False only when the
+ * group stops. */
 static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t count)
 {
     int64_t started = clock_monotonic_ms();
@@ -448,7 +448,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             feeder_backoff(feeder);
             continue;
         }
-        bool waiting_warm = false;
+        bool waiting = false;
         int64_t waited = clock_monotonic_ms() - started;
         for (size_t i = 0; i < count; i++) {
             candidate_t *item = &candidates[i];
@@ -482,9 +482,20 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                 uint64_t range_to = 0;
                 switch (worker_writes_classify(&mark, &event, &range_to)) {
                 case WORKER_WRITES_PENDING:
-                    waiting_warm = true; /* a copy's (a delete is never pending: worker_writes.h) */
+                    waiting = true;
                     continue;
                 case WORKER_WRITES_WORKER:
+                    if (item->is_delete && range_to == UINT64_MAX) {
+                        /* A committed mark without its range (the evictor crashed): its
+                         * range is written now, ending at this delete, before the next
+                         * delete of the document can be read. */
+                        if (!feeder_settle_committed_mark(feeder, &mark, item->time)) {
+                            waiting = true;
+                            continue;
+                        }
+                        item->suppressed = true;
+                        break;
+                    }
                     /* An eviction stands for one delete: the first in its range. */
                     item->suppressed = !item->is_delete || feeder_consume_range(&feeder->consumed_marks, &key, range_to);
                     break;
@@ -499,7 +510,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             bson_destroy(&key_holder);
         }
         bson_destroy(&reply);
-        if (!waiting_warm) {
+        if (!waiting) {
             return true;
         }
         if (!tier_group_sleep(feeder->context->group, 10)) {

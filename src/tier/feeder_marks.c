@@ -35,8 +35,8 @@ bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to
     return true;
 }
 
-/* The indexes feeder_clean_marks' clauses (and the warmer's and the recovery's
- * reads of pending marks) are bounded by: without them every clean, once a
+/* The indexes feeder_clean_marks' clauses (and the warmer's reads of pending
+ * marks, the evictor's removal of them) are bounded by: without them every clean, once a
  * second, scanned every mark of the last WORKER_WRITES_RETENTION_SECONDS (a
  * faithful lab's warm-up alone leaves 54,000), a tenth of a second of the fast
  * tier's CPU each time. Creating existing indexes again is a no-op. */
@@ -101,38 +101,39 @@ static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
     bson_append_array_end(query, &any);
 }
 
-/* Removes the "committed" marks among the eviction ranges deletes took since the
- * last call (a committed mark stands for one delete, which the feeder has applied
- * and checkpointed now), and forgets those ranges: an entry never outlives its
- * mark. Few: the evictions applied in about a second. */
-static bool clean_consumed_marks(feeder_t *feeder, bson_error_t *error)
+bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time)
 {
-    if (bson_empty(&feeder->consumed_marks)) {
-        return true;
+    bson_t command = BSON_INITIALIZER, statements, statement, query, concern, reply, mark_id;
+    bson_error_t error;
+    uint64_t since = timestamp_find(mark, "since");
+    bson_iter_t iter;
+    if (!bson_iter_init_find(&iter, mark, "_id") || !bson_view_of(&iter, &mark_id)) {
+        return true; /* not a mark: nothing to write */
     }
-    bson_t query = BSON_INITIALIZER, condition, keys;
-    bson_iter_t entry, field;
-    uint32_t count = 0;
+    BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
+    BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    BSON_APPEND_DOCUMENT(&query, "_id", &mark_id);
     BSON_APPEND_UTF8(&query, "state", "committed");
-    BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &condition);
-    BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);
-    bson_iter_init(&entry, &feeder->consumed_marks);
-    while (bson_iter_next(&entry)) {
-        bson_t item, key;
-        char index_key[16];
-        const char *index_string;
-        if (bson_view_of(&entry, &item) && bson_iter_init_find(&field, &item, "key") && bson_view_of(&field, &key)) {
-            bson_uint32_to_string(count++, &index_string, index_key, sizeof index_key);
-            BSON_APPEND_DOCUMENT(&keys, index_string, &key);
-        }
-    }
-    bson_append_array_end(&condition, &keys);
-    bson_append_document_end(&query, &condition);
-    bool ok = tier_delete_state(feeder->fast, TIER_MARKS_COLLECTION, &query, 0, NULL, error);
+    timestamp_append(&query, "since", since);
+    bson_append_document_end(&statement, &query);
+    worker_writes_append_done_update(&statement, "u", since, delete_time);
+    bson_append_document_end(&statements, &statement);
+    bson_append_array_end(&command, &statements);
+    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(&command, &concern);
+    bool ok = tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error);
     if (ok) {
-        bson_reinit(&feeder->consumed_marks);
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
+               "an eviction whose evictor stopped before recording its range: the range is written now");
+    } else {
+        tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot record an eviction's range in thermocline.%s: %s",
+                          TIER_MARKS_COLLECTION, error.message);
     }
-    bson_destroy(&query);
+    bson_destroy(&reply);
+    bson_destroy(&command);
     return ok;
 }
 
@@ -180,17 +181,16 @@ static bool clean_passed_batch(feeder_t *feeder, bool *out_more, bson_error_t *e
 /* Cleans the marks the feeder has passed in batches, starting none after
  * MARK_CLEAN_BUDGET_MS: one unbounded delete of the 54,000 marks a faithful lab's
  * warm-up leaves held the fast tier two seconds, and the feeder with it. Called
- * after a checkpoint (the committed marks go only once the checkpoint covers the
- * deletes that took them). True when passed marks are left for the next call,
+ * after a checkpoint. True when passed marks are left for the next call,
  * which should come at the next checkpoint rather than MARK_CLEAN_INTERVAL_MS on. */
 bool feeder_clean_marks(feeder_t *feeder)
 {
     int64_t started_ms = clock_monotonic_ms();
     bson_error_t error;
     bool more = true;
-    if (!clean_consumed_marks(feeder, &error)) {
-        goto failed;
-    }
+    /* A range ends at its eviction's commit: no later delete falls in one a delete
+     * already took (a restart replays from a checkpoint, with none taken). */
+    bson_reinit(&feeder->consumed_marks);
     while (more && clock_monotonic_ms() - started_ms < MARK_CLEAN_BUDGET_MS) {
         if (!clean_passed_batch(feeder, &more, &error)) {
             goto failed;

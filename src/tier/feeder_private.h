@@ -53,7 +53,7 @@ typedef struct feeder {
     size_t namespace_count;
     feeder_batch_t *batch;
     bson_t consumed_marks;    /* {key, to}: the eviction ranges deletes took since the last clean of
-                                 the marks, which then removes the "committed" marks among them */
+                                 the marks */
     int64_t last_checkpoint_ms;
     bool events_unsaved; /* events applied since the checkpoint (not only bookkeeping) */
     int64_t last_mark_clean_ms; /* marks are kept minutes: cleaned once a second, not at every checkpoint */
@@ -95,9 +95,14 @@ void feeder_backoff(feeder_t *feeder);
 /* Whether a delete already took the eviction mark key's range ending at range_to
  * (consumed: feeder_t.consumed_marks); if not, this one takes it. */
 bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to);
-/* Removes the marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago, the
- * committed ones it consumed, and copy marks left pending a minute, in bounded
- * batches for a bounded time; true when some are left for the next call. */
+/* Writes the range of a committed eviction mark (worker_writes.h) whose evictor
+ * crashed before it did: done (since, delete_time], delete_time the first delete
+ * after since, which the feeder takes for the eviction. False (reported) when the
+ * write failed: the caller tries again. */
+bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time);
+/* Forgets the eviction ranges deletes took, then removes the marks the feeder
+ * passed WORKER_WRITES_RETENTION_SECONDS ago and copy marks left pending a minute,
+ * in bounded batches for a bounded time; true when some are left for the next call. */
 bool feeder_clean_marks(feeder_t *feeder);
 /* Creates the marks' indexes the clean and the readers of pending marks use. */
 void feeder_index_marks(feeder_t *feeder);

@@ -262,7 +262,7 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
         for (size_t i = 0; i < count; i++) {
             char key[16];
             const char *key_string;
-            bson_t statement, query, update, set, push;
+            bson_t statement, query;
             if (refused[i]) {
                 continue;
             }
@@ -271,17 +271,7 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
             BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
             worker_writes_mark_key(&query, "_id", ns, &ids[i], "warm");
             bson_append_document_end(&statement, &query);
-            BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
-            BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
-            BSON_APPEND_UTF8(&set, "state", "done");
-            uint64_t copy_from = since_of[i] != 0 ? since_of[i] : from;
-            timestamp_append(&set, "from", copy_from);
-            timestamp_append(&set, "to", to);
-            bson_append_document_end(&update, &set);
-            BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
-            worker_writes_append_history_push(&push, copy_from, to);
-            bson_append_document_end(&update, &push);
-            bson_append_document_end(&statement, &update);
+            worker_writes_append_done_update(&statement, "u", since_of[i] != 0 ? since_of[i] : from, to);
             bson_append_document_end(&updates, &statement);
         }
         bson_append_array_end(&command, &updates);

@@ -60,8 +60,14 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
         state = bson_iter_utf8(&field, NULL);
     }
     bool worker = in_done_range(mark, state, event->time, &range_to);
-    if (!worker && strcmp(state, "committed") == 0 && event->is_delete) {
-        worker = event->time > timestamp_find(mark, "since");
+    if (!worker && strcmp(state, "committed") == 0 && event->is_delete && event->time > timestamp_find(mark, "since")) {
+        /* The evictor writes the range right after its commit: waited for, so that
+         * two evictions of one document stay two ranges; past the wait (it crashed)
+         * the first delete after since is the eviction's. */
+        if (event->waited_ms < WORKER_WRITES_PENDING_WAIT_MS) {
+            return WORKER_WRITES_PENDING;
+        }
+        worker = true;
         range_to = UINT64_MAX;
     }
     /* An eviction's delete commits with its mark's "committed": a delete seen while
@@ -69,7 +75,7 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
     if (!worker && strcmp(state, "pending") == 0 && !event->is_delete &&
         event->time > timestamp_find(mark, "since")) {
         /* The copy the mark announces may be this insert, its outcome unknown yet. */
-        if (event->waited_ms < WORKER_WRITES_PENDING_COPY_WAIT_MS) {
+        if (event->waited_ms < WORKER_WRITES_PENDING_WAIT_MS) {
             return WORKER_WRITES_PENDING;
         }
         /* A copy whose outcome no copier recorded (it crashed, or lost the fast tier)
@@ -113,6 +119,21 @@ void worker_writes_append_history_push(bson_t *push, uint64_t from, uint64_t to)
     bson_append_array_end(&history, &each);
     BSON_APPEND_INT32(&history, "$slice", -WORKER_WRITES_HISTORY);
     bson_append_document_end(push, &history);
+}
+
+void worker_writes_append_done_update(bson_t *statement, const char *key, uint64_t from, uint64_t to)
+{
+    bson_t update, set, push;
+    bson_append_document_begin(statement, key, -1, &update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_UTF8(&set, "state", "done");
+    timestamp_append(&set, "from", from);
+    timestamp_append(&set, "to", to);
+    bson_append_document_end(&update, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$push", &push);
+    worker_writes_append_history_push(&push, from, to);
+    bson_append_document_end(&update, &push);
+    bson_append_document_end(statement, &update);
 }
 
 int64_t worker_writes_digest(const bson_t *document)

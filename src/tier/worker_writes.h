@@ -10,8 +10,10 @@
  *         written before the write, so a reader never sees a copy unmarked; an
  *         eviction's is not its delete's: a delete seen under it is a client's;
  *         "committed" {since} (evict): written in one transaction with the
- *         evictor's delete, so the two land together or not at all: the first
- *         delete of the document after since was the evictor's (until "done");
+ *         evictor's delete, so the two land together or not at all; "done" follows
+ *         at once, waited for; a committed mark left so (the evictor crashed)
+ *         says the first delete of the document after since was the evictor's,
+ *         and the feeder that takes it writes the mark's range;
  *         "done" {from, to}: the write happened in (from, to];
  *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to}], pushed with
  *         each "done": the next copy or eviction of the same document overwrites
@@ -30,8 +32,9 @@
 #define WORKER_WRITES_HISTORY 8
 #define WORKER_WRITES_RETENTION_SECONDS 600
 /* How long a reader waits for a pending copy's outcome before deciding by its
- * digest (a copier that crashed never writes it). */
-#define WORKER_WRITES_PENDING_COPY_WAIT_MS 2000
+ * digest, or for a committed eviction's range (a worker that crashed never writes
+ * either). */
+#define WORKER_WRITES_PENDING_WAIT_MS 2000
 
 typedef enum worker_writes_verdict {
     WORKER_WRITES_APPLICATION, /* an application's write: replayed, shown to clients */
@@ -62,6 +65,9 @@ void worker_writes_mark_key(bson_t *out, const char *key, const char *ns, const 
 /* Appends to an update's $push the done range {from, to} into history, keeping the
  * last WORKER_WRITES_HISTORY ({history: {$each: [{from, to}], $slice: -N}}). */
 void worker_writes_append_history_push(bson_t *push, uint64_t from, uint64_t to);
+/* Appends under key (an update statement's "u") the update that records a write
+ * done in (from, to]: {$set: {state: "done", from, to}, $push: {history}}. */
+void worker_writes_append_done_update(bson_t *statement, const char *key, uint64_t from, uint64_t to);
 
 /* A 64-bit digest (FNV-1a) of a document's exact bytes: tells a copy from a
  * client's insert of the same _id when a crash hid the copy's outcome. */

@@ -429,14 +429,15 @@ def test_warm_batch_killed_after_its_copies_landed_is_checked_again(replicated_t
         proxy.stop()
 
 
-def test_an_eviction_whose_outcome_was_not_recorded_does_not_hold_the_feed_back(replicated_tiers, tmp_path,
-                                                                                 monkeypatch):
+def test_an_eviction_whose_range_was_not_recorded_is_settled_by_the_feeder(replicated_tiers, tmp_path, monkeypatch):
     """The evictor deleted a document but could not record the delete's range (the
     fast tier lost at that moment: a test hook fails that write). The mark says
-    "committed", written in the delete's own transaction, so the feeder skips that
-    delete without waiting; the batch's other marks, left pending, are removed
-    before the next batch (their documents were never deleted) instead of refusing
-    those documents' evictions. The eviction still never reaches the archive (I3)."""
+    "committed", written in the delete's own transaction: the feeder waits a moment
+    for the range, then takes the first delete after the mark's since for the
+    eviction and writes the range itself, so the document's next delete is a
+    client's again. The batch's other marks, left pending, are removed before the
+    next batch (their documents were never deleted). The eviction never reaches the
+    archive (I3), the client's later delete does (I1)."""
     archive, fast = replicated_tiers
     monkeypatch.setenv("THERMOCLINE_TEST_FAIL_EVICT_MARK", "1")
     proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
@@ -445,18 +446,23 @@ def test_an_eviction_whose_outcome_was_not_recorded_does_not_hold_the_feed_back(
     with client_for(proxy) as client:
         client.shop.orders.insert_many([{"_id": i, "createdAt": ago(1.5), "n": i} for i in range(50)])
     with client_for(fast) as client:
-        assert wait_until(lambda: client.shop.orders.count_documents({}) == 0, 20, 0.1), \
-            "the eviction stalled (a pending mark holds the feeder back, and the evictor waits for the feeder)"
+        assert wait_until(lambda: client.shop.orders.count_documents({}) == 0, 20, 0.1), "the eviction stalled"
     assert "THERMOCLINE_TEST_FAIL_EVICT_MARK" in proxy.log_text()
+    assert "left unfinished" in proxy.log_text()
+    with client_for(fast) as client:
+        marks = client.thermocline.workerWrites
+        assert wait_until(lambda: marks.count_documents({"_id.op": "evict", "state": {"$ne": "done"}}) == 0, 10, 0.1), \
+            list(marks.find({"_id.op": "evict", "state": {"$ne": "done"}}))
+    assert "the range is written now" in proxy.log_text()
     # Reads sent to the archive wait for the feeder (no driver retry: one wait of 8 s).
     with pymongo.MongoClient(proxy.uri, serverSelectionTimeoutMS=10000, retryReads=False) as client:
         client.shop.orders.update_one({"_id": 7}, {"$set": {"seen": True}})  # faulted in, then updated
         assert client.shop.orders.count_documents({"seen": True}) == 1
         assert client.shop.orders.count_documents({}) == 50
-    assert "left unfinished" in proxy.log_text()
+        assert client.shop.orders.delete_many({"_id": {"$lt": 5}}).deleted_count == 5  # faulted in, deleted
     wait_feeder(proxy)
     with client_for(archive) as client:
-        assert client.shop.orders.count_documents({}) == 50
+        assert client.shop.orders.count_documents({}) == 45
     proxy.stop()
 
 

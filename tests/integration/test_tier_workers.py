@@ -156,7 +156,7 @@ def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
     kept = [mark(i, "evict", "done", **{"from": bson.Timestamp(now - 500, 1), "to": bson.Timestamp(now - 500, 2)})
             for i in range(50)]
     kept += [mark(-1, "warm", "pending", since=bson.Timestamp(now, 1)),
-             mark(-2, "evict", "recovered", since=bson.Timestamp(now - 700, 1))]
+             mark(-2, "evict", "committed", since=bson.Timestamp(now - 700, 1))]
     with client_for(fast) as client:
         client.thermocline.workerWrites.insert_many(passed + kept)
     proxy = start_proxy(tmp_path / "proxy", archive, fast)

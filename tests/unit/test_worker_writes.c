@@ -81,7 +81,7 @@ static void test_pending_marks_wait_then_copies_settle_by_digest(void **state)
     bson_t *mark = support_json(mark_json);
     worker_writes_event_t event = {.is_delete = false, .time = T(11), .full_document = copy};
     assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_PENDING);
-    event.waited_ms = WORKER_WRITES_PENDING_COPY_WAIT_MS;
+    event.waited_ms = WORKER_WRITES_PENDING_WAIT_MS;
     assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_WORKER);
     event.full_document = other; /* a client's insert of the same _id */
     assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
@@ -99,18 +99,20 @@ static void test_committed_eviction_takes_the_first_delete_after_since(void **st
 {
     (void)state;
     const char *committed = "{'state': 'committed', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
-    assert_int_equal(verdict_of(committed, true, T(12), 0), WORKER_WRITES_WORKER);
+    /* Its range is written right after the commit: waited for first. */
+    assert_int_equal(verdict_of(committed, true, T(12), 0), WORKER_WRITES_PENDING);
+    assert_int_equal(verdict_of(committed, true, T(12), WORKER_WRITES_PENDING_WAIT_MS), WORKER_WRITES_WORKER);
     assert_int_equal(verdict_of(committed, true, T(9), 0), WORKER_WRITES_APPLICATION);
     assert_int_equal(verdict_of(committed, false, T(12), 0), WORKER_WRITES_APPLICATION);
     bson_t *mark = support_json(committed);
-    worker_writes_event_t event = {.is_delete = true, .time = T(12)};
+    worker_writes_event_t event = {.is_delete = true, .time = T(12), .waited_ms = WORKER_WRITES_PENDING_WAIT_MS};
     uint64_t range_to = 0;
     assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_WORKER);
-    assert_true(range_to == UINT64_MAX); /* one delete takes it: the feeder's consumed ranges */
+    assert_true(range_to == UINT64_MAX); /* no range yet: the feeder writes it (feeder_settle_committed_mark) */
     bson_destroy(mark);
 }
 
-static void test_mark_key_and_history_push(void **state)
+static void test_mark_key_history_push_and_done_update(void **state)
 {
     (void)state;
     bson_t out = BSON_INITIALIZER;
@@ -125,6 +127,14 @@ static void test_mark_key_and_history_push(void **state)
                             "'to': {'$timestamp': {'t': 2, 'i': 1}}}], '%slice': -8}}");
     assert_true(bson_equal(&out, expected));
     bson_destroy(expected);
+    bson_reinit(&out);
+    worker_writes_append_done_update(&out, "u", T(1), T(2));
+    expected = support_json("{'u': {'%set': {'state': 'done', 'from': {'$timestamp': {'t': 1, 'i': 1}}, "
+                            "'to': {'$timestamp': {'t': 2, 'i': 1}}}, "
+                            "'%push': {'history': {'%each': [{'from': {'$timestamp': {'t': 1, 'i': 1}}, "
+                            "'to': {'$timestamp': {'t': 2, 'i': 1}}}], '%slice': -8}}}}");
+    assert_true(bson_equal(&out, expected));
+    bson_destroy(expected);
     bson_destroy(&out);
 }
 
@@ -136,7 +146,7 @@ int main(void)
         cmocka_unit_test(test_history_keeps_earlier_ranges_for_resumed_streams),
         cmocka_unit_test(test_pending_marks_wait_then_copies_settle_by_digest),
         cmocka_unit_test(test_committed_eviction_takes_the_first_delete_after_since),
-        cmocka_unit_test(test_mark_key_and_history_push),
+        cmocka_unit_test(test_mark_key_history_push_and_done_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
