@@ -524,6 +524,9 @@ static const command_rule_t rules[] = {
     {"whatsmyuri", RULE_AUTHENTICATED, 0, NULL},
     {"_isSelf", RULE_AUTHENTICATED, 0, NULL},
     {"endSessions", RULE_AUTHENTICATED, 0, NULL},
+    /* mongod: one's own sessions; another user's need killAnySession, which the
+     * store does not tell apart (it does not record a session's user). */
+    {"killSessions", RULE_AUTHENTICATED, 0, NULL},
     {"commitTransaction", RULE_AUTHENTICATED, 0, NULL}, /* the transaction's commands were checked */
     {"abortTransaction", RULE_AUTHENTICATED, 0, NULL},
     {"listDatabases", RULE_AUTHENTICATED, 0, NULL}, /* filtered: privileges_filter_list_databases() */

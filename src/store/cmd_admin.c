@@ -333,24 +333,42 @@ static bool handle_whats_my_uri(command_context_t *context, bson_t *reply, bson_
     return true;
 }
 
-static bool handle_end_sessions(command_context_t *context, bson_t *reply, bson_error_t *error)
+/* endSessions and killSessions: the sessions' open transactions are aborted;
+ * endSessions also drops them from the session cache. killSessions: [] (every
+ * session of the user, on mongod) is refused here rather than guessed. */
+static bool end_or_kill_sessions(command_context_t *context, const char *name, bool end, bson_error_t *error)
 {
-    /* The sessions leave the local session cache; those that ran transactions
-     * also have their open transactions aborted. */
     bson_iter_t iter;
-    (void)reply;
-    if (!bson_iter_init_find(&iter, context->command, "endSessions") || !BSON_ITER_HOLDS_ARRAY(&iter)) {
-        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field 'endSessions.endSessions' is the wrong type, "
-                            "expected type 'array'");
+    if (!bson_iter_init_find(&iter, context->command, name) || !BSON_ITER_HOLDS_ARRAY(&iter)) {
+        return tc_error_set(error, TC_ERR_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type, expected type 'array'",
+                            name, name);
     }
     bson_t lsids;
     uint32_t length;
     const uint8_t *data;
     bson_iter_array(&iter, &length, &data);
     bson_init_static(&lsids, data, length);
-    transaction_end_sessions(context->store->transactions, &lsids);
-    session_cache_end(context->store->sessions, &lsids);
+    if (!end && bson_empty(&lsids)) {
+        return tc_error_set(error, TC_ERR_COMMAND_NOT_SUPPORTED,
+                            "killSessions with an empty list (every session) is not supported: name the sessions");
+    }
+    transaction_end_sessions(context->store->transactions, &lsids, end);
+    if (end) {
+        session_cache_end(context->store->sessions, &lsids);
+    }
     return true;
+}
+
+static bool handle_end_sessions(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)reply;
+    return end_or_kill_sessions(context, "endSessions", true, error);
+}
+
+static bool handle_kill_sessions(command_context_t *context, bson_t *reply, bson_error_t *error)
+{
+    (void)reply;
+    return end_or_kill_sessions(context, "killSessions", false, error);
 }
 
 static bool handle_get_cmd_line_opts(command_context_t *context, bson_t *reply, bson_error_t *error)
@@ -612,6 +630,7 @@ const command_definition_t admin_commands[] = {
     {"hostInfo", handle_host_info},
     {"whatsmyuri", handle_whats_my_uri},
     {"endSessions", handle_end_sessions},
+    {"killSessions", handle_kill_sessions},
     {"getCmdLineOpts", handle_get_cmd_line_opts},
     {"getLog", handle_get_log},
     {"connectionStatus", handle_connection_status},

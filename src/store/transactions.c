@@ -914,7 +914,7 @@ bool transaction_abort(command_context_t *context, bson_error_t *error)
 
 /* --- sessions ending, lifetime ------------------------------------------------------------ */
 
-void transaction_end_sessions(transaction_table_t *table, const bson_t *lsids)
+void transaction_end_sessions(transaction_table_t *table, const bson_t *lsids, bool forget)
 {
     bson_iter_t iter;
     if (!bson_iter_init(&iter, lsids)) {
@@ -930,8 +930,10 @@ void transaction_end_sessions(transaction_table_t *table, const bson_t *lsids)
         bson_append_iter(&wrapper, "lsid", 4, &iter);
         if (read_session_fields(&wrapper, &fields, &ignored) && fields.id != NULL) {
             transaction_session_t *session = find_session(table, fields.id, &slot);
-            if (session != NULL && !session->in_use) {
+            if (session != NULL && !session->in_use && forget) {
                 remove_session(table, slot);
+            } else if (session != NULL && !session->in_use && session->state == TRANSACTION_IN_PROGRESS) {
+                abort_locked(table, session);
             }
         }
         bson_destroy(&wrapper);

@@ -64,8 +64,11 @@ const char *transaction_error_label(const bson_t *command, const bson_error_t *e
 bool transaction_commit(command_context_t *context, bson_error_t *error) TC_MUST_CHECK;
 bool transaction_abort(command_context_t *context, bson_error_t *error) TC_MUST_CHECK;
 
-/* endSessions: aborts the sessions' open transactions and forgets them. */
-void transaction_end_sessions(transaction_table_t *table, const bson_t *lsids);
+/* endSessions (forget: true): aborts the sessions' open transactions and forgets
+ * them. killSessions (forget: false): aborts them, the sessions kept, as mongod
+ * (which also interrupts their running commands; here a session a command has
+ * checked out is left alone). */
+void transaction_end_sessions(transaction_table_t *table, const bson_t *lsids, bool forget);
 
 /* The janitor's tick: aborts transactions past transactionLifetimeLimitSeconds
  * and forgets sessions idle past logicalSessionTimeoutMinutes. */

@@ -20,6 +20,7 @@
 #include "tier/index_sync.h"
 #include "tier/pins.h"
 
+#include "common/bson_view.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -55,6 +56,13 @@ typedef struct evictor {
     /* Test hook: THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE=N kills the process just
      * before its Nth delete, its marks and intent written (test_tier_faults.py). */
     long kill_before_delete;
+    /* Test hook: THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION=N kills the process inside
+     * its Nth transaction, the delete sent, the commit not (test_tier_faults.py). */
+    long kill_in_transaction;
+    /* The batch's logical session: its transactions' (one per delete), its lsid in
+     * each of the batch's marks, so that a successor can abort one a crash left
+     * open (remove_pending_marks). */
+    mongoc_client_session_t *session;
     bson_oid_t intent;                  /* the _id of the batch's intent (pins.h) */
     char holder[TIER_PIN_HOLDER_SIZE];  /* this process, in its intents */
     int64_t next_cleanup_ms;            /* monotonic: when expired pins and intents are next removed */
@@ -98,6 +106,8 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
         BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
         BSON_APPEND_UTF8(&set, "state", "pending");
         timestamp_append(&set, "since", since);
+        BSON_APPEND_DOCUMENT(&set, "session", mongoc_client_session_get_lsid(evictor->session));
+        BSON_APPEND_UTF8(&set, "holder", evictor->holder);
         bson_append_document_end(&update, &set);
         bson_append_document_end(&statement, &update);
         BSON_APPEND_BOOL(&statement, "upsert", true);
@@ -137,6 +147,9 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     worker_writes_mark_key(&query, "_id", ns, id, "evict");
     BSON_APPEND_UTF8(&query, "state", deleted ? "committed" : "pending");
+    if (deleted) {
+        timestamp_append(&query, "since", since); /* this eviction's, not a successor's */
+    }
     bson_append_document_end(&statement, &query);
     if (deleted) {
         worker_writes_append_done_update(&statement, "u", since, at);
@@ -174,14 +187,16 @@ static void append_commit_mark(bson_t *command, const char *ns, const bson_value
 }
 
 /* One command of the session's transaction; *out_count: the reply's field count
- * (n, nModified). */
+ * (n, nModified); *out_transient: it failed with TransientTransactionError (a
+ * write conflict, a lock timeout: the transaction is aborted, nothing written). */
 static bool transaction_write(evictor_t *evictor, const bson_t *options, const char *database, const bson_t *command,
-                              const char *count_field, int64_t *out_count, bson_error_t *error)
+                              const char *count_field, int64_t *out_count, bool *out_transient, bson_error_t *error)
 {
     bson_t reply;
     bson_iter_t iter;
     bool ok = mongoc_client_command_with_opts(evictor->fast, database, command, NULL, options, &reply, error);
     *out_count = ok && bson_iter_init_find(&iter, &reply, count_field) ? bson_iter_as_int64(&iter) : 0;
+    *out_transient = !ok && mongoc_error_has_label(&reply, "TransientTransactionError");
     bson_destroy(&reply);
     return ok;
 }
@@ -197,28 +212,30 @@ static bool delete_version(evictor_t *evictor, const config_namespace_t *policy,
 {
     mongoc_transaction_opt_t *transaction = mongoc_transaction_opts_new();
     mongoc_write_concern_t *concern = mongoc_write_concern_new();
-    mongoc_client_session_t *session = NULL;
+    mongoc_client_session_t *session = evictor->session;
     bson_t options = BSON_INITIALIZER, delete = BSON_INITIALIZER, mark = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     int64_t deleted = 0, marked = 0;
-    bool ok = false, open = false;
+    bool ok = false, open = false, transient = false;
     *out_deleted = false;
     *out_time = 0;
     mongoc_write_concern_set_w(concern, 1); /* as the evictor's other writes (write_command) */
     mongoc_transaction_opts_set_write_concern(transaction, concern);
-    session = mongoc_client_start_session(evictor->fast, NULL, error);
-    if (session == NULL || !mongoc_client_session_start_transaction(session, transaction, error) ||
+    if (!mongoc_client_session_start_transaction(session, transaction, error) ||
         !mongoc_client_session_append(session, &options, error)) {
         goto done;
     }
     open = true;
     tier_append_delete_version(&delete, policy->collection, version);
     append_commit_mark(&mark, policy->ns, id);
-    if (!transaction_write(evictor, &options, policy->database, &delete, "n", &deleted, error) ||
-        (deleted == 1 && !transaction_write(evictor, &options, TIER_DATABASE, &mark, "nModified", &marked, error))) {
-        /* A refusal (a write conflict, a lock timeout) aborts it: kept this time. A
-         * lost connection leaves the outcome to the mark. */
-        ok = error->domain == MONGOC_ERROR_SERVER;
+    if (!transaction_write(evictor, &options, policy->database, &delete, "n", &deleted, &transient, error) ||
+        (deleted == 1 &&
+         !transaction_write(evictor, &options, TIER_DATABASE, &mark, "nModified", &marked, &transient, error))) {
+        ok = transient; /* kept this time; any other failure fails the batch, reported */
         goto done;
+    }
+    if (evictor->kill_in_transaction > 0 && --evictor->kill_in_transaction == 0) {
+        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION: killing the process");
+        raise(SIGKILL);
     }
     ok = true;
     if (deleted != 1 || marked != 1) {
@@ -234,9 +251,6 @@ done:
     if (open) {
         bson_error_t abort_error;
         (void)mongoc_client_session_abort_transaction(session, &abort_error); /* one left open times out */
-    }
-    if (session != NULL) {
-        mongoc_client_session_destroy(session);
     }
     bson_destroy(&reply);
     bson_destroy(&mark);
@@ -363,7 +377,8 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
         tier_progress_end_eviction(context->progress, policy->index);
         bson_destroy(&version);
         if (!ok) {
-            break; /* pending (never deleted) or committed: the next pass settles it */
+            break; /* pending (never deleted: removed before the next batch) or committed (the feeder
+                    * writes its range) */
         }
         if (deleted && evictor->fail_mark_after > 0 && --evictor->fail_mark_after == 0) {
             counts->evicted++;
@@ -488,6 +503,8 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     bool *pinned = bson_malloc0((kept + 1) * sizeof *pinned);
     int64_t intent_sent_ms = 0;
     bool announced = false;
+    evictor->session = ok && kept > 0 ? mongoc_client_start_session(evictor->fast, NULL, &error) : NULL;
+    ok = ok && (kept == 0 || evictor->session != NULL);
     ok = ok && insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
     if (ok && kept > 0) {
         bson_oid_init(&evictor->intent, NULL);
@@ -498,6 +515,10 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
                                  &counts, &error);
     if (announced) {
         withdraw_batch(evictor);
+    }
+    if (evictor->session != NULL) {
+        mongoc_client_session_destroy(evictor->session);
+        evictor->session = NULL;
     }
     if (!ok) {
         evictor->marks_unsettled = true;
@@ -602,14 +623,66 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
 }
 
-/* Removes the evict marks a crash or a failed batch left pending: a delete commits
- * with its mark's "committed", so a pending one never deleted its document, and
- * a document gone since was deleted by a client (the feeder replays that delete).
- * A pending mark refuses its document's next eviction until then. */
+/* Aborts the transactions a crashed process may have left open in the sessions of
+ * its pending marks (killSessions): one holds its document and its mark, and the
+ * DDL of their collections, until transactionLifetimeLimitSeconds (60 s)
+ * otherwise. This process's own are left alone: it aborted them, or libmongoc
+ * discarded a session a network error dirtied, while a clean one it may reuse. */
+static void kill_pending_sessions(evictor_t *evictor)
+{
+    bson_t filter = BSON_INITIALIZER, projection = BSON_INITIALIZER, marks, command = BSON_INITIALIZER, sessions;
+    bson_t reply, not_ours;
+    bson_iter_t iter, field;
+    bson_error_t error;
+    uint32_t count = 0;
+    BSON_APPEND_UTF8(&filter, "_id.op", "evict");
+    BSON_APPEND_UTF8(&filter, "state", "pending");
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "holder", &not_ours);
+    BSON_APPEND_UTF8(&not_ours, "$ne", evictor->holder);
+    bson_append_document_end(&filter, &not_ours);
+    BSON_APPEND_INT32(&projection, "session", 1);
+    bool ok = tier_read_state_part(evictor->fast, TIER_MARKS_COLLECTION, &filter, &projection, TIER_STATE_READ_LIMIT,
+                                   &marks, &error);
+    BSON_APPEND_ARRAY_BEGIN(&command, "killSessions", &sessions);
+    bson_iter_init(&iter, &marks);
+    while (ok && bson_iter_next(&iter)) {
+        bson_t mark;
+        char key[16];
+        const char *key_string;
+        if (bson_view_of(&iter, &mark) && bson_iter_init_find(&field, &mark, "session") &&
+            BSON_ITER_HOLDS_DOCUMENT(&field)) {
+            bson_uint32_to_string(count++, &key_string, key, sizeof key);
+            bson_append_iter(&sessions, key_string, -1, &field);
+        }
+    }
+    bson_append_array_end(&command, &sessions);
+    /* Never an empty list: killSessions: [] kills every session of the user. */
+    if (ok && count > 0) {
+        ok = tier_command(evictor->fast, "admin", &command, &reply, &error);
+        bson_destroy(&reply);
+    }
+    if (!ok) {
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "cannot abort the transactions of unfinished evictions ({error}): they end within "
+                     "transactionLifetimeLimitSeconds",
+                     TC_ATTR_STR("error", error.message));
+    }
+    bson_destroy(&command);
+    bson_destroy(&marks);
+    bson_destroy(&projection);
+    bson_destroy(&filter);
+}
+
+/* Removes the evict marks a crash or a failed batch left pending, their open
+ * transactions aborted first: a delete commits with its mark's "committed", so a
+ * pending one never deleted its document, and a document gone since was deleted
+ * by a client (the feeder replays that delete). A pending mark refuses its
+ * document's next eviction until then. */
 static bool remove_pending_marks(evictor_t *evictor, bson_error_t *error)
 {
     bson_t query = BSON_INITIALIZER;
     int64_t removed = 0;
+    kill_pending_sessions(evictor);
     BSON_APPEND_UTF8(&query, "_id.op", "evict");
     BSON_APPEND_UTF8(&query, "state", "pending");
     bool ok = tier_delete_state(evictor->fast, TIER_MARKS_COLLECTION, &query, 0, &removed, error);
@@ -658,6 +731,8 @@ void evictor_run(tier_group_t *group, void *argument)
     evictor.fail_mark_after = fail_mark != NULL ? strtol(fail_mark, NULL, 10) : 0;
     const char *kill_before = getenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE");
     evictor.kill_before_delete = kill_before != NULL ? strtol(kill_before, NULL, 10) : 0;
+    const char *kill_in = getenv("THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION");
+    evictor.kill_in_transaction = kill_in != NULL ? strtol(kill_in, NULL, 10) : 0;
     tier_pins_holder(evictor.holder, sizeof evictor.holder);
 
     /* Evictions a crash or a failed batch interrupted: settled before any new one

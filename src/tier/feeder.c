@@ -448,10 +448,14 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
             feeder_backoff(feeder);
             continue;
         }
-        bool waiting = false;
+        bool waiting = false, range_written = false;
         int64_t waited = clock_monotonic_ms() - started;
         for (size_t i = 0; i < count; i++) {
             candidate_t *item = &candidates[i];
+            if (range_written) {
+                waiting = true; /* the rest, against the marks read again */
+                break;
+            }
             if (item->resolved) {
                 continue;
             }
@@ -478,6 +482,7 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                     .full_document =
                         view_field_document(&item->event, "fullDocument", &full_document) ? &full_document : NULL,
                     .waited_ms = waited,
+                    .writes_ranges = true,
                 };
                 uint64_t range_to = 0;
                 switch (worker_writes_classify(&mark, &event, &range_to)) {
@@ -487,10 +492,13 @@ static bool resolve_marks(feeder_t *feeder, candidate_t *candidates, size_t coun
                 case WORKER_WRITES_WORKER:
                     if (item->is_delete && range_to == UINT64_MAX) {
                         /* A committed mark without its range (the evictor crashed): its
-                         * range is written now, ending at this delete, before the next
-                         * delete of the document can be read. */
-                        if (!feeder_settle_committed_mark(feeder, &mark, item->time)) {
-                            waiting = true;
+                         * range is written now, ending at this delete; the events after
+                         * it are judged against the marks read again (a later delete of
+                         * the document then falls outside). */
+                        bool settled = false;
+                        range_written = true;
+                        if (!feeder_settle_committed_mark(feeder, &mark, item->time, &settled) || !settled) {
+                            waiting = true; /* failed, or the mark changed meanwhile: read again */
                             continue;
                         }
                         item->suppressed = true;

@@ -101,12 +101,13 @@ static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
     bson_append_array_end(query, &any);
 }
 
-bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time)
+bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time, bool *out_settled)
 {
     bson_t command = BSON_INITIALIZER, statements, statement, query, concern, reply, mark_id;
     bson_error_t error;
     uint64_t since = timestamp_find(mark, "since");
     bson_iter_t iter;
+    *out_settled = false;
     if (!bson_iter_init_find(&iter, mark, "_id") || !bson_view_of(&iter, &mark_id)) {
         return true; /* not a mark: nothing to write */
     }
@@ -125,10 +126,12 @@ bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t
     BSON_APPEND_INT32(&concern, "w", 1);
     bson_append_document_end(&command, &concern);
     bool ok = tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error);
-    if (ok) {
+    bson_iter_t modified;
+    *out_settled = ok && bson_iter_init_find(&modified, &reply, "nModified") && bson_iter_as_int64(&modified) == 1;
+    if (*out_settled) {
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
                "an eviction whose evictor stopped before recording its range: the range is written now");
-    } else {
+    } else if (!ok) {
         tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot record an eviction's range in thermocline.%s: %s",
                           TIER_MARKS_COLLECTION, error.message);
     }

@@ -97,9 +97,10 @@ void feeder_backoff(feeder_t *feeder);
 bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to);
 /* Writes the range of a committed eviction mark (worker_writes.h) whose evictor
  * crashed before it did: done (since, delete_time], delete_time the first delete
- * after since, which the feeder takes for the eviction. False (reported) when the
- * write failed: the caller tries again. */
-bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time);
+ * after since, which the feeder takes for the eviction. *out_settled: the mark was
+ * still that committed one (else it changed: read it again). False (reported) when
+ * the write failed. */
+bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time, bool *out_settled);
 /* Forgets the eviction ranges deletes took, then removes the marks the feeder
  * passed WORKER_WRITES_RETENTION_SECONDS ago and copy marks left pending a minute,
  * in bounded batches for a bounded time; true when some are left for the next call. */

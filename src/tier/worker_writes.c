@@ -63,8 +63,9 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
     if (!worker && strcmp(state, "committed") == 0 && event->is_delete && event->time > timestamp_find(mark, "since")) {
         /* The evictor writes the range right after its commit: waited for, so that
          * two evictions of one document stay two ranges; past the wait (it crashed)
-         * the first delete after since is the eviction's. */
-        if (event->waited_ms < WORKER_WRITES_PENDING_WAIT_MS) {
+         * the feeder takes the first delete after since for the eviction and writes
+         * the range, which every other reader waits for. */
+        if (!event->writes_ranges || event->waited_ms < WORKER_WRITES_PENDING_WAIT_MS) {
             return WORKER_WRITES_PENDING;
         }
         worker = true;

@@ -12,8 +12,9 @@
  *         "committed" {since} (evict): written in one transaction with the
  *         evictor's delete, so the two land together or not at all; "done" follows
  *         at once, waited for; a committed mark left so (the evictor crashed)
- *         says the first delete of the document after since was the evictor's,
- *         and the feeder that takes it writes the mark's range;
+ *         says the first delete of the document after since was the evictor's:
+ *         the feeder takes it and writes the mark's range, which other readers
+ *         wait for;
  *         "done" {from, to}: the write happened in (from, to];
  *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to}], pushed with
  *         each "done": the next copy or eviction of the same document overwrites
@@ -48,6 +49,10 @@ typedef struct worker_writes_event {
     uint64_t time;               /* its clusterTime */
     const bson_t *full_document; /* an insert's document (NULL: not in the event) */
     int64_t waited_ms;           /* how long the reader has waited on pending marks */
+    /* The reader writes a committed eviction's range once it takes its delete (the
+     * feeder, which reads each document's deletes in order); any other reader
+     * waits for that range. */
+    bool writes_ranges;
 } worker_writes_event_t;
 
 /* What mark (the event's mark, of op "evict" for a delete, "warm" or "fault" for

@@ -258,6 +258,31 @@ def test_plain_write_conflicts_with_a_transaction(rs_client):
     assert db.c.find_one({"_id": 1})["n"] == 106
 
 
+def test_kill_sessions_aborts_a_transaction_its_client_left_open(replica_store, rs_client):
+    """A client that died inside a transaction leaves it open, holding its
+    documents until transactionLifetimeLimitSeconds; killSessions naming its
+    session aborts it at once (how thermocline's evictor ends a crashed
+    predecessor's): a plain write waiting on the document goes through, the
+    transaction's writes are gone and its commit fails as mongod's. An empty list
+    (every session of the user, on mongod) is refused."""
+    db = rs_client.txn_kill
+    db.c.insert_one({"_id": 1, "n": 0})
+    raw = RawSession(replica_store.port)
+    assert raw.run("txn_kill", {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"n": 5}}}]},
+                   1, start=True)["ok"] == 1
+    assert raw.run("txn_kill", {"insert": "c", "documents": [{"_id": 2}]}, 1)["ok"] == 1
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (db.c.update_one({"_id": 1}, {"$inc": {"n": 100}}), done.set()))
+    writer.start()
+    assert not done.wait(0.3), "the plain write did not wait for the transaction"
+    assert wire_command(replica_store.port, {"killSessions": [raw.lsid], "$db": "admin"})["ok"] == 1
+    writer.join(20)
+    assert done.is_set()
+    assert list(db.c.find().sort("_id", 1)) == [{"_id": 1, "n": 100}]
+    assert_error(raw.commit(1), 251, "NoSuchTransaction", ["TransientTransactionError"])
+    assert_error(wire_command(replica_store.port, {"killSessions": [], "$db": "admin"}), 115, "CommandNotSupported")
+
+
 # ---------------------------------------------------------------------------
 # Commit and abort replies, errors.
 # ---------------------------------------------------------------------------

@@ -466,14 +466,22 @@ def test_an_eviction_whose_range_was_not_recorded_is_settled_by_the_feeder(repli
     proxy.stop()
 
 
-def test_an_eviction_killed_before_its_delete_never_takes_a_clients_delete_for_its_own(replicated_tiers, tmp_path,
-                                                                                          monkeypatch):
+KILL_HOOKS = {"before its transaction": "THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE",
+              "inside its transaction": "THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION"}
+
+
+@pytest.mark.parametrize("moment", list(KILL_HOOKS))
+def test_an_eviction_killed_before_its_commit_never_takes_a_clients_delete_for_its_own(replicated_tiers, tmp_path,
+                                                                                      monkeypatch, moment):
     """The evictor's process dies after marking a document for eviction and before
-    deleting it; once its intent expires, a client deletes that document through
-    the proxy; the next evictor finds the document gone. That delete is the
+    its delete committed: before its transaction began, or inside it, the delete
+    sent (the transaction left open holds the document). A client deletes that
+    document through the proxy; the next evictor finds it gone. That delete is the
     client's: the feeder replays it and the archive loses the document (I1), where
     taking "gone" for "evicted" let the feeder skip it (a clean-clone CI's kill -9
-    of the fast tier once brought an acknowledged delete back this way)."""
+    of the fast tier once brought an acknowledged delete back this way). A
+    transaction left open is aborted by the next evictor (killSessions), not left
+    to hold the document for transactionLifetimeLimitSeconds."""
     archive, fast = replicated_tiers
     top = {"evictorEnabled": "false", "leaseTimeout": "2s", "readYourWritesWait": "10s"}
     proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete", top=top)
@@ -481,20 +489,24 @@ def test_an_eviction_killed_before_its_delete_never_takes_a_clients_delete_for_i
         client.shop.orders.insert_many([{"_id": i, "createdAt": ago(10), "n": i} for i in range(3)])  # one batch
     wait_feeder(proxy)
     evictor_config = tier_config(archive, fast, max_age="2s", coverage="complete", top={"leaseTimeout": "2s"})
-    monkeypatch.setenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE", "1")
+    monkeypatch.setenv(KILL_HOOKS[moment], "1")
     evictor = track(WorkerProcess(tmp_path / "evictor", evictor_config, "evictor")).start()
-    monkeypatch.delenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE")
+    monkeypatch.delenv(KILL_HOOKS[moment])
     assert wait_until(lambda: not evictor.is_alive(), 20, 0.1), "the test hook did not fire"
     assert evictor.process.returncode == -signal.SIGKILL
     with client_for(fast) as client:
         pending = [mark["_id"]["id"] for mark in client.thermocline.workerWrites.find(
             {"_id.op": "evict", "state": "pending"})]
         assert sorted(pending) == [0, 1, 2], "the evictor died before marking its batch"
-        assert client.shop.orders.count_documents({}) == 3, "the evictor deleted before the hook"
-    with client_for(proxy) as client:  # waits out the dead evictor's intent
-        assert client.shop.orders.delete_one({"_id": 1}).deleted_count == 1
-    successor = track(WorkerProcess(tmp_path / "successor", evictor_config, "evictor")).start()
+        assert client.shop.orders.count_documents({}) == 3, "a delete committed before the hook"
+    successor = None
     try:
+        if moment == "inside its transaction":  # the open transaction holds the document until aborted
+            successor = track(WorkerProcess(tmp_path / "successor", evictor_config, "evictor")).start()
+        with client_for(proxy) as client:  # waits out the dead evictor's intent
+            assert client.shop.orders.delete_one({"_id": 1}).deleted_count == 1
+        if successor is None:
+            successor = track(WorkerProcess(tmp_path / "successor", evictor_config, "evictor")).start()
         with client_for(fast) as client:
             assert wait_until(lambda: client.shop.orders.count_documents({}) == 0, 20, 0.1), \
                 "the next evictor did not evict the rest"
@@ -504,7 +516,8 @@ def test_an_eviction_killed_before_its_delete_never_takes_a_clients_delete_for_i
         assert set(documents_by_id(archive)) == {0, 2, "last"}, \
             "the client's acknowledged delete did not reach the archive"
     finally:
-        successor.stop()
+        if successor is not None:
+            successor.stop()
         proxy.stop()
 
 

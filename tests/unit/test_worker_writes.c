@@ -98,17 +98,21 @@ static void test_pending_marks_wait_then_copies_settle_by_digest(void **state)
 static void test_committed_eviction_takes_the_first_delete_after_since(void **state)
 {
     (void)state;
-    const char *committed = "{'state': 'committed', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
-    /* Its range is written right after the commit: waited for first. */
-    assert_int_equal(verdict_of(committed, true, T(12), 0), WORKER_WRITES_PENDING);
-    assert_int_equal(verdict_of(committed, true, T(12), WORKER_WRITES_PENDING_WAIT_MS), WORKER_WRITES_WORKER);
-    assert_int_equal(verdict_of(committed, true, T(9), 0), WORKER_WRITES_APPLICATION);
-    assert_int_equal(verdict_of(committed, false, T(12), 0), WORKER_WRITES_APPLICATION);
-    bson_t *mark = support_json(committed);
-    worker_writes_event_t event = {.is_delete = true, .time = T(12), .waited_ms = WORKER_WRITES_PENDING_WAIT_MS};
+    bson_t *mark = support_json("{'state': 'committed', 'since': {'$timestamp': {'t': 10, 'i': 1}}}");
+    worker_writes_event_t event = {.is_delete = true, .time = T(12)};
     uint64_t range_to = 0;
+    /* Its range is written right after the commit: waited for first. */
+    assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_PENDING);
+    event.waited_ms = WORKER_WRITES_PENDING_WAIT_MS;
+    assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_PENDING); /* not the feeder */
+    event.writes_ranges = true;
     assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_WORKER);
     assert_true(range_to == UINT64_MAX); /* no range yet: the feeder writes it (feeder_settle_committed_mark) */
+    event.time = T(9);
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
+    event.time = T(12);
+    event.is_delete = false;
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
     bson_destroy(mark);
 }
 
