@@ -623,6 +623,13 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
 }
 
+/* The evict marks a crash or a failed batch left pending. */
+static void append_pending_marks_filter(bson_t *filter)
+{
+    BSON_APPEND_UTF8(filter, "_id.op", "evict");
+    BSON_APPEND_UTF8(filter, "state", "pending");
+}
+
 /* Aborts the transactions a crashed process may have left open in the sessions of
  * its pending marks (killSessions): one holds its document and its mark, and the
  * DDL of their collections, until transactionLifetimeLimitSeconds (60 s)
@@ -635,8 +642,7 @@ static void kill_pending_sessions(evictor_t *evictor)
     bson_iter_t iter, field;
     bson_error_t error;
     uint32_t count = 0;
-    BSON_APPEND_UTF8(&filter, "_id.op", "evict");
-    BSON_APPEND_UTF8(&filter, "state", "pending");
+    append_pending_marks_filter(&filter);
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "holder", &not_ours);
     BSON_APPEND_UTF8(&not_ours, "$ne", evictor->holder);
     bson_append_document_end(&filter, &not_ours);
@@ -683,8 +689,7 @@ static bool remove_pending_marks(evictor_t *evictor, bson_error_t *error)
     bson_t query = BSON_INITIALIZER;
     int64_t removed = 0;
     kill_pending_sessions(evictor);
-    BSON_APPEND_UTF8(&query, "_id.op", "evict");
-    BSON_APPEND_UTF8(&query, "state", "pending");
+    append_pending_marks_filter(&query);
     bool ok = tier_delete_state(evictor->fast, TIER_MARKS_COLLECTION, &query, 0, &removed, error);
     if (ok && removed > 0) {
         TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
