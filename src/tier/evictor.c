@@ -24,7 +24,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,10 +232,8 @@ static bool delete_version(evictor_t *evictor, const config_namespace_t *policy,
         ok = transient; /* kept this time; any other failure fails the batch, reported */
         goto done;
     }
-    if (evictor->kill_in_transaction > 0 && --evictor->kill_in_transaction == 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION: killing the process");
-        raise(SIGKILL);
-    }
+    tier_test_hook_kill(&evictor->kill_in_transaction, "THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION",
+                        "inside an eviction's transaction");
     ok = true;
     if (deleted != 1 || marked != 1) {
         goto done; /* changed since the read, or its mark gone: nothing to commit */
@@ -369,10 +366,8 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
             counts->changed++;
             continue;
         }
-        if (evictor->kill_before_delete > 0 && --evictor->kill_before_delete == 0) {
-            TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE: killing the process");
-            raise(SIGKILL);
-        }
+        tier_test_hook_kill(&evictor->kill_before_delete, "THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE",
+                            "before an eviction's delete");
         ok = delete_version(evictor, policy, &ids[i], &version, &deleted, &at, error);
         tier_progress_end_eviction(context->progress, policy->index);
         bson_destroy(&version);
@@ -380,7 +375,7 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
             break; /* pending (never deleted: removed before the next batch) or committed (the feeder
                     * writes its range) */
         }
-        if (deleted && evictor->fail_mark_after > 0 && --evictor->fail_mark_after == 0) {
+        if (deleted && tier_test_hook_fires(&evictor->fail_mark_after)) {
             counts->evicted++;
             return tc_error_set(error, TC_ERR_HOST_UNREACHABLE, "THERMOCLINE_TEST_FAIL_EVICT_MARK");
         }
@@ -732,12 +727,9 @@ void evictor_run(tier_group_t *group, void *argument)
     item->running = true;
     tier_progress_unlock(context->progress, false);
 
-    const char *fail_mark = getenv("THERMOCLINE_TEST_FAIL_EVICT_MARK");
-    evictor.fail_mark_after = fail_mark != NULL ? strtol(fail_mark, NULL, 10) : 0;
-    const char *kill_before = getenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE");
-    evictor.kill_before_delete = kill_before != NULL ? strtol(kill_before, NULL, 10) : 0;
-    const char *kill_in = getenv("THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION");
-    evictor.kill_in_transaction = kill_in != NULL ? strtol(kill_in, NULL, 10) : 0;
+    evictor.fail_mark_after = tier_test_hook_countdown("THERMOCLINE_TEST_FAIL_EVICT_MARK");
+    evictor.kill_before_delete = tier_test_hook_countdown("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE");
+    evictor.kill_in_transaction = tier_test_hook_countdown("THERMOCLINE_TEST_KILL_IN_EVICT_TRANSACTION");
     tier_pins_holder(evictor.holder, sizeof evictor.holder);
 
     /* Evictions a crash or a failed batch interrupted: settled before any new one

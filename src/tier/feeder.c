@@ -23,7 +23,6 @@
 #include "common/log.h"
 #include "tier/feeder_restore.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -972,10 +971,8 @@ static bool process_batch(feeder_t *feeder, const bson_t *events, const bson_t *
     if (!ok) {
         return false;
     }
-    if (count > 0 && feeder->kill_after_batches > 0 && --feeder->kill_after_batches == 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "THERMOCLINE_TEST_KILL_AFTER_APPLY: killing the process before the "
-                                                 "checkpoint");
-        raise(SIGKILL);
+    if (count > 0) {
+        tier_test_hook_kill(&feeder->kill_after_batches, "THERMOCLINE_TEST_KILL_AFTER_APPLY", "before the checkpoint");
     }
     feeder->backoff_ms = 0;
     if (last_time > feeder->applied_time) {
@@ -1081,8 +1078,7 @@ void feeder_run(tier_group_t *group, void *argument)
     feeder.fast = mongoc_client_pool_pop(context->fast_pool);
     feeder.archive = mongoc_client_pool_pop(context->archive_pool);
     feeder.stats_since_ms = clock_monotonic_ms();
-    const char *kill_after = getenv("THERMOCLINE_TEST_KILL_AFTER_APPLY");
-    feeder.kill_after_batches = kill_after != NULL ? strtol(kill_after, NULL, 10) : 0;
+    feeder.kill_after_batches = tier_test_hook_countdown("THERMOCLINE_TEST_KILL_AFTER_APPLY");
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_FEEDER);
     item->running = true;
     item->unapplied_since_ms = 0; /* no longer the previous holder's, as followed (lease.c) */

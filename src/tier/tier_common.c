@@ -6,7 +6,9 @@
 #include "common/error.h"
 #include "common/log.h"
 
+#include <signal.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -611,5 +613,26 @@ void tier_report_ok(tier_context_t *context, tier_worker_t worker)
     tier_progress_unlock(context->progress, false);
     if (recovered) {
         TC_LOG(TC_LOG_INFO, worker_component(worker), 0, "working again");
+    }
+}
+
+/* --- test hooks ----------------------------------------------------------------- */
+
+long tier_test_hook_countdown(const char *variable)
+{
+    const char *value = getenv(variable);
+    return value != NULL ? strtol(value, NULL, 10) : 0;
+}
+
+bool tier_test_hook_fires(long *countdown)
+{
+    return *countdown > 0 && --*countdown == 0;
+}
+
+void tier_test_hook_kill(long *countdown, const char *variable, const char *moment)
+{
+    if (tier_test_hook_fires(countdown)) {
+        TC_LOG(TC_LOG_WARNING, "TIER", 0, "%s: killing the process %s", variable, moment);
+        raise(SIGKILL);
     }
 }

@@ -189,4 +189,11 @@ void tier_report_error(tier_context_t *context, tier_worker_t worker, const char
     __attribute__((format(printf, 3, 4)));
 void tier_report_ok(tier_context_t *context, tier_worker_t worker);
 
+/* Test hooks: THERMOCLINE_TEST_<NAME>=N arms a countdown (0, never, when unset);
+ * tier_test_hook_fires counts one occasion down and says whether it was the Nth,
+ * tier_test_hook_kill SIGKILLs the process on the Nth, logging which hook did. */
+long tier_test_hook_countdown(const char *variable);
+bool tier_test_hook_fires(long *countdown);
+void tier_test_hook_kill(long *countdown, const char *variable, const char *moment);
+
 #endif

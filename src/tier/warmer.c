@@ -241,8 +241,7 @@ void warmer_run(tier_group_t *group, void *argument)
         warmer.namespaces[i].batch_size = rate_limit > 0 && rate_limit < BATCH_FIRST ? (int32_t)rate_limit : BATCH_FIRST;
     }
     tier_pacer_init(&warmer.pacer, ARCHIVE_SHARE);
-    const char *kill_after = getenv("THERMOCLINE_TEST_KILL_AFTER_COPY");
-    warmer.kill_after_batches = kill_after != NULL ? strtol(kill_after, NULL, 10) : 0;
+    warmer.kill_after_batches = tier_test_hook_countdown("THERMOCLINE_TEST_KILL_AFTER_COPY");
     warmer.fast = mongoc_client_pool_pop(context->fast_pool);
     warmer.archive = mongoc_client_pool_pop(context->archive_pool);
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_WARMER);

@@ -7,7 +7,6 @@
 #include "common/log.h"
 #include "query/order.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -914,10 +913,9 @@ static bool copy_batch(warmer_t *warmer, size_t index, const char *database, con
             check_from = since_of[i] < check_from ? since_of[i] : check_from;
         }
     }
-    if (ok && copied > 0 && warmer->kill_after_batches > 0 && --warmer->kill_after_batches == 0) {
-        TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
-               "THERMOCLINE_TEST_KILL_AFTER_COPY: killing the process before the copies' marks are finished");
-        raise(SIGKILL);
+    if (ok && copied > 0) {
+        tier_test_hook_kill(&warmer->kill_after_batches, "THERMOCLINE_TEST_KILL_AFTER_COPY",
+                            "before the copies' marks are finished");
     }
     if (ok) {
         ok = finish_marks(warmer, policy->ns, ids, inserted, since_of, index_in_batch, start_time, end_time, error);
