@@ -9,8 +9,8 @@
  *      one transaction with its mark's "committed": a crash leaves both or
  *      neither, so a pending mark never stands for a delete
  *   ─▶ mark done with the delete's time range (the feeder skips the one delete
- *      event of that document in it: I3), or remove the mark when nothing was
- *      deleted
+ *      event of that document in it: I3), or release the mark when nothing was
+ *      deleted (back to an earlier eviction's range, or gone: tier_release_marks)
  *
  * A document whose TTL field has expired under one of the archive's TTL indexes
  * (index_sync.c copies their rules to thermocline.indexes) is a candidate too, on
@@ -60,7 +60,7 @@ typedef struct evictor {
     long kill_in_transaction;
     /* The batch's logical session: its transactions' (one per delete), its lsid in
      * each of the batch's marks, so that a successor can abort one a crash left
-     * open (remove_pending_marks). */
+     * open (release_pending_marks). */
     mongoc_client_session_t *session;
     bson_oid_t intent;                  /* the _id of the batch's intent (pins.h) */
     char holder[TIER_PIN_HOLDER_SIZE];  /* this process, in its intents */
@@ -133,28 +133,21 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
     return ok;
 }
 
-/* The mark's outcome: done, the delete having happened in (since, at] (at: the
- * commit's operationTime, at or after its oplog entry), replacing "committed"; or
- * removed when nothing was deleted. */
-static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bool deleted, uint64_t since,
-                         uint64_t at, bson_error_t *error)
+/* The outcome of a delete: done, the delete having happened in (since, at] (at:
+ * the commit's operationTime, at or after its oplog entry), replacing "committed". */
+static bool record_eviction(evictor_t *evictor, const char *ns, const bson_value_t *id, uint64_t since, uint64_t at,
+                            bson_error_t *error)
 {
     bson_t command = BSON_INITIALIZER, statements, statement, query, reply;
-    BSON_APPEND_UTF8(&command, deleted ? "update" : "delete", TIER_MARKS_COLLECTION);
-    BSON_APPEND_ARRAY_BEGIN(&command, deleted ? "updates" : "deletes", &statements);
+    BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
     BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
     BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
     worker_writes_mark_key(&query, "_id", ns, id, "evict");
-    BSON_APPEND_UTF8(&query, "state", deleted ? "committed" : "pending");
-    if (deleted) {
-        timestamp_append(&query, "since", since); /* this eviction's, not a successor's */
-    }
+    BSON_APPEND_UTF8(&query, "state", "committed");
+    timestamp_append(&query, "since", since); /* this eviction's, not a successor's */
     bson_append_document_end(&statement, &query);
-    if (deleted) {
-        worker_writes_append_done_update(&statement, "u", since, at);
-    } else {
-        BSON_APPEND_INT32(&statement, "limit", 1);
-    }
+    worker_writes_append_done_update(&statement, "u", since, at);
     bson_append_document_end(&statements, &statement);
     bson_append_array_end(&command, &statements);
     bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
@@ -163,8 +156,19 @@ static bool resolve_mark(evictor_t *evictor, const char *ns, const bson_value_t 
     return ok;
 }
 
+/* A document kept: its pending mark released, an earlier eviction's ranges kept
+ * for the change streams behind them. */
+static bool release_mark(evictor_t *evictor, const char *ns, const bson_value_t *id, bson_error_t *error)
+{
+    bson_t selector = BSON_INITIALIZER;
+    worker_writes_mark_key(&selector, "_id", ns, id, "evict");
+    bool ok = tier_release_marks(evictor->fast, &selector, NULL, error);
+    bson_destroy(&selector);
+    return ok;
+}
+
 /* The transaction's second write: the pending mark of id becomes "committed"
- * (worker_writes.h). It matches only a pending mark: one a recovery removed
+ * (worker_writes.h). It matches only a pending mark: one a recovery released
  * meanwhile leaves the transaction uncommitted, the document kept. */
 static void append_commit_mark(bson_t *command, const char *ns, const bson_value_t *id)
 {
@@ -356,12 +360,12 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
             if (!pinned[i]) {
                 bson_destroy(&version);
             }
-            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, error);
+            ok = release_mark(evictor, policy->ns, &ids[i], error);
             continue;
         }
         /* A write of this process that faulted the document in runs first. */
         if (!tier_progress_begin_eviction(context->progress, policy->index, &ids[i])) {
-            ok = resolve_mark(evictor, policy->ns, &ids[i], false, 0, 0, error);
+            ok = release_mark(evictor, policy->ns, &ids[i], error);
             bson_destroy(&version);
             counts->changed++;
             continue;
@@ -372,7 +376,7 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
         tier_progress_end_eviction(context->progress, policy->index);
         bson_destroy(&version);
         if (!ok) {
-            break; /* pending (never deleted: removed before the next batch) or committed (the feeder
+            break; /* pending (never deleted: released before the next batch) or committed (the feeder
                     * writes its range) */
         }
         if (deleted && tier_test_hook_fires(&evictor->fail_mark_after)) {
@@ -380,8 +384,10 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
             return tc_error_set(error, TC_ERR_HOST_UNREACHABLE, "THERMOCLINE_TEST_FAIL_EVICT_MARK");
         }
         /* Without a time the committed mark stands as it is (the first delete after since). */
-        if (!deleted || at != 0) {
-            ok = resolve_mark(evictor, policy->ns, &ids[i], deleted, read_time, at, error);
+        if (!deleted) {
+            ok = release_mark(evictor, policy->ns, &ids[i], error);
+        } else if (at != 0) {
+            ok = record_eviction(evictor, policy->ns, &ids[i], read_time, at, error);
         }
         counts->evicted += deleted;
         counts->changed += !deleted;
@@ -618,13 +624,6 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     }
 }
 
-/* The evict marks a crash or a failed batch left pending. */
-static void append_pending_marks_filter(bson_t *filter)
-{
-    BSON_APPEND_UTF8(filter, "_id.op", "evict");
-    BSON_APPEND_UTF8(filter, "state", "pending");
-}
-
 /* Aborts the transactions a crashed process may have left open in the sessions of
  * its pending marks (killSessions): one holds its document and its mark, and the
  * DDL of their collections, until transactionLifetimeLimitSeconds (60 s)
@@ -637,7 +636,8 @@ static void kill_pending_sessions(evictor_t *evictor)
     bson_iter_t iter, field;
     bson_error_t error;
     uint32_t count = 0;
-    append_pending_marks_filter(&filter);
+    BSON_APPEND_UTF8(&filter, "_id.op", "evict");
+    BSON_APPEND_UTF8(&filter, "state", "pending");
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "holder", &not_ours);
     BSON_APPEND_UTF8(&not_ours, "$ne", evictor->holder);
     bson_append_document_end(&filter, &not_ours);
@@ -674,25 +674,25 @@ static void kill_pending_sessions(evictor_t *evictor)
     bson_destroy(&filter);
 }
 
-/* Removes the evict marks a crash or a failed batch left pending, their open
+/* Releases the evict marks a crash or a failed batch left pending, their open
  * transactions aborted first: a delete commits with its mark's "committed", so a
  * pending one never deleted its document, and a document gone since was deleted
  * by a client (the feeder replays that delete). A pending mark refuses its
  * document's next eviction until then. */
-static bool remove_pending_marks(evictor_t *evictor, bson_error_t *error)
+static bool release_pending_marks(evictor_t *evictor, bson_error_t *error)
 {
-    bson_t query = BSON_INITIALIZER;
-    int64_t removed = 0;
+    bson_t selector = BSON_INITIALIZER;
+    int64_t released = 0;
     kill_pending_sessions(evictor);
-    append_pending_marks_filter(&query);
-    bool ok = tier_delete_state(evictor->fast, TIER_MARKS_COLLECTION, &query, 0, &removed, error);
-    if (ok && removed > 0) {
+    BSON_APPEND_UTF8(&selector, "_id.op", "evict");
+    bool ok = tier_release_marks(evictor->fast, &selector, &released, error);
+    if (ok && released > 0) {
         TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
                      "{count} eviction(s) left unfinished by a crash or a failed batch never deleted their documents "
-                     "(a delete commits with its mark): their marks are removed",
-                     TC_ATTR_INT("count", removed));
+                     "(a delete commits with its mark): their marks are released",
+                     TC_ATTR_INT("count", released));
     }
-    bson_destroy(&query);
+    bson_destroy(&selector);
     return ok;
 }
 
@@ -742,7 +742,7 @@ void evictor_run(tier_group_t *group, void *argument)
             settled = false;
         }
         if (!settled) {
-            settled = remove_pending_marks(&evictor, &error);
+            settled = release_pending_marks(&evictor, &error);
             if (!settled) {
                 tier_report_error(context, TIER_WORKER_EVICTOR, "cannot check unfinished evictions: %s",
                                   error.message);

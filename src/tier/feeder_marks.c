@@ -36,7 +36,7 @@ bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to
 }
 
 /* The indexes feeder_clean_marks' clauses (and the warmer's reads of pending
- * marks, the evictor's removal of them) are bounded by: without them every clean, once a
+ * marks, the evictor's release of them) are bounded by: without them every clean, once a
  * second, scanned every mark of the last WORKER_WRITES_RETENTION_SECONDS (a
  * faithful lab's warm-up alone leaves 54,000), a tenth of a second of the fast
  * tier's CPU each time. Creating existing indexes again is a no-op. */
@@ -70,13 +70,32 @@ void feeder_index_marks(feeder_t *feeder)
     bson_destroy(&command);
 }
 
+/* Appends the clauses of copy marks left pending a minute before the applied time
+ * (a warmer or a proxy died between its copy and its mark's outcome; the feeder
+ * decided their inserts by digest long ago), state added by the caller. */
+static void append_abandoned_copy_clauses(const feeder_t *feeder, bson_t *clause)
+{
+    bson_t condition, kinds;
+    uint32_t seconds = (uint32_t)(feeder->applied_time >> 32);
+    BSON_APPEND_DOCUMENT_BEGIN(clause, "_id.op", &condition);
+    BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &kinds);
+    BSON_APPEND_UTF8(&kinds, "0", "warm");
+    BSON_APPEND_UTF8(&kinds, "1", "fault");
+    bson_append_array_end(&condition, &kinds);
+    bson_append_document_end(clause, &condition);
+    BSON_APPEND_DOCUMENT_BEGIN(clause, "since", &condition);
+    bson_append_timestamp(&condition, "$lt", 3, seconds > 60 ? seconds - 60 : 0, 0);
+    bson_append_document_end(clause, &condition);
+}
+
 /* Appends {$or: [...]} matching the marks the feeder has passed: done marks
  * WORKER_WRITES_RETENTION_SECONDS before the applied time (the proxy's clients'
  * change streams, which may lag or resume behind the feeder, classify their events
- * with them too), and copy marks left pending a minute. */
+ * with them too), and abandoned copy marks without a done range (those with one
+ * go back to done first: tier_release_marks). */
 static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
 {
-    bson_t any, clause, condition, kinds;
+    bson_t any, clause, condition;
     uint32_t seconds = (uint32_t)(feeder->applied_time >> 32);
     uint32_t retained = seconds > WORKER_WRITES_RETENTION_SECONDS ? seconds - WORKER_WRITES_RETENTION_SECONDS : 0;
     BSON_APPEND_ARRAY_BEGIN(query, "$or", &any);
@@ -87,18 +106,24 @@ static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
     bson_append_document_end(&clause, &condition);
     bson_append_document_end(&any, &clause);
     BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &clause);
-    BSON_APPEND_DOCUMENT_BEGIN(&clause, "_id.op", &condition);
-    BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &kinds);
-    BSON_APPEND_UTF8(&kinds, "0", "warm");
-    BSON_APPEND_UTF8(&kinds, "1", "fault");
-    bson_append_array_end(&condition, &kinds);
-    bson_append_document_end(&clause, &condition);
+    append_abandoned_copy_clauses(feeder, &clause);
     BSON_APPEND_UTF8(&clause, "state", "pending");
-    BSON_APPEND_DOCUMENT_BEGIN(&clause, "since", &condition);
-    bson_append_timestamp(&condition, "$lt", 3, seconds > 60 ? seconds - 60 : 0, 0);
-    bson_append_document_end(&clause, &condition);
+    tier_append_mark_has_history(&clause, false);
     bson_append_document_end(&any, &clause);
     bson_append_array_end(query, &any);
+}
+
+/* Abandoned copy marks that were done before go back to done: their ranges still
+ * classify the change events behind them. One unbatched update, outside the
+ * clean's budget: such marks come only from crashes, and the state_1_since_1
+ * index bounds the search. */
+static bool restore_abandoned_copy_marks(feeder_t *feeder, bson_error_t *error)
+{
+    bson_t selector = BSON_INITIALIZER;
+    append_abandoned_copy_clauses(feeder, &selector);
+    bool ok = tier_restore_done_marks(feeder->fast, &selector, NULL, error);
+    bson_destroy(&selector);
+    return ok;
 }
 
 bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time, bool *out_settled)
@@ -194,6 +219,9 @@ bool feeder_clean_marks(feeder_t *feeder)
     /* A range ends at its eviction's commit: no later delete falls in one a delete
      * already took (a restart replays from a checkpoint, with none taken). */
     bson_reinit(&feeder->consumed_marks);
+    if (!restore_abandoned_copy_marks(feeder, &error)) {
+        goto failed;
+    }
     while (more && clock_monotonic_ms() - started_ms < MARK_CLEAN_BUDGET_MS) {
         if (!clean_passed_batch(feeder, &more, &error)) {
             goto failed;

@@ -8,8 +8,8 @@
 
 #include <signal.h>
 #include <stdarg.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -93,10 +93,36 @@ bool tier_read_state_part(mongoc_client_t *client, const char *collection, const
     return ok;
 }
 
+/* Sends a write of the workers' state (command: its statements) with w: 1, a write
+ * error made the failure; *out_count (may be NULL): the reply's count_field. */
+static bool write_state(mongoc_client_t *client, bson_t *command, const char *count_field, int64_t *out_count,
+                        bson_error_t *error)
+{
+    bson_t concern, reply;
+    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
+    BSON_APPEND_INT32(&concern, "w", 1);
+    bson_append_document_end(command, &concern);
+    bool ok = tier_command(client, TIER_DATABASE, command, &reply, error);
+    bson_iter_t iter;
+    tier_write_error_t write_error;
+    if (ok && tier_write_errors_init(&iter, &reply) && tier_write_errors_next(&iter, &write_error)) {
+        bson_iter_t first;
+        bson_iter_init(&first, command);
+        ok = tc_error_set(error, (int32_t)write_error.code, "%s in %s.%s: %s",
+                          bson_iter_next(&first) ? bson_iter_key(&first) : "writing", TIER_DATABASE,
+                          bson_iter_utf8(&first, NULL), write_error.message);
+    }
+    if (out_count != NULL) {
+        *out_count = ok && bson_iter_init_find(&iter, &reply, count_field) ? bson_iter_as_int64(&iter) : 0;
+    }
+    bson_destroy(&reply);
+    return ok;
+}
+
 bool tier_delete_state(mongoc_client_t *client, const char *collection, const bson_t *query, int32_t limit,
                        int64_t *out_deleted, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, deletes, statement, concern, reply;
+    bson_t command = BSON_INITIALIZER, deletes, statement;
     BSON_APPEND_UTF8(&command, "delete", collection);
     BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
     BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
@@ -104,21 +130,66 @@ bool tier_delete_state(mongoc_client_t *client, const char *collection, const bs
     BSON_APPEND_INT32(&statement, "limit", limit);
     bson_append_document_end(&deletes, &statement);
     bson_append_array_end(&command, &deletes);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(&command, &concern);
-    bool ok = tier_command(client, TIER_DATABASE, &command, &reply, error);
-    bson_iter_t iter;
-    tier_write_error_t write_error;
-    if (ok && tier_write_errors_init(&iter, &reply) && tier_write_errors_next(&iter, &write_error)) {
-        ok = tc_error_set(error, (int32_t)write_error.code, "deleting from %s.%s: %s", TIER_DATABASE, collection,
-                          write_error.message);
-    }
-    if (out_deleted != NULL) {
-        *out_deleted = ok && bson_iter_init_find(&iter, &reply, "n") ? bson_iter_as_int64(&iter) : 0;
-    }
-    bson_destroy(&reply);
+    bool ok = write_state(client, &command, "n", out_deleted, error);
     bson_destroy(&command);
+    return ok;
+}
+
+void tier_append_mark_has_history(bson_t *filter, bool has)
+{
+    bson_t exists;
+    BSON_APPEND_DOCUMENT_BEGIN(filter, "history.0", &exists);
+    BSON_APPEND_BOOL(&exists, "$exists", has);
+    bson_append_document_end(filter, &exists);
+}
+
+bool tier_restore_done_marks(mongoc_client_t *fast, const bson_t *selector, int64_t *out_restored,
+                             bson_error_t *error)
+{
+    static const char *const attempt_fields[] = {"since", "copy", "session", "holder"};
+    bson_t command = BSON_INITIALIZER, updates, statement, query, update, set, unset;
+    BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    bson_concat(&query, selector);
+    BSON_APPEND_UTF8(&query, "state", "pending");
+    tier_append_mark_has_history(&query, true);
+    bson_append_document_end(&statement, &query);
+    /* from, to and history still hold the last done range. The attempt's fields go:
+     * a warm mark with a since after the warmer's last saved batch reads as an
+     * unfinished copy (find_unfinished), which this attempt is not. */
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "u", &update);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$set", &set);
+    BSON_APPEND_UTF8(&set, "state", "done");
+    bson_append_document_end(&update, &set);
+    BSON_APPEND_DOCUMENT_BEGIN(&update, "$unset", &unset);
+    for (size_t i = 0; i < sizeof attempt_fields / sizeof attempt_fields[0]; i++) {
+        BSON_APPEND_UTF8(&unset, attempt_fields[i], "");
+    }
+    bson_append_document_end(&update, &unset);
+    bson_append_document_end(&statement, &update);
+    BSON_APPEND_BOOL(&statement, "multi", true);
+    bson_append_document_end(&updates, &statement);
+    bson_append_array_end(&command, &updates);
+    bool ok = write_state(fast, &command, "nModified", out_restored, error);
+    bson_destroy(&command);
+    return ok;
+}
+
+bool tier_release_marks(mongoc_client_t *fast, const bson_t *selector, int64_t *out_released, bson_error_t *error)
+{
+    bson_t pending = BSON_INITIALIZER;
+    int64_t restored = 0, removed = 0;
+    bson_concat(&pending, selector);
+    BSON_APPEND_UTF8(&pending, "state", "pending");
+    tier_append_mark_has_history(&pending, false);
+    bool ok = tier_restore_done_marks(fast, selector, &restored, error) &&
+              tier_delete_state(fast, TIER_MARKS_COLLECTION, &pending, 0, &removed, error);
+    if (out_released != NULL) {
+        *out_released = ok ? restored + removed : 0;
+    }
+    bson_destroy(&pending);
     return ok;
 }
 

@@ -81,6 +81,17 @@ bool tier_read_state_part(mongoc_client_t *client, const char *collection, const
 bool tier_delete_state(mongoc_client_t *client, const char *collection, const bson_t *query, int32_t limit,
                        int64_t *out_deleted, bson_error_t *error);
 
+/* Releases the pending worker-writes marks selector matches (it names which; the
+ * state is added here) whose write did not happen: one that was done before, its
+ * history holding ranges older change events are classified by, goes back to
+ * "done" (tier_restore_done_marks, *out_restored: how many); one without a history
+ * is removed. *out_released (may be NULL): how many in all. */
+bool tier_release_marks(mongoc_client_t *fast, const bson_t *selector, int64_t *out_released, bson_error_t *error);
+bool tier_restore_done_marks(mongoc_client_t *fast, const bson_t *selector, int64_t *out_restored,
+                             bson_error_t *error);
+/* Appends {"history.0": {$exists: has}}: whether a mark has a done range. */
+void tier_append_mark_has_history(bson_t *filter, bool has);
+
 /* One entry of a write reply's writeErrors. */
 typedef struct tier_write_error {
     int64_t index;       /* the statement's position in the command; -1 when missing */

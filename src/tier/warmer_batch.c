@@ -241,7 +241,7 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
 
 /* Marks after the insert: done with (from, to] for the copies that landed and for
  * the ids an unfinished attempt may have copied (from its start: the feeder must
- * not replay that copy either), gone for the other refused ones. */
+ * not replay that copy either), released (tier_release_marks) for the other refused ones. */
 static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *ids, const bool *inserted,
                          const uint64_t *since_of, size_t count, uint64_t from, uint64_t to, bson_error_t *error)
 {
@@ -281,24 +281,15 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
         bson_destroy(&command);
     }
     if (ok && done_count < count) {
-        bson_t command = BSON_INITIALIZER, deletes, statement, query, condition, keys;
-        BSON_APPEND_UTF8(&command, "delete", TIER_MARKS_COLLECTION);
-        BSON_APPEND_ARRAY_BEGIN(&command, "deletes", &deletes);
-        BSON_APPEND_DOCUMENT_BEGIN(&deletes, "0", &statement);
-        BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
-        BSON_APPEND_DOCUMENT_BEGIN(&query, "_id", &condition);
+        /* Released, not removed: an earlier copy's ranges stay for the change streams behind them. */
+        bson_t selector = BSON_INITIALIZER, condition, keys;
+        BSON_APPEND_DOCUMENT_BEGIN(&selector, "_id", &condition);
         BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &keys);
         append_mark_keys(&keys, ns, ids, refused, count);
         bson_append_array_end(&condition, &keys);
-        bson_append_document_end(&query, &condition);
-        bson_append_document_end(&statement, &query);
-        BSON_APPEND_INT32(&statement, "limit", 0);
-        bson_append_document_end(&deletes, &statement);
-        bson_append_array_end(&command, &deletes);
-        warmer_append_write_concern_w1(&command);
-        ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
-        bson_destroy(&reply);
-        bson_destroy(&command);
+        bson_append_document_end(&selector, &condition);
+        ok = tier_release_marks(warmer->fast, &selector, NULL, error);
+        bson_destroy(&selector);
     }
     bson_free(refused);
     return ok;

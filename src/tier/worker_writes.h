@@ -19,7 +19,9 @@
  *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to}], pushed with
  *         each "done": the next copy or eviction of the same document overwrites
  *         state, from and to, and a change stream resumed from an older token still
- *         finds the earlier range here.
+ *         finds the earlier range here. So a pending mark whose write never happened
+ *         is released (tier_release_marks): back to "done" when it has a history,
+ *         removed only when it has none.
  * Done marks stay WORKER_WRITES_RETENTION_SECONDS of cluster time past the feeder's
  * applied time (the feeder removes them after), so a client's stream that lags or
  * resumes up to that far behind classifies the same way. */

@@ -4,7 +4,9 @@ namespace opens on the fast tier, and the proxy leaves out the workers' writes
 so a client sees every application write exactly once, in order, and nothing
 else (I9). The oracle is one plain store given the same documents and the same
 operations: its stream is what MongoDB alone would report."""
+import datetime
 import json
+import signal
 import subprocess
 import time
 
@@ -18,7 +20,8 @@ from test_store_mongosh import run_mongosh
 from test_store_libmongoc_watch import WatchClient, watch_client_binary  # noqa: F401 (a fixture)
 from test_store_node import node_or_skip
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import client_for, namespace_status, start_proxy, track, wait_warm
+from tier_support import WorkerProcess, client_for, namespace_status, start_proxy, tier_config, track, wait_feeder
+from tier_support import wait_warm
 from tier_support import utc_now, ago
 
 
@@ -442,3 +445,73 @@ def test_mongosh_watch_through_the_proxy(stores, tmp_path):
     events = [json_util.loads(line[len("EVENT "):]) for line in stdout.splitlines() if line.startswith("EVENT ")]
     assert [shape(e) for e in events] == expected
     proxy.stop()
+
+
+def eviction_mark(fast, identifier):
+    with client_for(fast) as client:
+        return client.thermocline.workerWrites.find_one({"_id": {"ns": "shop.orders", "id": identifier, "op": "evict"}})
+
+
+def evict_with_a_worker(work_dir, config, fast):
+    """One `thermocline evictor` until the fast tier holds no document."""
+    evictor = track(WorkerProcess(work_dir, config, "evictor")).start()
+    try:
+        assert wait_until(lambda: fast_count(fast) == 0, 20, 0.1), "the evictor did not evict"
+    finally:
+        evictor.stop()
+
+
+@pytest.mark.parametrize("how", ["a pin keeps it", "its evictor dies"])
+def test_an_eviction_that_deletes_nothing_keeps_the_earlier_evictions_range(stores, tmp_path, monkeypatch, how):
+    """A document evicted once, faulted back in by a client's update, then marked for
+    eviction again by an evictor that deletes nothing: a pin (another proxy's write)
+    keeps it, or the evictor's process dies before its delete and the next one
+    settles the mark. The mark goes back to the first eviction's range, so a stream
+    through the proxy resumed from before that eviction still leaves its delete
+    out. Removing the mark instead (as the evictor did) showed that delete as a
+    client's: a clean-clone CI's mongosh watch saw one."""
+    archive, fast, _ = stores
+    start = cluster_time(fast)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
+                        top={"evictorEnabled": "false", "leaseTimeout": "2s", "readYourWritesWait": "10s"})
+    config = tier_config(archive, fast, max_age="2s", coverage="complete", top={"leaseTimeout": "2s"})
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": "d", "createdAt": ago(10), "n": 0})
+        wait_feeder(proxy)
+        evict_with_a_worker(tmp_path / "first", config, fast)
+        first_range = eviction_mark(fast, "d")["history"]
+        client.shop.orders.update_one({"_id": "d"}, {"$set": {"n": 1}})  # faulted in, then updated
+        wait_feeder(proxy)
+    assert fast_count(fast) == 1
+    if how == "a pin keeps it":
+        with client_for(fast) as client:  # as a proxy writing to it records it (tier/pins.h)
+            client.thermocline.pins.insert_one({"ns": "shop.orders", "ids": ["d"], "whole": False, "holder": "test",
+                                                "lifetimeMillis": 60000, "at": datetime.datetime.utcnow()})
+        second = track(WorkerProcess(tmp_path / "second", config, "evictor")).start()
+        seen = []  # the mark once a pass settled it: gone, or done without the pass's holder
+
+        def settled():
+            seen[:] = [eviction_mark(fast, "d")]
+            return seen[0] is None or (seen[0]["state"] == "done" and "holder" not in seen[0])
+        assert wait_until(settled, 20, 0.05), "the evictor did not mark the pinned document"
+        second.stop()
+        assert seen[0] is not None and seen[0]["history"] == first_range, seen[0]
+        assert (seen[0]["from"], seen[0]["to"]) == (first_range[-1]["from"], first_range[-1]["to"])
+        assert fast_count(fast) == 1, "the evictor took a pinned document"
+        with client_for(fast) as client:
+            client.thermocline.pins.delete_many({"holder": "test"})
+    else:
+        monkeypatch.setenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE", "1")
+        second = track(WorkerProcess(tmp_path / "second", config, "evictor")).start()
+        monkeypatch.delenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE")
+        assert wait_until(lambda: not second.is_alive(), 20, 0.1), "the test hook did not fire"
+        assert second.process.returncode == -signal.SIGKILL
+        assert eviction_mark(fast, "d")["state"] == "pending"
+    evict_with_a_worker(tmp_path / "last", config, fast)
+    assert eviction_mark(fast, "d")["history"][0] == first_range[0], "the first eviction's range was lost"
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": "end", "createdAt": utc_now()})
+        with client.shop.orders.watch(start_at_operation_time=start, max_await_time_ms=200) as stream:
+            events = [(event["operationType"], event["documentKey"]["_id"]) for event in read_until(stream, "end")]
+    assert events == [("insert", "d"), ("update", "d"), ("insert", "end")]
+

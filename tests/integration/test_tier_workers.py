@@ -13,7 +13,6 @@ import time
 import bson
 import pymongo
 import pytest
-from pymongo import MongoClient
 
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
@@ -157,13 +156,19 @@ def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
             for i in range(50)]
     kept += [mark(-1, "warm", "pending", since=bson.Timestamp(now, 1)),
              mark(-2, "evict", "committed", since=bson.Timestamp(now - 700, 1))]
+    # Left pending a minute over an earlier copy's range: back to done, that range kept.
+    earlier = {"from": bson.Timestamp(now - 130, 1), "to": bson.Timestamp(now - 130, 2)}
+    kept += [dict(mark(-3, "fault", "pending", since=bson.Timestamp(now - 120, 1)), history=[earlier], **earlier)]
     with client_for(fast) as client:
         client.thermocline.workerWrites.insert_many(passed + kept)
     proxy = start_proxy(tmp_path / "proxy", archive, fast)
     with client_for(fast) as client:
         marks = client.thermocline.workerWrites
         assert wait_until(lambda: marks.count_documents({}) == len(kept), 30, 0.2), "marks left"
-        assert sorted(mark["_id"]["id"] for mark in marks.find()) == [-2, -1] + list(range(50))
+        assert sorted(mark["_id"]["id"] for mark in marks.find()) == [-3, -2, -1] + list(range(50))
+        restored = marks.find_one({"_id.id": -3})
+        assert restored["state"] == "done" and "since" not in restored, restored
+        assert (restored["from"], restored["to"], restored["history"]) == (earlier["from"], earlier["to"], [earlier])
     proxy.stop()
     fast.stop()  # its last slow-query line is written after the delete's reply
     deletes = [line for line in fast.log_path.read_text(errors="replace").splitlines()
