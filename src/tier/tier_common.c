@@ -93,10 +93,11 @@ bool tier_read_state_part(mongoc_client_t *client, const char *collection, const
     return ok;
 }
 
-/* Sends a write of the workers' state (command: its statements) with w: 1, a write
- * error made the failure; *out_count (may be NULL): the reply's count_field. */
-static bool write_state(mongoc_client_t *client, bson_t *command, const char *count_field, int64_t *out_count,
-                        bson_error_t *error)
+/* Sends a write (command: its statements) to one of the workers' state collections
+ * with w: 1, a write error made the failure; *out_count (may be NULL): the reply's
+ * count_field. */
+static bool write_state(mongoc_client_t *client, const char *collection, bson_t *command, const char *count_field,
+                        int64_t *out_count, bson_error_t *error)
 {
     bson_t concern, reply;
     BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
@@ -106,11 +107,8 @@ static bool write_state(mongoc_client_t *client, bson_t *command, const char *co
     bson_iter_t iter;
     tier_write_error_t write_error;
     if (ok && tier_write_errors_init(&iter, &reply) && tier_write_errors_next(&iter, &write_error)) {
-        bson_iter_t first;
-        bson_iter_init(&first, command);
-        ok = tc_error_set(error, (int32_t)write_error.code, "%s in %s.%s: %s",
-                          bson_iter_next(&first) ? bson_iter_key(&first) : "writing", TIER_DATABASE,
-                          bson_iter_utf8(&first, NULL), write_error.message);
+        ok = tc_error_set(error, (int32_t)write_error.code, "writing to %s.%s: %s", TIER_DATABASE, collection,
+                          write_error.message);
     }
     if (out_count != NULL) {
         *out_count = ok && bson_iter_init_find(&iter, &reply, count_field) ? bson_iter_as_int64(&iter) : 0;
@@ -130,7 +128,7 @@ bool tier_delete_state(mongoc_client_t *client, const char *collection, const bs
     BSON_APPEND_INT32(&statement, "limit", limit);
     bson_append_document_end(&deletes, &statement);
     bson_append_array_end(&command, &deletes);
-    bool ok = write_state(client, &command, "n", out_deleted, error);
+    bool ok = write_state(client, collection, &command, "n", out_deleted, error);
     bson_destroy(&command);
     return ok;
 }
@@ -172,7 +170,7 @@ bool tier_restore_done_marks(mongoc_client_t *fast, const bson_t *selector, int6
     BSON_APPEND_BOOL(&statement, "multi", true);
     bson_append_document_end(&updates, &statement);
     bson_append_array_end(&command, &updates);
-    bool ok = write_state(fast, &command, "nModified", out_restored, error);
+    bool ok = write_state(fast, TIER_MARKS_COLLECTION, &command, "nModified", out_restored, error);
     bson_destroy(&command);
     return ok;
 }

@@ -4,7 +4,6 @@ namespace opens on the fast tier, and the proxy leaves out the workers' writes
 so a client sees every application write exactly once, in order, and nothing
 else (I9). The oracle is one plain store given the same documents and the same
 operations: its stream is what MongoDB alone would report."""
-import datetime
 import json
 import signal
 import subprocess
@@ -486,7 +485,7 @@ def test_an_eviction_that_deletes_nothing_keeps_the_earlier_evictions_range(stor
     if how == "a pin keeps it":
         with client_for(fast) as client:  # as a proxy writing to it records it (tier/pins.h)
             client.thermocline.pins.insert_one({"ns": "shop.orders", "ids": ["d"], "whole": False, "holder": "test",
-                                                "lifetimeMillis": 60000, "at": datetime.datetime.utcnow()})
+                                                "lifetimeMillis": 60000, "at": utc_now()})
         second = track(WorkerProcess(tmp_path / "second", config, "evictor")).start()
         seen = []  # the mark once a pass settled it: gone, or done without the pass's holder
 
@@ -514,4 +513,3 @@ def test_an_eviction_that_deletes_nothing_keeps_the_earlier_evictions_range(stor
         with client.shop.orders.watch(start_at_operation_time=start, max_await_time_ms=200) as stream:
             events = [(event["operationType"], event["documentKey"]["_id"]) for event in read_until(stream, "end")]
     assert events == [("insert", "d"), ("update", "d"), ("insert", "end")]
-
