@@ -364,6 +364,8 @@ static const metrics_field_t namespace_fields[] = {
      "eviction candidates kept because a refused write of theirs stands"},
     {"thermocline_evictor_kept_pinned_total", METRICS_COUNTER, "evictor.keptPinned", 1,
      "eviction candidates kept because a write through another process pinned them"},
+    {"thermocline_evictor_kept_unsettled_total", METRICS_COUNTER, "evictor.keptUnsettled", 1,
+     "eviction candidates kept because their last eviction's range is not written yet"},
 };
 
 static const metrics_field_t pool_fields[] = {

@@ -67,19 +67,9 @@ typedef struct evictor {
     int64_t next_cleanup_ms;            /* monotonic: when expired pins and intents are next removed */
 } evictor_t;
 
-static bool write_command(evictor_t *evictor, const char *database, bson_t *command, bson_t *reply,
-                          bson_error_t *error)
-{
-    bson_t concern;
-    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(command, &concern);
-    return tier_command(evictor->fast, database, command, reply, error);
-}
-
 /* Writes pending marks for documents; *out_refused[i] is true for a document
  * whose mark is pending or committed (an earlier delete's outcome not settled:
- * kept this round). A done mark is taken over, its range kept in its history for
+ * kept this round); any other write error fails the batch. A done mark is taken over, its range kept in its history for
  * the change streams that have not passed it. */
 static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t *ids, size_t count,
                          uint64_t since, bool *out_refused, bson_error_t *error)
@@ -114,17 +104,19 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
     }
     bson_append_array_end(&command, &updates);
     BSON_APPEND_BOOL(&command, "ordered", false);
-    bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
+    tier_append_state_write_concern(&command);
+    /* Not tier_write_state: its write errors are the refusals, one per statement. */
+    bool ok = tier_command(evictor->fast, TIER_DATABASE, &command, &reply, error);
     bson_iter_t errors;
     tier_write_error_t write_error;
-    if (!ok && tier_write_errors_init(&errors, &reply)) {
-        ok = true;
-        while (tier_write_errors_next(&errors, &write_error)) {
-            if (write_error.code != TC_ERR_DUPLICATE_KEY || write_error.index < 0 ||
-                (size_t)write_error.index >= count) {
-                ok = false;
-            } else {
+    if (ok && tier_write_errors_init(&errors, &reply)) {
+        while (ok && tier_write_errors_next(&errors, &write_error)) {
+            if (write_error.code == TC_ERR_DUPLICATE_KEY && write_error.index >= 0 &&
+                (size_t)write_error.index < count) {
                 out_refused[write_error.index] = true;
+            } else {
+                ok = tc_error_set(error, (int32_t)write_error.code, "writing eviction marks to %s.%s: %s",
+                                  TIER_DATABASE, TIER_MARKS_COLLECTION, write_error.message);
             }
         }
     }
@@ -138,7 +130,7 @@ static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t 
 static bool record_eviction(evictor_t *evictor, const char *ns, const bson_value_t *id, uint64_t since, uint64_t at,
                             bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, statements, statement, query, reply;
+    bson_t command = BSON_INITIALIZER, statements, statement, query;
     BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
     BSON_APPEND_DOCUMENT_BEGIN(&statements, "0", &statement);
@@ -150,8 +142,7 @@ static bool record_eviction(evictor_t *evictor, const char *ns, const bson_value
     worker_writes_append_done_update(&statement, "u", since, at);
     bson_append_document_end(&statements, &statement);
     bson_append_array_end(&command, &statements);
-    bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
-    bson_destroy(&reply);
+    bool ok = tier_write_state(evictor->fast, TIER_MARKS_COLLECTION, &command, NULL, NULL, error);
     bson_destroy(&command);
     return ok;
 }
@@ -221,7 +212,7 @@ static bool delete_version(evictor_t *evictor, const config_namespace_t *policy,
     bool ok = false, open = false, transient = false;
     *out_deleted = false;
     *out_time = 0;
-    mongoc_write_concern_set_w(concern, 1); /* as the evictor's other writes (write_command) */
+    mongoc_write_concern_set_w(concern, 1); /* as the evictor's other writes (tier_write_state) */
     mongoc_transaction_opts_set_write_concern(transaction, concern);
     if (!mongoc_client_session_start_transaction(session, transaction, error) ||
         !mongoc_client_session_append(session, &options, error)) {
@@ -285,7 +276,7 @@ static void append_candidates_filter(bson_t *find, const bson_t *candidates, con
 
 /* What one batch did, for the progress record. */
 typedef struct batch_counts {
-    int64_t evicted, changed, held, pinned;
+    int64_t evicted, changed, held, pinned, unsettled;
 } batch_counts_t;
 
 /* Records the batch's intent in thermocline.evictions, then reads the pins that
@@ -294,7 +285,7 @@ typedef struct batch_counts {
 static bool announce_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_value_t *ids, size_t count,
                            bool *pinned, int64_t *out_sent_ms, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, statements, reply, filter, pins;
+    bson_t command = BSON_INITIALIZER, statements, filter, pins;
     BSON_APPEND_UTF8(&command, "update", TIER_EVICTIONS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
     tier_eviction_append_upsert(&statements, "0", &evictor->intent, policy->ns, ids, count,
@@ -302,8 +293,7 @@ static bool announce_batch(evictor_t *evictor, const config_namespace_t *policy,
                                 tier_eviction_lifetime_ms(evictor->context->config));
     bson_append_array_end(&command, &statements);
     *out_sent_ms = clock_monotonic_ms();
-    bool ok = write_command(evictor, TIER_DATABASE, &command, &reply, error);
-    bson_destroy(&reply);
+    bool ok = tier_write_state(evictor->fast, TIER_EVICTIONS_COLLECTION, &command, NULL, NULL, error);
     bson_destroy(&command);
     if (!ok) {
         return false;
@@ -440,10 +430,30 @@ static bool keep_candidates(evictor_t *evictor, const char *ns, bson_iter_t *fou
     return ok;
 }
 
+/* The candidates whose mark refused them: an earlier eviction not settled yet (its
+ * mark committed, its range written when the feeder reaches the delete), or a
+ * pending mark another process left (a holder that lost the lease mid-batch).
+ * They are left out of the pass's next batches, and the pending marks are
+ * released before the next pass. */
+static void hold_unsettled(evictor_t *evictor, const bson_value_t *ids, size_t count, const bool *refused,
+                           bson_t *held_ids, int64_t *out_unsettled)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (refused[i]) {
+            char key[16];
+            const char *key_string;
+            bson_uint32_to_string(bson_count_keys(held_ids), &key_string, key, sizeof key);
+            bson_append_value(held_ids, key_string, -1, &ids[i]);
+            (*out_unsettled)++;
+            evictor->marks_unsettled = true;
+        }
+    }
+}
+
 /* One batch: returns the number of candidates found (-1 on an error or a wait
  * that ran out: the pass ends). */
 static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_t *candidates,
-                           const bson_t *held_ids)
+                           bson_t *held_ids)
 {
     tier_context_t *context = evictor->context;
     const size_t index = policy->index; /* its slot in the workers' progress */
@@ -507,6 +517,7 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     evictor->session = ok && kept > 0 ? mongoc_client_start_session(evictor->fast, NULL, &error) : NULL;
     ok = ok && (kept == 0 || evictor->session != NULL);
     ok = ok && insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
+    hold_unsettled(evictor, ids, kept, refused, held_ids, &counts.unsettled);
     if (ok && kept > 0) {
         bson_oid_init(&evictor->intent, NULL);
         announced = true; /* a lost reply may have written it */
@@ -532,14 +543,16 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     item->evict_changed += counts.changed;
     item->evict_held += counts.held;
     item->evict_pinned += counts.pinned;
+    item->evict_unsettled += counts.unsettled;
     tier_progress_unlock(context->progress, false);
     bson_free(pinned);
     bson_free(refused);
     bson_free(ids);
     bson_free(documents);
     bson_destroy(&reply);
-    if (ok && kept > 0 && counts.pinned == (int64_t)kept) {
-        return 0; /* all pinned (a write by filter pins its namespace): the next batch would read them again */
+    if (ok && kept > 0 && counts.pinned + counts.unsettled == (int64_t)kept) {
+        /* all kept (a write by filter pins its namespace): the next batch would read the pinned again */
+        return 0;
     }
     return ok ? (int64_t)count : -1;
 }

@@ -92,7 +92,7 @@ static void append_abandoned_copy_clauses(const feeder_t *feeder, bson_t *clause
  * WORKER_WRITES_RETENTION_SECONDS before the applied time (the proxy's clients'
  * change streams, which may lag or resume behind the feeder, classify their events
  * with them too), and abandoned copy marks without a done range (those with one
- * go back to done first: tier_release_marks). */
+ * go back to done first: tier_restore_done_marks). */
 static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
 {
     bson_t any, clause, condition;
@@ -128,9 +128,10 @@ static bool restore_abandoned_copy_marks(feeder_t *feeder, bson_error_t *error)
 
 bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time, bool *out_settled)
 {
-    bson_t command = BSON_INITIALIZER, statements, statement, query, concern, reply, mark_id;
+    bson_t command = BSON_INITIALIZER, statements, statement, query, mark_id;
     bson_error_t error;
     uint64_t since = timestamp_find(mark, "since");
+    int64_t modified = 0;
     bson_iter_t iter;
     *out_settled = false;
     if (!bson_iter_init_find(&iter, mark, "_id") || !bson_view_of(&iter, &mark_id)) {
@@ -147,12 +148,8 @@ bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t
     worker_writes_append_done_update(&statement, "u", since, delete_time);
     bson_append_document_end(&statements, &statement);
     bson_append_array_end(&command, &statements);
-    BSON_APPEND_DOCUMENT_BEGIN(&command, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(&command, &concern);
-    bool ok = tier_command(feeder->fast, TIER_DATABASE, &command, &reply, &error);
-    bson_iter_t modified;
-    *out_settled = ok && bson_iter_init_find(&modified, &reply, "nModified") && bson_iter_as_int64(&modified) == 1;
+    bool ok = tier_write_state(feeder->fast, TIER_MARKS_COLLECTION, &command, "nModified", &modified, &error);
+    *out_settled = modified == 1;
     if (*out_settled) {
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0,
                "an eviction whose evictor stopped before recording its range: the range is written now");
@@ -160,7 +157,6 @@ bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t
         tier_report_error(feeder->context, TIER_WORKER_FEEDER, "cannot record an eviction's range in thermocline.%s: %s",
                           TIER_MARKS_COLLECTION, error.message);
     }
-    bson_destroy(&reply);
     bson_destroy(&command);
     return ok;
 }

@@ -401,6 +401,7 @@ void tier_progress_append_namespace(tier_progress_t *progress, size_t index, bso
     BSON_APPEND_INT64(&evictor, "keptChanged", item.evict_changed);
     BSON_APPEND_INT64(&evictor, "keptRefused", item.evict_held);
     BSON_APPEND_INT64(&evictor, "keptPinned", item.evict_pinned);
+    BSON_APPEND_INT64(&evictor, "keptUnsettled", item.evict_unsettled);
     if (item.evict_last_pass_ms > 0) {
         BSON_APPEND_DATE_TIME(&evictor, "lastPass", item.evict_last_pass_ms);
     }

@@ -52,6 +52,7 @@ typedef struct tier_namespace_progress {
     int64_t evict_changed;      /* candidates that changed under the evictor: kept */
     int64_t evict_held;         /* candidates kept because a refused write of theirs stands */
     int64_t evict_pinned;       /* candidates kept because a proxy's pin in the fast tier covered them (pins.h) */
+    int64_t evict_unsettled;    /* candidates kept because their last eviction's range is not written yet */
     int64_t evict_last_pass_ms; /* wall clock of the last completed pass */
 } tier_namespace_progress_t;
 

@@ -93,16 +93,19 @@ bool tier_read_state_part(mongoc_client_t *client, const char *collection, const
     return ok;
 }
 
-/* Sends a write (command: its statements) to one of the workers' state collections
- * with w: 1, a write error made the failure; *out_count (may be NULL): the reply's
- * count_field. */
-static bool write_state(mongoc_client_t *client, const char *collection, bson_t *command, const char *count_field,
-                        int64_t *out_count, bson_error_t *error)
+void tier_append_state_write_concern(bson_t *command)
 {
-    bson_t concern, reply;
+    bson_t concern;
     BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
     BSON_APPEND_INT32(&concern, "w", 1);
     bson_append_document_end(command, &concern);
+}
+
+bool tier_write_state(mongoc_client_t *client, const char *collection, bson_t *command, const char *count_field,
+                      int64_t *out_count, bson_error_t *error)
+{
+    bson_t reply;
+    tier_append_state_write_concern(command);
     bool ok = tier_command(client, TIER_DATABASE, command, &reply, error);
     bson_iter_t iter;
     tier_write_error_t write_error;
@@ -111,7 +114,9 @@ static bool write_state(mongoc_client_t *client, const char *collection, bson_t 
                           write_error.message);
     }
     if (out_count != NULL) {
-        *out_count = ok && bson_iter_init_find(&iter, &reply, count_field) ? bson_iter_as_int64(&iter) : 0;
+        *out_count = ok && count_field != NULL && bson_iter_init_find(&iter, &reply, count_field)
+                         ? bson_iter_as_int64(&iter)
+                         : 0;
     }
     bson_destroy(&reply);
     return ok;
@@ -128,7 +133,7 @@ bool tier_delete_state(mongoc_client_t *client, const char *collection, const bs
     BSON_APPEND_INT32(&statement, "limit", limit);
     bson_append_document_end(&deletes, &statement);
     bson_append_array_end(&command, &deletes);
-    bool ok = write_state(client, collection, &command, "n", out_deleted, error);
+    bool ok = tier_write_state(client, collection, &command, "n", out_deleted, error);
     bson_destroy(&command);
     return ok;
 }
@@ -170,7 +175,7 @@ bool tier_restore_done_marks(mongoc_client_t *fast, const bson_t *selector, int6
     BSON_APPEND_BOOL(&statement, "multi", true);
     bson_append_document_end(&updates, &statement);
     bson_append_array_end(&command, &updates);
-    bool ok = write_state(fast, TIER_MARKS_COLLECTION, &command, "nModified", out_restored, error);
+    bool ok = tier_write_state(fast, TIER_MARKS_COLLECTION, &command, "nModified", out_restored, error);
     bson_destroy(&command);
     return ok;
 }

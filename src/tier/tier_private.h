@@ -58,7 +58,8 @@ void tier_libmongoc_init(void);
 mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_error_t *error);
 
 /* Runs command on the tier's primary exactly as given. reply is always
- * initialised (caller destroys). False on a network error or ok: 0. */
+ * initialised (caller destroys). False on a network error or ok: 0; a write's
+ * writeErrors come with ok: 1, true here: the caller reads them. */
 bool tier_command(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *reply,
                   bson_error_t *error);
 
@@ -75,6 +76,16 @@ bool tier_read_state(mongoc_client_t *client, const char *collection, const bson
 bool tier_read_state_part(mongoc_client_t *client, const char *collection, const bson_t *filter,
                           const bson_t *projection, int32_t limit, bson_t *out_array, bson_error_t *error);
 
+/* Appends the workers' state writes' writeConcern, w: 1: the state is written
+ * to the fast tier's primary, which the workers read it from. */
+void tier_append_state_write_concern(bson_t *command);
+/* Sends a write command (its statements, no writeConcern) to one of the workers'
+ * state collections in the thermocline database, with w: 1. False on an error, a
+ * write error included (the first one's code and message; unordered, the other
+ * statements may have been applied). *out_count (may be NULL): the reply's
+ * count_field (n, nModified; NULL: none), 0 on a failure. */
+bool tier_write_state(mongoc_client_t *client, const char *collection, bson_t *command, const char *count_field,
+                      int64_t *out_count, bson_error_t *error);
 /* Deletes the documents of one of the workers' state collections that match query
  * (limit 1: one; 0: all), with w: 1. *out_deleted (may be NULL) is the reply's n.
  * False on an error, a write error included. */

@@ -71,14 +71,6 @@ bool warmer_view_array(const bson_t *reply, const char *path, bson_t *out)
     return bson_init_static(out, data, length);
 }
 
-void warmer_append_write_concern_w1(bson_t *command)
-{
-    bson_t concern;
-    BSON_APPEND_DOCUMENT_BEGIN(command, "writeConcern", &concern);
-    BSON_APPEND_INT32(&concern, "w", 1);
-    bson_append_document_end(command, &concern);
-}
-
 /* --- state in thermocline.warmer ----------------------------------------------------- */
 
 void warmer_publish(warmer_t *warmer, size_t index, bool notify)
@@ -105,7 +97,7 @@ bool warmer_save_state(warmer_t *warmer, size_t index, bson_error_t *error)
 {
     warm_namespace_t *state = &warmer->namespaces[index];
     const char *ns = warmer->context->config->namespaces[index].ns;
-    bson_t command = BSON_INITIALIZER, updates, statement, query, document, reply;
+    bson_t command = BSON_INITIALIZER, updates, statement, query, document;
     BSON_APPEND_UTF8(&command, "update", TIER_WARMER_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
     BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &statement);
@@ -141,9 +133,7 @@ bool warmer_save_state(warmer_t *warmer, size_t index, bson_error_t *error)
     BSON_APPEND_BOOL(&statement, "upsert", true);
     bson_append_document_end(&updates, &statement);
     bson_append_array_end(&command, &updates);
-    warmer_append_write_concern_w1(&command);
-    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
-    bson_destroy(&reply);
+    bool ok = tier_write_state(warmer->fast, TIER_WARMER_COLLECTION, &command, NULL, NULL, error);
     bson_destroy(&command);
     return ok;
 }

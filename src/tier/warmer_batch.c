@@ -207,7 +207,7 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
     if (count == 0) {
         return true; /* an empty update is InvalidLength: nothing to mark is no command */
     }
-    bson_t command = BSON_INITIALIZER, updates, reply;
+    bson_t command = BSON_INITIALIZER, updates;
     BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &updates);
     for (size_t i = 0; i < count; i++) {
@@ -232,9 +232,7 @@ static bool write_pending_marks(warmer_t *warmer, const char *ns, const bson_val
     }
     bson_append_array_end(&command, &updates);
     BSON_APPEND_BOOL(&command, "ordered", false);
-    warmer_append_write_concern_w1(&command);
-    bool ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
-    bson_destroy(&reply);
+    bool ok = tier_write_state(warmer->fast, TIER_MARKS_COLLECTION, &command, NULL, NULL, error);
     bson_destroy(&command);
     return ok;
 }
@@ -252,7 +250,6 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
         done_count += !refused[i];
     }
     bool ok = true;
-    bson_t reply;
     if (done_count > 0) {
         bson_t command = BSON_INITIALIZER, updates;
         uint32_t next = 0;
@@ -275,9 +272,7 @@ static bool finish_marks(warmer_t *warmer, const char *ns, const bson_value_t *i
         }
         bson_append_array_end(&command, &updates);
         BSON_APPEND_BOOL(&command, "ordered", false);
-        warmer_append_write_concern_w1(&command);
-        ok = tier_command(warmer->fast, TIER_DATABASE, &command, &reply, error);
-        bson_destroy(&reply);
+        ok = tier_write_state(warmer->fast, TIER_MARKS_COLLECTION, &command, NULL, NULL, error);
         bson_destroy(&command);
     }
     if (ok && done_count < count) {

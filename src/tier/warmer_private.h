@@ -62,9 +62,6 @@ void warm_cursor_set(warm_cursor_t *cursor, int64_t time_ms, const bson_value_t 
 /* A view (out, not to destroy) of the array at a dotted path of reply; false when
  * there is none. */
 bool warmer_view_array(const bson_t *reply, const char *path, bson_t *out);
-/* Appends writeConcern {w: 1}. */
-void warmer_append_write_concern_w1(bson_t *command);
-
 /* Publishes namespace index's pass to the proxy (tier/progress.h); notify wakes
  * the waiters. */
 void warmer_publish(warmer_t *warmer, size_t index, bool notify);

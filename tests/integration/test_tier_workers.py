@@ -269,6 +269,39 @@ def test_eviction_of_documents_being_updated(replicated_tiers, tmp_path):
     oracle.stop()
 
 
+def test_a_document_whose_last_eviction_is_unsettled_waits(replicated_tiers, tmp_path):
+    """A document back in the fast tier while its last eviction's mark is still
+    committed (its evictor died before writing the range; the feeder writes it when
+    it reaches the delete) is refused its new mark and kept (keptUnsettled): it is
+    not deleted again, even inside a transaction that aborts (keptChanged), and
+    its mark is left alone."""
+    archive, fast = replicated_tiers
+    since = bson.Timestamp(int(time.time()) - 5, 1)
+    unsettled = [{"_id": {"ns": NS, "id": i, "op": "evict"}, "state": "committed", "since": since, "history": []}
+                 for i in range(5)]
+    with client_for(fast) as client:
+        client.thermocline.workerWrites.insert_many(unsettled)
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", evictor_period="100ms",
+                        coverage="complete")
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(1.5), "n": i} for i in range(10)])
+
+    def fast_ids():
+        with client_for(fast) as client:
+            return sorted(document["_id"] for document in client.shop.orders.find({}, {"_id": 1}))
+    assert wait_until(lambda: fast_ids() == list(range(5)), 20, 0.1), fast_ids()
+    passes = namespace_status(proxy)["evictor"]["lastPass"]
+    assert wait_until(lambda: namespace_status(proxy)["evictor"]["lastPass"] > passes, 10, 0.1)
+    evictor = namespace_status(proxy)["evictor"]
+    assert (evictor["evicted"], evictor["keptChanged"]) == (5, 0) and evictor["keptUnsettled"] >= 5, evictor
+    assert fast_ids() == list(range(5))
+    with client_for(fast) as client:
+        marks = list(client.thermocline.workerWrites.find({"_id.id": {"$lt": 5}}, {"state": 1, "since": 1}))
+    assert sorted(marks, key=lambda mark: mark["_id"]["id"]) == [
+        {"_id": mark["_id"], "state": "committed", "since": since} for mark in unsettled]
+    proxy.stop()
+
+
 # --- the warmer -------------------------------------------------------------------------
 
 def fill_archive(archive, count, window_seconds, oracle=None):
