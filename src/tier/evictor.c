@@ -69,8 +69,9 @@ typedef struct evictor {
 
 /* Writes pending marks for documents; *out_refused[i] is true for a document
  * whose mark is pending or committed (an earlier delete's outcome not settled:
- * kept this round); any other write error fails the batch. A done mark is taken over, its range kept in its history for
- * the change streams that have not passed it. */
+ * kept this round); any other write error fails the batch. A done mark is taken
+ * over, its range kept in its history for the change streams that have not
+ * passed it. */
 static bool insert_marks(evictor_t *evictor, const char *ns, const bson_value_t *ids, size_t count,
                          uint64_t since, bool *out_refused, bson_error_t *error)
 {
@@ -550,9 +551,8 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     bson_free(ids);
     bson_free(documents);
     bson_destroy(&reply);
-    if (ok && kept > 0 && counts.pinned + counts.unsettled == (int64_t)kept) {
-        /* all kept (a write by filter pins its namespace): the next batch would read the pinned again */
-        return 0;
+    if (ok && kept > 0 && counts.pinned == (int64_t)kept) {
+        return 0; /* all pinned (a write by filter pins its namespace): the next batch would read them again */
     }
     return ok ? (int64_t)count : -1;
 }
