@@ -281,26 +281,33 @@ typedef struct batch_counts {
 } batch_counts_t;
 
 /* Records the batch's intent in thermocline.evictions, then reads the pins that
- * cover its candidates (pins.h: each side writes, then reads the other's): sets
- * pinned[i] for each. *out_sent_ms: when the intent was sent (monotonic). */
+ * cover the ids it names (pins.h: each side writes, then reads the other's): sets
+ * pinned[i] for each. The refused stay out of the intent: this batch never deletes
+ * them, so no write to them waits for it. *out_sent_ms: when the intent was sent
+ * (monotonic). */
 static bool announce_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_value_t *ids, size_t count,
-                           bool *pinned, int64_t *out_sent_ms, bson_error_t *error)
+                           const bool *refused, bool *pinned, int64_t *out_sent_ms, bson_error_t *error)
 {
-    bson_t command = BSON_INITIALIZER, statements, filter, pins;
+    bson_value_t *announced = bson_malloc((count + 1) * sizeof *announced);
+    size_t announced_count = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!refused[i]) {
+            announced[announced_count++] = ids[i]; /* a view: the values stay in the candidates' reply */
+        }
+    }
+    bson_t command = BSON_INITIALIZER, statements, filter, pins = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&command, "update", TIER_EVICTIONS_COLLECTION);
     BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
-    tier_eviction_append_upsert(&statements, "0", &evictor->intent, policy->ns, ids, count,
+    tier_eviction_append_upsert(&statements, "0", &evictor->intent, policy->ns, announced, announced_count,
                                 evictor->context->lease_term, evictor->holder,
                                 tier_eviction_lifetime_ms(evictor->context->config));
     bson_append_array_end(&command, &statements);
+    tier_pins_filter_for_batch(policy->ns, announced, announced_count, &filter); /* read after the write */
+    bson_free(announced);
     *out_sent_ms = clock_monotonic_ms();
     bool ok = tier_write_state(evictor->fast, TIER_EVICTIONS_COLLECTION, &command, NULL, NULL, error);
     bson_destroy(&command);
-    if (!ok) {
-        return false;
-    }
-    tier_pins_filter_for_batch(policy->ns, ids, count, &filter);
-    ok = tier_read_state(evictor->fast, TIER_PINS_COLLECTION, &filter, &pins, error);
+    ok = ok && tier_read_state(evictor->fast, TIER_PINS_COLLECTION, &filter, &pins, error);
     if (ok && bson_count_keys(&pins) >= TIER_STATE_READ_LIMIT) {
         for (size_t i = 0; i < count; i++) {
             pinned[i] = true; /* more pins than one read shows: keep them all */
@@ -519,10 +526,10 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     ok = ok && (kept == 0 || evictor->session != NULL);
     ok = ok && insert_marks(evictor, policy->ns, ids, kept, read_time, refused, &error);
     hold_unsettled(evictor, ids, kept, refused, held_ids, &counts.unsettled);
-    if (ok && kept > 0) {
+    if (ok && kept > (size_t)counts.unsettled) { /* all refused: nothing to delete, nothing to announce */
         bson_oid_init(&evictor->intent, NULL);
         announced = true; /* a lost reply may have written it */
-        ok = announce_batch(evictor, policy, ids, kept, pinned, &intent_sent_ms, &error);
+        ok = announce_batch(evictor, policy, ids, kept, refused, pinned, &intent_sent_ms, &error);
     }
     ok = ok && delete_candidates(evictor, policy, documents, ids, kept, refused, pinned, read_time, intent_sent_ms,
                                  &counts, &error);

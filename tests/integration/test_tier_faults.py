@@ -521,6 +521,44 @@ def test_an_eviction_killed_before_its_commit_never_takes_a_clients_delete_for_i
         proxy.stop()
 
 
+def test_an_eviction_intent_names_only_the_documents_its_batch_may_delete(replicated_tiers, tmp_path, monkeypatch):
+    """Documents whose last eviction is unsettled (its mark still committed) are
+    refused their new mark and never deleted by the batch, so they stay out of its
+    intent: a client's write to one does not wait for that batch. The evictor dies
+    before its first delete, its intent written, for the intent to be read."""
+    archive, fast = replicated_tiers
+    since = bson.Timestamp(int(time.time()) - 5, 1)
+    with client_for(fast) as client:
+        client.thermocline.workerWrites.insert_many(
+            [{"_id": {"ns": NS, "id": i, "op": "evict"}, "state": "committed", "since": since, "history": []}
+             for i in range(3)])
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
+                        top={"evictorEnabled": "false"})
+    try:
+        with client_for(proxy) as client:
+            client.shop.orders.insert_many([{"_id": i, "createdAt": ago(10), "n": i} for i in range(6)])  # one batch
+        wait_feeder(proxy)
+        monkeypatch.setenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE", "1")
+        evictor = track(WorkerProcess(tmp_path / "evictor", tier_config(archive, fast, max_age="2s",
+                                                                         coverage="complete"), "evictor"))
+        evictor.wait_ready = lambda timeout=None: None  # it may kill itself at once
+        evictor.start()
+        monkeypatch.delenv("THERMOCLINE_TEST_KILL_BEFORE_EVICT_DELETE")
+        assert wait_until(lambda: not evictor.is_alive(), 20, 0.1), "the test hook did not fire"
+        assert evictor.process.returncode == -signal.SIGKILL
+        with client_for(fast) as client:
+            intents = [sorted(intent["ids"]) for intent in client.thermocline.evictions.find()]
+            assert intents == [[3, 4, 5]], intents
+            assert client.shop.orders.count_documents({}) == 6
+        with client_for(proxy) as client:
+            assert client.shop.orders.update_one({"_id": 0}, {"$set": {"n": -1}}).modified_count == 1
+        with client_for(fast) as client:  # the write did not wait for the dead evictor's intent to lapse
+            alive = {"$expr": {"$gt": [{"$add": ["$at", "$lifetimeMillis"]}, "$$NOW"]}}
+            assert client.thermocline.evictions.count_documents(alive) == 1
+    finally:
+        proxy.stop()
+
+
 class ChurnWriter(threading.Thread):
     """Inserts (a third of them older than maxAge, evicted at once), increments,
     refreshes the time field of and deletes documents through the proxy, the

@@ -451,6 +451,14 @@ def test_updates_and_deletes_during_warm(replicated_tiers, tmp_path):
     assert not (set(held) & deleted), "a deleted document came back"
     assert all(by_id[identifier] == raw for identifier, raw in held.items()), "an old version overwrote a newer one"
     assert set(window_ids) - deleted <= set(held)
+    # The warmer's copies of documents an update had faulted in first were refused;
+    # their fresh warm marks (no history) were removed, none is left pending.
+    with client_for(fast) as client:
+        marks = {(mark["_id"]["op"], mark["_id"]["id"]): mark["state"]
+                 for mark in client.thermocline.workerWrites.find({"_id.op": {"$in": ["warm", "fault"]}})}
+    assert "pending" not in marks.values(), sorted(key for key, state in marks.items() if state == "pending")
+    refused = [i for i in updated - deleted if marks.get(("fault", i)) == "done" and ("warm", i) not in marks]
+    assert refused, "no copy of the warmer was refused: the race did not run"
     proxy.stop()
     oracle.stop()
 
