@@ -9,6 +9,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 
 import bson
 import pymongo
@@ -16,8 +17,8 @@ import pytest
 
 from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
-from tier_support import (NS, WorkerProcess, client_for, feeder_caught_up, namespace_status, raw_documents,
-                          start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
+from tier_support import (NS, WorkerProcess, client_for, documents_by_id, feeder_caught_up, namespace_status,
+                          raw_documents, start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
 from tier_support import utc_now, ago
 
 
@@ -299,6 +300,36 @@ def test_a_document_whose_last_eviction_is_unsettled_waits(replicated_tiers, tmp
         marks = list(client.thermocline.workerWrites.find({"_id.id": {"$lt": 5}}, {"state": 1, "since": 1}))
     assert sorted(marks, key=lambda mark: mark["_id"]["id"]) == [
         {"_id": mark["_id"], "state": "committed", "since": since} for mark in unsettled]
+    proxy.stop()
+
+
+def test_a_pending_mark_another_evictor_left_refuses_its_document_until_released(replicated_tiers, tmp_path):
+    """An evict mark another process left pending after this evictor's start (a
+    holder that lost the lease mid-batch) refuses its document's eviction
+    (keptUnsettled) without touching the mark; the evictor then releases the
+    pending marks, their sessions killed, before its next pass, and evicts the
+    document at a later one."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", evictor_period="100ms",
+                        coverage="complete")
+    assert wait_until(lambda: "lastPass" in namespace_status(proxy)["evictor"], 10, 0.1)  # its start's release done
+    since = bson.Timestamp(int(time.time()) - 5, 1)
+    with client_for(fast) as client:
+        client.thermocline.workerWrites.insert_many(
+            [{"_id": {"ns": NS, "id": i, "op": "evict"}, "state": "pending", "since": since,
+              "session": {"id": bson.Binary(uuid.uuid4().bytes, bson.binary.UUID_SUBTYPE)},
+              "holder": "a process that lost the lease"} for i in range(5)])
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(1.5), "n": i} for i in range(10)])
+    with client_for(fast) as client:
+        assert wait_until(lambda: client.shop.orders.count_documents({}) == 0, 20, 0.1)
+        marks = {mark["_id"]["id"]: mark["state"] for mark in client.thermocline.workerWrites.find({"_id.op": "evict"})}
+    evictor = namespace_status(proxy)["evictor"]
+    assert (evictor["evicted"], evictor["keptChanged"]) == (10, 0) and evictor["keptUnsettled"] >= 5, evictor
+    assert marks == {i: "done" for i in range(10)}
+    assert "never deleted their documents" in proxy.log_text()
+    wait_feeder(proxy)
+    assert sorted(documents_by_id(archive)) == list(range(10))
     proxy.stop()
 
 
