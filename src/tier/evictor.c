@@ -393,11 +393,22 @@ static bool delete_candidates(evictor_t *evictor, const config_namespace_t *poli
     return ok;
 }
 
+/* Leaves id out of the pass's next batches (append_candidates_filter's $nin). */
+static void hold_for_pass(bson_t *held_ids, const bson_value_t *id)
+{
+    char key[16];
+    const char *key_string;
+    bson_uint32_to_string(bson_count_keys(held_ids), &key_string, key, sizeof key);
+    bson_append_value(held_ids, key_string, -1, id);
+}
+
 /* The candidates of a batch (the find's documents, views into its reply) less those
- * a refused write holds; *out_count of them in documents and ids (caller frees). */
+ * a refused write holds; *out_count of them in documents and ids (caller frees).
+ * The held ones are held for the rest of the pass too: a refusal recorded since the
+ * pass read them would otherwise bring the same full batch back, counted each time. */
 static bool keep_candidates(evictor_t *evictor, const char *ns, bson_iter_t *found, size_t count,
-                            bson_t **out_documents, bson_value_t **out_ids, size_t *out_count, int64_t *out_held,
-                            bson_error_t *error)
+                            bson_t *held_ids, bson_t **out_documents, bson_value_t **out_ids, size_t *out_count,
+                            int64_t *out_held, bson_error_t *error)
 {
     bson_t *documents = bson_malloc0(count * sizeof *documents);
     bson_value_t *ids = bson_malloc0(count * sizeof *ids);
@@ -421,6 +432,7 @@ static bool keep_candidates(evictor_t *evictor, const char *ns, bson_iter_t *fou
     bool ok = tier_refused_ids(evictor->fast, ns, ids, kept, refused, error);
     for (size_t i = 0; ok && i < kept; i++) {
         if (refused[i]) {
+            hold_for_pass(held_ids, &ids[i]);
             (*out_held)++;
             continue;
         }
@@ -448,18 +460,15 @@ static void hold_unsettled(evictor_t *evictor, const bson_value_t *ids, size_t c
 {
     for (size_t i = 0; i < count; i++) {
         if (refused[i]) {
-            char key[16];
-            const char *key_string;
-            bson_uint32_to_string(bson_count_keys(held_ids), &key_string, key, sizeof key);
-            bson_append_value(held_ids, key_string, -1, &ids[i]);
+            hold_for_pass(held_ids, &ids[i]);
             (*out_unsettled)++;
             evictor->marks_unsettled = true;
         }
     }
 }
 
-/* One batch: returns the number of candidates found (-1 on an error or a wait
- * that ran out: the pass ends). */
+/* One batch: returns the number of candidates found (0 when all those kept were
+ * pinned, -1 on an error or a wait that ran out: the pass ends). */
 static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy, const bson_t *candidates,
                            bson_t *held_ids)
 {
@@ -517,7 +526,7 @@ static int64_t evict_batch(evictor_t *evictor, const config_namespace_t *policy,
     bson_value_t *ids = NULL;
     size_t kept = 0;
     batch_counts_t counts = {0};
-    ok = keep_candidates(evictor, policy->ns, &found, count, &documents, &ids, &kept, &counts.held, &error);
+    ok = keep_candidates(evictor, policy->ns, &found, count, held_ids, &documents, &ids, &kept, &counts.held, &error);
     bool *refused = bson_malloc0((kept + 1) * sizeof *refused);
     bool *pinned = bson_malloc0((kept + 1) * sizeof *pinned);
     int64_t intent_sent_ms = 0;
