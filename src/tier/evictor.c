@@ -254,25 +254,56 @@ done:
     return ok;
 }
 
-/* find's filter: the candidates, less the documents held by a refused write (never
- * candidates, so that they cannot fill every batch). */
+/* Appends under key {$and: [candidates, {_id: {operator: held_ids}}]}: $nin for the
+ * batches' reads (the documents a refused write holds are never candidates, so that
+ * they cannot fill every batch), $in to count them. */
+static void append_held_filter(bson_t *out, const char *key, const bson_t *candidates, const bson_t *held_ids,
+                               const char *operator)
+{
+    bson_t filter, clauses, held, condition;
+    BSON_APPEND_DOCUMENT_BEGIN(out, key, &filter);
+    BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &clauses);
+    BSON_APPEND_DOCUMENT(&clauses, "0", candidates);
+    BSON_APPEND_DOCUMENT_BEGIN(&clauses, "1", &held);
+    BSON_APPEND_DOCUMENT_BEGIN(&held, "_id", &condition);
+    BSON_APPEND_ARRAY(&condition, operator, held_ids);
+    bson_append_document_end(&held, &condition);
+    bson_append_document_end(&clauses, &held);
+    bson_append_array_end(&filter, &clauses);
+    bson_append_document_end(out, &filter);
+}
+
+/* find's filter: the candidates, less the documents held by a refused write. */
 static void append_candidates_filter(bson_t *find, const bson_t *candidates, const bson_t *held_ids)
 {
     if (bson_empty(held_ids)) {
         BSON_APPEND_DOCUMENT(find, "filter", candidates);
-        return;
+    } else {
+        append_held_filter(find, "filter", candidates, held_ids, "$nin");
     }
-    bson_t filter, clauses, held, not_in;
-    BSON_APPEND_DOCUMENT_BEGIN(find, "filter", &filter);
-    BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &clauses);
-    BSON_APPEND_DOCUMENT(&clauses, "0", candidates);
-    BSON_APPEND_DOCUMENT_BEGIN(&clauses, "1", &held);
-    BSON_APPEND_DOCUMENT_BEGIN(&held, "_id", &not_in);
-    BSON_APPEND_ARRAY(&not_in, "$nin", held_ids);
-    bson_append_document_end(&held, &not_in);
-    bson_append_document_end(&clauses, &held);
-    bson_append_array_end(&filter, &clauses);
-    bson_append_document_end(find, &filter);
+}
+
+/* The candidates held by the refused writes standing when a pass starts: left out
+ * of its reads, counted once a pass (keptRefused), as the pinned are per batch. */
+static void count_held_candidates(evictor_t *evictor, const config_namespace_t *policy, const bson_t *candidates,
+                                  const bson_t *held_ids)
+{
+    bson_t command = BSON_INITIALIZER, reply;
+    bson_iter_t iter;
+    bson_error_t error;
+    BSON_APPEND_UTF8(&command, "count", policy->collection);
+    append_held_filter(&command, "query", candidates, held_ids, "$in");
+    bool ok = tier_command(evictor->fast, policy->database, &command, &reply, &error);
+    if (ok && bson_iter_init_find(&iter, &reply, "n") && BSON_ITER_HOLDS_NUMBER(&iter)) {
+        tier_namespace_progress_t *item = tier_progress_lock_namespace(evictor->context->progress, policy->index);
+        item->evict_held += bson_iter_as_int64(&iter);
+        tier_progress_unlock(evictor->context->progress, false);
+    } else {
+        TC_LOG_ATTRS(TC_LOG_DEBUG, LOG_COMPONENT, 0, "{ns}: cannot count the candidates refused writes hold: {error}",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("error", ok ? "unexpected reply" : error.message));
+    }
+    bson_destroy(&reply);
+    bson_destroy(&command);
 }
 
 /* What one batch did, for the progress record. */
@@ -620,6 +651,9 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
                           error.message);
         bson_destroy(&held_ids);
         return;
+    }
+    if (!bson_empty(&held_ids)) {
+        count_held_candidates(evictor, policy, &candidates, &held_ids);
     }
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = clock_monotonic_ms();
