@@ -34,6 +34,7 @@
 #define APPLIED_WAIT_MS 5000
 #define BATCHES_PER_PASS 50
 #define EXPIRED_CLEANUP_MS 10000
+#define COUNT_MAX_TIME_MS 10000 /* the held candidates' count: a slow fast tier must not stall a pass */
 
 /* One per namespace of the config, in its order. */
 typedef struct evictor_namespace {
@@ -293,6 +294,7 @@ static void count_held_candidates(evictor_t *evictor, const config_namespace_t *
     bson_error_t error;
     BSON_APPEND_UTF8(&command, "count", policy->collection);
     append_held_filter(&command, "query", candidates, held_ids, "$in");
+    BSON_APPEND_INT32(&command, "maxTimeMS", COUNT_MAX_TIME_MS);
     bool ok = tier_command(evictor->fast, policy->database, &command, &reply, &error);
     if (ok && bson_iter_init_find(&iter, &reply, "n") && BSON_ITER_HOLDS_NUMBER(&iter)) {
         tier_namespace_progress_t *item = tier_progress_lock_namespace(evictor->context->progress, policy->index);
@@ -652,13 +654,16 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
         bson_destroy(&held_ids);
         return;
     }
-    if (!bson_empty(&held_ids)) {
-        count_held_candidates(evictor, policy, &candidates, &held_ids);
-    }
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = clock_monotonic_ms();
         if (!tier_holds_lease(context, TIER_WORKER_EVICTOR)) {
             break; /* no mark or delete once another process may evict */
+        }
+        if (batch == 0 && !bson_empty(&held_ids)) {
+            count_held_candidates(evictor, policy, &candidates, &held_ids); /* once a pass, by the lease holder */
+            if (!tier_holds_lease(context, TIER_WORKER_EVICTOR)) {
+                break; /* it lapsed during the count (up to its maxTimeMS) */
+            }
         }
         int64_t found = evict_batch(evictor, policy, &candidates, &held_ids);
         if (found <= 0) {

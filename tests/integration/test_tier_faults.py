@@ -19,7 +19,7 @@ from conftest import ProxyProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import (NS, WorkerProcess, client_for, documents_by_id, namespace_status, raw_documents,
                           start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
-from tier_support import utc_now, ago
+from tier_support import utc_now, ago, evict_mark
 
 
 class Writer(threading.Thread):
@@ -530,8 +530,7 @@ def test_an_eviction_intent_names_only_the_documents_its_batch_may_delete(replic
     since = bson.Timestamp(int(time.time()) - 5, 1)
     with client_for(fast) as client:
         client.thermocline.workerWrites.insert_many(
-            [{"_id": {"ns": NS, "id": i, "op": "evict"}, "state": "committed", "since": since, "history": []}
-             for i in range(3)])
+            [evict_mark(i, "committed", since, history=[]) for i in range(3)])
     proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
                         top={"evictorEnabled": "false"})
     try:

@@ -19,7 +19,7 @@ from conftest import StoreProcess, wait_until
 from tier_support import stop_leftovers  # noqa: F401 (an autouse fixture)
 from tier_support import (NS, WorkerProcess, client_for, documents_by_id, feeder_caught_up, namespace_status,
                           raw_documents, start_proxy, status, tier_config, track, wait_equal, wait_feeder, wait_warm)
-from tier_support import utc_now, ago
+from tier_support import utc_now, ago, evict_mark
 
 
 # --- the feeder ------------------------------------------------------------------------
@@ -278,8 +278,7 @@ def test_a_document_whose_last_eviction_is_unsettled_waits(replicated_tiers, tmp
     its mark is left alone."""
     archive, fast = replicated_tiers
     since = bson.Timestamp(int(time.time()) - 5, 1)
-    unsettled = [{"_id": {"ns": NS, "id": i, "op": "evict"}, "state": "committed", "since": since, "history": []}
-                 for i in range(5)]
+    unsettled = [evict_mark(i, "committed", since, history=[]) for i in range(5)]
     with client_for(fast) as client:
         client.thermocline.workerWrites.insert_many(unsettled)
     proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", evictor_period="100ms",
@@ -316,9 +315,9 @@ def test_a_pending_mark_another_evictor_left_refuses_its_document_until_released
     since = bson.Timestamp(int(time.time()) - 5, 1)
     with client_for(fast) as client:
         client.thermocline.workerWrites.insert_many(
-            [{"_id": {"ns": NS, "id": i, "op": "evict"}, "state": "pending", "since": since,
-              "session": {"id": bson.Binary(uuid.uuid4().bytes, bson.binary.UUID_SUBTYPE)},
-              "holder": "a process that lost the lease"} for i in range(5)])
+            [evict_mark(i, "pending", since, holder="a process that lost the lease",
+                        session={"id": bson.Binary(uuid.uuid4().bytes, bson.binary.UUID_SUBTYPE)})
+             for i in range(5)])
     with client_for(proxy) as client:
         client.shop.orders.insert_many([{"_id": i, "createdAt": ago(1.5), "n": i} for i in range(10)])
     with client_for(fast) as client:

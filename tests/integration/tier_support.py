@@ -117,6 +117,13 @@ def wait_warm(proxy, ns=NS, timeout=30):
         "the warmer did not finish: %r" % (namespace_status(proxy, ns),)
 
 
+def evict_mark(identifier, state, since, ns=NS, **fields):
+    """An evictor's mark on one document, as thermocline.workerWrites holds it
+    (worker_writes.h): planted by tests to stand for an eviction another process
+    left unsettled (committed) or unfinished (pending)."""
+    return {"_id": {"ns": ns, "id": identifier, "op": "evict"}, "state": state, "since": since, **fields}
+
+
 def raw_documents(process, ns=NS):
     """Every document of ns as exact BSON bytes (field order included), by _id."""
     database, collection = ns.split(".", 1)
