@@ -71,11 +71,12 @@ void feeder_index_marks(feeder_t *feeder)
 }
 
 /* Appends the clauses of copy marks left pending a minute before the applied time
- * (a warmer or a proxy died between its copy and its mark's outcome; the feeder
- * decided their inserts by digest long ago), state added by the caller. */
-static void append_abandoned_copy_clauses(const feeder_t *feeder, bson_t *clause)
+ * (a warmer or a proxy died between its copy and its mark's outcome; readers
+ * decided their inserts by digest long ago), state added by the caller: those
+ * with their copy's digest (every copier writes one), or those without. */
+static void append_abandoned_copy_clauses(const feeder_t *feeder, bool with_digest, bson_t *clause)
 {
-    bson_t condition, kinds;
+    bson_t condition, kinds, type;
     uint32_t seconds = (uint32_t)(feeder->applied_time >> 32);
     BSON_APPEND_DOCUMENT_BEGIN(clause, "_id.op", &condition);
     BSON_APPEND_ARRAY_BEGIN(&condition, "$in", &kinds);
@@ -86,13 +87,23 @@ static void append_abandoned_copy_clauses(const feeder_t *feeder, bson_t *clause
     BSON_APPEND_DOCUMENT_BEGIN(clause, "since", &condition);
     bson_append_timestamp(&condition, "$lt", 3, seconds > 60 ? seconds - 60 : 0, 0);
     bson_append_document_end(clause, &condition);
+    BSON_APPEND_DOCUMENT_BEGIN(clause, "copy", &condition);
+    if (with_digest) {
+        BSON_APPEND_UTF8(&condition, "$type", "long");
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&condition, "$not", &type);
+        BSON_APPEND_UTF8(&type, "$type", "long");
+        bson_append_document_end(&condition, &type);
+    }
+    bson_append_document_end(clause, &condition);
 }
 
 /* Appends {$or: [...]} matching the marks the feeder has passed: done marks
  * WORKER_WRITES_RETENTION_SECONDS before the applied time (the proxy's clients'
  * change streams, which may lag or resume behind the feeder, classify their events
- * with them too), and abandoned copy marks without a done range (those with one
- * go back to done first: tier_restore_done_marks). */
+ * with them too), and abandoned copy marks without a digest or a done range (those
+ * with a digest are settled, those with a range go back to it first:
+ * settle_abandoned_copy_marks). */
 static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
 {
     bson_t any, clause, condition;
@@ -106,23 +117,86 @@ static void append_passed_clauses(const feeder_t *feeder, bson_t *query)
     bson_append_document_end(&clause, &condition);
     bson_append_document_end(&any, &clause);
     BSON_APPEND_DOCUMENT_BEGIN(&any, "1", &clause);
-    append_abandoned_copy_clauses(feeder, &clause);
+    append_abandoned_copy_clauses(feeder, false, &clause);
     BSON_APPEND_UTF8(&clause, "state", "pending");
     tier_append_mark_has_history(&clause, false);
     bson_append_document_end(&any, &clause);
     bson_append_array_end(query, &any);
 }
 
-/* Abandoned copy marks that were done before go back to done: their ranges still
- * classify the change events behind them. One unbatched update, outside the
- * clean's budget: such marks come only from crashes, and the state_1_since_1
- * index bounds the search. */
-static bool restore_abandoned_copy_marks(feeder_t *feeder, bson_error_t *error)
+/* Appends one update statement settling an abandoned copy mark: done in
+ * (since, to], bound to its copy's digest. False when it has no digest. */
+static bool append_settle_statement(bson_t *statements, uint32_t index, const bson_t *mark, uint64_t to)
 {
-    bson_t selector = BSON_INITIALIZER;
-    append_abandoned_copy_clauses(feeder, &selector);
-    bool ok = tier_restore_done_marks(feeder->fast, &selector, NULL, error);
+    bson_iter_t id, copy;
+    uint64_t since = timestamp_find(mark, "since");
+    if (!bson_iter_init_find(&id, mark, "_id") || !bson_iter_init_find(&copy, mark, "copy") ||
+        !BSON_ITER_HOLDS_INT64(&copy)) {
+        return false;
+    }
+    char index_key[16];
+    const char *index_string;
+    bson_t statement, query;
+    bson_uint32_to_string(index, &index_string, index_key, sizeof index_key);
+    bson_append_document_begin(statements, index_string, -1, &statement);
+    BSON_APPEND_DOCUMENT_BEGIN(&statement, "q", &query);
+    bson_append_iter(&query, "_id", 3, &id);
+    BSON_APPEND_UTF8(&query, "state", "pending");
+    timestamp_append(&query, "since", since); /* a new attempt since keeps its mark */
+    bson_append_iter(&query, "copy", 4, &copy);
+    bson_append_document_end(&statement, &query);
+    worker_writes_append_settled_copy_update(&statement, "u", since, to, bson_iter_int64(&copy));
+    bson_append_document_end(statements, &statement);
+    return true;
+}
+
+/* Settles the copy marks left pending a minute (a warmer or a proxy died between
+ * its copy and the mark's outcome): each goes to done in (since, applied time]
+ * bound to its copy's digest, as readers past the wait judge an insert under it
+ * (worker_writes_classify); removing it let a change stream resumed from before
+ * the copy show it as a client's insert. At most MARK_CLEAN_BATCH per clean (only
+ * crashes leave such marks: the state_1_since_1 index bounds the search). Those
+ * without a digest (none of ours) that were done before go back to done; the
+ * others go with the passed marks. */
+static bool settle_abandoned_copy_marks(feeder_t *feeder, bson_error_t *error)
+{
+    bson_t filter = BSON_INITIALIZER, projection = BSON_INITIALIZER, marks, command = BSON_INITIALIZER;
+    bson_t statements, selector = BSON_INITIALIZER;
+    bson_iter_t iter;
+    uint32_t count = 0;
+    append_abandoned_copy_clauses(feeder, true, &filter);
+    BSON_APPEND_UTF8(&filter, "state", "pending");
+    BSON_APPEND_INT32(&projection, "since", 1);
+    BSON_APPEND_INT32(&projection, "copy", 1);
+    bool ok = tier_read_state_part(feeder->fast, TIER_MARKS_COLLECTION, &filter, &projection, MARK_CLEAN_BATCH,
+                                   &marks, error);
+    BSON_APPEND_UTF8(&command, "update", TIER_MARKS_COLLECTION);
+    BSON_APPEND_ARRAY_BEGIN(&command, "updates", &statements);
+    bson_iter_init(&iter, &marks);
+    while (ok && bson_iter_next(&iter)) {
+        bson_t mark;
+        if (bson_view_of(&iter, &mark) && append_settle_statement(&statements, count, &mark, feeder->applied_time)) {
+            count++;
+        }
+    }
+    bson_append_array_end(&command, &statements);
+    BSON_APPEND_BOOL(&command, "ordered", false);
+    int64_t settled = 0;
+    ok = ok && (count == 0 || tier_write_state(feeder->fast, TIER_MARKS_COLLECTION, &command, "nModified", &settled,
+                                               error));
+    if (ok && settled > 0) {
+        TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
+                     "{count} copies into the fast tier had no recorded outcome a minute on (their warmer or proxy "
+                     "stopped): an insert of exactly the copy stays the worker's",
+                     TC_ATTR_INT("count", settled));
+    }
+    append_abandoned_copy_clauses(feeder, false, &selector);
+    ok = ok && tier_restore_done_marks(feeder->fast, &selector, NULL, error);
     bson_destroy(&selector);
+    bson_destroy(&command);
+    bson_destroy(&marks);
+    bson_destroy(&projection);
+    bson_destroy(&filter);
     return ok;
 }
 
@@ -215,13 +289,19 @@ bool feeder_clean_marks(feeder_t *feeder)
     /* A range ends at its eviction's commit: no later delete falls in one a delete
      * already took (a restart replays from a checkpoint, with none taken). */
     bson_reinit(&feeder->consumed_marks);
-    if (!restore_abandoned_copy_marks(feeder, &error)) {
-        goto failed;
-    }
+    /* A failed settle (a write error in one of its statements fails the call)
+     * holds up neither the removal of passed marks nor its pace. */
+    bson_error_t settle_error;
+    bool settled = settle_abandoned_copy_marks(feeder, &settle_error);
     while (more && clock_monotonic_ms() - started_ms < MARK_CLEAN_BUDGET_MS) {
         if (!clean_passed_batch(feeder, &more, &error)) {
+            more = false;
             goto failed;
         }
+    }
+    if (!settled) {
+        error = settle_error;
+        goto failed;
     }
     feeder->mark_clean_failures = 0;
     return more;
@@ -232,5 +312,5 @@ failed:
         TC_LOG(TC_LOG_WARNING, LOG_COMPONENT, 0, "cannot clean %s.%s (failed %lld times in a row): %s", TIER_DATABASE,
                TIER_MARKS_COLLECTION, (long long)feeder->mark_clean_failures, error.message);
     }
-    return false;
+    return more;
 }

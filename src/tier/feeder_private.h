@@ -101,10 +101,12 @@ bool feeder_consume_range(bson_t *consumed, const bson_t *key, uint64_t range_to
  * still that committed one (else it changed: read it again). False (reported) when
  * the write failed. */
 bool feeder_settle_committed_mark(feeder_t *feeder, const bson_t *mark, uint64_t delete_time, bool *out_settled);
-/* Forgets the eviction ranges deletes took, restores to done the copy marks left
- * pending a minute that have a history (tier_restore_done_marks), then removes the
- * others and the done marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago,
- * in bounded batches for a bounded time; true when some are left for the next call. */
+/* Forgets the eviction ranges deletes took, settles the copy marks left pending a
+ * minute (done, bound to their copy's digest: worker_writes.h; one without a
+ * digest goes back to its done range, or is removed when it has none), then
+ * removes the done marks the feeder passed WORKER_WRITES_RETENTION_SECONDS ago,
+ * in bounded batches for a bounded time; true when some are left for the next
+ * call. */
 bool feeder_clean_marks(feeder_t *feeder);
 /* Creates the marks' indexes the clean and the readers of pending marks use. */
 void feeder_index_marks(feeder_t *feeder);

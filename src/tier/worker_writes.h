@@ -15,8 +15,12 @@
  *         says the first delete of the document after since was the evictor's:
  *         the feeder takes it and writes the mark's range, which other readers
  *         wait for;
- *         "done" {from, to}: the write happened in (from, to];
- *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to}], pushed with
+ *         "done" {from, to}: the write happened in (from, to]; {from, to, digest}
+ *         (a copy whose outcome no copier recorded, settled by the feeder a minute
+ *         on: feeder_clean_marks): only the insert in (from, to] of exactly the
+ *         document whose worker_writes_digest is digest, as the pending mark said,
+ *         now for as long as done marks stay;
+ *   history: the last WORKER_WRITES_HISTORY done ranges [{from, to[, digest]}], pushed with
  *         each "done": the next copy or eviction of the same document overwrites
  *         state, from and to, and a change stream resumed from an older token still
  *         finds the earlier range here. So a pending mark whose write never happened
@@ -69,12 +73,19 @@ worker_writes_verdict_t worker_writes_classify(const bson_t *mark, const worker_
 /* Appends {ns, id, op} under key: a mark's _id. */
 void worker_writes_mark_key(bson_t *out, const char *key, const char *ns, const bson_value_t *id, const char *op);
 
-/* Appends to an update's $push the done range {from, to} into history, keeping the
- * last WORKER_WRITES_HISTORY ({history: {$each: [{from, to}], $slice: -N}}). */
-void worker_writes_append_history_push(bson_t *push, uint64_t from, uint64_t to);
+/* Appends to an update's $push the done range {from, to[, digest]} (digest: NULL
+ * for none) into history, keeping the last WORKER_WRITES_HISTORY ({history:
+ * {$each: [{from, to}], $slice: -N}}). */
+void worker_writes_append_history_push(bson_t *push, uint64_t from, uint64_t to, const int64_t *digest);
 /* Appends under key (an update statement's "u") the update that records a write
- * done in (from, to]: {$set: {state: "done", from, to}, $push: {history}}. */
+ * done in (from, to]: {$set: {state: "done", from, to}, $unset: {digest}, $push:
+ * {history}}. */
 void worker_writes_append_done_update(bson_t *statement, const char *key, uint64_t from, uint64_t to);
+/* The same for a copy whose insert in (from, to], if any, is known only by its
+ * digest, the attempt's since and copy dropped: {$set: {state: "done", from, to,
+ * digest}, $unset: {since, copy}, $push: {history}}. */
+void worker_writes_append_settled_copy_update(bson_t *statement, const char *key, uint64_t from, uint64_t to,
+                                              int64_t digest);
 
 /* A 64-bit digest (FNV-1a) of a document's exact bytes: tells a copy from a
  * client's insert of the same _id when a crash hid the copy's outcome. */

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 
+import bson
 import pytest
 from bson import Timestamp, json_util
 from pymongo import MongoClient
@@ -513,3 +514,56 @@ def test_an_eviction_that_deletes_nothing_keeps_the_earlier_evictions_range(stor
         with client.shop.orders.watch(start_at_operation_time=start, max_await_time_ms=200) as stream:
             events = [(event["operationType"], event["documentKey"]["_id"]) for event in read_until(stream, "end")]
     assert events == [("insert", "d"), ("update", "d"), ("insert", "end")]
+
+
+def copy_digest(document):
+    """worker_writes_digest (tier/worker_writes.h): FNV-1a over the document's
+    exact BSON bytes, as a signed 64-bit integer."""
+    value = 14695981039346656037
+    for byte in bson.encode(document):
+        value = ((value ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def test_a_copy_whose_copier_died_stays_out_of_streams_after_its_mark_is_settled(stores, tmp_path):
+    """A warmer or a proxy died between its copy into the fast tier and the copy's
+    outcome: the mark stays pending, the copy landed. A minute on, the feeder
+    settles the mark (done in (since, applied time], bound to the copy's digest)
+    instead of removing it, so a stream resumed from before the copy still leaves
+    it out, as it did while the mark was pending. The state such a crash leaves
+    is planted: the copy, then (once the feeder is past it, so that its clean
+    cannot settle the mark before the copy) the mark, two minutes old."""
+    archive, fast, _ = stores
+    copy = {"_id": "c", "createdAt": ago(5), "n": 1}
+    with client_for(archive) as client:
+        client.shop.orders.insert_one(dict(copy))
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="1h",
+                        top={"warmerEnabled": "false", "evictorEnabled": "false"})
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": "before", "createdAt": utc_now()})
+    wait_feeder(proxy)
+    start = cluster_time(fast)
+    start = Timestamp(start.time, start.inc + 1)  # after "before"
+    with client_for(fast) as client:
+        client.shop.orders.insert_one(dict(copy))
+        with client.shop.orders.watch(start_at_operation_time=start, max_await_time_ms=200) as stream:
+            copied_at = read_until(stream, "c")[-1]["clusterTime"]
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": "mid", "createdAt": utc_now()})
+    wait_feeder(proxy)
+    since = Timestamp(copied_at.time - 120, 1)
+    key = {"ns": "shop.orders", "id": "c", "op": "warm"}
+    with client_for(fast) as client:
+        marks = client.thermocline.workerWrites
+        marks.insert_one({"_id": key, "state": "pending", "since": since, "copy": copy_digest(copy)})
+        assert wait_until(lambda: marks.find_one({"_id": key, "state": "done"}), 30, 0.1), marks.find_one({"_id": key})
+        mark = marks.find_one({"_id": key}, {"_id": 0})
+    settled = {"from": since, "to": mark["to"], "digest": copy_digest(copy)}
+    assert mark == dict(settled, state="done", history=[settled]) and copied_at <= mark["to"], mark
+    with client_for(proxy) as client:
+        client.shop.orders.insert_one({"_id": "end", "createdAt": utc_now()})
+        with client.shop.orders.watch(start_at_operation_time=start, max_await_time_ms=200) as stream:
+            events = [(event["operationType"], event["documentKey"]["_id"]) for event in read_until(stream, "end")]
+    assert events == [("insert", "mid"), ("insert", "end")], "the copy showed as a client's insert"
+    assert "had no recorded outcome a minute on" in proxy.log_text()
+    proxy.stop()

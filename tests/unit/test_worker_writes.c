@@ -26,6 +26,14 @@ static worker_writes_verdict_t verdict_of(const char *mark_json, bool is_delete,
     return verdict;
 }
 
+/* A mark from JSON whose one %lld is the digest of copy. */
+static bson_t *mark_with_digest_of(const char *json_format, const bson_t *copy)
+{
+    char json[768];
+    snprintf(json, sizeof json, json_format, (long long)worker_writes_digest(copy));
+    return support_json(json);
+}
+
 static void test_no_mark_is_an_application_write(void **state)
 {
     (void)state;
@@ -74,11 +82,8 @@ static void test_pending_marks_wait_then_copies_settle_by_digest(void **state)
     (void)state;
     bson_t *copy = support_json("{'_id': 1, 'a': 2}");
     bson_t *other = support_json("{'_id': 1, 'a': 3}");
-    char mark_json[256];
-    snprintf(mark_json, sizeof mark_json,
-             "{'state': 'pending', 'since': {'$timestamp': {'t': 10, 'i': 1}}, 'copy': {'$numberLong': '%lld'}}",
-             (long long)worker_writes_digest(copy));
-    bson_t *mark = support_json(mark_json);
+    bson_t *mark = mark_with_digest_of(
+        "{'state': 'pending', 'since': {'$timestamp': {'t': 10, 'i': 1}}, 'copy': {'$numberLong': '%lld'}}", copy);
     worker_writes_event_t event = {.is_delete = false, .time = T(11), .full_document = copy};
     assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_PENDING);
     event.waited_ms = WORKER_WRITES_PENDING_WAIT_MS;
@@ -90,6 +95,49 @@ static void test_pending_marks_wait_then_copies_settle_by_digest(void **state)
     const char *evict = "{'state': 'pending', 'since': {'$timestamp': {'t': 10, 'i': 1}}}";
     assert_int_equal(verdict_of(evict, true, T(11), 0), WORKER_WRITES_APPLICATION);
     assert_int_equal(verdict_of(evict, true, T(10), 0), WORKER_WRITES_APPLICATION);
+    bson_destroy(mark);
+    bson_destroy(copy);
+    bson_destroy(other);
+}
+
+/* A copy the feeder settled (its copier died before recording the outcome) is
+ * done in (since, applied time] for exactly that copy's insert, in the mark and
+ * in its history, as the pending mark had said. */
+static void test_settled_copy_range_holds_only_the_copy(void **state)
+{
+    (void)state;
+    bson_t *copy = support_json("{'_id': 1, 'a': 2}");
+    bson_t *other = support_json("{'_id': 1, 'a': 3}");
+    bson_t *mark = mark_with_digest_of(
+        "{'state': 'done', 'from': {'$timestamp': {'t': 10, 'i': 1}}, 'to': {'$timestamp': {'t': 90, 'i': 1}}, "
+        "'digest': {'$numberLong': '%lld'}}",
+        copy);
+    worker_writes_event_t event = {.is_delete = false, .time = T(11), .full_document = copy};
+    uint64_t range_to = 0;
+    assert_int_equal(worker_writes_classify(mark, &event, &range_to), WORKER_WRITES_WORKER); /* no wait */
+    assert_true(range_to == T(90));
+    event.full_document = other; /* a client's insert of that _id in the range */
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
+    event.full_document = NULL;
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
+    event = (worker_writes_event_t){.is_delete = true, .time = T(12)};
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
+    event = (worker_writes_event_t){.is_delete = false, .time = T(91), .full_document = copy};
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION); /* past to */
+    bson_destroy(mark);
+    /* Copied again since: the settled range, now in the history, still holds it. */
+    mark = mark_with_digest_of(
+        "{'state': 'done', 'from': {'$timestamp': {'t': 95, 'i': 1}}, 'to': {'$timestamp': {'t': 96, 'i': 1}}, "
+        "'history': [{'from': {'$timestamp': {'t': 10, 'i': 1}}, 'to': {'$timestamp': {'t': 90, 'i': 1}}, "
+        "'digest': {'$numberLong': '%lld'}}, {'from': {'$timestamp': {'t': 95, 'i': 1}}, "
+        "'to': {'$timestamp': {'t': 96, 'i': 1}}}]}",
+        copy);
+    event = (worker_writes_event_t){.is_delete = false, .time = T(11), .full_document = copy};
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_WORKER);
+    event.full_document = other;
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_APPLICATION);
+    event.time = T(96); /* the later copy's exact range: any insert in it */
+    assert_int_equal(worker_writes_classify(mark, &event, NULL), WORKER_WRITES_WORKER);
     bson_destroy(mark);
     bson_destroy(copy);
     bson_destroy(other);
@@ -126,7 +174,7 @@ static void test_mark_key_history_push_and_done_update(void **state)
     assert_true(bson_equal(&out, expected));
     bson_destroy(expected);
     bson_reinit(&out);
-    worker_writes_append_history_push(&out, T(1), T(2));
+    worker_writes_append_history_push(&out, T(1), T(2), NULL);
     expected = support_json("{'history': {'%each': [{'from': {'$timestamp': {'t': 1, 'i': 1}}, "
                             "'to': {'$timestamp': {'t': 2, 'i': 1}}}], '%slice': -8}}");
     assert_true(bson_equal(&out, expected));
@@ -134,9 +182,18 @@ static void test_mark_key_history_push_and_done_update(void **state)
     bson_reinit(&out);
     worker_writes_append_done_update(&out, "u", T(1), T(2));
     expected = support_json("{'u': {'%set': {'state': 'done', 'from': {'$timestamp': {'t': 1, 'i': 1}}, "
-                            "'to': {'$timestamp': {'t': 2, 'i': 1}}}, "
+                            "'to': {'$timestamp': {'t': 2, 'i': 1}}}, '%unset': {'digest': ''}, "
                             "'%push': {'history': {'%each': [{'from': {'$timestamp': {'t': 1, 'i': 1}}, "
                             "'to': {'$timestamp': {'t': 2, 'i': 1}}}], '%slice': -8}}}}");
+    assert_true(bson_equal(&out, expected));
+    bson_destroy(expected);
+    bson_reinit(&out);
+    worker_writes_append_settled_copy_update(&out, "u", T(1), T(2), 42);
+    expected = support_json("{'u': {'%set': {'state': 'done', 'from': {'$timestamp': {'t': 1, 'i': 1}}, "
+                            "'to': {'$timestamp': {'t': 2, 'i': 1}}, 'digest': {'$numberLong': '42'}}, "
+                            "'%unset': {'since': '', 'copy': ''}, '%push': {'history': {'%each': [{'from': {'$timestamp': {'t': 1, 'i': 1}}, "
+                            "'to': {'$timestamp': {'t': 2, 'i': 1}}, 'digest': {'$numberLong': '42'}}], "
+                            "'%slice': -8}}}}");
     assert_true(bson_equal(&out, expected));
     bson_destroy(expected);
     bson_destroy(&out);
@@ -149,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_done_range_holds_the_worker_write_only),
         cmocka_unit_test(test_history_keeps_earlier_ranges_for_resumed_streams),
         cmocka_unit_test(test_pending_marks_wait_then_copies_settle_by_digest),
+        cmocka_unit_test(test_settled_copy_range_holds_only_the_copy),
         cmocka_unit_test(test_committed_eviction_takes_the_first_delete_after_since),
         cmocka_unit_test(test_mark_key_history_push_and_done_update),
     };
