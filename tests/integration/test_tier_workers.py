@@ -140,6 +140,33 @@ def test_evictions_never_reach_the_archive(replicated_tiers, tmp_path):
     proxy.stop()
 
 
+def test_a_pass_spreads_its_full_batches_over_the_evictor_period(replicated_tiers, tmp_path):
+    """A pass spaces its full batches of 100 evictorPeriod / 50 apart, so that the
+    marks, transactions and ranges of thousands of faulted-in documents are not
+    written back to back (issue 20: a faithful lab's stalls of the disk fell inside
+    such bursts of a pass). At evictorPeriod 60s: 1.2 s between batches, so the
+    four batches of 400 aged documents span at least 3.6 s; back to back (at
+    most 2,000 a second) they took 0.2 s, 0.9 s with ASan."""
+    archive, fast = replicated_tiers
+    proxy = start_proxy(tmp_path / "proxy", archive, fast, max_age="2s", coverage="complete",
+                        top={"evictorEnabled": "false"})
+    with client_for(proxy) as client:
+        client.shop.orders.insert_many([{"_id": i, "createdAt": ago(10), "n": i} for i in range(400)])
+    wait_feeder(proxy)
+    config = tier_config(archive, fast, max_age="2s", evictor_period="60s", coverage="complete")
+    evictor = track(WorkerProcess(tmp_path / "evictor", config, "evictor")).start()
+    seen = {}  # the fast tier's count -> when it was first seen
+    with client_for(fast) as client:
+        def all_evicted():
+            seen.setdefault(client.shop.orders.count_documents({}), time.monotonic())
+            return 0 in seen
+        assert wait_until(all_evicted, 30, 0.02), "not evicted in one pass: %r" % sorted(seen)
+    first_batch = min(when for count, when in seen.items() if count < 400)
+    assert seen[0] - first_batch >= 3.0, "batches back to back: %r" % sorted(seen.items())
+    evictor.stop()
+    proxy.stop()
+
+
 def test_the_feeder_cleans_passed_marks_in_bounded_deletes(tmp_path):
     """The marks a long warm-up leaves (54,000 in a faithful lab) leave in deletes
     of at most 200, not in one delete of them all that held the fast tier
