@@ -35,6 +35,7 @@
 #define BATCHES_PER_PASS 50
 #define EXPIRED_CLEANUP_MS 10000
 #define COUNT_MAX_TIME_MS 10000 /* the held candidates' count: a slow fast tier must not stall a pass */
+#define PACED_PERIOD_MAX_MS 60000 /* a longer evictorPeriod spaces a pass's batches as a minute does */
 
 /* One per namespace of the config, in its order. */
 typedef struct evictor_namespace {
@@ -46,8 +47,9 @@ typedef struct evictor {
     tier_context_t *context;
     mongoc_client_t *fast;
     evictor_namespace_t *namespaces;
-    /* A batch failed after writing its marks: some may be left pending, which
-     * refuses their documents' evictions until removed (before the next batch). */
+    /* Pending marks may stand (left by a crash, a failed batch or another process),
+     * each refusing its document's eviction: released before the next batch. True
+     * at start. */
     bool marks_unsettled;
     /* Test hook: THERMOCLINE_TEST_FAIL_EVICT_MARK=N makes the Nth recording of a
      * delete's outcome fail, as a fast tier lost at that moment would
@@ -66,6 +68,7 @@ typedef struct evictor {
     bson_oid_t intent;                  /* the _id of the batch's intent (pins.h) */
     char holder[TIER_PIN_HOLDER_SIZE];  /* this process, in its intents */
     int64_t next_cleanup_ms;            /* monotonic: when expired pins and intents are next removed */
+    int64_t pace_ms;                    /* between the starts of a pass's full batches (evict_namespace) */
 } evictor_t;
 
 /* Writes pending marks for documents; *out_refused[i] is true for a document
@@ -640,69 +643,6 @@ static void candidates_filter(evictor_t *evictor, const config_namespace_t *poli
     bson_destroy(&conditions);
 }
 
-/* One pass over a namespace: at most BATCHES_PER_PASS batches, the full ones
- * spaced so that the passes of all namespaces fit in one evictorPeriod. Back to
- * back, a pass of 4,400 faulted-in documents took 7 s of a minute, its marks,
- * transactions and ranges each waiting for the fast tier's journal: a stall of
- * the disk then held up the clients' writes behind them (issue 20). */
-static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy)
-{
-    tier_context_t *context = evictor->context;
-    const int64_t pace_ms =
-        policy->evictor_period_ms / (BATCHES_PER_PASS * (int64_t)context->config->namespace_count);
-    bson_t candidates;
-    candidates_filter(evictor, policy, &candidates);
-    int64_t total = 0;
-    bson_t held_ids;
-    bson_error_t error;
-    if (!tier_refused_id_list(evictor->fast, policy->ns, &held_ids, &error)) {
-        tier_report_error(context, TIER_WORKER_EVICTOR, "cannot read the refused writes of %s: %s", policy->ns,
-                          error.message);
-        bson_destroy(&held_ids);
-        return;
-    }
-    for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
-        int64_t started = clock_monotonic_ms();
-        if (!tier_holds_lease(context, TIER_WORKER_EVICTOR)) {
-            break; /* no mark or delete once another process may evict */
-        }
-        if (batch == 0 && !bson_empty(&held_ids)) {
-            count_held_candidates(evictor, policy, &candidates, &held_ids); /* once a pass, by the lease holder */
-            if (!tier_holds_lease(context, TIER_WORKER_EVICTOR)) {
-                break; /* it lapsed during the count (up to its maxTimeMS) */
-            }
-        }
-        int64_t found = evict_batch(evictor, policy, &candidates, &held_ids);
-        if (found <= 0) {
-            break;
-        }
-        total += found;
-        /* At most EVICT_MAX_PER_SECOND, and a full pass spread over its period:
-         * client traffic comes first. */
-        int64_t interval_ms = found * 1000 / EVICT_MAX_PER_SECOND;
-        if (found == EVICT_BATCH && pace_ms > interval_ms) {
-            interval_ms = pace_ms;
-        }
-        int64_t spent = clock_monotonic_ms() - started;
-        if (spent < interval_ms && !tier_group_sleep(context->group, interval_ms - spent)) {
-            break;
-        }
-        if (found < EVICT_BATCH) {
-            break;
-        }
-    }
-    bson_destroy(&held_ids);
-    bson_destroy(&candidates);
-    tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, policy->index);
-    item->evict_last_pass_ms = clock_wall_ms();
-    tier_progress_unlock(context->progress, false);
-    if (total > 0) {
-        TC_LOG_ATTRS(TC_LOG_DEBUG, LOG_COMPONENT, 0,
-                     "{ns}: looked at {documents} documents older than the window or expired",
-                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("documents", total));
-    }
-}
-
 /* Aborts the transactions a crashed process may have left open in the sessions of
  * its pending marks (killSessions): one holds its document and its mark, and the
  * DDL of their collections, until transactionLifetimeLimitSeconds (60 s)
@@ -792,6 +732,90 @@ static void remove_expired(evictor_t *evictor)
     }
 }
 
+/* What runs between batches, when this evictor has no session or intent open:
+ * the release of pending marks (they refuse their documents' evictions, and
+ * another process's open transaction holds its document), and now and then the
+ * removal of expired pins. False when the release failed: no batch runs. */
+static bool tend_between_batches(evictor_t *evictor)
+{
+    if (evictor->marks_unsettled) {
+        bson_error_t error;
+        if (!release_pending_marks(evictor, &error)) {
+            tier_report_error(evictor->context, TIER_WORKER_EVICTOR, "cannot check unfinished evictions: %s",
+                              error.message);
+            return false;
+        }
+        evictor->marks_unsettled = false;
+    }
+    int64_t now = clock_monotonic_ms();
+    if (now >= evictor->next_cleanup_ms) {
+        remove_expired(evictor);
+        evictor->next_cleanup_ms = now + EXPIRED_CLEANUP_MS;
+    }
+    return true;
+}
+
+/* One pass over a namespace: at most BATCHES_PER_PASS batches, the full ones
+ * spaced pace_ms apart so that a round of every namespace's passes fits in the
+ * shortest evictorPeriod. Back to back, a pass of 4,400 faulted-in documents took
+ * 7 s of a minute, its marks, transactions and ranges each waiting for the fast
+ * tier's journal: a stall of the disk then held up the clients' writes behind
+ * them (issue 20). */
+static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy)
+{
+    tier_context_t *context = evictor->context;
+    int64_t total = 0;
+    bson_t held_ids;
+    bson_error_t error;
+    if (!tier_refused_id_list(evictor->fast, policy->ns, &held_ids, &error)) {
+        tier_report_error(context, TIER_WORKER_EVICTOR, "cannot read the refused writes of %s: %s", policy->ns,
+                          error.message);
+        bson_destroy(&held_ids);
+        return;
+    }
+    for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
+        int64_t started = clock_monotonic_ms();
+        if (!tier_holds_lease(context, TIER_WORKER_EVICTOR) || (batch > 0 && !tend_between_batches(evictor))) {
+            break; /* no mark or delete once another process may evict */
+        }
+        bson_t candidates;
+        candidates_filter(evictor, policy, &candidates); /* the cutoff of now: a pass lasts up to its period */
+        if (batch == 0 && !bson_empty(&held_ids)) {
+            count_held_candidates(evictor, policy, &candidates, &held_ids); /* once a pass, by the lease holder */
+        }
+        /* The lease again: it may have lapsed during the count (up to its maxTimeMS). */
+        int64_t found =
+            tier_holds_lease(context, TIER_WORKER_EVICTOR) ? evict_batch(evictor, policy, &candidates, &held_ids) : -1;
+        bson_destroy(&candidates);
+        if (found <= 0) {
+            break;
+        }
+        total += found;
+        /* At most EVICT_MAX_PER_SECOND, and a full pass spread over its period:
+         * client traffic comes first. */
+        int64_t interval_ms = found * 1000 / EVICT_MAX_PER_SECOND;
+        if (found == EVICT_BATCH && evictor->pace_ms > interval_ms) {
+            interval_ms = evictor->pace_ms;
+        }
+        int64_t spent = clock_monotonic_ms() - started;
+        if (spent < interval_ms && !tier_group_sleep(context->group, interval_ms - spent)) {
+            break;
+        }
+        if (found < EVICT_BATCH) {
+            break;
+        }
+    }
+    bson_destroy(&held_ids);
+    tier_namespace_progress_t *item = tier_progress_lock_namespace(context->progress, policy->index);
+    item->evict_last_pass_ms = clock_wall_ms();
+    tier_progress_unlock(context->progress, false);
+    if (total > 0) {
+        TC_LOG_ATTRS(TC_LOG_DEBUG, LOG_COMPONENT, 0,
+                     "{ns}: looked at {documents} documents older than the window or expired",
+                     TC_ATTR_STR("ns", policy->ns), TC_ATTR_INT("documents", total));
+    }
+}
+
 void evictor_run(tier_group_t *group, void *argument)
 {
     tier_context_t *context = argument;
@@ -799,9 +823,15 @@ void evictor_run(tier_group_t *group, void *argument)
     size_t count = context->config->namespace_count;
     evictor.fast = mongoc_client_pool_pop(context->fast_pool);
     evictor.namespaces = bson_malloc0((count + 1) * sizeof *evictor.namespaces);
+    int64_t shortest_period_ms = PACED_PERIOD_MAX_MS;
     for (size_t i = 0; i < count; i++) {
         evictor.namespaces[i].config = &context->config->namespaces[i];
+        if (context->config->namespaces[i].evictor_period_ms < shortest_period_ms) {
+            shortest_period_ms = context->config->namespaces[i].evictor_period_ms;
+        }
     }
+    /* The passes run one after another: a round of full ones fits in the shortest period. */
+    evictor.pace_ms = count > 0 ? shortest_period_ms / (BATCHES_PER_PASS * (int64_t)count) : 0;
     tier_worker_progress_t *item = tier_progress_lock_worker(context->progress, TIER_WORKER_EVICTOR);
     item->running = true;
     tier_progress_unlock(context->progress, false);
@@ -813,33 +843,18 @@ void evictor_run(tier_group_t *group, void *argument)
 
     /* Evictions a crash or a failed batch interrupted: settled before any new one
      * starts (their pending marks would refuse their documents' evictions). */
-    bool settled = false;
+    evictor.marks_unsettled = true;
     while (!tier_group_stopping(group) && count > 0) {
-        bson_error_t error;
-        if (evictor.marks_unsettled) {
-            evictor.marks_unsettled = false;
-            settled = false;
+        if (!tend_between_batches(&evictor)) {
+            tier_group_sleep(group, 1000);
+            continue;
         }
-        if (!settled) {
-            settled = release_pending_marks(&evictor, &error);
-            if (!settled) {
-                tier_report_error(context, TIER_WORKER_EVICTOR, "cannot check unfinished evictions: %s",
-                                  error.message);
-                tier_group_sleep(group, 1000);
-                continue;
-            }
-        }
-        int64_t now = clock_monotonic_ms();
-        int64_t next = now + 1000;
-        if (now >= evictor.next_cleanup_ms) {
-            remove_expired(&evictor);
-            evictor.next_cleanup_ms = now + EXPIRED_CLEANUP_MS;
-        }
+        int64_t next = clock_monotonic_ms() + 1000;
         for (size_t i = 0; i < count && !tier_group_stopping(group); i++) {
             evictor_namespace_t *entry = &evictor.namespaces[i];
-            if (now >= entry->next_due_ms) {
-                /* From the pass's start: a paced pass may take most of its period. */
-                int64_t started = clock_monotonic_ms();
+            int64_t started = clock_monotonic_ms();
+            if (started >= entry->next_due_ms) {
+                /* Due a period from the pass's start: a paced pass may take most of it. */
                 evict_namespace(&evictor, entry->config);
                 entry->next_due_ms = started + entry->config->evictor_period_ms;
             }
