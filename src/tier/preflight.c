@@ -123,16 +123,14 @@ bool tier_preflight(const config_t *config, bson_error_t *error)
         return true;
     }
     tier_libmongoc_init();
-    mongoc_client_pool_t *pool = tier_pool_new(config->archive_uri, "thermocline-preflight", error);
-    if (pool == NULL) {
+    mongoc_client_t *archive = tier_client_new(config->archive_uri, "thermocline-preflight", error);
+    if (archive == NULL) {
         return false;
     }
-    mongoc_client_t *archive = mongoc_client_pool_pop(pool);
     bool ok = true, unchecked = false;
     for (size_t i = 0; i < config->namespace_count && ok && !unchecked; i++) {
         ok = preflight_namespace(archive, &config->namespaces[i], &unchecked, error);
     }
-    mongoc_client_pool_push(pool, archive);
-    mongoc_client_pool_destroy(pool);
+    mongoc_client_destroy(archive);
     return ok;
 }

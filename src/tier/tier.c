@@ -77,11 +77,10 @@ void tier_libmongoc_init(void)
 bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
 {
     tier_libmongoc_init();
-    mongoc_client_pool_t *pool = tier_pool_new(config->fast_uri, "thermocline-proxy", error);
-    if (pool == NULL) {
+    mongoc_client_t *client = tier_client_new(config->fast_uri, "thermocline-proxy", error);
+    if (client == NULL) {
         return false;
     }
-    mongoc_client_t *client = mongoc_client_pool_pop(pool);
     uint64_t now = 0;
     bool ok = tier_cluster_time(client, &now, error);
     if (ok && now != 0) {
@@ -111,8 +110,7 @@ bool tier_feeder_ensure_start(const config_t *config, bson_error_t *error)
         bson_destroy(&reply);
         bson_destroy(&command);
     }
-    mongoc_client_pool_push(pool, client);
-    mongoc_client_pool_destroy(pool);
+    mongoc_client_destroy(client);
     return ok;
 }
 

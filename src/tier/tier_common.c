@@ -15,14 +15,15 @@
 
 /* --- clients and commands ------------------------------------------------------- */
 
-mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name, bson_error_t *error)
+/* The URI with the workers' timeouts where it sets none; NULL and *error when it
+ * does not parse (*out_shown: the URI without its password, caller frees). */
+static mongoc_uri_t *worker_uri_new(const char *uri_string, char **out_shown, bson_error_t *error)
 {
     bson_error_t uri_error;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_string, &uri_error);
-    char *shown = config_uri_redacted(uri_string); /* errors reach the log: no password in them */
+    *out_shown = config_uri_redacted(uri_string); /* errors reach the log: no password in them */
     if (uri == NULL) {
-        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot use the URI %s: %s", shown, uri_error.message);
-        bson_free(shown);
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot use the URI %s: %s", *out_shown, uri_error.message);
         return NULL;
     }
     /* A worker blocked on an unreachable tier must notice a stop within seconds. */
@@ -35,18 +36,48 @@ mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name
     if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS)) {
         mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, 60000);
     }
-    mongoc_client_pool_t *pool = mongoc_client_pool_new_with_error(uri, &uri_error);
-    mongoc_uri_destroy(uri);
-    if (pool == NULL) {
+    return uri;
+}
+
+mongoc_client_pool_t *tier_pool_new(const char *uri_string, const char *app_name, bson_error_t *error)
+{
+    char *shown = NULL;
+    mongoc_uri_t *uri = worker_uri_new(uri_string, &shown, error);
+    bson_error_t uri_error;
+    mongoc_client_pool_t *pool = uri != NULL ? mongoc_client_pool_new_with_error(uri, &uri_error) : NULL;
+    if (uri != NULL && pool == NULL) {
         tc_error_set(error, TC_ERR_BAD_VALUE, "cannot connect to %s: %s", shown, uri_error.message);
-        bson_free(shown);
-        return NULL;
     }
+    mongoc_uri_destroy(uri);
     bson_free(shown);
-    mongoc_client_pool_set_error_api(pool, MONGOC_ERROR_API_VERSION_2);
-    mongoc_client_pool_set_appname(pool, app_name);
-    mongoc_client_pool_max_size(pool, 8);
+    if (pool != NULL) {
+        mongoc_client_pool_set_error_api(pool, MONGOC_ERROR_API_VERSION_2);
+        mongoc_client_pool_set_appname(pool, app_name);
+        mongoc_client_pool_max_size(pool, 8);
+    }
     return pool;
+}
+
+mongoc_client_t *tier_client_new(const char *uri_string, const char *app_name, bson_error_t *error)
+{
+    char *shown = NULL;
+    mongoc_uri_t *uri = worker_uri_new(uri_string, &shown, error);
+    if (uri != NULL && !mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTRYONCE)) {
+        /* Wait for a server up to serverSelectionTimeoutMS, as a pool does. */
+        mongoc_uri_set_option_as_bool(uri, MONGOC_URI_SERVERSELECTIONTRYONCE, false);
+    }
+    bson_error_t uri_error;
+    mongoc_client_t *client = uri != NULL ? mongoc_client_new_from_uri_with_error(uri, &uri_error) : NULL;
+    if (uri != NULL && client == NULL) {
+        tc_error_set(error, TC_ERR_BAD_VALUE, "cannot connect to %s: %s", shown, uri_error.message);
+    }
+    mongoc_uri_destroy(uri);
+    bson_free(shown);
+    if (client != NULL) {
+        mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
+        mongoc_client_set_appname(client, app_name);
+    }
+    return client;
 }
 
 bool tier_command(mongoc_client_t *client, const char *database, const bson_t *command, bson_t *reply,

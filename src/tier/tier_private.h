@@ -57,6 +57,11 @@ void tier_libmongoc_init(void);
  * socket 60 s) unless the URI sets its own. Free with mongoc_client_pool_destroy(). */
 mongoc_client_pool_t *tier_pool_new(const char *uri, const char *app_name, bson_error_t *error);
 
+/* One client with the same timeouts, for one thread's few commands at start: a
+ * pool's monitoring threads took 0.5 s to stop, each start's preflight and
+ * feeder start a second between them. Free with mongoc_client_destroy(). */
+mongoc_client_t *tier_client_new(const char *uri, const char *app_name, bson_error_t *error);
+
 /* Runs command on the tier's primary exactly as given. reply is always
  * initialised (caller destroys). False on a network error or ok: 0; a write's
  * writeErrors come with ok: 1, true here: the caller reads them. */
