@@ -8,6 +8,8 @@
 
 CC      ?= cc
 BUILD   ?= build
+# Parallel compiles in check and unit: each of their builds compiles 170 files.
+JOBS    ?= $(shell nproc)
 PACKAGES = libbson-1.0 libmongoc-1.0 wiredtiger libuv yaml-0.1 libpcre2-8 libssl libcrypto snappy zlib icu-i18n icu-uc
 
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
@@ -49,13 +51,13 @@ deps:
 	bash scripts/install-deps.sh
 
 unit:
-	$(MAKE) --no-print-directory SANITIZE=1 BUILD=build/asan build/asan/thermocline $(UNIT_TESTS:$(BUILD)/%=build/asan/%)
+	$(MAKE) --no-print-directory -j$(JOBS) SANITIZE=1 BUILD=build/asan build/asan/thermocline $(UNIT_TESTS:$(BUILD)/%=build/asan/%)
 	bash tests/run-unit.sh build/asan/tests
 
 check: deps
-	$(MAKE) --no-print-directory all
-	$(MAKE) --no-print-directory SANITIZE=1 BUILD=build/asan build/asan/thermocline $(UNIT_TESTS:$(BUILD)/%=build/asan/%)
-	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory -j$(JOBS) all
+	$(MAKE) --no-print-directory -j$(JOBS) SANITIZE=1 BUILD=build/asan build/asan/thermocline $(UNIT_TESTS:$(BUILD)/%=build/asan/%)
+	$(MAKE) --no-print-directory -j$(JOBS) fuzz
 	bash tests/fuzz/run.sh 5
 	bash tests/run-all.sh build/asan
 
