@@ -490,7 +490,7 @@ static bool keep_candidates(evictor_t *evictor, const char *ns, bson_iter_t *fou
  * mark committed, its range written when the feeder reaches the delete), or a
  * pending mark another process left (a holder that lost the lease mid-batch).
  * They are left out of the pass's next batches, and the pending marks are
- * released before the next pass. */
+ * released before the next batch. */
 static void hold_unsettled(evictor_t *evictor, const bson_value_t *ids, size_t count, const bool *refused,
                            bson_t *held_ids, int64_t *out_unsettled)
 {
@@ -630,7 +630,7 @@ static void candidates_filter(evictor_t *evictor, const config_namespace_t *poli
     BSON_APPEND_DOCUMENT(&conditions, "0", &aged);
     if (!index_sync_append_ttl_conditions(evictor->fast, policy->ns, now, &conditions, &count, &error)) {
         TC_LOG_ATTRS(TC_LOG_WARNING, LOG_COMPONENT, 0,
-                     "{ns}: cannot read the archive's TTL indexes ({error}): this pass evicts by age only",
+                     "{ns}: cannot read the archive's TTL indexes ({error}): this batch evicts by age only",
                      TC_ATTR_STR("ns", policy->ns), TC_ATTR_STR("error", error.message));
     }
     bson_init(out);
@@ -776,7 +776,7 @@ static void evict_namespace(evictor_t *evictor, const config_namespace_t *policy
     for (int batch = 0; batch < BATCHES_PER_PASS && !tier_group_stopping(context->group); batch++) {
         int64_t started = clock_monotonic_ms();
         if (!tier_holds_lease(context, TIER_WORKER_EVICTOR) || (batch > 0 && !tend_between_batches(evictor))) {
-            break; /* no mark or delete once another process may evict */
+            break; /* no mark or delete once another process may evict, nor beside marks left pending */
         }
         bson_t candidates;
         candidates_filter(evictor, policy, &candidates); /* the cutoff of now: a pass lasts up to its period */
@@ -854,6 +854,9 @@ void evictor_run(tier_group_t *group, void *argument)
             evictor_namespace_t *entry = &evictor.namespaces[i];
             int64_t started = clock_monotonic_ms();
             if (started >= entry->next_due_ms) {
+                if (!tend_between_batches(&evictor)) {
+                    break; /* the previous pass left marks pending: retried within a second */
+                }
                 /* Due a period from the pass's start: a paced pass may take most of it. */
                 evict_namespace(&evictor, entry->config);
                 entry->next_due_ms = started + entry->config->evictor_period_ms;
